@@ -1,0 +1,2 @@
+// Package queen is an embeddable, PostgreSQL-backed, partitioned message log.
+package queen
