@@ -1,0 +1,181 @@
+// Package alloc is the client side of queen's offset allocator: it sends one
+// bundle of segments to the push_bundle function as typed parallel arrays and
+// returns one verdict per segment in input order, and it fetches the segment
+// covering an offset to resolve a duplicate's original message id.
+//
+// It is a building block of the queen package with no stability promise
+// before v1.
+package alloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+)
+
+// Segment flags, sent per segment.
+const (
+	// FlagEncrypted marks a segment whose payloads are all encrypted; an
+	// encrypted queue rejects a segment without it.
+	FlagEncrypted int32 = 1 << 0
+)
+
+// Status is a segment's verdict.
+type Status int16
+
+const (
+	// Queued: the segment was stored at BaseOffset.
+	Queued Status = 0
+	// Duplicate: some frames repeat stored messages; nothing was written.
+	Duplicate Status = 1
+	// EncryptionRequired: the queue is encrypted and the segment is not;
+	// nothing was written.
+	EncryptionRequired Status = 2
+)
+
+// Segment is one partition's contribution to a bundle.
+type Segment struct {
+	Tenant    uuid.UUID
+	Queue     string
+	Partition string
+	Count     int32
+	Hashes    []byte // 16 bytes per frame, frame order
+	Verified  int64  // offsets at or below this are known not to hold duplicates; -1 for none
+	Blob      []byte
+	Flags     int32
+}
+
+// Verdict is the database's answer for one Segment.
+type Verdict struct {
+	Status      Status
+	PartitionID int64
+	BaseOffset  int64
+	CreatedAt   time.Time
+	// For Duplicate: incoming frame indexes and the offsets of the stored
+	// messages they repeat, pairwise.
+	DupIdx []int32
+	DupOff []int64
+}
+
+// ErrBadResult means the database's answer could not be matched to the
+// bundle; every segment of it must be treated as failed.
+var ErrBadResult = errors.New("alloc: unexpected push_bundle result")
+
+// Querier is what a bundle runs on: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Bundle holds the parallel arrays of one call; reuse it across calls to
+// avoid reallocating them.
+type Bundle struct {
+	queues     []string
+	partitions []string
+	counts     []int32
+	hashes     [][]byte
+	verified   []int64
+	blobs      [][]byte
+	tenants    [][16]byte
+	flags      []int32
+}
+
+// Reset empties b, keeping its capacity. It drops references to blobs.
+func (b *Bundle) Reset() {
+	clear(b.hashes)
+	clear(b.blobs)
+	b.queues, b.partitions, b.counts = b.queues[:0], b.partitions[:0], b.counts[:0]
+	b.hashes, b.verified, b.blobs = b.hashes[:0], b.verified[:0], b.blobs[:0]
+	b.tenants, b.flags = b.tenants[:0], b.flags[:0]
+}
+
+// Add appends a segment.
+func (b *Bundle) Add(s *Segment) {
+	b.queues = append(b.queues, s.Queue)
+	b.partitions = append(b.partitions, s.Partition)
+	b.counts = append(b.counts, s.Count)
+	b.hashes = append(b.hashes, s.Hashes)
+	b.verified = append(b.verified, s.Verified)
+	b.blobs = append(b.blobs, s.Blob)
+	b.tenants = append(b.tenants, [16]byte(s.Tenant))
+	b.flags = append(b.flags, s.Flags)
+}
+
+// Len is the number of segments.
+func (b *Bundle) Len() int { return len(b.queues) }
+
+// Push runs the bundle statement (sql, from internal/stmt) and fills out with
+// one verdict per segment in input order. Any error means nothing of the
+// bundle may be assumed committed unless the caller's own transaction commits.
+func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
+	n := b.Len()
+	out = out[:0]
+	if n == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags)
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			ord     int32
+			v       Verdict
+			base    *int64
+			created *time.Time
+		)
+		if err := rows.Scan(&ord, &v.Status, &v.PartitionID, &base, &created, &v.DupIdx, &v.DupOff); err != nil {
+			return out, fmt.Errorf("%w: %w", ErrBadResult, err)
+		}
+		if int(ord) != len(out)+1 {
+			return out, fmt.Errorf("%w: result %d out of order", ErrBadResult, ord)
+		}
+		if base != nil {
+			v.BaseOffset = *base
+		}
+		if created != nil {
+			v.CreatedAt = *created
+		}
+		if v.Status == Duplicate && (len(v.DupIdx) == 0 || len(v.DupIdx) != len(v.DupOff)) {
+			return out, fmt.Errorf("%w: duplicate without aligned offsets", ErrBadResult)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	if len(out) != n {
+		return out, fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), n)
+	}
+	return out, nil
+}
+
+// CoveringSegment is a stored segment found by SegmentAt.
+type CoveringSegment struct {
+	BaseOffset int64
+	EndOffset  int64
+	CreatedAt  time.Time
+	Blob       []byte
+}
+
+// SegmentAt fetches the segment covering offset off of partition pid. found
+// is false when retention already removed it. This is the rare duplicate
+// path; it runs whatever statement sql is (internal/stmt's SegmentAt).
+func SegmentAt(ctx context.Context, q Querier, sql string, pid, off int64) (seg CoveringSegment, found bool, err error) {
+	rows, err := q.Query(ctx, sql, pid, off)
+	if err != nil {
+		return seg, false, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&seg.BaseOffset, &seg.EndOffset, &seg.CreatedAt, &seg.Blob); err != nil {
+			return seg, false, err
+		}
+		found = true
+	}
+	return seg, found, rows.Err()
+}

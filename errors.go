@@ -1,0 +1,29 @@
+package queen
+
+import (
+	"errors"
+
+	"github.com/e03140bc/queen/sqlschema"
+)
+
+// Sentinel errors, matched with errors.Is. Errors from PostgreSQL stay
+// reachable with errors.As(err, &pgErr) where pgErr is *pgconn.PgError.
+var (
+	// ErrClosed is returned by every call on a client after Close began.
+	ErrClosed = errors.New("queen: client closed")
+	// ErrInvalidName is returned for an empty, over-long or control-character
+	// queue or partition name, or an invalid Config.Schema.
+	ErrInvalidName = errors.New("queen: invalid name")
+	// ErrLeaseLost means the message's lease expired (or was taken over) and
+	// the message may be redelivered to another consumer.
+	ErrLeaseLost = errors.New("queen: lease lost")
+	// ErrSchemaTooNew means the database was migrated by a newer release.
+	ErrSchemaTooNew = sqlschema.ErrSchemaTooNew
+	// ErrTooLarge is returned for a transaction id or payload over its limit
+	// (MaxTransactionIDLen, MaxPayloadSize).
+	ErrTooLarge = errors.New("queen: too large")
+	// ErrEncryption is returned when a queue has encryption on and the client
+	// has no valid 32-byte Config.EncryptionKey, or a payload fails to decrypt.
+	// Queen never writes plaintext to an encrypted queue.
+	ErrEncryption = errors.New("queen: encryption")
+)

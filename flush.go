@@ -1,0 +1,280 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/alloc"
+	"github.com/e03140bc/queen/dedup"
+	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
+)
+
+// pusher owns the fusion engine and turns its bundles into push_bundle calls.
+type pusher struct {
+	e      *engine
+	fusion *fusion.Engine[*pushItem]
+
+	// bundle summary, logged about every 10s
+	sumMu       sync.Mutex
+	sumAt       time.Time
+	sumCommits  int64
+	sumSegments int64
+	sumItems    int64
+}
+
+func newPusher(e *engine) *pusher {
+	p := &pusher{e: e, sumAt: time.Now()}
+	p.fusion = fusion.New(fusion.Config{
+		Shards:    e.cfg.Fusion.Shards,
+		BundleMax: e.cfg.Fusion.BundleMax,
+		Hold:      e.cfg.Fusion.Hold,
+		FlushContext: func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
+		},
+	}, p.flush)
+	return p
+}
+
+// close flushes what fusion holds; what it cannot flush before ctx ends is
+// failed with ErrClosed (the spool will take it instead).
+func (p *pusher) close(ctx context.Context) error {
+	return p.fusion.Close(ctx, func(bundle []*fusion.Batch[*pushItem]) {
+		for _, b := range bundle {
+			for _, it := range b.Items {
+				resolveFailed(it, ErrClosed)
+			}
+		}
+	})
+}
+
+// flushScratch is per-flush working memory, pooled.
+type flushScratch struct {
+	bundle   alloc.Bundle
+	verdicts []alloc.Verdict
+	segs     []segPlan
+	raw      []byte
+	blobs    []byte
+	hashes   []byte
+	hs       []dedup.Hash
+	leaders  []int
+}
+
+// segPlan is how one batch became one segment: which items are its frames.
+type segPlan struct {
+	batch  *fusion.Batch[*pushItem]
+	frames []*pushItem // leaders in frame order
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
+
+// flush commits one bundle. It runs on a fusion goroutine with the engine's
+// context, never a caller's.
+func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) error {
+	e := p.e
+	s := scratchPool.Get().(*flushScratch)
+	defer func() {
+		s.bundle.Reset()
+		clear(s.segs)
+		s.segs = s.segs[:0]
+		scratchPool.Put(s)
+	}()
+
+	for _, b := range bundle {
+		s.segs = append(s.segs, p.buildSegment(s, b))
+	}
+
+	start := time.Now()
+	var err error
+	s.verdicts, err = s.bundle.Push(ctx, e.pool, e.sql.PushBundle, s.verdicts)
+	e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
+	if err != nil {
+		err = fmt.Errorf("queen: push bundle: %w", err)
+		for _, b := range bundle {
+			for _, it := range b.Items {
+				resolveFailed(it, err)
+			}
+		}
+		return err
+	}
+	var segCache map[segKey]alloc.CoveringSegment
+	for i := range s.segs {
+		sp := &s.segs[i]
+		v := &s.verdicts[i]
+		switch v.Status {
+		case alloc.Queued:
+			for k, it := range sp.frames {
+				it.resolve(PushResult{Status: Queued, MessageID: it.id, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
+			}
+			e.wake.pushed(sp.batch.Key)
+		case alloc.Duplicate:
+			if segCache == nil {
+				segCache = make(map[segKey]alloc.CoveringSegment)
+			}
+			for j, k := range v.DupIdx {
+				it := sp.frames[k]
+				id, created := p.originalID(ctx, segCache, v.PartitionID, v.DupOff[j])
+				it.resolve(PushResult{Status: Duplicate, MessageID: id, Offset: -1, CreatedAt: created})
+			}
+			// Frames that were not duplicates go back to the head of the
+			// partition and are sent again in the next segment.
+			var retry []*pushItem
+			for _, it := range sp.batch.Items {
+				if !it.resolved {
+					retry = append(retry, it)
+				}
+			}
+			sp.batch.Retry = retry
+		case alloc.EncryptionRequired:
+			// The queue was switched to encryption after this client cached
+			// its options: encrypt and send again, or fail without a key.
+			e.forgetMeta(sp.batch.Key.Tenant, sp.batch.Key.Queue)
+			if e.aead == nil {
+				for _, it := range sp.batch.Items {
+					resolveFailed(it, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, sp.batch.Key.Queue))
+				}
+				continue
+			}
+			for _, it := range sp.batch.Items {
+				if it.flags&frame.FlagEncrypted == 0 {
+					it.payload, it.flags = e.seal(it.payload), it.flags|frame.FlagEncrypted
+				}
+			}
+			sp.batch.Retry = sp.batch.Items
+		default:
+			for _, it := range sp.batch.Items {
+				resolveFailed(it, fmt.Errorf("%w: status %d", alloc.ErrBadResult, v.Status))
+			}
+		}
+	}
+	p.summary(len(bundle), countItems(bundle))
+	return nil
+}
+
+// buildSegment does layer-2 dedup over the batch and packs its leaders into
+// frames, the hash blob and the compressed payload blob.
+func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem]) segPlan {
+	s.hs = s.hs[:0]
+	for _, it := range b.Items {
+		it.followers, it.resolved = it.followers[:0], false
+		s.hs = append(s.hs, it.hash)
+	}
+	s.leaders = dedup.Leaders(s.hs, s.leaders)
+	frames := make([]*pushItem, 0, len(b.Items))
+	hashStart := len(s.hashes)
+	s.raw = s.raw[:0]
+	var flags int32 = alloc.FlagEncrypted
+	for k, it := range b.Items {
+		if l := s.leaders[k]; l != k {
+			leader := b.Items[l]
+			leader.followers = append(leader.followers, it)
+			continue
+		}
+		frames = append(frames, it)
+		s.hashes = dedup.AppendHash(s.hashes, it.hash)
+		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Payload: it.payload}
+		s.raw = frame.Append(s.raw, &f)
+		if it.flags&frame.FlagEncrypted == 0 {
+			flags = 0
+		}
+	}
+	blobStart := len(s.blobs)
+	s.blobs = segment.Compress(s.blobs, s.raw)
+	s.bundle.Add(&alloc.Segment{
+		Tenant:    b.Key.Tenant,
+		Queue:     b.Key.Queue,
+		Partition: b.Key.Partition,
+		Count:     int32(len(frames)),
+		Hashes:    s.hashes[hashStart:len(s.hashes):len(s.hashes)],
+		Verified:  -1,
+		Blob:      s.blobs[blobStart:len(s.blobs):len(s.blobs)],
+		Flags:     flags,
+	})
+	return segPlan{batch: b, frames: frames}
+}
+
+type segKey struct {
+	pid  int64
+	base int64
+}
+
+// originalID resolves the message id stored at (pid, off) by unpacking the
+// covering segment. The zero UUID means retention removed it. Rare path.
+func (p *pusher) originalID(ctx context.Context, cache map[segKey]alloc.CoveringSegment, pid, off int64) (uuid.UUID, time.Time) {
+	for k, seg := range cache {
+		if k.pid == pid && off >= seg.BaseOffset && off <= seg.EndOffset {
+			return frameID(seg, off)
+		}
+	}
+	seg, found, err := alloc.SegmentAt(ctx, p.e.pool, p.e.sql.SegmentAt, pid, off)
+	if err != nil || !found {
+		if err != nil {
+			p.e.log.Warn("queen: resolve duplicate's original id", "partition_id", pid, "offset", off, "err", err)
+		}
+		return uuid.Nil, time.Time{}
+	}
+	cache[segKey{pid, seg.BaseOffset}] = seg
+	return frameID(seg, off)
+}
+
+func frameID(seg alloc.CoveringSegment, off int64) (uuid.UUID, time.Time) {
+	raw, err := segment.Decompress(nil, seg.Blob)
+	if err != nil {
+		return uuid.Nil, time.Time{}
+	}
+	f, err := frame.At(raw, int(off-seg.BaseOffset))
+	if err != nil {
+		return uuid.Nil, time.Time{}
+	}
+	return f.ID, seg.CreatedAt
+}
+
+// resolve writes the item's verdict into its own result and its followers'.
+func (it *pushItem) resolve(r PushResult) {
+	it.resolved = true
+	it.res.Status, it.res.MessageID, it.res.Offset, it.res.CreatedAt, it.res.Err = r.Status, r.MessageID, r.Offset, r.CreatedAt, r.Err
+	for _, fi := range it.followers {
+		fi.resolved = true
+		f := fi.res
+		f.Status, f.Offset, f.Err = Duplicate, -1, nil
+		f.MessageID, f.CreatedAt = r.MessageID, r.CreatedAt
+		if r.Status != Queued && r.Status != Duplicate {
+			f.Status, f.Err = r.Status, r.Err
+		}
+	}
+}
+
+func resolveFailed(it *pushItem, err error) {
+	it.resolve(PushResult{Status: Failed, MessageID: it.id, Offset: -1, Err: err})
+}
+
+func countItems(bundle []*fusion.Batch[*pushItem]) int {
+	n := 0
+	for _, b := range bundle {
+		n += len(b.Items)
+	}
+	return n
+}
+
+// summary logs commits, segments and segments_per_commit about every 10s:
+// segments far above commits is the evidence that fusion coalesces.
+func (p *pusher) summary(segments, items int) {
+	p.sumMu.Lock()
+	p.sumCommits++
+	p.sumSegments += int64(segments)
+	p.sumItems += int64(items)
+	if time.Since(p.sumAt) < 10*time.Second {
+		p.sumMu.Unlock()
+		return
+	}
+	c, s, n := p.sumCommits, p.sumSegments, p.sumItems
+	p.sumCommits, p.sumSegments, p.sumItems, p.sumAt = 0, 0, 0, time.Now()
+	p.sumMu.Unlock()
+	p.e.log.Info("queen: fusion bundle summary", "commits", c, "segments", s, "items", n,
+		"segments_per_commit", float64(s)/float64(c))
+}

@@ -1,0 +1,63 @@
+// Package fusion is the scheduling engine of the push path: it accumulates
+// work per partition and commits many partitions in one flush, so that one
+// database transaction carries the writes of many concurrent requests.
+//
+// The package knows nothing about SQL. The caller supplies a [FlushFunc] that
+// commits a bundle of [Batch] values (one per partition) and writes each
+// item's verdict into the item itself. It is a building block of queen with
+// no stability promise before v1.
+//
+// # Shards and keys
+//
+// Work is keyed by [Key] (tenant, queue, partition). A key hashes to one of
+// Config.Shards shards, and each shard owns the state of its keys in a single
+// goroutine: arrivals and flush completions reach it over channels, so that
+// state needs no locks.
+//
+// # Life of a key
+//
+// Inside a shard every key is in one of four states:
+//
+//	idle ──arrival──▶ ready ──dispatch──▶ in flight ──flush returned──▶ idle
+//	                    ▲                    │  │
+//	                    │                    │  └─ arrivals accumulate in the
+//	                    └── pending ≠ ∅ ◀────┘     key's pending queue
+//
+// An idle key holds nothing and is forgotten. A ready key has pending items
+// and no flush in flight; ready keys wait in a FIFO. Dispatch moves up to
+// Config.BundleMax ready keys into one FlushFunc call, each as a segment
+// holding everything that accumulated for it since its last dispatch. While a
+// key is in flight its new arrivals accumulate and are dispatched only after
+// the previous FlushFunc returned, so flushes of one key never overlap and a
+// key's items are flushed in submission order. Items the flush put in
+// Batch.Retry go back to the head of the key's pending queue.
+//
+// # When a shard dispatches
+//
+// There is no batching window. A shard dispatches whenever an arrival or a
+// completion finds ready keys, fewer than Config.MaxInFlight bundles in flight
+// and a push permit immediately available from the shared [Vegas] limiter
+// (fire-on-idle): an isolated submission is flushed with no added delay. When
+// no permit is free the lane is contended, so work keeps accumulating and the
+// next freed permit fires a larger bundle; bundle size follows load. A flush
+// completing on one shard wakes shards that were refused a permit, and
+// Config.Hold is only a backstop tick for permits freed in ways the engine
+// cannot see.
+//
+// # Push permits: the Vegas limiter
+//
+// [Vegas] bounds the number of bundles in flight across all shards, adapting
+// the bound the way TCP Vegas adapts a congestion window. It tracks rttNoLoad,
+// the minimum flush round trip over the last one to two windows of
+// VegasConfig.Window samples (so the baseline can follow a change such as a
+// database failover), and on every release estimates the queue the database
+// is building:
+//
+//	queue = limit × (1 − rttNoLoad / rtt)
+//
+// If queue < Alpha (default 2) the database keeps up and the limit grows by
+// one, provided at least half the permits were in use (an idle lane proves
+// nothing). If queue > Beta (default 4) requests are queueing and the limit
+// shrinks by one. A failed flush halves it. The limit stays within
+// [Min, Max] (default [1, 64]) and starts at Initial (default 4).
+package fusion

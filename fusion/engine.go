@@ -1,0 +1,388 @@
+package fusion
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Submit once Close has begun.
+var ErrClosed = errors.New("fusion: engine closed")
+
+// Batch is one segment of a bundle: what accumulated for one key.
+type Batch[T any] struct {
+	Key Key
+	// Items are the key's items in submission order.
+	Items []T
+	// Retry is set by the FlushFunc to the items, a subsequence of Items in
+	// the same order, that must go back to the head of the key's pending
+	// queue and be flushed again: for example the rest of a segment part of
+	// which turned out to duplicate stored messages. Their submissions stay
+	// open until they are resolved. It is nil when the flush is called.
+	Retry []T
+}
+
+// FlushFunc commits one bundle, normally in one database transaction. It runs
+// on its own goroutine, writes each item's verdict into the item itself, and
+// returns only after the commit, or the failure, is final: the engine treats
+// every item not listed in Retry as resolved when it returns, and only then
+// lets the keys flush again.
+//
+// A non-nil error reports that the round trip failed or timed out; it only
+// feeds the limiter, so the verdicts must already say what happened. The
+// FlushFunc must not retain the bundle or its batches after returning; the
+// engine reuses them.
+type FlushFunc[T any] func(ctx context.Context, bundle []*Batch[T]) error
+
+// Config configures an Engine. Zero fields take their defaults.
+type Config struct {
+	// BundleMax is the largest number of keys (segments) in one bundle.
+	// Defaults to 16.
+	BundleMax int
+	// FlushContext returns the context of each flush and its cancel func,
+	// which is called when the flush returns. The context belongs to the
+	// engine, never to a submitter: pgx kills a connection whose query is
+	// cancelled, so a caller who gives up must only stop waiting. Give it a
+	// timeout. Defaults to context.Background with no deadline.
+	FlushContext func() (context.Context, context.CancelFunc)
+	// Hold is the backstop tick at which a shard that was refused a push
+	// permit retries, covering permits freed outside the engine. It is not a
+	// batching window: arrivals and completions dispatch at once.
+	// Defaults to 15ms.
+	Hold time.Duration
+	// Limiter hands out push permits, one per bundle in flight, across every
+	// shard. Share one between engines that write to the same database.
+	// Defaults to NewVegas(VegasConfig{}).
+	Limiter *Vegas
+	// MaxBuffered bounds the unresolved items (pending or in flight) of one
+	// shard: Submit blocks while its shard holds MaxBuffered or more, so
+	// memory stays bounded when the database falls behind. Up to 64
+	// submissions already queued to the shard are accepted beyond it.
+	// Defaults to 1<<20.
+	MaxBuffered int
+	// MaxInFlight bounds the bundles one shard has in flight at once, whatever
+	// the limiter grants, so one hot shard cannot take every permit.
+	// Defaults to 4.
+	MaxInFlight int
+	// Shards is the number of shards, each one goroutine owning a disjoint
+	// set of keys. Defaults to 8.
+	Shards int
+}
+
+func (c Config) withDefaults() Config {
+	if c.BundleMax <= 0 {
+		c.BundleMax = 16
+	}
+	if c.FlushContext == nil {
+		c.FlushContext = func() (context.Context, context.CancelFunc) {
+			return context.Background(), func() {}
+		}
+	}
+	if c.Hold <= 0 {
+		c.Hold = 15 * time.Millisecond
+	}
+	if c.Limiter == nil {
+		c.Limiter = NewVegas(VegasConfig{})
+	}
+	if c.MaxBuffered <= 0 {
+		c.MaxBuffered = 1 << 20
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4
+	}
+	if c.Shards <= 0 {
+		c.Shards = 8
+	}
+	return c
+}
+
+// intakeDepth is the capacity of a shard's intake channel. It lets submitters
+// hand over without waiting for the shard to be scheduled, and lets the shard
+// absorb a burst before dispatching so the burst shares a bundle.
+const intakeDepth = 64
+
+// Engine accumulates submissions per key and flushes them in bundles. It is
+// safe for concurrent use.
+type Engine[T comparable] struct {
+	cfg    Config
+	flush  FlushFunc[T]
+	shards []*shard[T]
+
+	closing    chan struct{} // closed when Close begins
+	abandoning chan struct{} // closed when a Close context ends first
+
+	closeOnce   sync.Once
+	abandonOnce sync.Once
+	finishOnce  sync.Once
+	flights     sync.WaitGroup
+}
+
+// New starts an engine that commits bundles with flush. T is normally a
+// pointer to the caller's item, which is how verdicts travel back and how
+// Batch.Retry entries are matched to Items (with ==).
+func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
+	e := &Engine[T]{
+		cfg:        cfg.withDefaults(),
+		flush:      flush,
+		closing:    make(chan struct{}),
+		abandoning: make(chan struct{}),
+	}
+	e.shards = make([]*shard[T], e.cfg.Shards)
+	for i := range e.shards {
+		e.shards[i] = newShard(e)
+	}
+	for _, s := range e.shards {
+		go s.run()
+	}
+	return e
+}
+
+// Submit hands items, all for key, to the shard owning key and returns
+// without waiting for the database. done, if not nil, is called exactly once
+// after every item has been resolved: after the commit that carried it, or
+// after Close handed it to abandon. done runs on an engine goroutine,
+// possibly concurrently with other submissions' done, and must not block; in
+// particular it must not call Submit. The engine owns items until done.
+//
+// An empty submission is done at once. Submit returns ErrClosed once Close
+// has begun. While the shard is over Config.MaxBuffered it blocks until there
+// is room or ctx ends; then it returns ctx.Err() and done is never called.
+func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func()) error {
+	select {
+	case <-e.closing:
+		return ErrClosed
+	default:
+	}
+	if len(items) == 0 {
+		if done != nil {
+			done()
+		}
+		return nil
+	}
+	s := e.shards[key.hash()%uint64(len(e.shards))]
+	sub := newSubmission(done, len(items))
+	a := arrival[T]{key: key, items: items, sub: sub}
+
+	// The read lock orders this send before Close closes the channel.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		sub.recycle()
+		return ErrClosed
+	}
+	select {
+	case s.in <- a:
+		return nil
+	default:
+	}
+	select {
+	case s.in <- a:
+		return nil
+	case <-ctx.Done():
+		sub.recycle()
+		return ctx.Err()
+	case <-e.closing:
+		sub.recycle()
+		return ErrClosed
+	}
+}
+
+// Close stops intake, dispatches everything still pending (keeping one flush
+// in flight per key), waits for every flush and stops the goroutines.
+//
+// If ctx ends first, shards stop dispatching; once the flushes in flight have
+// returned (they run on the engine's own contexts), every item never
+// dispatched, including items a flush put back in Retry, is handed to abandon
+// in one call, and the submissions are done after abandon returns. abandon
+// may be nil, which discards them; it must not retain the bundle. Close then
+// returns ctx.Err().
+//
+// Close is idempotent: later calls wait for the first to finish and return
+// nil unless their own ctx ends first.
+func (e *Engine[T]) Close(ctx context.Context, abandon func(bundle []*Batch[T])) error {
+	e.closeOnce.Do(e.stopIntake)
+	var err error
+	for _, s := range e.shards {
+		select {
+		case <-s.exited:
+			continue
+		default:
+		}
+		select {
+		case <-s.exited:
+		case <-ctx.Done():
+			err = ctx.Err()
+			e.abandonOnce.Do(func() { close(e.abandoning) })
+			<-s.exited
+		}
+	}
+	e.finishOnce.Do(func() { e.finish(abandon) })
+	return err
+}
+
+func (e *Engine[T]) stopIntake() {
+	close(e.closing)
+	for _, s := range e.shards {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.in)
+	}
+}
+
+// finish runs once every shard goroutine has exited, so their state is now
+// owned by the caller.
+func (e *Engine[T]) finish(abandon func([]*Batch[T])) {
+	e.flights.Wait()
+	var left []*Batch[T]
+	for _, s := range e.shards {
+		for _, ks := range s.ready[s.readyHead:] {
+			left = append(left, &Batch[T]{Key: ks.key, Items: ks.pending})
+		}
+	}
+	if len(left) == 0 {
+		return
+	}
+	if abandon != nil {
+		abandon(left)
+	}
+	for _, s := range e.shards {
+		for _, ks := range s.ready[s.readyHead:] {
+			for _, r := range ks.runs {
+				r.sub.resolve(r.n)
+			}
+		}
+	}
+}
+
+// Stats are cumulative counters of an engine.
+type Stats struct {
+	// Bundles is the number of FlushFunc calls that returned (commits).
+	Bundles uint64
+	// Segments is the number of batches those calls carried; Segments well
+	// above Bundles is the evidence that partitions are being fused.
+	Segments uint64
+	// Items is the number of items flushed, counting a retried item once per
+	// flush.
+	Items uint64
+	// Retried is the number of items flushes put back in Retry.
+	Retried uint64
+	// Failed is the number of FlushFunc calls that returned an error.
+	Failed uint64
+	// Limit is the limiter's current number of push permits.
+	Limit int
+}
+
+// Stats returns the engine's counters.
+func (e *Engine[T]) Stats() Stats {
+	st := Stats{Limit: e.cfg.Limiter.Limit()}
+	for _, s := range e.shards {
+		st.Bundles += s.bundles.Load()
+		st.Segments += s.segments.Load()
+		st.Items += s.items.Load()
+		st.Retried += s.retried.Load()
+		st.Failed += s.failed.Load()
+	}
+	return st
+}
+
+// fly runs one bundle on its own goroutine and hands it back to its shard.
+func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
+	defer e.flights.Done()
+	ctx, cancel := e.cfg.FlushContext()
+	start := time.Now()
+	err := e.flush(ctx, f.bundle)
+	rtt := time.Since(start)
+	cancel()
+	e.cfg.Limiter.Release(rtt, err != nil)
+
+	var items, retried int
+	for _, ks := range f.keys {
+		items += len(ks.batch.Items)
+		retried += ks.settle()
+	}
+	s.bundles.Add(1)
+	s.segments.Add(uint64(len(f.keys)))
+	s.items.Add(uint64(items))
+	if retried > 0 {
+		s.retried.Add(uint64(retried))
+	}
+	if err != nil {
+		s.failed.Add(1)
+	}
+
+	s.completions <- f
+	// The permit just released may be the one another shard was refused.
+	for _, o := range e.shards {
+		if o != s && o.starved.Load() {
+			select {
+			case o.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// submission tracks one Submit call until all its items are resolved. Its
+// counter needs no lock: a submission belongs to one key, and a key's items
+// pass from shard to flight to shard over channels, never held by two
+// goroutines at once.
+type submission struct {
+	done      func()
+	remaining int
+}
+
+// Submissions are pooled because the common submission is one item, and the
+// hot path must not allocate per item.
+var submissions = sync.Pool{New: func() any { return new(submission) }}
+
+func newSubmission(done func(), n int) *submission {
+	sub := submissions.Get().(*submission)
+	sub.done, sub.remaining = done, n
+	return sub
+}
+
+func (sub *submission) recycle() {
+	sub.done = nil
+	submissions.Put(sub)
+}
+
+func (sub *submission) resolve(n int) {
+	sub.remaining -= n
+	if sub.remaining > 0 {
+		return
+	}
+	done := sub.done
+	sub.recycle()
+	if done != nil {
+		done()
+	}
+}
+
+// run is a stretch of consecutive items of one key from one submission.
+type run struct {
+	sub *submission
+	n   int
+}
+
+type arrival[T any] struct {
+	key   Key
+	items []T
+	sub   *submission
+}
+
+// flight is one bundle in flight; keys[i].batch is bundle[i].
+type flight[T comparable] struct {
+	keys   []*keyState[T]
+	bundle []*Batch[T]
+}
+
+// counters lives in its own cache lines so flush goroutines bumping one
+// shard's counters do not slow the shards next to it.
+type counters struct {
+	_                                         [64]byte
+	bundles, segments, items, retried, failed atomic.Uint64
+	_                                         [64]byte
+}

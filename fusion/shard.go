@@ -1,0 +1,328 @@
+package fusion
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Reused buffers above these sizes are dropped rather than kept, so one burst
+// does not pin its memory for the life of the engine.
+const (
+	maxKeptItems = 1 << 16
+	maxFreeKeys  = 256
+)
+
+// shard owns a disjoint set of keys. Everything below the run-owned marker is
+// touched only by the shard's goroutine, or by finish after it exited.
+type shard[T comparable] struct {
+	e *Engine[T]
+
+	mu     sync.RWMutex // guards closed: Submit holds it to send on in
+	closed bool
+
+	in          chan arrival[T]
+	completions chan *flight[T]
+	wake        chan struct{}
+	exited      chan struct{}
+	starved     atomic.Bool // refused a permit with ready keys waiting
+
+	counters
+
+	// run-owned
+	keys         map[Key]*keyState[T]
+	ready        []*keyState[T] // FIFO of ready keys from readyHead on
+	readyHead    int
+	freeKeys     []*keyState[T]
+	freeFlights  []*flight[T]
+	inflight     int
+	buffered     int
+	closing      bool
+	intakeClosed bool
+	abandoning   bool
+	timer        *time.Timer
+	armed        bool
+}
+
+// keyState is one key. pending and runs are the shard's; while flying, batch,
+// flightRuns and retryRuns belong to the flight goroutine.
+type keyState[T comparable] struct {
+	key     Key
+	pending []T
+	runs    []run // submissions of pending, in order
+	queued  bool  // in the ready FIFO
+	flying  bool
+
+	batch      Batch[T]
+	flightRuns []run // submissions of batch.Items
+	retryRuns  []run // submissions of batch.Retry, built by settle
+}
+
+func newShard[T comparable](e *Engine[T]) *shard[T] {
+	s := &shard[T]{
+		e:    e,
+		in:   make(chan arrival[T], intakeDepth),
+		wake: make(chan struct{}, 1),
+		// Room for every flight the shard can have, so a flush goroutine
+		// never waits on its shard.
+		completions: make(chan *flight[T], e.cfg.MaxInFlight),
+		exited:      make(chan struct{}),
+		keys:        make(map[Key]*keyState[T]),
+		timer:       time.NewTimer(time.Hour),
+	}
+	s.timer.Stop()
+	return s
+}
+
+func (s *shard[T]) run() {
+	defer close(s.exited)
+	defer s.timer.Stop()
+	closing, abandoning := s.e.closing, s.e.abandoning
+	for {
+		if s.intakeClosed && s.inflight == 0 && (s.readyLen() == 0 || s.abandoning) {
+			return
+		}
+		select {
+		case a, ok := <-s.intake():
+			s.arrive(a, ok)
+		case f := <-s.completions:
+			s.complete(f)
+		case <-s.wake:
+		case <-s.timer.C:
+			s.armed = false
+		case <-closing:
+			s.closing, closing = true, nil
+		case <-abandoning:
+			s.abandoning, abandoning = true, nil
+		}
+		s.absorb()
+		s.dispatch()
+	}
+}
+
+// intake is nil, disabling the receive, while the shard is over MaxBuffered;
+// that is what blocks Submit. Once closing, everything queued is taken so
+// the shard can see the channel close.
+func (s *shard[T]) intake() chan arrival[T] {
+	if s.intakeClosed || (!s.closing && s.buffered >= s.e.cfg.MaxBuffered) {
+		return nil
+	}
+	return s.in
+}
+
+// absorb takes what is already queued before dispatching, so a burst shares
+// one bundle instead of the first arrival firing alone. It never waits.
+func (s *shard[T]) absorb() {
+	for more := true; more; {
+		select {
+		case f := <-s.completions:
+			s.complete(f)
+		default:
+			more = false
+		}
+	}
+	for range intakeDepth {
+		in := s.intake()
+		if in == nil {
+			return
+		}
+		select {
+		case a, ok := <-in:
+			s.arrive(a, ok)
+		default:
+			return
+		}
+	}
+}
+
+func (s *shard[T]) arrive(a arrival[T], ok bool) {
+	if !ok {
+		s.intakeClosed = true
+		return
+	}
+	ks := s.keys[a.key]
+	if ks == nil {
+		ks = s.newKey(a.key)
+	}
+	ks.pending = append(ks.pending, a.items...)
+	ks.runs = append(ks.runs, run{sub: a.sub, n: len(a.items)})
+	s.buffered += len(a.items)
+	if !ks.flying && !ks.queued {
+		s.enqueue(ks)
+	}
+}
+
+// dispatch fires bundles while there are ready keys, a free in-flight slot
+// and an immediately available permit. It never waits.
+func (s *shard[T]) dispatch() {
+	if s.abandoning {
+		s.starved.Store(false)
+		return
+	}
+	for s.readyLen() > 0 && s.inflight < s.e.cfg.MaxInFlight {
+		if !s.e.cfg.Limiter.TryAcquire() {
+			if !s.starved.Load() {
+				s.starved.Store(true)
+			}
+			if !s.armed {
+				s.timer.Reset(s.e.cfg.Hold)
+				s.armed = true
+			}
+			return
+		}
+		f := s.newFlight()
+		n := min(s.readyLen(), s.e.cfg.BundleMax)
+		picked := s.ready[s.readyHead : s.readyHead+n]
+		for _, ks := range picked {
+			ks.queued, ks.flying = false, true
+			ks.batch.Items, ks.pending = ks.pending, ks.batch.Items[:0]
+			ks.flightRuns, ks.runs = ks.runs, ks.flightRuns[:0]
+			f.keys = append(f.keys, ks)
+			f.bundle = append(f.bundle, &ks.batch)
+		}
+		clear(picked)
+		s.readyHead += n
+		if s.readyHead == len(s.ready) {
+			s.ready, s.readyHead = s.ready[:0], 0
+		}
+		s.inflight++
+		s.e.flights.Add(1)
+		go s.e.fly(s, f)
+	}
+	if s.starved.Load() {
+		s.starved.Store(false)
+	}
+}
+
+// settle runs on the flight goroutine after the flush returned: it resolves
+// every item not in Retry and records which submissions the retried items
+// belong to. It returns the number of retried items.
+func (ks *keyState[T]) settle() int {
+	items, retry := ks.batch.Items, ks.batch.Retry
+	if len(retry) == 0 {
+		for _, r := range ks.flightRuns {
+			r.sub.resolve(r.n)
+		}
+		return 0
+	}
+	i, j := 0, 0
+	for _, r := range ks.flightRuns {
+		kept := 0
+		for range r.n {
+			if j < len(retry) && items[i] == retry[j] {
+				j++
+				kept++
+			}
+			i++
+		}
+		if kept > 0 {
+			ks.retryRuns = append(ks.retryRuns, run{sub: r.sub, n: kept})
+		}
+		if kept < r.n {
+			r.sub.resolve(r.n - kept)
+		}
+	}
+	if j < len(retry) {
+		panic(fmt.Sprintf("fusion: Batch.Retry of %v is not a subsequence of its Items", ks.key))
+	}
+	return len(retry)
+}
+
+// complete takes a flight back: its keys may flush again, retried items
+// first, and keys left with nothing are forgotten.
+func (s *shard[T]) complete(f *flight[T]) {
+	s.inflight--
+	for _, ks := range f.keys {
+		ks.flying = false
+		b := &ks.batch
+		s.buffered -= len(b.Items) - len(b.Retry)
+		if len(b.Retry) == 0 {
+			clear(b.Items)
+			b.Items = b.Items[:0]
+			clear(ks.flightRuns)
+			ks.flightRuns = ks.flightRuns[:0]
+		} else {
+			// copy-safe even if the flush made Retry a subslice of Items.
+			old := b.Items
+			merged := append(old[:0], b.Retry...)
+			merged = append(merged, ks.pending...)
+			if len(old) > len(merged) {
+				clear(old[len(merged):])
+			}
+			clear(ks.pending)
+			ks.pending, b.Items = merged, ks.pending[:0]
+
+			runs := append(ks.flightRuns[:0], ks.retryRuns...)
+			runs = append(runs, ks.runs...)
+			clear(ks.runs)
+			ks.runs, ks.flightRuns = runs, ks.runs[:0]
+			clear(ks.retryRuns)
+			ks.retryRuns = ks.retryRuns[:0]
+		}
+		// Never reuse Retry: the flush may have pointed it into Items.
+		b.Retry = nil
+		if len(ks.pending) > 0 {
+			s.enqueue(ks)
+		} else {
+			s.forget(ks)
+		}
+	}
+	clear(f.keys)
+	clear(f.bundle)
+	f.keys, f.bundle = f.keys[:0], f.bundle[:0]
+	s.freeFlights = append(s.freeFlights, f)
+}
+
+func (s *shard[T]) readyLen() int { return len(s.ready) - s.readyHead }
+
+func (s *shard[T]) enqueue(ks *keyState[T]) {
+	ks.queued = true
+	if len(s.ready) == cap(s.ready) && s.readyHead > 0 {
+		n := copy(s.ready, s.ready[s.readyHead:])
+		clear(s.ready[n:])
+		s.ready, s.readyHead = s.ready[:n], 0
+	}
+	s.ready = append(s.ready, ks)
+}
+
+func (s *shard[T]) newKey(k Key) *keyState[T] {
+	var ks *keyState[T]
+	if n := len(s.freeKeys); n > 0 {
+		ks = s.freeKeys[n-1]
+		s.freeKeys[n-1] = nil
+		s.freeKeys = s.freeKeys[:n-1]
+	} else {
+		ks = new(keyState[T])
+	}
+	ks.key, ks.batch.Key = k, k
+	s.keys[k] = ks
+	return ks
+}
+
+func (s *shard[T]) forget(ks *keyState[T]) {
+	delete(s.keys, ks.key)
+	if len(s.freeKeys) >= maxFreeKeys {
+		return
+	}
+	if cap(ks.pending) > maxKeptItems {
+		ks.pending = nil
+	}
+	if cap(ks.batch.Items) > maxKeptItems {
+		ks.batch.Items = nil
+	}
+	s.freeKeys = append(s.freeKeys, ks)
+}
+
+func (s *shard[T]) newFlight() *flight[T] {
+	if n := len(s.freeFlights); n > 0 {
+		f := s.freeFlights[n-1]
+		s.freeFlights[n-1] = nil
+		s.freeFlights = s.freeFlights[:n-1]
+		return f
+	}
+	return &flight[T]{
+		keys:   make([]*keyState[T], 0, s.e.cfg.BundleMax),
+		bundle: make([]*Batch[T], 0, s.e.cfg.BundleMax),
+	}
+}

@@ -1,0 +1,254 @@
+// Package frame encodes and decodes message frames. A segment's payload
+// (before compression, see package segment) is a plain concatenation of
+// frames with no header, count or padding.
+//
+// Wire format of one frame:
+//
+//	u32 little-endian   length of the rest of the frame (bytes after this prefix)
+//	u8                  flags: bit0 FlagEncrypted, bit1 FlagTrace, other bits zero
+//	[16]byte            message id (UUID)
+//	uvarint + bytes     transaction id (UTF-8 not enforced)
+//	[16]byte            trace id, present only if FlagTrace is set
+//	bytes               payload: every remaining byte of the frame
+//
+// FlagEncrypted means the payload is AES-GCM ciphertext; this package does
+// not interpret it. The varint must be minimally encoded and unknown flag
+// bits must be zero, so every byte string has at most one decoding and
+// re-encoding a decoded frame reproduces its bytes exactly.
+package frame
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+// Flag bits of Frame.Flags.
+const (
+	FlagEncrypted byte = 1 << 0
+	FlagTrace     byte = 1 << 1
+
+	knownFlags = FlagEncrypted | FlagTrace
+)
+
+const (
+	prefixSize = 4
+	idSize     = 16
+	traceSize  = 16
+	// flags + id + the shortest varint (a zero-length transaction id).
+	minBody = 1 + idSize + 1
+)
+
+// MaxBody is the largest possible frame body (everything after the length
+// prefix), bounded by the u32 prefix.
+const MaxBody = math.MaxUint32
+
+var (
+	// ErrCorrupt is wrapped by every error about malformed input.
+	ErrCorrupt = errors.New("frame: corrupt")
+	// ErrNotFound is returned by At when the blob has fewer frames.
+	ErrNotFound = errors.New("frame: not found")
+)
+
+// Frame is one decoded message. After decoding, Payload aliases the input
+// blob and has its capacity clipped, so appending to it never overwrites the
+// next frame.
+type Frame struct {
+	ID            uuid.UUID
+	Flags         byte
+	TransactionID string
+	TraceID       [16]byte // meaningful only when Flags&FlagTrace != 0
+	Payload       []byte
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func bodySize(f *Frame) int {
+	n := 1 + idSize + uvarintLen(uint64(len(f.TransactionID))) + len(f.TransactionID) + len(f.Payload)
+	if f.Flags&FlagTrace != 0 {
+		n += traceSize
+	}
+	return n
+}
+
+// Size returns the encoded size of f, including the length prefix.
+func Size(f *Frame) int {
+	return prefixSize + bodySize(f)
+}
+
+// Append appends the encoding of f to dst and returns the extended slice.
+// It does not allocate when dst has Size(f) spare capacity. Flag bits other
+// than FlagEncrypted and FlagTrace are dropped, because decoders reject them.
+// It panics if the body would exceed MaxBody, which no realistic message
+// reaches and which the u32 prefix cannot express.
+func Append(dst []byte, f *Frame) []byte {
+	body := bodySize(f)
+	if uint64(body) > MaxBody {
+		panic(fmt.Sprintf("frame: body of %d bytes exceeds MaxBody", body))
+	}
+	// One growth instead of one per field.
+	dst = slices.Grow(dst, prefixSize+body)
+	flags := f.Flags & knownFlags
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
+	dst = append(dst, flags)
+	dst = append(dst, f.ID[:]...)
+	dst = binary.AppendUvarint(dst, uint64(len(f.TransactionID)))
+	dst = append(dst, f.TransactionID...)
+	if flags&FlagTrace != 0 {
+		dst = append(dst, f.TraceID[:]...)
+	}
+	return append(dst, f.Payload...)
+}
+
+func corrupt(k, off int, what string) error {
+	return fmt.Errorf("%w: frame %d at offset %d: %s", ErrCorrupt, k, off, what)
+}
+
+// next splits the frame starting at blob[off:] and returns its body and the
+// offset of the following frame. It checks only the length prefix.
+func next(blob []byte, k, off int) (body []byte, end int, err error) {
+	rest := len(blob) - off
+	if rest < prefixSize {
+		return nil, 0, corrupt(k, off, "truncated length prefix")
+	}
+	n := binary.LittleEndian.Uint32(blob[off:])
+	if uint64(n) > uint64(rest-prefixSize) {
+		return nil, 0, corrupt(k, off, fmt.Sprintf("length %d exceeds remaining %d bytes", n, rest-prefixSize))
+	}
+	end = off + prefixSize + int(n)
+	return blob[off+prefixSize : end : end], end, nil
+}
+
+// parse decodes one frame body into f; off is for error messages only.
+func parse(body []byte, k, off int, f *Frame) error {
+	if len(body) < minBody {
+		return corrupt(k, off, "body too short")
+	}
+	flags := body[0]
+	if flags&^knownFlags != 0 {
+		return corrupt(k, off, fmt.Sprintf("unknown flags %#02x", flags))
+	}
+	p := 1
+	copy(f.ID[:], body[p:p+idSize])
+	p += idSize
+	tl, vn := binary.Uvarint(body[p:])
+	if vn <= 0 {
+		return corrupt(k, off, "bad transaction id length")
+	}
+	if vn != uvarintLen(tl) {
+		return corrupt(k, off, "non-minimal transaction id length")
+	}
+	p += vn
+	if tl > uint64(len(body)-p) {
+		return corrupt(k, off, "transaction id exceeds frame")
+	}
+	f.TransactionID = string(body[p : p+int(tl)])
+	p += int(tl)
+	f.TraceID = [16]byte{}
+	if flags&FlagTrace != 0 {
+		if len(body)-p < traceSize {
+			return corrupt(k, off, "truncated trace id")
+		}
+		copy(f.TraceID[:], body[p:p+traceSize])
+		p += traceSize
+	}
+	f.Flags = flags
+	f.Payload = body[p:]
+	return nil
+}
+
+// Decode walks every frame of blob in order, calling fn with its index and
+// contents. f is reused between calls, so fn must copy *f to keep it; the
+// Payload of the copy still aliases blob. A truncated frame, unknown flags
+// or trailing bytes stop the walk with an error wrapping ErrCorrupt; an
+// error from fn stops it and is returned unchanged. An empty blob holds
+// zero frames.
+func Decode(blob []byte, fn func(k int, f *Frame) error) error {
+	var f Frame
+	for k, off := 0, 0; off < len(blob); k++ {
+		body, end, err := next(blob, k, off)
+		if err != nil {
+			return err
+		}
+		if err := parse(body, k, off, &f); err != nil {
+			return err
+		}
+		if err := fn(k, &f); err != nil {
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
+// Count returns the number of frames in blob, following only the length
+// prefixes; frame bodies are not validated.
+func Count(blob []byte) (int, error) {
+	k, off := 0, 0
+	for off < len(blob) {
+		_, end, err := next(blob, k, off)
+		if err != nil {
+			return k, err
+		}
+		off = end
+		k++
+	}
+	return k, nil
+}
+
+// DecodeAll decodes every frame of blob. Payloads alias blob. On error it
+// returns nil and an error wrapping ErrCorrupt.
+func DecodeAll(blob []byte) ([]Frame, error) {
+	n, err := Count(blob)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Frame, 0, n)
+	err = Decode(blob, func(_ int, f *Frame) error {
+		out = append(out, *f)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// At returns the k-th frame (0-based) of blob. Earlier frames are skipped by
+// their length prefixes without being validated, so a blob that Decode would
+// reject can still yield its leading frames. It returns ErrNotFound when k is
+// negative or blob has no k-th frame. Payload aliases blob.
+func At(blob []byte, k int) (Frame, error) {
+	var f Frame
+	if k < 0 {
+		return f, ErrNotFound
+	}
+	off := 0
+	for i := 0; ; i++ {
+		if off == len(blob) {
+			return f, ErrNotFound
+		}
+		body, end, err := next(blob, i, off)
+		if err != nil {
+			return f, err
+		}
+		if i == k {
+			if err := parse(body, i, off, &f); err != nil {
+				return Frame{}, err
+			}
+			return f, nil
+		}
+		off = end
+	}
+}

@@ -1,0 +1,346 @@
+package frame
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+func testID(b byte) uuid.UUID {
+	var id uuid.UUID
+	for i := range id {
+		id[i] = b + byte(i)
+	}
+	return id
+}
+
+func sampleFrames() []Frame {
+	large := make([]byte, 1<<20)
+	for i := range large {
+		large[i] = byte(i * 7)
+	}
+	return []Frame{
+		{ID: testID(1), TransactionID: "txn-1", Payload: []byte(`{"a":1}`)},
+		{ID: testID(2), TransactionID: "txn-2", Payload: []byte{}},
+		{ID: testID(3), TransactionID: "txn-3", Payload: nil},
+		{ID: testID(4), TransactionID: "", Payload: []byte("no txn")},
+		{ID: testID(5), TransactionID: "", Payload: nil},
+		{ID: testID(6), Flags: FlagTrace, TransactionID: "traced", TraceID: [16]byte{0: 0xaa, 15: 0xbb}, Payload: []byte("p")},
+		{ID: testID(7), Flags: FlagEncrypted, TransactionID: "enc", Payload: []byte{0, 1, 2, 3}},
+		{ID: testID(8), Flags: FlagEncrypted | FlagTrace, TransactionID: "both", TraceID: [16]byte{1}, Payload: nil},
+		// 200 bytes needs a two-byte varint.
+		{ID: testID(9), TransactionID: strings.Repeat("x", 200), Payload: []byte("long txn")},
+		{ID: testID(10), TransactionID: "ünïcødé", Payload: large},
+	}
+}
+
+func equalFrame(a, b *Frame) bool {
+	return a.ID == b.ID && a.Flags == b.Flags && a.TransactionID == b.TransactionID &&
+		a.TraceID == b.TraceID && bytes.Equal(a.Payload, b.Payload)
+}
+
+func TestRoundTripSingle(t *testing.T) {
+	for i, want := range sampleFrames() {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			blob := Append(nil, &want)
+			if len(blob) != Size(&want) {
+				t.Fatalf("len = %d, Size = %d", len(blob), Size(&want))
+			}
+			got, err := DecodeAll(blob)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || !equalFrame(&got[0], &want) {
+				t.Fatalf("got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestRoundTripConcatenated(t *testing.T) {
+	frames := sampleFrames()
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	n, err := Count(blob)
+	if err != nil || n != len(frames) {
+		t.Fatalf("Count = %d, %v", n, err)
+	}
+	got, err := DecodeAll(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(frames) {
+		t.Fatalf("got %d frames, want %d", len(got), len(frames))
+	}
+	for k := range frames {
+		if !equalFrame(&got[k], &frames[k]) {
+			t.Errorf("DecodeAll[%d] mismatch", k)
+		}
+		f, err := At(blob, k)
+		if err != nil {
+			t.Fatalf("At(%d): %v", k, err)
+		}
+		if !equalFrame(&f, &frames[k]) {
+			t.Errorf("At(%d) mismatch", k)
+		}
+	}
+	for _, k := range []int{-1, len(frames), len(frames) + 5} {
+		if _, err := At(blob, k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("At(%d) err = %v, want ErrNotFound", k, err)
+		}
+	}
+	var seen []int
+	err = Decode(blob, func(k int, f *Frame) error {
+		seen = append(seen, k)
+		return nil
+	})
+	if err != nil || len(seen) != len(frames) || seen[len(seen)-1] != len(frames)-1 {
+		t.Fatalf("Decode indices %v, err %v", seen, err)
+	}
+}
+
+func TestEmptyBlob(t *testing.T) {
+	got, err := DecodeAll(nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("DecodeAll(nil) = %v, %v", got, err)
+	}
+	if _, err := At(nil, 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("At(nil, 0) err = %v", err)
+	}
+}
+
+func TestPayloadCapacityClipped(t *testing.T) {
+	a := Frame{ID: testID(1), TransactionID: "a", Payload: []byte("first")}
+	b := Frame{ID: testID(2), TransactionID: "b", Payload: []byte("second")}
+	blob := Append(Append(nil, &a), &b)
+	got, err := DecodeAll(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = append(got[0].Payload, "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"...)
+	again, err := At(blob, 1)
+	if err != nil || !equalFrame(&again, &b) {
+		t.Fatalf("appending to a payload clobbered the next frame: %+v, %v", again, err)
+	}
+}
+
+func TestAppendNoAlloc(t *testing.T) {
+	f := Frame{ID: testID(1), Flags: FlagTrace, TransactionID: "txn", Payload: make([]byte, 200)}
+	buf := make([]byte, 0, Size(&f)+16)
+	allocs := testing.AllocsPerRun(100, func() {
+		buf = Append(buf[:0], &f)
+	})
+	if allocs != 0 {
+		t.Fatalf("Append allocated %v times", allocs)
+	}
+}
+
+func TestAppendDropsUnknownFlags(t *testing.T) {
+	f := Frame{ID: testID(1), Flags: 0xfc | FlagEncrypted, TransactionID: "t"}
+	got, err := DecodeAll(Append(nil, &f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Flags != FlagEncrypted {
+		t.Fatalf("flags = %#x", got[0].Flags)
+	}
+	if Size(&f) != len(Append(nil, &f)) {
+		t.Fatal("Size disagrees with Append for unknown flags")
+	}
+}
+
+func TestCallbackErrorReturnedUnchanged(t *testing.T) {
+	f := Frame{ID: testID(1)}
+	blob := Append(Append(nil, &f), &f)
+	stop := errors.New("stop")
+	calls := 0
+	err := Decode(blob, func(int, *Frame) error { calls++; return stop })
+	if err != stop || calls != 1 {
+		t.Fatalf("err = %v, calls = %d", err, calls)
+	}
+}
+
+// rawFrame builds a frame by hand so tests can produce malformed bodies.
+func rawFrame(body ...[]byte) []byte {
+	b := bytes.Join(body, nil)
+	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...)
+}
+
+func TestCorrupt(t *testing.T) {
+	good := Append(nil, &Frame{ID: testID(1), Flags: FlagTrace, TransactionID: "abc", Payload: []byte("xyz")})
+	id := make([]byte, 16)
+	cases := map[string][]byte{
+		"1 trailing byte":          append(bytes.Clone(good), 0),
+		"3 trailing bytes":         append(bytes.Clone(good), 1, 2, 3),
+		"truncated body":           good[:len(good)-1],
+		"length exceeds blob":      rawFrame([]byte{0}, id, []byte{0})[:10],
+		"huge length":              {0xff, 0xff, 0xff, 0xff, 0},
+		"empty body":               rawFrame(),
+		"body without varint":      rawFrame([]byte{0}, id),
+		"unknown flag bit 2":       rawFrame([]byte{4}, id, []byte{0}),
+		"unknown flag bit 7":       rawFrame([]byte{0x80}, id, []byte{0}),
+		"txn length past end":      rawFrame([]byte{0}, id, []byte{5, 'a', 'b'}),
+		"non-minimal varint":       rawFrame([]byte{0}, id, []byte{0x80, 0x00}),
+		"unterminated varint":      rawFrame([]byte{0}, id, []byte{0x80, 0x80}),
+		"overflowing varint":       rawFrame([]byte{0}, id, bytes.Repeat([]byte{0xff}, 10), []byte{1}),
+		"truncated trace id":       rawFrame([]byte{FlagTrace}, id, []byte{0}, make([]byte, 15)),
+		"good then corrupt prefix": append(bytes.Clone(good), 9, 0, 0, 0, 1),
+	}
+	for name, blob := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := Decode(blob, func(int, *Frame) error { return nil })
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode err = %v, want ErrCorrupt", err)
+			}
+			if _, err := DecodeAll(blob); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeAll err = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+	// At must still reach frames before the damage.
+	blob := append(bytes.Clone(good), 1, 2)
+	if _, err := At(blob, 0); err != nil {
+		t.Fatalf("At(0) before damage: %v", err)
+	}
+	if _, err := At(blob, 1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("At(1) on damage: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	frames := sampleFrames()
+	var all []byte
+	for i := range frames {
+		if len(frames[i].Payload) > 1024 {
+			continue // keep the corpus small
+		}
+		one := Append(nil, &frames[i])
+		f.Add(one)
+		all = append(all, one...)
+	}
+	f.Add(all)
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0})
+	f.Add(rawFrame([]byte{FlagTrace}, make([]byte, 16), []byte{0}, make([]byte, 15)))
+	f.Add(rawFrame([]byte{0}, make([]byte, 16), []byte{0x80, 0x00}))
+	f.Fuzz(func(t *testing.T, blob []byte) {
+		var re []byte
+		n := 0
+		err := Decode(blob, func(k int, fr *Frame) error {
+			if k != n {
+				t.Fatalf("index %d, want %d", k, n)
+			}
+			n++
+			re = Append(re, fr)
+			at, err := At(blob, k)
+			if err != nil || !equalFrame(&at, fr) {
+				t.Fatalf("At(%d) disagrees with Decode: %v", k, err)
+			}
+			return nil
+		})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		// The format has one encoding per frame, so accepted input must re-encode exactly.
+		if !bytes.Equal(re, blob) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", blob, re)
+		}
+		if c, err := Count(blob); err != nil || c != n {
+			t.Fatalf("Count = %d, %v; Decode saw %d", c, err, n)
+		}
+		if _, err := At(blob, n); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("At(%d) past end: %v", n, err)
+		}
+	})
+}
+
+func FuzzRoundTrip(f *testing.F) {
+	f.Add(byte(0), []byte("0123456789abcdef"), "txn", []byte{}, []byte("payload"))
+	f.Add(FlagTrace|FlagEncrypted, []byte{}, "", []byte("trace-id-16bytes"), []byte{})
+	f.Fuzz(func(t *testing.T, flags byte, id []byte, txn string, trace, payload []byte) {
+		in := Frame{Flags: flags & knownFlags, TransactionID: txn, Payload: payload}
+		copy(in.ID[:], id)
+		if in.Flags&FlagTrace != 0 {
+			copy(in.TraceID[:], trace)
+		}
+		blob := Append([]byte("prefix"), &in)[len("prefix"):]
+		if len(blob) != Size(&in) {
+			t.Fatalf("len %d != Size %d", len(blob), Size(&in))
+		}
+		out, err := At(blob, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalFrame(&in, &out) {
+			t.Fatalf("round trip: in %+v out %+v", in, out)
+		}
+	})
+}
+
+func benchFrames(n int) []Frame {
+	frames := make([]Frame, n)
+	for i := range frames {
+		id := testID(byte(i))
+		payload := fmt.Appendf(nil, `{"order":%d,"customer":"c-%d","amount":%d.%02d,"currency":"EUR","note":"%s"}`,
+			i, i*31%997, i*7%500, i%100, strings.Repeat("z", 100+i%50))
+		frames[i] = Frame{ID: id, TransactionID: id.String(), Payload: payload}
+	}
+	return frames
+}
+
+func BenchmarkAppend(b *testing.B) {
+	frames := benchFrames(1000)
+	size := 0
+	for i := range frames {
+		size += Size(&frames[i])
+	}
+	buf := make([]byte, 0, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = buf[:0]
+		for i := range frames {
+			buf = Append(buf, &frames[i])
+		}
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	frames := benchFrames(1000)
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	b.SetBytes(int64(len(blob)))
+	b.ReportAllocs()
+	for b.Loop() {
+		err := Decode(blob, func(int, *Frame) error { return nil })
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAtLast(b *testing.B) {
+	frames := benchFrames(1000)
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := At(blob, len(frames)-1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package pgtest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	// After Run: the shared pool and cluster must be fully shut down.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+func TestSchemaNamesDistinct(t *testing.T) {
+	seen := map[string]bool{}
+	for range 50 {
+		s := pgtest.Schema(t)
+		if !identifier.MatchString(s) || len(s) > 63 {
+			t.Fatalf("Schema() = %q: not a valid unquoted identifier", s)
+		}
+		if seen[s] {
+			t.Fatalf("Schema() repeated %q", s)
+		}
+		seen[s] = true
+	}
+}
+
+func TestURLStable(t *testing.T) {
+	a, b := pgtest.URL(t), pgtest.URL(t)
+	if a != b || !strings.HasPrefix(a, "postgres") {
+		t.Fatalf("URL() = %q then %q", a, b)
+	}
+}
+
+func TestPoolAndSchemaCleanup(t *testing.T) {
+	pool := pgtest.Pool(t)
+	if pgtest.Pool(t) != pool {
+		t.Fatal("Pool() is not shared")
+	}
+	ctx := t.Context()
+	var one int
+	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1 = %d, %v", one, err)
+	}
+	if got := pool.Config().MaxConns; got != 20 {
+		t.Errorf("MaxConns = %d, want 20", got)
+	}
+
+	var name string
+	t.Run("uses schema", func(t *testing.T) {
+		name = pgtest.Schema(t)
+		if _, err := pool.Exec(t.Context(), "CREATE SCHEMA "+name+"; CREATE TABLE "+name+".t (x int)"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("schema %s still exists after its test ended", name)
+	}
+}
+
+func TestNewClusterFsync(t *testing.T) {
+	t.Parallel() // overlaps its start-up with the shared cluster's
+	c := pgtest.NewCluster(t, pgcluster.Options{Fsync: true})
+	if c.URL == pgtest.URL(t) && os.Getenv(pgtest.EnvURL) == "" {
+		t.Fatal("dedicated cluster shares the shared cluster's URL")
+	}
+	ctx := t.Context()
+	for name, want := range map[string]string{"fsync": "on", "full_page_writes": "on", "synchronous_commit": "on"} {
+		if got := setting(ctx, t, c.URL, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func setting(ctx context.Context, t *testing.T, url, name string) string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestLogger(t *testing.T) {
+	log := pgtest.Logger(t)
+	log.Debug("debug is shown", "k", 1)
+	log.Info("info", "group", "x")
+}

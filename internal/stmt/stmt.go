@@ -1,0 +1,59 @@
+// Package stmt is the one place where queen's SQL statements are written down
+// (the functions they call live in sqlschema's migrations). Statements are
+// rendered once per schema and then used as constants, so pgx caches their
+// prepared forms per connection.
+package stmt
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Set is every statement, rendered for one schema.
+type Set struct {
+	Schema string
+
+	// PushBundle commits one bundle of segments: $1 queues, $2 partitions,
+	// $3 counts, $4 hash blobs, $5 verified watermarks, $6 payload blobs,
+	// $7 tenants, $8 flags.
+	PushBundle string
+	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
+	SegmentAt string
+	// QueueMeta reads the push-relevant options of ($1 tenant, $2 name).
+	QueueMeta string
+	// QueueUpsert creates or updates a queue's options.
+	QueueUpsert string
+	// QueueDelete deletes ($1 tenant, $2 name) with its partitions' data.
+	QueueDelete string
+	// Notify wakes other processes: $1 payload.
+	Notify string
+	// Channel is the LISTEN/NOTIFY channel name for this schema.
+	Channel string
+}
+
+// New renders the statements for schema, which must already be validated.
+func New(schema string) *Set {
+	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
+	s := &Set{Schema: schema, Channel: "queen_" + schema}
+	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
+FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[])`)
+	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
+	s.QueueMeta = r.Replace(`SELECT id, encryption, dedup_window_ms FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
+	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
+    dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (tenant, name) DO UPDATE SET
+    lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
+    dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
+    encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
+    window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
+    completed_retention_ms = EXCLUDED.completed_retention_ms, updated_at = now()`)
+	s.QueueDelete = r.Replace(`WITH q AS (DELETE FROM {{s}}.queues WHERE tenant = $1 AND name = $2 RETURNING id),
+p AS (SELECT id FROM {{s}}.partitions WHERE queue_id IN (SELECT id FROM q)),
+s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),
+t AS (DELETE FROM {{s}}.txns WHERE partition_id IN (SELECT id FROM p))
+SELECT count(*) FROM q`)
+	s.Notify = `SELECT pg_notify($1, $2)`
+	return s
+}

@@ -1,0 +1,58 @@
+package queen_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+)
+
+// TestMain runs the package's tests against one throwaway cluster and fails
+// the binary if any goroutine outlives them.
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// open returns a client on a fresh schema, closed when the test ends.
+func open(t testing.TB, mod ...func(*queen.Config)) *queen.Client {
+	t.Helper()
+	cfg := queen.Config{
+		DatabaseURL: pgtest.URL(t),
+		Schema:      pgtest.Schema(t),
+		Logger:      pgtest.Logger(t),
+	}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := queen.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

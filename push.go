@@ -1,0 +1,264 @@
+package queen
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/dedup"
+	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
+)
+
+// Limits on what one item may carry. Larger input is rejected with
+// ErrTooLarge before anything is written.
+const (
+	// MaxNameLen is the longest queue or partition name, in bytes.
+	MaxNameLen = 255
+	// MaxTransactionIDLen is the longest transaction id, in bytes.
+	MaxTransactionIDLen = 1024
+	// MaxPayloadSize is the largest payload, in bytes (before encryption).
+	MaxPayloadSize = 16 << 20
+	// DefaultPartition is the partition of an Item with an empty Partition.
+	DefaultPartition = "Default"
+)
+
+// Item is one message to push.
+type Item struct {
+	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
+	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
+	TransactionID string // "" means the minted message id as a string; the idempotency key
+}
+
+// PushStatus is the outcome of one pushed item.
+type PushStatus string
+
+// Push outcomes.
+const (
+	Queued    PushStatus = "queued"
+	Duplicate PushStatus = "duplicate"
+	Buffered  PushStatus = "buffered" // in the disk spool; will be replayed idempotently
+	Failed    PushStatus = "failed"
+)
+
+// PushResult is the outcome of one item, at the item's index.
+type PushResult struct {
+	Status        PushStatus
+	MessageID     uuid.UUID // UUIDv7; for Duplicate, the id of the original message (zero UUID if it was retained away)
+	TransactionID string
+	Partition     string
+	Offset        int64 // the message's offset in its partition; -1 unless Queued
+	CreatedAt     time.Time
+	Err           error // set when Failed
+}
+
+// pushItem is one frame on its way through fusion. The handler fills it; the
+// flush resolves it by writing res (and the results of its followers).
+type pushItem struct {
+	id      uuid.UUID
+	txn     string
+	hash    dedup.Hash
+	payload []byte
+	flags   byte
+	res     *PushResult
+	// followers are layer-2 duplicates (same hash in the same flush) that
+	// take this item's verdict.
+	followers []*pushItem
+	resolved  bool
+}
+
+// pushCall is what one Push waits on: the number of groups not yet committed.
+type pushCall struct {
+	pending atomic.Int32
+	done    chan struct{}
+}
+
+func (c *pushCall) groupDone() {
+	if c.pending.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+// validName reports whether s can name a queue or partition.
+func validName(s string) bool {
+	if s == "" || len(s) > MaxNameLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Push stores items and returns one result per item, in input order. It
+// returns when every partition it wrote to has committed. Its error is for
+// the call as a whole: a closed client, an invalid name or size (nothing is
+// written then), or a cancelled context. A cancelled caller only stops
+// waiting: items already handed to the engine may still commit, so retry
+// with the same TransactionIDs on a queue with a DedupWindow.
+func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validName(q.name) {
+		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	if len(items) == 0 {
+		return []PushResult{}, nil
+	}
+	for i := range items {
+		it := &items[i]
+		if it.Partition != "" && !validName(it.Partition) {
+			return nil, fmt.Errorf("%w: item %d: partition %q", ErrInvalidName, i, it.Partition)
+		}
+		if len(it.TransactionID) > MaxTransactionIDLen {
+			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
+		}
+		if len(it.Data) > MaxPayloadSize {
+			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
+		}
+	}
+	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+	if err != nil {
+		return nil, err
+	}
+	if meta.encryption && e.aead == nil {
+		return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+	}
+
+	results := make([]PushResult, len(items))
+	slab := make([]pushItem, len(items))
+	// leaderOf[i] >= 0 marks a layer-1 follower of that index.
+	var leaderOf []int
+	l1 := layer1Pool.Get().(*dedup.Layer1)
+	defer layer1Pool.Put(l1)
+	l1.Reset()
+
+	groups := groupPool.Get().(map[string][]*pushItem)
+	defer func() { clear(groups); groupPool.Put(groups) }()
+	for i := range items {
+		it := &items[i]
+		r := &results[i]
+		part := it.Partition
+		if part == "" {
+			part = DefaultPartition
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("queen: mint message id: %w", err)
+		}
+		txn := it.TransactionID
+		if txn == "" {
+			txn = id.String()
+		}
+		*r = PushResult{MessageID: id, TransactionID: txn, Partition: part, Offset: -1}
+		if it.TransactionID != "" {
+			if leader, dup := l1.Check(q.name, part, txn, i); dup {
+				if leaderOf == nil {
+					leaderOf = make([]int, len(items))
+					for k := range leaderOf {
+						leaderOf[k] = -1
+					}
+				}
+				leaderOf[i] = leader
+				continue
+			}
+		}
+		pi := &slab[i]
+		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
+		if meta.encryption {
+			pi.payload = e.seal(it.Data)
+			pi.flags = frame.FlagEncrypted
+		}
+		groups[part] = append(groups[part], pi)
+	}
+
+	call := &pushCall{done: make(chan struct{})}
+	call.pending.Store(int32(len(groups)))
+	for part, g := range groups {
+		key := fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part}
+		if err := e.push.fusion.Submit(ctx, key, g, call.groupDone); err != nil {
+			// Groups already submitted may still commit; the caller learns
+			// only that the call as a whole did not complete.
+			if err == fusion.ErrClosed {
+				err = ErrClosed
+			}
+			return nil, err
+		}
+	}
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for i, l := range leaderOf {
+		if l < 0 {
+			continue
+		}
+		lr := &results[l]
+		r := &results[i]
+		switch lr.Status {
+		case Queued, Duplicate:
+			r.Status, r.MessageID = Duplicate, lr.MessageID
+		default:
+			r.Status, r.MessageID, r.Err = lr.Status, lr.MessageID, lr.Err
+		}
+	}
+	return results, nil
+}
+
+var (
+	layer1Pool = sync.Pool{New: func() any { return new(dedup.Layer1) }}
+	groupPool  = sync.Pool{New: func() any { return make(map[string][]*pushItem) }}
+)
+
+// seal encrypts with AES-256-GCM: nonce || ciphertext.
+func (e *engine) seal(plain []byte) []byte {
+	ns := e.aead.NonceSize()
+	out := make([]byte, ns, ns+len(plain)+e.aead.Overhead())
+	if _, err := rand.Read(out); err != nil {
+		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
+	}
+	return e.aead.Seal(out, out, plain, nil)
+}
+
+// open decrypts what seal produced.
+func (e *engine) open(sealed []byte) ([]byte, error) {
+	if e.aead == nil {
+		return nil, fmt.Errorf("%w: encrypted message and no Config.EncryptionKey", ErrEncryption)
+	}
+	ns := e.aead.NonceSize()
+	if len(sealed) < ns {
+		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
+	}
+	plain, err := e.aead.Open(nil, sealed[:ns], sealed[ns:], nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
+	}
+	return plain, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	if key == nil {
+		return nil, nil
+	}
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
+	}
+	return cipher.NewGCM(b)
+}

@@ -1,0 +1,270 @@
+package queen
+
+import (
+	"context"
+	"crypto/cipher"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/sqlschema"
+)
+
+// DefaultTenant is the tenant of a client whose Config.Tenant is the zero
+// UUID: the nil UUID itself, so single-tenant deployments never think about it.
+var DefaultTenant = uuid.Nil
+
+// Config configures a Client. The zero value of every field means its
+// documented default.
+type Config struct {
+	// DatabaseURL is a libpq URL or key=value DSN, used when Pool is nil.
+	// Defaults to $QUEEN_DATABASE_URL.
+	DatabaseURL string
+	// Pool is a pool the caller owns. Close never closes it. When nil, Open
+	// creates a pool from DatabaseURL and Close closes it.
+	Pool *pgxpool.Pool
+	// Schema holds every table and function. Defaults to "queen". Two clients
+	// with different schemas in one database are fully independent.
+	Schema string
+	// SpoolDir is the disk spool for pushes PostgreSQL could not take.
+	// Defaults to a per-schema directory under os.TempDir().
+	SpoolDir string
+	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
+	// on. Defaults to none: pushes to an encrypted queue then fail.
+	EncryptionKey []byte
+	// StatementTimeout bounds each database statement the engine runs.
+	// Defaults to 30s.
+	StatementTimeout time.Duration
+	// Fusion tunes the push engine. The zero value means the defaults.
+	Fusion FusionConfig
+	// Logger receives the engine's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// TracerProvider defaults to the OpenTelemetry global.
+	TracerProvider trace.TracerProvider
+	// MeterProvider defaults to the OpenTelemetry global.
+	MeterProvider metric.MeterProvider
+	// Tenant is the default tenant of this client's queues. Defaults to
+	// DefaultTenant (the nil UUID).
+	Tenant uuid.UUID
+}
+
+// FusionConfig tunes the fusion engine. Each zero field takes the value of
+// the matching QUEEN_V2_* environment variable if set, else its default.
+type FusionConfig struct {
+	// Shards is the number of fusion shards; a partition always maps to the
+	// same one. Defaults to 8 (QUEEN_V2_FUSION_SHARDS).
+	Shards int
+	// BundleMax caps the partitions committed in one transaction. Defaults to
+	// 16 (QUEEN_V2_BUNDLE_MAX).
+	BundleMax int
+	// Hold is the liveness backstop tick, not a batching window. Defaults to
+	// 15ms (QUEEN_V2_FUSION_HOLD_MS).
+	Hold time.Duration
+}
+
+// withDefaults works on a copy and validates, naming the bad field.
+func (c Config) withDefaults() (Config, error) {
+	if c.DatabaseURL == "" && c.Pool == nil {
+		c.DatabaseURL = os.Getenv("QUEEN_DATABASE_URL")
+	}
+	if c.DatabaseURL == "" && c.Pool == nil {
+		return c, errors.New("queen: Config.DatabaseURL (or $QUEEN_DATABASE_URL) or Config.Pool is required")
+	}
+	if c.Schema == "" {
+		c.Schema = "queen"
+	}
+	if err := sqlschema.ValidSchema(c.Schema); err != nil {
+		return c, fmt.Errorf("%w: Config.Schema: %w", ErrInvalidName, err)
+	}
+	if c.SpoolDir == "" {
+		c.SpoolDir = filepath.Join(os.TempDir(), "queen-spool-"+c.Schema)
+	}
+	if c.EncryptionKey != nil && len(c.EncryptionKey) != 32 {
+		return c, fmt.Errorf("%w: Config.EncryptionKey must be 32 bytes, have %d", ErrEncryption, len(c.EncryptionKey))
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = 30 * time.Second
+	}
+	if c.StatementTimeout < 0 {
+		return c, errors.New("queen: Config.StatementTimeout must not be negative")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.Tenant == uuid.Nil {
+		c.Tenant = DefaultTenant
+	}
+	f := &c.Fusion
+	f.Shards = envDefault(f.Shards, "QUEEN_V2_FUSION_SHARDS", 8)
+	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 16)
+	if f.Hold == 0 {
+		f.Hold = time.Duration(envDefault(0, "QUEEN_V2_FUSION_HOLD_MS", 15)) * time.Millisecond
+	}
+	if f.Shards < 1 || f.BundleMax < 1 || f.Hold < 0 {
+		return c, fmt.Errorf("queen: Config.Fusion: Shards and BundleMax must be >= 1, Hold >= 0 (have %d, %d, %s)", f.Shards, f.BundleMax, f.Hold)
+	}
+	return c, nil
+}
+
+func envDefault(v int, env string, def int) int {
+	if v != 0 {
+		return v
+	}
+	if s := os.Getenv(env); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// Client is a connection to one queen schema. It is safe for concurrent use.
+// Handles from WithTenant share its engine.
+type Client struct {
+	e      *engine
+	tenant uuid.UUID
+}
+
+// engine is what every tenant handle shares: the pool, the goroutines and
+// their state.
+type engine struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	ownPool bool
+	sql     *stmt.Set
+	log     *slog.Logger
+	aead    cipher.AEAD // nil without Config.EncryptionKey
+	meta    metaCache
+
+	// ctx is the engine's own context: background work and shared flushes run
+	// on it, never on a caller's context.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{}
+	closeErr  error
+
+	push  *pusher
+	wake  *wakeHub
+	meter *meters
+}
+
+// Open connects, applies the embedded migrations and starts the engine.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, log: cfg.Logger, pool: cfg.Pool, closeDone: make(chan struct{})}
+	if e.pool == nil {
+		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("queen: parse DatabaseURL: %w", err)
+		}
+		if pcfg.MaxConns < 16 {
+			// Fusion keeps several bundles in flight and pops run beside them.
+			pcfg.MaxConns = 16
+		}
+		e.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("queen: create pool: %w", err)
+		}
+		e.ownPool = true
+	}
+	fail := func(err error) (*Client, error) {
+		if e.ownPool {
+			e.pool.Close()
+		}
+		return nil, err
+	}
+	if err := e.pool.Ping(ctx); err != nil {
+		return fail(fmt.Errorf("queen: ping: %w", err))
+	}
+	if _, err := sqlschema.Migrate(ctx, e.pool, cfg.Schema); err != nil {
+		return fail(err)
+	}
+	e.sql = stmt.New(cfg.Schema)
+	if e.aead, err = newAEAD(cfg.EncryptionKey); err != nil {
+		return fail(err)
+	}
+	e.meter, err = newMeters(cfg.MeterProvider)
+	if err != nil {
+		return fail(err)
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wake = newWakeHub(e)
+	e.push = newPusher(e)
+	return &Client{e: e, tenant: cfg.Tenant}, nil
+}
+
+// WithTenant returns a handle that reaches only tenant id's queues. It shares
+// this client's engine; closing either closes both.
+func (c *Client) WithTenant(id uuid.UUID) *Client {
+	return &Client{e: c.e, tenant: id}
+}
+
+// Tenant is the tenant this handle reaches.
+func (c *Client) Tenant() uuid.UUID { return c.tenant }
+
+// Close stops intake, flushes what the engine holds, and stops every
+// goroutine the client started. Calls after the first wait for the first to
+// finish and return its result. It never closes a caller-supplied Pool.
+func (c *Client) Close(ctx context.Context) error {
+	e := c.e
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		select {
+		case <-e.closeDone:
+			return e.closeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.closed = true
+	e.mu.Unlock()
+
+	// Fixed stop order: intake and pending pushes first (they still need the
+	// pool), then background loops, then the pool.
+	err := e.push.close(ctx)
+	e.wake.close()
+	e.cancel()
+	if e.ownPool {
+		e.pool.Close()
+	}
+	e.closeErr = err
+	close(e.closeDone)
+	return err
+}
+
+func (e *engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Pool is the pool the client uses (its own or the one in Config).
+func (c *Client) Pool() *pgxpool.Pool { return c.e.pool }
+
+// Schema is the PostgreSQL schema the client uses.
+func (c *Client) Schema() string { return c.e.cfg.Schema }

@@ -1,0 +1,179 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+)
+
+// Queue is a cheap handle on one queue of the client's tenant. Creating it
+// touches nothing; the queue is created by Configure or by its first push.
+type Queue struct {
+	c    *Client
+	name string
+}
+
+// Queue returns a handle on the named queue. Names are 1-255 bytes of UTF-8
+// without control characters; an invalid name fails on first use with
+// ErrInvalidName.
+func (c *Client) Queue(name string) *Queue { return &Queue{c: c, name: name} }
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// QueueOptions are a queue's settings. Zero fields take the default written
+// next to them, so Configure(ctx, QueueOptions{}) and a first push create
+// the same queue.
+type QueueOptions struct {
+	// LeaseTime is how long a popped batch is owned before redelivery.
+	// Defaults to 5 minutes.
+	LeaseTime time.Duration
+	// RetryLimit is how many explicit failures a message gets before it is
+	// dead-lettered (or dropped). Defaults to 3; negative means none (the
+	// first failure is final).
+	RetryLimit int
+	// DeadLetter keeps exhausted messages in the dead-letter store; else they
+	// are dropped. Defaults to false.
+	DeadLetter bool
+	// DedupWindow is the producer idempotency window on TransactionID: a
+	// push repeating a transaction id stored less than this long ago is a
+	// Duplicate. Defaults to 0: off (only duplicates inside one flush are
+	// caught).
+	DedupWindow time.Duration
+	// Encryption stores payloads AES-256-GCM encrypted with
+	// Config.EncryptionKey. Defaults to false.
+	Encryption bool
+	// DelayedProcessing makes a message visible this long after its push.
+	// Defaults to 0.
+	DelayedProcessing time.Duration
+	// WindowBuffer holds a partition back until its newest message is this
+	// old. Defaults to 0.
+	WindowBuffer time.Duration
+	// Retention deletes messages older than this, consumed or not. Defaults
+	// to 0: keep.
+	Retention time.Duration
+	// CompletedRetention deletes messages older than this once every group
+	// consumed them. Defaults to 0: keep.
+	CompletedRetention time.Duration
+}
+
+const defaultLeaseTime = 5 * time.Minute
+
+func (o QueueOptions) withDefaults() (QueueOptions, error) {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"LeaseTime", o.LeaseTime}, {"DedupWindow", o.DedupWindow}, {"DelayedProcessing", o.DelayedProcessing},
+		{"WindowBuffer", o.WindowBuffer}, {"Retention", o.Retention}, {"CompletedRetention", o.CompletedRetention}} {
+		if d.v < 0 {
+			return o, fmt.Errorf("queen: QueueOptions.%s must not be negative", d.name)
+		}
+	}
+	if o.LeaseTime == 0 {
+		o.LeaseTime = defaultLeaseTime
+	}
+	switch {
+	case o.RetryLimit == 0:
+		o.RetryLimit = 3
+	case o.RetryLimit < 0:
+		o.RetryLimit = 0
+	}
+	return o, nil
+}
+
+// Configure creates the queue or updates its options.
+func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
+	e := q.c.e
+	if e.isClosed() {
+		return ErrClosed
+	}
+	if !validName(q.name) {
+		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	ms := func(d time.Duration) int64 { return d.Milliseconds() }
+	_, err = e.pool.Exec(ctx, e.sql.QueueUpsert, q.c.tenant, q.name, ms(o.LeaseTime), o.RetryLimit, o.DeadLetter,
+		ms(o.DedupWindow), o.Encryption, ms(o.DelayedProcessing), ms(o.WindowBuffer), ms(o.Retention), ms(o.CompletedRetention))
+	e.forgetMeta(q.c.tenant, q.name)
+	if err != nil {
+		return fmt.Errorf("queen: configure %q: %w", q.name, err)
+	}
+	return nil
+}
+
+// Delete removes the queue with all its partitions, messages, cursors and
+// dead letters. Pushes racing with it may recreate the queue.
+func (q *Queue) Delete(ctx context.Context) error {
+	e := q.c.e
+	if e.isClosed() {
+		return ErrClosed
+	}
+	if !validName(q.name) {
+		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	_, err := e.pool.Exec(ctx, e.sql.QueueDelete, q.c.tenant, q.name)
+	e.forgetMeta(q.c.tenant, q.name)
+	if err != nil {
+		return fmt.Errorf("queen: delete %q: %w", q.name, err)
+	}
+	return nil
+}
+
+// queueMeta is what the push handler needs to know about a queue.
+type queueMeta struct {
+	encryption bool
+	fetched    time.Time
+}
+
+type metaKey struct {
+	tenant uuid.UUID
+	name   string
+}
+
+// metaTTL bounds how long another process's Configure can go unseen. The
+// database still rejects a plaintext segment for an encrypted queue, so a
+// stale entry costs a retry, never a plaintext write.
+const metaTTL = 5 * time.Second
+
+type metaCache struct {
+	mu sync.RWMutex
+	m  map[metaKey]queueMeta
+}
+
+// queueMeta returns the queue's push options, memoised per client.
+func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (queueMeta, error) {
+	k := metaKey{tenant, name}
+	e.meta.mu.RLock()
+	m, ok := e.meta.m[k]
+	e.meta.mu.RUnlock()
+	if ok && time.Since(m.fetched) < metaTTL {
+		return m, nil
+	}
+	var id, window int64
+	err := e.pool.QueryRow(ctx, e.sql.QueueMeta, tenant, name).Scan(&id, &m.encryption, &window)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return m, fmt.Errorf("queen: read queue %q: %w", name, err)
+	}
+	m.fetched = time.Now()
+	e.meta.mu.Lock()
+	if e.meta.m == nil {
+		e.meta.m = make(map[metaKey]queueMeta)
+	}
+	e.meta.m[k] = m
+	e.meta.mu.Unlock()
+	return m, nil
+}
+
+func (e *engine) forgetMeta(tenant uuid.UUID, name string) {
+	e.meta.mu.Lock()
+	delete(e.meta.m, metaKey{tenant, name})
+	e.meta.mu.Unlock()
+}

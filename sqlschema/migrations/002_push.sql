@@ -1,0 +1,194 @@
+-- The push path: one allocator (push_one), the bundle that commits many
+-- partitions' segments in one transaction (push_bundle), and the covering
+-- segment lookup used to resolve a duplicate's original message id.
+
+-- One segment's verdict. status: 0 queued, 1 duplicate (nothing written;
+-- dup_idx/dup_off pair incoming frame indexes with the stored offsets they
+-- repeat), 2 rejected because the queue is encrypted and the segment is not.
+CREATE TYPE {{schema}}.push_result AS (
+    ord          integer,
+    status       smallint,
+    partition_id bigint,
+    base_offset  bigint,
+    created_at   timestamptz,
+    dup_idx      integer[],
+    dup_off      bigint[]
+);
+
+-- The single allocator: the only place an offset is assigned. The caller has
+-- resolved the partition id and dedup window and holds (or is about to take)
+-- the partition row lock.
+CREATE FUNCTION {{schema}}.push_one(
+    p_pid       bigint,
+    p_count     integer,
+    p_hashes    bytea,
+    p_verified  bigint,
+    p_blob      bytea,
+    p_window_ms bigint,
+    p_now       timestamptz
+) RETURNS {{schema}}.push_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_last       bigint;
+    v_txns_start bigint;
+    r            {{schema}}.push_result;
+BEGIN
+    -- A stride mismatch would mis-address acks silently: fail loudly.
+    IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
+        RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+            octet_length(p_hashes), p_count;
+    END IF;
+    r.partition_id := p_pid;
+
+    IF p_window_ms > 0 THEN
+        SELECT last_offset, txns_start INTO v_last, v_txns_start
+        FROM {{schema}}.partitions WHERE id = p_pid FOR UPDATE;
+
+        WITH inc AS (
+            SELECT k, substring(p_hashes FROM k * 16 + 1 FOR 16) AS h
+            FROM generate_series(0, p_count - 1) AS k
+        ), st AS (
+            SELECT t.base_offset + j AS off, substring(t.hashes FROM j * 16 + 1 FOR 16) AS h
+            FROM {{schema}}.txns t
+            CROSS JOIN LATERAL generate_series(0, (t.end_offset - t.base_offset)::integer) AS j
+            WHERE t.partition_id = p_pid
+              AND t.end_offset > GREATEST(p_verified, v_txns_start - 1)
+              AND t.base_offset <= v_last
+              AND t.created_at > p_now - p_window_ms * interval '1 millisecond'
+        ), d AS (
+            SELECT inc.k, min(st.off) AS off FROM inc JOIN st USING (h) GROUP BY inc.k
+        )
+        SELECT array_agg(d.k ORDER BY d.k), array_agg(d.off ORDER BY d.k)
+        INTO r.dup_idx, r.dup_off FROM d;
+
+        IF r.dup_idx IS NOT NULL THEN
+            -- Written nothing: no allocator bump, so nothing to roll back and
+            -- the bundle's other segments commit untouched.
+            r.status := 1;
+            RETURN r;
+        END IF;
+    END IF;
+
+    -- The CASE quantizes last_write_at so the update stays HOT.
+    UPDATE {{schema}}.partitions SET
+        last_offset   = last_offset + p_count,
+        last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
+                             THEN p_now ELSE last_write_at END
+    WHERE id = p_pid
+    RETURNING last_offset INTO v_last;
+
+    r.status := 0;
+    r.base_offset := v_last - p_count + 1;
+    r.created_at := p_now;
+    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob)
+    VALUES (p_pid, r.base_offset, v_last, p_now, p_blob);
+    -- Always written: ack by transaction id resolves through it.
+    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+    VALUES (p_pid, r.base_offset, v_last, p_now, p_hashes);
+    RETURN r;
+END
+$$;
+
+-- Commits the segments of many partitions in one transaction. Arrays are
+-- parallel, one element per segment. p_flags bit 0: the segment's payloads are
+-- encrypted. Results come back one per input, in input order.
+CREATE FUNCTION {{schema}}.push_bundle(
+    p_queues     text[],
+    p_partitions text[],
+    p_counts     integer[],
+    p_hashes     bytea[],
+    p_verified   bigint[],
+    p_blobs      bytea[],
+    p_tenants    uuid[],
+    p_flags      integer[]
+) RETURNS SETOF {{schema}}.push_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_queues), 0);
+    v_pids  bigint[];
+    v_win   bigint[];
+    v_enc   boolean[];
+    v_now   timestamptz;
+    v_res   {{schema}}.push_result[];
+    r       {{schema}}.push_result;
+    i       integer;
+BEGIN
+    -- Alignment guard: a silent misalignment would route verdicts to the
+    -- wrong callers.
+    IF coalesce(cardinality(p_partitions), 0) <> n OR coalesce(cardinality(p_counts), 0) <> n
+       OR coalesce(cardinality(p_hashes), 0) <> n OR coalesce(cardinality(p_verified), 0) <> n
+       OR coalesce(cardinality(p_blobs), 0) <> n OR coalesce(cardinality(p_tenants), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n THEN
+        RAISE EXCEPTION 'queen: push_bundle arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Provisioning skip: only insert when something is missing. Inserts are
+    -- ordered on their unique keys so overlapping bundles never convoy.
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {{schema}}.queues qq
+            JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p
+            WHERE qq.tenant = u.t AND qq.name = u.q)
+    ) THEN
+        INSERT INTO {{schema}}.queues (tenant, name)
+        SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
+        ORDER BY t, q
+        ON CONFLICT DO NOTHING;
+        INSERT INTO {{schema}}.partitions (queue_id, name)
+        SELECT DISTINCT qq.id, u.p
+        FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
+        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
+        ORDER BY qq.id, u.p
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    SELECT array_agg(pp.id ORDER BY u.o), array_agg(qq.dedup_window_ms ORDER BY u.o),
+           array_agg(qq.encryption ORDER BY u.o)
+    INTO v_pids, v_win, v_enc
+    FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
+    JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
+    JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p;
+    IF coalesce(cardinality(v_pids), 0) <> n THEN
+        RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
+            coalesce(cardinality(v_pids), 0), n;
+    END IF;
+
+    -- One set-based pre-lock in ascending partition id: the global lock order.
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_pids) ORDER BY id FOR UPDATE;
+    v_now := clock_timestamp();
+
+    FOR i IN SELECT o FROM unnest(v_pids) WITH ORDINALITY AS x(pid, o) ORDER BY pid LOOP
+        IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
+            r := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSE
+            r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                     p_blobs[i], v_win[i], v_now);
+            r.ord := i;
+        END IF;
+        v_res[i] := r;
+    END LOOP;
+
+    -- Completeness guard: exactly one result per input.
+    IF (SELECT count(*) FROM unnest(v_res) AS x WHERE x.ord IS NOT NULL) <> n THEN
+        RAISE EXCEPTION 'queen: push_bundle produced an incomplete result';
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+END
+$$;
+
+-- The segment covering offset p_off of partition p_pid, if retention kept it.
+CREATE FUNCTION {{schema}}.segment_at(p_pid bigint, p_off bigint)
+RETURNS TABLE (base_offset bigint, end_offset bigint, created_at timestamptz, blob bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT c.base_offset, c.end_offset, c.created_at, c.blob
+    FROM (SELECT s.base_offset, s.end_offset, s.created_at, s.blob
+          FROM {{schema}}.segments s
+          WHERE s.partition_id = p_pid AND s.base_offset <= p_off
+          ORDER BY s.base_offset DESC
+          LIMIT 1) c
+    WHERE c.end_offset >= p_off
+$$;

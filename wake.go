@@ -1,0 +1,187 @@
+package queen
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/fusion"
+)
+
+// wakeInterval coalesces wakes: at most one per queue per interval, so a hot
+// queue costs one wake per tick rather than one per push.
+const wakeInterval = 5 * time.Millisecond
+
+type queueKey struct {
+	tenant uuid.UUID
+	queue  string
+}
+
+// waiter is a parked consumer of one queue. hints collects the partitions
+// that received data since it last looked.
+type waiter struct {
+	key   queueKey
+	ch    chan struct{}
+	mu    sync.Mutex
+	hints map[string]struct{}
+}
+
+// takeHints returns and clears the partitions pushed to since the last call.
+func (w *waiter) takeHints() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.hints))
+	for p := range w.hints {
+		out = append(out, p)
+	}
+	clear(w.hints)
+	return out
+}
+
+// wakeHub tells parked consumers about committed pushes: in this process
+// directly, in others through one NOTIFY per tick listing the queues.
+type wakeHub struct {
+	e       *engine
+	mu      sync.Mutex
+	pending map[queueKey]map[string]struct{}
+	waiters map[queueKey]map[*waiter]struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newWakeHub(e *engine) *wakeHub {
+	h := &wakeHub{
+		e:       e,
+		pending: make(map[queueKey]map[string]struct{}),
+		waiters: make(map[queueKey]map[*waiter]struct{}),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go h.run()
+	return h
+}
+
+// pushed records a commit to key; called by the flush after commit.
+func (h *wakeHub) pushed(k fusion.Key) {
+	qk := queueKey{k.Tenant, k.Queue}
+	h.mu.Lock()
+	parts := h.pending[qk]
+	if parts == nil {
+		parts = make(map[string]struct{})
+		h.pending[qk] = parts
+	}
+	parts[k.Partition] = struct{}{}
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *wakeHub) subscribe(tenant uuid.UUID, queue string) *waiter {
+	w := &waiter{key: queueKey{tenant, queue}, ch: make(chan struct{}, 1), hints: make(map[string]struct{})}
+	h.mu.Lock()
+	ws := h.waiters[w.key]
+	if ws == nil {
+		ws = make(map[*waiter]struct{})
+		h.waiters[w.key] = ws
+	}
+	ws[w] = struct{}{}
+	h.mu.Unlock()
+	return w
+}
+
+func (h *wakeHub) unsubscribe(w *waiter) {
+	h.mu.Lock()
+	if ws := h.waiters[w.key]; ws != nil {
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(h.waiters, w.key)
+		}
+	}
+	h.mu.Unlock()
+}
+
+// deliver wakes local waiters of qk with partition hints.
+func (h *wakeHub) deliver(qk queueKey, parts map[string]struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters[qk] {
+		w.mu.Lock()
+		for p := range parts {
+			w.hints[p] = struct{}{}
+		}
+		w.mu.Unlock()
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run fires on the leading edge: a wake goes out at once unless one went out
+// less than wakeInterval ago, in which case it waits for the interval.
+func (h *wakeHub) run() {
+	defer close(h.done)
+	var last time.Time
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.kick:
+		}
+		if wait := wakeInterval - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-h.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		last = time.Now()
+		h.mu.Lock()
+		batch := h.pending
+		h.pending = make(map[queueKey]map[string]struct{}, len(batch))
+		h.mu.Unlock()
+		for qk, parts := range batch {
+			h.deliver(qk, parts)
+		}
+		h.notify(batch)
+	}
+}
+
+// notifyMax keeps the payload under PostgreSQL's 8000-byte NOTIFY limit.
+const notifyMax = 7900
+
+// notify sends one notification for everything committed in this tick, on
+// its own short transaction: a NOTIFY inside the push transaction would
+// serialize every committing bundle on the notification queue lock.
+func (h *wakeHub) notify(batch map[queueKey]map[string]struct{}) {
+	var b strings.Builder
+	for qk := range batch {
+		b.WriteString(qk.tenant.String())
+		b.WriteByte('/')
+		b.WriteString(qk.queue)
+		b.WriteByte('\n')
+	}
+	payload := b.String()
+	if len(payload) > notifyMax {
+		payload = "*" // too many queues: every listener rescans
+	}
+	ctx, cancel := context.WithTimeout(h.e.ctx, h.e.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := h.e.pool.Exec(ctx, h.e.sql.Notify, h.e.sql.Channel, payload); err != nil && ctx.Err() == nil {
+		h.e.log.Warn("queen: notify", "err", err)
+	}
+}
+
+func (h *wakeHub) close() {
+	close(h.stop)
+	<-h.done
+}
