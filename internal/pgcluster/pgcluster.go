@@ -364,23 +364,19 @@ func (c *Cluster) stopLocked(mode string) error {
 	defer cancel()
 	out, err := c.command(ctx, "pg_ctl", "stop", "-D", c.DataDir, "-m", mode, "-w", "-t", strconv.Itoa(int(stopTimeout/time.Second)))
 	if err != nil {
+		// E.g. a damaged pid file: signal our child directly instead.
 		fmt.Fprintf(c.log, "pgcluster: pg_ctl stop -m %s: %v\n%s", mode, err, out)
-	}
-	select {
-	case <-r.exited:
-	case <-time.After(10 * time.Second):
-		// pg_ctl failed or the pid file vanished early; signal directly.
 		sig := sigFast
 		if mode == "immediate" {
 			sig = sigImmediate
 		}
 		_ = signalProcess(r.cmd.Process.Pid, sig)
-		select {
-		case <-r.exited:
-		case <-time.After(stopTimeout):
-			c.kill(r)
-			return fmt.Errorf("pgcluster: postgres did not stop (%s); killed it\npg_ctl: %v\n%s", mode, err, out)
-		}
+	}
+	select {
+	case <-r.exited:
+	case <-time.After(stopTimeout):
+		c.kill(r)
+		return fmt.Errorf("pgcluster: postgres did not stop (%s); killed it\npg_ctl: %v\n%s", mode, err, out)
 	}
 	fmt.Fprintf(c.log, "pgcluster: stopped (%s) in %v\n", mode, time.Since(t0).Round(time.Millisecond))
 	return nil

@@ -40,14 +40,14 @@ func payloads(n int) [][]byte {
 
 func benchPools() []struct {
 	name string
-	pool *encoderPool
+	pool *pool[*zstd.Encoder]
 } {
 	return []struct {
 		name string
-		pool *encoderPool
+		pool *pool[*zstd.Encoder]
 	}{
-		{"fastest", &encoders},
-		{"default", &encoderPool{level: zstd.SpeedDefault}},
+		{"fastest", encoders},
+		{"default", newEncoderPool(zstd.SpeedDefault)},
 	}
 }
 
@@ -76,7 +76,7 @@ func BenchmarkPushSegment(b *testing.B) {
 					raw = frame.Append(raw, &frame.Frame{ID: id, TransactionID: txn, Payload: bodies[i]})
 				}
 				leaders = dedup.Leaders(hashes, leaders)
-				blob = p.pool.compress(blob[:0], raw)
+				blob = compress(p.pool, blob[:0], raw)
 			}
 			b.ReportMetric(float64(b.N*benchMsgs)/b.Elapsed().Seconds(), "msgs/s")
 			b.ReportMetric(float64(len(raw))/float64(len(blob)), "ratio")
@@ -87,10 +87,9 @@ func BenchmarkPushSegment(b *testing.B) {
 
 func benchSegment() []byte {
 	var raw []byte
-	for i, p := range payloads(benchMsgs) {
+	for _, p := range payloads(benchMsgs) {
 		id := uuid.Must(uuid.NewV7())
 		raw = frame.Append(raw, &frame.Frame{ID: id, TransactionID: id.String(), Payload: p})
-		_ = i
 	}
 	return raw
 }
@@ -103,7 +102,7 @@ func BenchmarkCompress(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
 			for b.Loop() {
-				blob = p.pool.compress(blob[:0], raw)
+				blob = compress(p.pool, blob[:0], raw)
 			}
 			b.ReportMetric(float64(b.N*benchMsgs)/b.Elapsed().Seconds(), "msgs/s")
 			b.ReportMetric(float64(len(raw))/float64(len(blob)), "ratio")
