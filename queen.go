@@ -268,3 +268,17 @@ func (c *Client) Pool() *pgxpool.Pool { return c.e.pool }
 
 // Schema is the PostgreSQL schema the client uses.
 func (c *Client) Schema() string { return c.e.cfg.Schema }
+
+// Stats are cumulative counters of the push engine.
+type Stats struct {
+	Commits  int64 // push bundle transactions
+	Segments int64 // segments committed (one per partition per bundle)
+	Items    int64 // items flushed
+}
+
+// Stats reports the push engine's counters; Segments far above Commits is the
+// evidence that fusion coalesces partitions into shared commits.
+func (c *Client) Stats() Stats {
+	s := c.e.push.fusion.Stats()
+	return Stats{Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items)}
+}

@@ -86,6 +86,9 @@ func (s *shard[T]) run() {
 		select {
 		case a, ok := <-s.intake():
 			s.arrive(a, ok)
+			s.absorb()
+			if !s.armed { s.timer.Reset(s.e.cfg.Hold); s.armed = true }
+			continue
 		case f := <-s.completions:
 			s.complete(f)
 		case <-s.wake:

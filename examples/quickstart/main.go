@@ -1,0 +1,78 @@
+// Command quickstart shows queen end to end. With QUEEN_DATABASE_URL set it
+// uses that database; otherwise it starts a throwaway PostgreSQL cluster from
+// the locally installed binaries and removes it when done.
+//
+//	go run ./examples/quickstart
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgcluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	url := os.Getenv("QUEEN_DATABASE_URL")
+	if url == "" {
+		fmt.Println("QUEEN_DATABASE_URL is not set: starting a throwaway PostgreSQL cluster")
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			_ = cl.Close()
+			fmt.Println("stopped the throwaway cluster")
+		}()
+		url = cl.URL
+	}
+
+	client, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: "quickstart"})
+	if err != nil {
+		return err
+	}
+	defer client.Close(context.Background())
+	fmt.Println("opened queen; schema migrated")
+
+	orders := client.Queue("orders")
+	if err := orders.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}); err != nil {
+		return err
+	}
+	results, err := orders.Push(ctx, []queen.Item{
+		{Partition: "customer-1", TransactionID: "order-1001", Data: []byte(`{"sku":"tea","qty":2}`)},
+		{Partition: "customer-1", TransactionID: "order-1002", Data: []byte(`{"sku":"cup","qty":1}`)},
+		{Partition: "customer-2", TransactionID: "order-2001", Data: []byte(`{"sku":"pot","qty":1}`)},
+		{Partition: "customer-1", TransactionID: "order-1001", Data: []byte(`{"sku":"tea","qty":2}`)}, // a retry
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		fmt.Printf("push %-10s %-9s partition=%s offset=%d id=%s\n", r.TransactionID, r.Status, r.Partition, r.Offset, r.MessageID)
+	}
+
+	// Pushing the same transaction id again inside the dedup window is
+	// reported as a duplicate of the original.
+	again, err := orders.Push(ctx, []queen.Item{{Partition: "customer-2", TransactionID: "order-2001"}})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("re-push %s: %s of %s\n", again[0].TransactionID, again[0].Status, again[0].MessageID)
+
+	st := client.Stats()
+	fmt.Printf("engine: %d commits, %d segments, %d items\n", st.Commits, st.Segments, st.Items)
+	return nil
+}

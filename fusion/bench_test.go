@@ -1,0 +1,77 @@
+package fusion
+
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// BenchmarkSubmit measures single-item submissions from 1000 goroutines over
+// 100 keys against a flush that costs nothing, i.e. the engine's own cost.
+// open: submitters do not wait for done (bounded only by backpressure).
+// closed: each submitter waits for its done, like a push handler.
+func BenchmarkSubmit(b *testing.B) {
+	const (
+		submitters = 1000
+		nkeys      = 100
+	)
+	keys := make([]Key, nkeys)
+	for i := range keys {
+		keys[i] = keyN(i)
+	}
+	flush := func(context.Context, []*Batch[*item]) error { return nil }
+
+	for _, mode := range []string{"open", "closed"} {
+		b.Run(mode, func(b *testing.B) {
+			e := New(Config{}, flush)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := range submitters {
+				n := b.N / submitters
+				if g < b.N%submitters {
+					n++
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					its := []*item{{src: g}}
+					ctx := context.Background()
+					var pending sync.WaitGroup
+					done := pending.Done
+					if mode == "closed" {
+						signal := make(chan struct{}, 1)
+						done = func() { signal <- struct{}{} }
+						for i := range n {
+							if err := e.Submit(ctx, keys[(g+i)%nkeys], its, done); err != nil {
+								b.Error(err)
+								return
+							}
+							<-signal
+						}
+						return
+					}
+					pending.Add(n)
+					for i := range n {
+						if err := e.Submit(ctx, keys[(g+i)%nkeys], its, done); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					pending.Wait()
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			st := e.Stats()
+			if err := e.Close(context.Background(), nil); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "items/s")
+			if st.Bundles > 0 {
+				b.ReportMetric(float64(st.Segments)/float64(st.Bundles), "segments/bundle")
+				b.ReportMetric(float64(st.Items)/float64(st.Segments), "items/segment")
+			}
+		})
+	}
+}
