@@ -110,8 +110,12 @@ type Engine[T comparable] struct {
 	flush  FlushFunc[T]
 	shards []*shard[T]
 
-	closing    chan struct{} // closed when Close begins
-	abandoning chan struct{} // closed when a Close context ends first
+	// closing is closed when Close begins, releasing blocked submitters.
+	// Shards learn of it, and of abandon, from the flags and a wake, which
+	// keeps two channels out of their hot select.
+	closing    chan struct{}
+	stopping   atomic.Bool
+	abandoning atomic.Bool
 
 	closeOnce   sync.Once
 	abandonOnce sync.Once
@@ -124,10 +128,9 @@ type Engine[T comparable] struct {
 // Batch.Retry entries are matched to Items (with ==).
 func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
 	e := &Engine[T]{
-		cfg:        cfg.withDefaults(),
-		flush:      flush,
-		closing:    make(chan struct{}),
-		abandoning: make(chan struct{}),
+		cfg:     cfg.withDefaults(),
+		flush:   flush,
+		closing: make(chan struct{}),
 	}
 	e.shards = make([]*shard[T], e.cfg.Shards)
 	for i := range e.shards {
@@ -214,7 +217,10 @@ func (e *Engine[T]) Close(ctx context.Context, abandon func(bundle []*Batch[T]))
 		case <-s.exited:
 		case <-ctx.Done():
 			err = ctx.Err()
-			e.abandonOnce.Do(func() { close(e.abandoning) })
+			e.abandonOnce.Do(func() {
+				e.abandoning.Store(true)
+				e.wakeAll()
+			})
 			<-s.exited
 		}
 	}
@@ -223,12 +229,22 @@ func (e *Engine[T]) Close(ctx context.Context, abandon func(bundle []*Batch[T]))
 }
 
 func (e *Engine[T]) stopIntake() {
+	e.stopping.Store(true)
 	close(e.closing)
 	for _, s := range e.shards {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
 		close(s.in)
+	}
+	e.wakeAll()
+}
+
+// wakeAll makes every shard look at the engine's flags. A wake already
+// pending is as good as a new one, since the flags were set before.
+func (e *Engine[T]) wakeAll() {
+	for _, s := range e.shards {
+		s.poke()
 	}
 }
 
@@ -298,10 +314,12 @@ func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
 	cancel()
 	e.cfg.Limiter.Release(rtt, err != nil)
 
+	// Count before settling, so Stats include a commit by the time its
+	// submissions are done.
 	var items, retried int
 	for _, ks := range f.keys {
 		items += len(ks.batch.Items)
-		retried += ks.settle()
+		retried += len(ks.batch.Retry)
 	}
 	s.bundles.Add(1)
 	s.segments.Add(uint64(len(f.keys)))
@@ -312,15 +330,15 @@ func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
 	if err != nil {
 		s.failed.Add(1)
 	}
+	for _, ks := range f.keys {
+		ks.settle()
+	}
 
 	s.completions <- f
 	// The permit just released may be the one another shard was refused.
 	for _, o := range e.shards {
 		if o != s && o.starved.Load() {
-			select {
-			case o.wake <- struct{}{}:
-			default:
-			}
+			o.poke()
 		}
 	}
 }

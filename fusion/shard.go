@@ -78,26 +78,28 @@ func newShard[T comparable](e *Engine[T]) *shard[T] {
 func (s *shard[T]) run() {
 	defer close(s.exited)
 	defer s.timer.Stop()
-	closing, abandoning := s.e.closing, s.e.abandoning
 	for {
 		if s.intakeClosed && s.inflight == 0 && (s.readyLen() == 0 || s.abandoning) {
 			return
 		}
+		var tick <-chan time.Time
+		if s.armed {
+			tick = s.timer.C
+		}
 		select {
 		case a, ok := <-s.intake():
 			s.arrive(a, ok)
-			s.absorb()
-			if !s.armed { s.timer.Reset(s.e.cfg.Hold); s.armed = true }
-			continue
 		case f := <-s.completions:
 			s.complete(f)
 		case <-s.wake:
-		case <-s.timer.C:
+		case <-tick:
 			s.armed = false
-		case <-closing:
-			s.closing, closing = true, nil
-		case <-abandoning:
-			s.abandoning, abandoning = true, nil
+		}
+		if !s.closing && s.e.stopping.Load() {
+			s.closing = true
+		}
+		if !s.abandoning && s.e.abandoning.Load() {
+			s.abandoning = true
 		}
 		s.absorb()
 		s.dispatch()
@@ -200,14 +202,14 @@ func (s *shard[T]) dispatch() {
 
 // settle runs on the flight goroutine after the flush returned: it resolves
 // every item not in Retry and records which submissions the retried items
-// belong to. It returns the number of retried items.
-func (ks *keyState[T]) settle() int {
+// belong to.
+func (ks *keyState[T]) settle() {
 	items, retry := ks.batch.Items, ks.batch.Retry
 	if len(retry) == 0 {
 		for _, r := range ks.flightRuns {
 			r.sub.resolve(r.n)
 		}
-		return 0
+		return
 	}
 	i, j := 0, 0
 	for _, r := range ks.flightRuns {
@@ -229,7 +231,6 @@ func (ks *keyState[T]) settle() int {
 	if j < len(retry) {
 		panic(fmt.Sprintf("fusion: Batch.Retry of %v is not a subsequence of its Items", ks.key))
 	}
-	return len(retry)
 }
 
 // complete takes a flight back: its keys may flush again, retried items
@@ -275,6 +276,14 @@ func (s *shard[T]) complete(f *flight[T]) {
 	clear(f.bundle)
 	f.keys, f.bundle = f.keys[:0], f.bundle[:0]
 	s.freeFlights = append(s.freeFlights, f)
+}
+
+// poke wakes the shard without waiting.
+func (s *shard[T]) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (s *shard[T]) readyLen() int { return len(s.ready) - s.readyHead }

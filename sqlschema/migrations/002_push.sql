@@ -69,22 +69,28 @@ BEGIN
         END IF;
     END IF;
 
-    -- The CASE quantizes last_write_at so the update stays HOT.
-    UPDATE {{schema}}.partitions SET
-        last_offset   = last_offset + p_count,
-        last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
-                             THEN p_now ELSE last_write_at END
-    WHERE id = p_pid
-    RETURNING last_offset INTO v_last;
+    -- One statement allocates and writes both rows. The CASE quantizes
+    -- last_write_at so the allocator update stays HOT. The hash row is
+    -- always written: ack by transaction id resolves through it.
+    WITH u AS (
+        UPDATE {{schema}}.partitions SET
+            last_offset   = last_offset + p_count,
+            last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
+                                 THEN p_now ELSE last_write_at END
+        WHERE id = p_pid
+        RETURNING last_offset
+    ), s AS (
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_blob FROM u
+    ), t AS (
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_hashes FROM u
+    )
+    SELECT u.last_offset INTO v_last FROM u;
 
     r.status := 0;
     r.base_offset := v_last - p_count + 1;
     r.created_at := p_now;
-    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob)
-    VALUES (p_pid, r.base_offset, v_last, p_now, p_blob);
-    -- Always written: ack by transaction id resolves through it.
-    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-    VALUES (p_pid, r.base_offset, v_last, p_now, p_hashes);
     RETURN r;
 END
 $$;
@@ -172,11 +178,13 @@ BEGIN
         v_res[i] := r;
     END LOOP;
 
-    -- Completeness guard: exactly one result per input.
-    IF (SELECT count(*) FROM unnest(v_res) AS x WHERE x.ord IS NOT NULL) <> n THEN
-        RAISE EXCEPTION 'queen: push_bundle produced an incomplete result';
-    END IF;
-    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+    -- Completeness guard: exactly one result per input, in input order.
+    FOR i IN 1 .. n LOOP
+        IF v_res[i].ord IS DISTINCT FROM i THEN
+            RAISE EXCEPTION 'queen: push_bundle has no result for segment %', i;
+        END IF;
+        RETURN NEXT v_res[i];
+    END LOOP;
 END
 $$;
 

@@ -1,0 +1,233 @@
+// Command pushbench measures queen's push path and prints msgs/s and latency
+// percentiles next to a single-row INSERT baseline measured in the same run.
+//
+// It starts its own PostgreSQL (fsync on) unless QUEEN_DATABASE_URL is set.
+//
+//	go run ./examples/pushbench                 # every scenario, 10s each
+//	go run ./examples/pushbench -d 3s -only single
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgcluster"
+)
+
+var (
+	dur   = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
+	only  = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert (default all)")
+	fsync = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
+	idleN = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func want(s string) bool {
+	return *only == "" || slices.Contains(strings.Split(*only, ","), s)
+}
+
+func run() error {
+	ctx := context.Background()
+	url := os.Getenv("QUEEN_DATABASE_URL")
+	if url == "" {
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: *fsync, Settings: map[string]string{
+			"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "30min",
+		}})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		url = cl.URL
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 80
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var fs string
+	_ = pool.QueryRow(ctx, "SHOW fsync").Scan(&fs)
+	fmt.Printf("machine: %d CPUs, %s; PostgreSQL fsync=%s\n", runtime.NumCPU(), runtime.GOARCH, fs)
+	fmt.Printf("%-44s %12s %10s %10s\n", "scenario", "msgs/s", "p50", "p99")
+
+	client, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: "pushbench"})
+	if err != nil {
+		return err
+	}
+	defer client.Close(ctx)
+	payload := []byte(`{"event":"order.created","id":123456,"customer":"c-000042","items":[{"sku":"tea-01","qty":2},{"sku":"cup-07","qty":1}],"note":"leave at the door"}`)
+	for len(payload) < 200 {
+		payload = append(payload, ' ')
+	}
+
+	var insertP50 time.Duration
+	if want("insert") || want("idle") {
+		if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS pushbench_rows (id bigserial, data bytea)"); err != nil {
+			return err
+		}
+		lat := make([]time.Duration, 0, *idleN)
+		for range *idleN {
+			t := time.Now()
+			if _, err := pool.Exec(ctx, "INSERT INTO pushbench_rows (data) VALUES ($1)", payload); err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(t))
+		}
+		insertP50 = pct(lat, 50)
+		report("baseline: single-row INSERT commit, 1 client", float64(len(lat))/sum(lat).Seconds(), lat)
+	}
+	if want("idle") {
+		q := client.Queue("idle")
+		lat := make([]time.Duration, 0, *idleN)
+		for range *idleN {
+			t := time.Now()
+			if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(t))
+		}
+		report("idle: one push at a time", float64(len(lat))/sum(lat).Seconds(), lat)
+		fmt.Printf("  idle push p50 / INSERT commit p50 = %.2f\n", float64(pct(lat, 50))/float64(insertP50))
+	}
+	if want("insert") {
+		rate, lat, err := load(64, func(_ int, _ int) error {
+			_, err := pool.Exec(ctx, "INSERT INTO pushbench_rows (data) VALUES ($1)", payload)
+			return err
+		}, 1)
+		if err != nil {
+			return err
+		}
+		report("baseline: single-row INSERT commits, 64 conns", rate, lat)
+	}
+	if want("single") {
+		q := client.Queue("single")
+		before := client.Stats()
+		rate, lat, err := load(1000, func(g, i int) error {
+			_, err := q.Push(ctx, []queen.Item{{Data: payload, Partition: partName((g + i) % 100)}})
+			return err
+		}, 1)
+		if err != nil {
+			return err
+		}
+		report("single-item pushes, 1000 goroutines, 100 parts", rate, lat)
+		printStats(before, client.Stats())
+	}
+	if want("batch") {
+		q := client.Queue("batch")
+		before := client.Stats()
+		var pool sync.Pool
+		rate, lat, err := load(8, func(g, i int) error {
+			items, _ := pool.Get().([]queen.Item)
+			if items == nil {
+				items = make([]queen.Item, 1000)
+			}
+			part := partName(rand.IntN(100))
+			for k := range items {
+				items[k] = queen.Item{Data: payload, Partition: part}
+			}
+			_, err := q.Push(ctx, items)
+			pool.Put(items)
+			return err
+		}, 1000)
+		if err != nil {
+			return err
+		}
+		report("1000-item pushes (200 B), 8 goroutines", rate, lat)
+		printStats(before, client.Stats())
+	}
+	return nil
+}
+
+func partName(i int) string { return fmt.Sprintf("p%03d", i) }
+
+// load runs fn from n goroutines for the configured duration and returns
+// messages per second (each call counts per messages) and call latencies.
+func load(n int, fn func(g, i int) error, per int) (float64, []time.Duration, error) {
+	var (
+		stop  atomic.Bool
+		mu    sync.Mutex
+		all   []time.Duration
+		first error
+		wg    sync.WaitGroup
+		calls atomic.Int64
+	)
+	start := time.Now()
+	for g := range n {
+		wg.Go(func() {
+			var lat []time.Duration
+			for i := 0; !stop.Load(); i++ {
+				t := time.Now()
+				if err := fn(g, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(t))
+				calls.Add(1)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	time.Sleep(*dur)
+	stop.Store(true)
+	wg.Wait()
+	el := time.Since(start)
+	return float64(calls.Load()*int64(per)) / el.Seconds(), all, first
+}
+
+func printStats(a, b queen.Stats) {
+	c, s, n := b.Commits-a.Commits, b.Segments-a.Segments, b.Items-a.Items
+	if c == 0 {
+		return
+	}
+	fmt.Printf("  commits %d, segments/commit %.1f, items/commit %.0f\n", c, float64(s)/float64(c), float64(n)/float64(c))
+}
+
+func report(name string, rate float64, lat []time.Duration) {
+	fmt.Printf("%-44s %12.0f %10s %10s\n", name, rate, pct(lat, 50).Round(time.Microsecond), pct(lat, 99).Round(time.Microsecond))
+}
+
+func pct(lat []time.Duration, p int) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func sum(lat []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range lat {
+		t += d
+	}
+	return t
+}
