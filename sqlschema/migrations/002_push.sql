@@ -108,12 +108,19 @@ CREATE FUNCTION {{schema}}.push_bundle(
     p_tenants    uuid[],
     p_flags      integer[]
 ) RETURNS SETOF {{schema}}.push_result
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Custom plans would be re-planned on every call (array sizes vary); the
+-- generic plans of these key lookups are the right ones. The setting also
+-- covers push_one, called from here.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     n       integer := coalesce(cardinality(p_queues), 0);
+    v_order integer[] := '{}';
     v_pids  bigint[];
     v_win   bigint[];
     v_enc   boolean[];
+    rec     record;
     v_now   timestamptz;
     v_res   {{schema}}.push_result[];
     r       {{schema}}.push_result;
@@ -152,22 +159,29 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
-    SELECT array_agg(pp.id ORDER BY u.o), array_agg(qq.dedup_window_ms ORDER BY u.o),
-           array_agg(qq.encryption ORDER BY u.o)
-    INTO v_pids, v_win, v_enc
-    FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
-    JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
-    JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p;
-    IF coalesce(cardinality(v_pids), 0) <> n THEN
+    -- Resolve and lock every partition row in one statement, in ascending
+    -- partition id: the global lock order shared with transactions and
+    -- retention.
+    FOR rec IN
+        SELECT u.o, pp.id, qq.dedup_window_ms, qq.encryption
+        FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
+        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
+        JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p
+        ORDER BY pp.id
+        FOR UPDATE OF pp
+    LOOP
+        v_order := v_order || rec.o::integer;
+        v_pids[rec.o] := rec.id;
+        v_win[rec.o] := rec.dedup_window_ms;
+        v_enc[rec.o] := rec.encryption;
+    END LOOP;
+    IF coalesce(cardinality(v_order), 0) <> n THEN
         RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
-            coalesce(cardinality(v_pids), 0), n;
+            coalesce(cardinality(v_order), 0), n;
     END IF;
-
-    -- One set-based pre-lock in ascending partition id: the global lock order.
-    PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_pids) ORDER BY id FOR UPDATE;
     v_now := clock_timestamp();
 
-    FOR i IN SELECT o FROM unnest(v_pids) WITH ORDINALITY AS x(pid, o) ORDER BY pid LOOP
+    FOREACH i IN ARRAY v_order LOOP
         IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
             r := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
         ELSE
