@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -56,3 +57,5 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

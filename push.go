@@ -134,6 +134,9 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	}
 	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
 		return nil, err
 	}
 	if meta.encryption && e.aead == nil {

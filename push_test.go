@@ -486,3 +486,87 @@ func TestPushNotifiesOtherProcesses(t *testing.T) {
 		t.Fatalf("payload %q does not name the queue", n.Payload)
 	}
 }
+
+// slowTracer delays every push bundle, standing in for a slow database.
+type slowTracer struct{ d time.Duration }
+
+func (s slowTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "push_bundle") {
+		time.Sleep(s.d)
+	}
+	return ctx
+}
+func (slowTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A caller that gives up only stops waiting: the shared transaction is not
+// cancelled and commits what it carries.
+func TestPushCancelledCallerStopsWaiting(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = slowTracer{300 * time.Millisecond}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := open(t, func(c *queen.Config) { c.Pool = pool })
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Queue("q").Push(short, []queen.Item{{Data: []byte("late")}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Push: %v, want DeadlineExceeded", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for countRows(t, c, "segments") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned push never committed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close drains what fusion holds: every push that reported Queued is stored,
+// and pushes after Close fail with ErrClosed.
+func TestCloseFlushesPendingPushes(t *testing.T) {
+	ctx := ctxT(t)
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Logger: pgtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 50 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				res, err := c.Queue("q").Push(ctx, []queen.Item{{Partition: fmt.Sprintf("p%d", (g+i)%8)}})
+				if errors.Is(err, queen.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res[0].Status != queen.Queued {
+					t.Errorf("%+v", res[0])
+				}
+				queued.Add(1)
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	var stored int64
+	err = pgtest.Pool(t).QueryRow(ctx, "SELECT coalesce(sum(end_offset - base_offset + 1), 0) FROM "+
+		pgx.Identifier{c.Schema(), "segments"}.Sanitize()).Scan(&stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored != queued.Load() || stored == 0 {
+		t.Fatalf("stored %d messages, %d pushes reported Queued", stored, queued.Load())
+	}
+}

@@ -36,6 +36,10 @@ import (
 // test against instead of a throwaway cluster.
 const EnvURL = "QUEEN_TEST_DATABASE_URL"
 
+// EnvFsync set to "on" starts the shared cluster with fsync on, as the
+// benchmarks need; ordinary test runs leave it off.
+const EnvFsync = "QUEEN_TEST_FSYNC"
+
 const (
 	poolMaxConns = 20
 	startTimeout = 2 * time.Minute
@@ -108,7 +112,8 @@ func sharedURL() (string, error) {
 		// Not the test's context: the cluster outlives the first test.
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
-		shared.cluster, shared.err = pgcluster.Start(ctx, pgcluster.Options{})
+		// Benchmarks want the durability cost real: QUEEN_TEST_FSYNC=on.
+		shared.cluster, shared.err = pgcluster.Start(ctx, pgcluster.Options{Fsync: os.Getenv(EnvFsync) == "on"})
 		if shared.err == nil {
 			shared.url = shared.cluster.URL
 		}

@@ -1,0 +1,84 @@
+package queen_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/e03140bc/queen"
+)
+
+// Push benchmarks. They run on the shared test cluster, which has fsync off
+// unless QUEEN_TEST_FSYNC=on:
+//
+//	QUEEN_TEST_FSYNC=on go test -run x -bench Push -benchtime 5s .
+//
+// examples/pushbench prints the same scenarios with latency percentiles and
+// a single-row INSERT baseline from the same run.
+
+var benchPayload = func() []byte {
+	p := []byte(`{"event":"order.created","id":123456,"customer":"c-000042","items":[{"sku":"tea-01","qty":2}],"note":"leave it at the door"}`)
+	for len(p) < 200 {
+		p = append(p, ' ')
+	}
+	return p
+}()
+
+func reportRate(b *testing.B, msgs int) {
+	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// One push at a time: the latency of an idle push (one round trip).
+func BenchmarkPushIdle(b *testing.B) {
+	q := open(b).Queue("idle")
+	ctx := context.Background()
+	items := []queen.Item{{Data: benchPayload}}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := q.Push(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, b.N)
+}
+
+// Single-item pushes from 1000 goroutines over 100 partitions.
+func BenchmarkPushSingle1000Goroutines(b *testing.B) {
+	q := open(b).Queue("single")
+	ctx := context.Background()
+	b.SetParallelism(1000 / max(1, runtimeProcs()))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			items := []queen.Item{{Data: benchPayload, Partition: fmt.Sprintf("p%d", rand.IntN(100))}}
+			if _, err := q.Push(ctx, items); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportRate(b, b.N)
+}
+
+// 1000-item pushes of 200-byte payloads from 8 goroutines.
+func BenchmarkPushBatch1000Items8Goroutines(b *testing.B) {
+	q := open(b).Queue("batch")
+	ctx := context.Background()
+	b.SetParallelism(8 / max(1, runtimeProcs()))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		items := make([]queen.Item, 1000)
+		for pb.Next() {
+			part := fmt.Sprintf("p%d", rand.IntN(100))
+			for i := range items {
+				items[i] = queen.Item{Data: benchPayload, Partition: part}
+			}
+			if _, err := q.Push(ctx, items); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportRate(b, b.N*1000)
+}
