@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,8 @@ var (
 	only  = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert (default all)")
 	fsync = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
 	idleN = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario")
+	conns = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
+	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the push scenarios to this file")
 )
 
 func main() {
@@ -73,7 +76,18 @@ func run() error {
 	fmt.Printf("machine: %d CPUs, %s; PostgreSQL fsync=%s\n", runtime.NumCPU(), runtime.GOARCH, fs)
 	fmt.Printf("%-44s %12s %10s %10s\n", "scenario", "msgs/s", "p50", "p99")
 
-	client, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: "pushbench"})
+	qcfg := queen.Config{DatabaseURL: url, Schema: "pushbench"}
+	if *conns > 0 {
+		qpcfg, _ := pgxpool.ParseConfig(url)
+		qpcfg.MaxConns = int32(*conns)
+		qpool, err := pgxpool.NewWithConfig(ctx, qpcfg)
+		if err != nil {
+			return err
+		}
+		defer qpool.Close()
+		qcfg = queen.Config{Pool: qpool, Schema: "pushbench"}
+	}
+	client, err := queen.Open(ctx, qcfg)
 	if err != nil {
 		return err
 	}
@@ -121,6 +135,17 @@ func run() error {
 			return err
 		}
 		report("baseline: single-row INSERT commits, 64 conns", rate, lat)
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if want("single") {
 		q := client.Queue("single")
