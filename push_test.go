@@ -570,3 +570,66 @@ func TestCloseFlushesPendingPushes(t *testing.T) {
 		t.Fatalf("stored %d messages, %d pushes reported Queued", stored, queued.Load())
 	}
 }
+
+// Layer-2 dedup: pushes from different calls that meet in one flush are
+// deduplicated on their hashes even without a dedup window; followers report
+// the leader's id. The first push holds the partition in flight (a slow
+// bundle) so the next five accumulate into one segment.
+func TestPushLayer2AcrossCallsInOneFlush(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = slowTracer{200 * time.Millisecond}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := open(t, func(c *queen.Config) { c.Pool = pool })
+	q := c.Queue("q")
+	push(t, q, queen.Item{}) // creates the queue; caches its options
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		if _, err := q.Push(ctx, []queen.Item{{TransactionID: "holder"}}); err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // "holder" is in flight now
+	res := make([]queen.PushResult, 5)
+	var wg sync.WaitGroup
+	for i := range res {
+		wg.Go(func() {
+			r, err := q.Push(ctx, []queen.Item{{TransactionID: "same", Data: []byte{byte(i)}}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res[i] = r[0]
+		})
+	}
+	wg.Wait()
+	<-first
+	var leader *queen.PushResult
+	for i := range res {
+		if res[i].Status == queen.Queued {
+			if leader != nil {
+				t.Fatalf("two Queued: %+v", res)
+			}
+			leader = &res[i]
+		}
+	}
+	if leader == nil {
+		t.Fatalf("none Queued: %+v", res)
+	}
+	for _, r := range res {
+		if r.Status == queen.Duplicate && r.MessageID != leader.MessageID {
+			t.Fatalf("follower %+v does not carry the leader's id %s", r, leader.MessageID)
+		}
+	}
+	if n := len(storedFrames(t, c, "Default")); n != 3 {
+		t.Fatalf("stored %d frames, want 3 (first, holder, one of five)", n)
+	}
+}
