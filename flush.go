@@ -2,11 +2,13 @@ package queen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen/alloc"
 	"github.com/e03140bc/queen/dedup"
@@ -92,6 +94,11 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) e
 	start := time.Now()
 	var err error
 	s.verdicts, err = s.bundle.Push(ctx, e.pool, e.sql.PushBundle, s.verdicts)
+	if isCode(err, codePartitionGone) {
+		// Maintenance purged an idle partition between the bundle's
+		// provisioning and its lock; provisioning recreates it.
+		s.verdicts, err = s.bundle.Push(ctx, e.pool, e.sql.PushBundle, s.verdicts)
+	}
 	e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
 	if err != nil {
 		err = fmt.Errorf("queen: push bundle: %w", err)
@@ -251,6 +258,15 @@ func (it *pushItem) resolve(r PushResult) {
 
 func resolveFailed(it *pushItem, err error) {
 	it.resolve(PushResult{Status: Failed, MessageID: it.id, Offset: -1, Err: err})
+}
+
+// codePartitionGone is push_bundle's SQLSTATE for a partition that vanished
+// between provisioning and locking.
+const codePartitionGone = "QN001"
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 func countItems(bundle []*fusion.Batch[*pushItem]) int {

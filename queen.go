@@ -58,6 +58,9 @@ type Config struct {
 	// Tenant is the default tenant of this client's queues. Defaults to
 	// DefaultTenant (the nil UUID).
 	Tenant uuid.UUID
+	// Maintenance tunes retention and purging. The zero value means the
+	// defaults.
+	Maintenance MaintenanceConfig
 }
 
 // FusionConfig tunes the fusion engine. Each zero field takes the value of
@@ -112,6 +115,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Tenant == uuid.Nil {
 		c.Tenant = DefaultTenant
 	}
+	c.Maintenance = c.Maintenance.withDefaults()
 	f := &c.Fusion
 	f.Shards = envDefault(f.Shards, "QUEEN_V2_FUSION_SHARDS", 8)
 	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 16)
@@ -167,6 +171,14 @@ type engine struct {
 	push  *pusher
 	wake  *wakeHub
 	meter *meters
+	maint *maintainer
+
+	// The consumption side: its statements, the lease owner this client
+	// writes, and the LISTEN loop that wakes parked pops for other
+	// processes' pushes.
+	csql   *stmt.Consume
+	owner  string
+	listen *listener
 }
 
 // Open connects, applies the embedded migrations and starts the engine.
@@ -204,6 +216,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	e.sql = stmt.New(cfg.Schema)
+	e.csql = stmt.NewConsume(cfg.Schema)
+	e.owner = newOwner()
 	if e.aead, err = newAEAD(cfg.EncryptionKey); err != nil {
 		return fail(err)
 	}
@@ -214,6 +228,13 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wake = newWakeHub(e)
 	e.push = newPusher(e)
+	if e.maint, err = newMaintainer(e, cfg.Maintenance); err != nil {
+		e.push.close(ctx)
+		e.wake.close()
+		e.cancel()
+		return fail(err)
+	}
+	e.listen = startListener(e)
 	return &Client{e: e, tenant: cfg.Tenant}, nil
 }
 
@@ -248,6 +269,8 @@ func (c *Client) Close(ctx context.Context) error {
 	// pool), then background loops, then the pool.
 	err := e.push.close(ctx)
 	e.wake.close()
+	e.maint.close()
+	e.listen.close()
 	e.cancel()
 	if e.ownPool {
 		e.pool.Close()

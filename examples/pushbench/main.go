@@ -29,11 +29,11 @@ import (
 )
 
 var (
-	dur   = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only  = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert (default all)")
-	fsync = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
-	idleN = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario")
-	conns = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
+	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert (default all)")
+	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
+	idleN   = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario")
+	conns   = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the push scenarios to this file")
 )
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/zeebo/xxh3"
 )
 
 // Set is every statement, rendered for one schema.
@@ -30,6 +31,18 @@ type Set struct {
 	Notify string
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
+
+	// Maintenance: candidates in id order after $1, at most $2.
+	RetentionCandidates string
+	TxnsCandidates      string
+	// IdleCandidates: partitions written before now - $1 ms, at most $2.
+	IdleCandidates string
+	RetentionStep  string // ($1 pid, $2 max segments)
+	PurgeTxnsStep  string // ($1 pid, $2 keep ms, $3 max rows)
+	PurgePartition string // ($1 pid, $2 idle ms)
+	LagByGroup     string
+	// MaintenanceLockKey is the advisory lock that elects one maintainer.
+	MaintenanceLockKey int64
 }
 
 // New renders the statements for schema, which must already be validated.
@@ -55,5 +68,18 @@ s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),
 t AS (DELETE FROM {{s}}.txns WHERE partition_id IN (SELECT id FROM p))
 SELECT count(*) FROM q`)
 	s.Notify = `SELECT pg_notify($1, $2)`
+	s.RetentionCandidates = r.Replace(`SELECT p.id FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
+WHERE (q.retention_ms > 0 OR q.completed_retention_ms > 0) AND p.id > $1 ORDER BY p.id LIMIT $2`)
+	s.TxnsCandidates = r.Replace(`SELECT p.id, q.dedup_window_ms, q.lease_time_ms FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
+WHERE p.id > $1 AND p.txns_start <= p.last_offset ORDER BY p.id LIMIT $2`)
+	s.IdleCandidates = r.Replace(`SELECT p.id FROM {{s}}.queues q CROSS JOIN LATERAL (
+    SELECT id FROM {{s}}.partitions p WHERE p.queue_id = q.id
+    AND p.last_write_at < clock_timestamp() - $1 * interval '1 millisecond' LIMIT $2) p LIMIT $2`)
+	s.RetentionStep = r.Replace(`SELECT {{s}}.retention_step($1, $2)`)
+	s.PurgeTxnsStep = r.Replace(`SELECT {{s}}.purge_txns_step($1, $2, $3)`)
+	s.PurgePartition = r.Replace(`SELECT {{s}}.purge_partition($1, $2)`)
+	s.LagByGroup = r.Replace(`SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
+FROM {{s}}.consumer_lag GROUP BY tenant, queue, group_name`)
+	s.MaintenanceLockKey = int64(xxh3.HashString("queen:maintenance:" + schema))
 	return s
 }

@@ -176,8 +176,10 @@ BEGIN
         v_enc[rec.o] := rec.encryption;
     END LOOP;
     IF coalesce(cardinality(v_order), 0) <> n THEN
+        -- A partition purged between provisioning and the lock: the client
+        -- retries the bundle once on this code.
         RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
-            coalesce(cardinality(v_order), 0), n;
+            coalesce(cardinality(v_order), 0), n USING ERRCODE = 'QN001';
     END IF;
     v_now := clock_timestamp();
 

@@ -1,0 +1,330 @@
+package queen
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+)
+
+// Sentinel errors of the ack path, matched with errors.Is.
+var (
+	// ErrAlreadyAcked reports an ack (or Fail, Retry, DeadLetter) of a
+	// message the cursor has already passed: acked by this or another
+	// consumer, dead-lettered, or auto-acked. Nothing changed; treat it as
+	// success when acking twice is harmless.
+	ErrAlreadyAcked = errors.New("queen: already acked")
+	// ErrAckSkipped is AckBatch's verdict for a request behind an earlier
+	// failure, retry or dead letter of the same lease: the cursor stopped
+	// below it and it will be redelivered.
+	ErrAckSkipped = errors.New("queen: ack skipped after an earlier failure in the batch")
+	// ErrUnknownMessage means the message's partition or group no longer
+	// exists (the queue was deleted) or the message never came from Pop.
+	ErrUnknownMessage = errors.New("queen: unknown message")
+)
+
+// AckStatus is the outcome a consumer reports for one message.
+type AckStatus int
+
+// Ack outcomes, in AckRequest.Status.
+const (
+	// AckSuccess commits the cursor through the message.
+	AckSuccess AckStatus = iota
+	// AckFail charges the retry budget and redelivers from the message
+	// (dead-letters or drops it when the budget is spent).
+	AckFail
+	// AckRetry redelivers from the message without charging.
+	AckRetry
+	// AckDeadLetter moves the message to the dead-letter store at once.
+	AckDeadLetter
+)
+
+// AckRequest is one message's outcome in AckBatch.
+type AckRequest struct {
+	Message *Message
+	Status  AckStatus // defaults to AckSuccess
+	Reason  error     // recorded with a dead letter; optional
+}
+
+// settle actions, as settle() in migration 003 numbers them.
+const (
+	actNone       int16 = 0
+	actFail       int16 = 1
+	actRetry      int16 = 2
+	actDeadLetter int16 = 3
+)
+
+// settle() verdict statuses.
+const (
+	stApplied     = 0
+	stBelowCursor = 1
+	stLeaseLost   = 2
+	stDeadLetter  = 3
+	stDropped     = 4
+	stUnknown     = 5
+)
+
+// settleOp is one lease's settlement: commit through ok, then act on act.
+type settleOp struct {
+	m       *Message // any message of the lease: partition, group, lease
+	ok      int64
+	act     int16
+	actMsg  *Message // the acted-on message; nil with actNone
+	release bool
+	reason  string
+}
+
+// settle runs one settle() call for ops and returns each op's status.
+func (e *engine) settle(ctx context.Context, ops []settleOp) ([]int16, error) {
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	n := len(ops)
+	var (
+		pids     = make([]int64, n)
+		groups   = make([]string, n)
+		leases   = make([]uuid.UUID, n)
+		oks      = make([]int64, n)
+		acts     = make([]int16, n)
+		actOffs  = make([]int64, n)
+		releases = make([]bool, n)
+		reasons  = make([]string, n)
+		dlIDs    = make([]uuid.UUID, n)
+		dlTxns   = make([]string, n)
+		dlFlags  = make([]int32, n)
+		dlPay    = make([][]byte, n)
+		dlAt     = make([]time.Time, n)
+	)
+	for i, op := range ops {
+		pids[i], groups[i], leases[i] = op.m.pid, op.m.Group, op.m.lease
+		oks[i], acts[i], actOffs[i], releases[i], reasons[i] = op.ok, op.act, -1, op.release, op.reason
+		if a := op.actMsg; a != nil {
+			actOffs[i] = a.Offset
+			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
+		}
+	}
+	// Like the claim, a settle must not be torn by a caller giving up: pgx
+	// would kill the connection and the outcome would be unknown.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := e.pool.Query(qctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt)
+	if err != nil {
+		return nil, fmt.Errorf("queen: settle: %w", err)
+	}
+	defer rows.Close()
+	out := make([]int16, 0, n)
+	for rows.Next() {
+		var ord int32
+		var st int16
+		var committed *int64
+		if err := rows.Scan(&ord, &st, &committed); err != nil {
+			return nil, fmt.Errorf("queen: settle: %w", err)
+		}
+		if int(ord) != len(out)+1 {
+			return nil, fmt.Errorf("queen: settle: result %d out of order", ord)
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queen: settle: %w", err)
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("queen: settle: %d results for %d inputs", len(out), n)
+	}
+	return out, nil
+}
+
+func statusErr(st int16) error {
+	switch st {
+	case stApplied, stDeadLetter, stDropped:
+		return nil
+	case stBelowCursor:
+		return ErrAlreadyAcked
+	case stLeaseLost:
+		return ErrLeaseLost
+	case stUnknown:
+		return ErrUnknownMessage
+	default:
+		return fmt.Errorf("queen: settle: unexpected status %d", st)
+	}
+}
+
+func (m *Message) settleOne(ctx context.Context, op settleOp) error {
+	if m == nil || m.q == nil {
+		return ErrUnknownMessage
+	}
+	st, err := m.q.c.e.settle(ctx, []settleOp{op})
+	if err != nil {
+		return err
+	}
+	return statusErr(st[0])
+}
+
+func reasonText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Ack marks the message done and commits its partition's cursor through it:
+// earlier unacked messages of the same lease complete with it. The lease
+// ends once its last message is acked. It returns ErrAlreadyAcked when the
+// cursor is already past the message (nothing changed) and ErrLeaseLost when
+// the lease expired or was taken over (the message may be redelivered).
+func (m *Message) Ack(ctx context.Context) error {
+	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
+}
+
+// Fail reports a failed attempt. Earlier messages of the lease complete, the
+// lease is released, and delivery resumes at this message, charging one
+// attempt against the queue's RetryLimit. The failure that spends the
+// budget moves the message to the dead-letter store (if the queue keeps
+// dead letters, else drops it) and the cursor past it. Errors are as for Ack.
+func (m *Message) Fail(ctx context.Context, reason error) error {
+	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
+}
+
+// Retry releases the lease so delivery resumes at this message at once,
+// without charging the retry budget. Earlier messages of the lease
+// complete. Errors are as for Ack.
+func (m *Message) Retry(ctx context.Context) error {
+	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actRetry, actMsg: m})
+}
+
+// DeadLetter moves the message to the dead-letter store at once (whatever
+// the queue's DeadLetter setting) and commits the cursor through it; the
+// rest of the lease stays owned. Errors are as for Ack.
+func (m *Message) DeadLetter(ctx context.Context, reason error) error {
+	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reason)})
+}
+
+// ExtendLease renews the message's lease (which covers its whole batch in
+// this partition) to end d from now. It returns ErrLeaseLost when the lease
+// already ended; d must be positive.
+func (m *Message) ExtendLease(ctx context.Context, d time.Duration) error {
+	if m == nil || m.q == nil {
+		return ErrUnknownMessage
+	}
+	if d <= 0 {
+		return fmt.Errorf("queen: ExtendLease: duration %s must be positive", d)
+	}
+	if m.lease == uuid.Nil {
+		return ErrLeaseLost
+	}
+	exp, err := m.q.c.e.extend(ctx, m, d)
+	if err != nil {
+		return err
+	}
+	m.LeaseExpiresAt = exp
+	return nil
+}
+
+// extend renews m's lease without touching m, so a renewer can run beside
+// a handler that reads the message.
+func (e *engine) extend(ctx context.Context, m *Message, d time.Duration) (time.Time, error) {
+	if e.isClosed() {
+		return time.Time{}, ErrClosed
+	}
+	var exp time.Time
+	err := e.pool.QueryRow(ctx, e.csql.Extend, m.pid, m.Group, m.lease, max(d.Milliseconds(), 1)).Scan(&exp)
+	if err != nil {
+		if isNoRows(err) {
+			return exp, ErrLeaseLost
+		}
+		return exp, fmt.Errorf("queen: extend lease: %w", err)
+	}
+	return exp, nil
+}
+
+// AckBatch settles many messages in one transaction and returns one error
+// per request, in input order (nil: applied). Requests are grouped by lease
+// and taken in offset order; within a lease the cursor is committed through
+// the last success before the first non-success, which is then applied (see
+// Fail, Retry, DeadLetter), and the lease is released so every later request
+// of that lease gets ErrAckSkipped and its message is redelivered. The
+// second result is for the call as a whole.
+func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	errs := make([]error, len(reqs))
+	type leaseKey struct {
+		pid   int64
+		group string
+		lease uuid.UUID
+	}
+	byLease := map[leaseKey][]int{}
+	var order []leaseKey
+	for i, r := range reqs {
+		m := r.Message
+		if m == nil || m.q == nil {
+			errs[i] = ErrUnknownMessage
+			continue
+		}
+		if r.Status < AckSuccess || r.Status > AckDeadLetter {
+			errs[i] = fmt.Errorf("queen: AckBatch: request %d: unknown status %d", i, r.Status)
+			continue
+		}
+		k := leaseKey{m.pid, m.Group, m.lease}
+		if _, ok := byLease[k]; !ok {
+			order = append(order, k)
+		}
+		byLease[k] = append(byLease[k], i)
+	}
+	var ops []settleOp
+	var members [][]int // per op: the requests that take its verdict
+	for _, k := range order {
+		idx := byLease[k]
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(reqs[a].Message.Offset, reqs[b].Message.Offset) })
+		op := settleOp{m: reqs[idx[0]].Message, ok: -1, act: actNone}
+		var took []int
+		for j, i := range idx {
+			r := reqs[i]
+			if r.Status == AckSuccess {
+				op.ok = r.Message.Offset
+				took = append(took, i)
+				continue
+			}
+			op.actMsg, op.reason = r.Message, reasonText(r.Reason)
+			switch r.Status {
+			case AckFail:
+				op.act = actFail
+			case AckRetry:
+				op.act = actRetry
+			case AckDeadLetter:
+				op.act = actDeadLetter
+			}
+			took = append(took, i)
+			for _, s := range idx[j+1:] {
+				errs[s] = ErrAckSkipped
+			}
+			op.release = j+1 < len(idx)
+			break
+		}
+		ops = append(ops, op)
+		members = append(members, took)
+	}
+	if len(ops) == 0 {
+		return errs, nil
+	}
+	sts, err := e.settle(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	for k, st := range sts {
+		for _, i := range members[k] {
+			errs[i] = statusErr(st)
+		}
+	}
+	return errs, nil
+}
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,338 @@
+package queen_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/e03140bc/queen"
+)
+
+// short lease for expiry tests; pops after it use waitLease.
+const shortLease = time.Second
+
+func waitLease() { time.Sleep(shortLease + 150*time.Millisecond) }
+
+func deadLetters(t testing.TB, q *queen.Queue) []queen.DeadLetter {
+	t.Helper()
+	dl, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dl
+}
+
+// Pop 5, ack only the 5th: the ack commits through it, so nothing comes
+// back after the lease.
+func TestAckCommitsThrough(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: shortLease})
+	pushN(t, q, "", "m", 6)
+	msgs := pop(t, q, queen.PopOptions{Batch: 5})
+	wantData(t, msgs, "m0", "m1", "m2", "m3", "m4")
+	ack(t, msgs[4])
+	waitLease()
+	wantData(t, pop(t, q, queen.PopOptions{Batch: 10}), "m5")
+	// Acks below the cursor are a reported no-op.
+	if err := msgs[1].Ack(ctxT(t)); !errors.Is(err, queen.ErrAlreadyAcked) {
+		t.Fatalf("ack below the cursor = %v, want ErrAlreadyAcked", err)
+	}
+}
+
+// Acking a message in the middle keeps the lease on the rest.
+func TestAckPartialKeepsLease(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 3)
+	msgs := pop(t, q, queen.PopOptions{Batch: 3})
+	ack(t, msgs[0])
+	if got := pop(t, q, queen.PopOptions{Batch: 3}); len(got) != 0 {
+		t.Fatalf("the rest of a partly acked lease was popped again: %q", datas(got))
+	}
+	ack(t, msgs[2])
+	if err := msgs[1].Ack(ctxT(t)); !errors.Is(err, queen.ErrAlreadyAcked) {
+		t.Fatalf("ack of an earlier message after a later one = %v", err)
+	}
+}
+
+// An ack call [ok, fail, ok, ok, ok] stops the cursor below the failure:
+// messages 2..5 are redelivered.
+func TestAckBatchMixed(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5})
+	pushN(t, q, "", "m", 5)
+	msgs := pop(t, q, queen.PopOptions{Batch: 5})
+	reqs := make([]queen.AckRequest, 5)
+	for i, m := range msgs {
+		reqs[i] = queen.AckRequest{Message: m}
+	}
+	reqs[1].Status, reqs[1].Reason = queen.AckFail, errors.New("boom")
+	// Input order must not matter: the batch is taken in offset order.
+	reqs[0], reqs[4] = reqs[4], reqs[0]
+	errs, err := q.AckBatch(ctxT(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{queen.ErrAckSkipped, nil, queen.ErrAckSkipped, queen.ErrAckSkipped, nil}
+	for i := range want {
+		if !errors.Is(errs[i], want[i]) || (want[i] == nil && errs[i] != nil) {
+			t.Fatalf("verdicts %v, want %v", errs, want)
+		}
+	}
+	again := pop(t, q, queen.PopOptions{Batch: 10})
+	wantData(t, again, "m1", "m2", "m3", "m4")
+	if again[0].Attempt != 2 {
+		t.Fatalf("redelivered message has Attempt %d, want 2", again[0].Attempt)
+	}
+	if len(deadLetters(t, q)) != 0 {
+		t.Fatal("a failure under the budget was dead-lettered")
+	}
+}
+
+func TestAckBatchAllOK(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "a", "a", 2)
+	pushN(t, q, "b", "b", 2)
+	msgs := pop(t, q, queen.PopOptions{Batch: 4, Partitions: 2})
+	var reqs []queen.AckRequest
+	for _, m := range msgs {
+		reqs = append(reqs, queen.AckRequest{Message: m})
+	}
+	errs, err := q.AckBatch(ctxT(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("request %d: %v", i, e)
+		}
+	}
+	st, err := q.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Partitions {
+		if len(p.Groups) != 1 || p.Groups[0].Committed != 1 || p.Groups[0].Leased {
+			t.Fatalf("status after ack: %+v", p)
+		}
+	}
+}
+
+// Fail redelivers from the failed message; earlier ones of the lease are done.
+func TestFailRedeliversFromFailed(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 3)
+	msgs := pop(t, q, queen.PopOptions{Batch: 3})
+	if err := msgs[1].Fail(ctxT(t), errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgs[2].Ack(ctxT(t)); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("ack after the lease was released = %v, want ErrLeaseLost", err)
+	}
+	again := pop(t, q, queen.PopOptions{Batch: 3})
+	wantData(t, again, "m1", "m2")
+	if again[0].Attempt != 2 {
+		t.Fatalf("Attempt = %d, want 2", again[0].Attempt)
+	}
+}
+
+// Six retries charge nothing: no dead letter, and the message still comes.
+func TestRetryDoesNotCharge(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true})
+	pushN(t, q, "", "m", 2)
+	for i := 0; i < 6; i++ {
+		msgs := pop(t, q, queen.PopOptions{})
+		wantData(t, msgs, "m0")
+		if msgs[0].Attempt != i+1 {
+			t.Fatalf("retry %d: Attempt %d", i, msgs[0].Attempt)
+		}
+		if err := msgs[0].Retry(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dl := deadLetters(t, q); len(dl) != 0 {
+		t.Fatalf("retries dead-lettered: %+v", dl)
+	}
+	msgs := pop(t, q, queen.PopOptions{})
+	wantData(t, msgs, "m0")
+	ack(t, msgs[0])
+	wantData(t, pop(t, q, queen.PopOptions{}), "m1")
+}
+
+// RetryLimit failures produce exactly one dead letter holding the payload,
+// and the cursor moves past it.
+func TestFailDeadLettersAtLimit(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true})
+	res := pushN(t, q, "p", "m", 2)
+	for i := 1; i <= 3; i++ {
+		msgs := pop(t, q, queen.PopOptions{})
+		wantData(t, msgs, "m0")
+		if i < 3 && len(deadLetters(t, q)) != 0 {
+			t.Fatalf("dead-lettered after %d failures", i-1)
+		}
+		if err := msgs[0].Fail(ctxT(t), fmt.Errorf("failure %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dl))
+	}
+	d := dl[0]
+	if string(d.Data) != "m0" || d.MessageID != res[0].MessageID || d.TransactionID != res[0].TransactionID ||
+		d.Partition != "p" || d.Group != "" || d.Offset != 0 || d.Attempts != 3 || d.Reason != "failure 3" ||
+		!d.CreatedAt.Equal(res[0].CreatedAt) || d.Queue != "q" {
+		t.Fatalf("dead letter %+v", d)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{}), "m1")
+}
+
+// Without DeadLetter an exhausted message is dropped.
+func TestFailDropsWithoutDeadLetterStore(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: -1})
+	pushN(t, q, "", "m", 2)
+	msgs := pop(t, q, queen.PopOptions{})
+	if err := msgs[0].Fail(ctxT(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, c, "dead_letters"); n != 0 {
+		t.Fatalf("%d dead letters on a queue without the store", n)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{}), "m1")
+}
+
+// Four lease expiries charge nothing; an ack after expiry is ErrLeaseLost.
+func TestLeaseExpiryDoesNotCharge(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: time.Hour})
+	pushN(t, q, "", "m", 1)
+	var last *queen.Message
+	for i := 1; i <= 4; i++ {
+		// The per-pop LeaseTime overrides the queue's hour.
+		msgs := pop(t, q, queen.PopOptions{LeaseTime: 300 * time.Millisecond})
+		wantData(t, msgs, "m0")
+		if msgs[0].Attempt != i {
+			t.Fatalf("expiry %d: Attempt %d", i, msgs[0].Attempt)
+		}
+		last = msgs[0]
+		time.Sleep(400 * time.Millisecond)
+	}
+	if err := last.Ack(ctxT(t)); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("ack after expiry = %v, want ErrLeaseLost", err)
+	}
+	if dl := deadLetters(t, q); len(dl) != 0 {
+		t.Fatalf("lease expiries dead-lettered: %+v", dl)
+	}
+	msgs := pop(t, q, queen.PopOptions{})
+	wantData(t, msgs, "m0")
+	// The budget is whole: three failures are needed to dead-letter.
+	for i := 0; i < 3; i++ {
+		if i > 0 {
+			msgs = pop(t, q, queen.PopOptions{})
+		}
+		if err := msgs[0].Fail(ctxT(t), nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(deadLetters(t, q)); n != map[bool]int{true: 1, false: 0}[i == 2] {
+			t.Fatalf("after %d failures: %d dead letters", i+1, n)
+		}
+	}
+}
+
+// A lease taken over by another consumer: the old holder's ack is lost.
+func TestAckLeaseTakenOver(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 1)
+	old := pop(t, q, queen.PopOptions{LeaseTime: 200 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+	cur := pop(t, q, queen.PopOptions{})
+	wantData(t, cur, "m0")
+	if err := old[0].Ack(ctxT(t)); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("old holder's ack = %v, want ErrLeaseLost", err)
+	}
+	ack(t, cur[0])
+}
+
+func TestDeadLetterExplicit(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q") // DeadLetter false: explicit dead letters are still kept
+	pushN(t, q, "", "m", 3)
+	msgs := pop(t, q, queen.PopOptions{Batch: 3})
+	if err := msgs[0].DeadLetter(ctxT(t), errors.New("poison")); err != nil {
+		t.Fatal(err)
+	}
+	// The rest of the lease stays owned.
+	if got := pop(t, q, queen.PopOptions{Batch: 3}); len(got) != 0 {
+		t.Fatalf("popped %q while leased", datas(got))
+	}
+	ack(t, msgs[2])
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || string(dl[0].Data) != "m0" || dl[0].Reason != "poison" || dl[0].Attempts != 0 {
+		t.Fatalf("dead letters %+v", dl)
+	}
+}
+
+func TestExtendLease(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 1)
+	msgs := pop(t, q, queen.PopOptions{LeaseTime: 300 * time.Millisecond})
+	before := msgs[0].LeaseExpiresAt
+	if err := msgs[0].ExtendLease(ctxT(t), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !msgs[0].LeaseExpiresAt.After(before) {
+		t.Fatalf("LeaseExpiresAt not moved: %v -> %v", before, msgs[0].LeaseExpiresAt)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := pop(t, q, queen.PopOptions{}); len(got) != 0 {
+		t.Fatal("an extended lease was taken over")
+	}
+	ack(t, msgs[0])
+
+	pushN(t, q, "", "n", 1)
+	msgs = pop(t, q, queen.PopOptions{LeaseTime: 100 * time.Millisecond})
+	time.Sleep(200 * time.Millisecond)
+	if err := msgs[0].ExtendLease(ctxT(t), time.Second); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("ExtendLease after expiry = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestAckAfterQueueDeleted(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 1)
+	msgs := pop(t, q, queen.PopOptions{})
+	if err := q.Delete(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgs[0].Ack(ctxT(t)); !errors.Is(err, queen.ErrUnknownMessage) {
+		t.Fatalf("ack after delete = %v, want ErrUnknownMessage", err)
+	}
+	var zero queen.Message
+	if err := zero.Ack(ctxT(t)); !errors.Is(err, queen.ErrUnknownMessage) {
+		t.Fatalf("ack of a zero Message = %v", err)
+	}
+}
+
+// Groups settle independently: a group's failure does not touch another's.
+func TestAckGroupsIndependent(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 2)
+	a := pop(t, q, queen.PopOptions{Group: "a", Batch: 2})
+	b := pop(t, q, queen.PopOptions{Group: "b", Batch: 2})
+	ack(t, a[1])
+	if err := b[0].Retry(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{Group: "a", Batch: 2}))
+	wantData(t, pop(t, q, queen.PopOptions{Group: "b", Batch: 2}), "m0", "m1")
+}

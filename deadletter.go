@@ -1,0 +1,103 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/internal/frame"
+)
+
+// DeadLetterQuery filters and pages Queue.DeadLetters. The zero value lists
+// the first page of every dead letter of the queue.
+type DeadLetterQuery struct {
+	// Groups keeps only these consumer groups ("" is queue mode). Defaults
+	// to nil: every group.
+	Groups []string
+	// Partition keeps only this partition. Defaults to "": every partition.
+	Partition string
+	// Since keeps dead letters stored at or after it. Defaults to zero: no
+	// lower bound.
+	Since time.Time
+	// Until keeps dead letters stored before it. Defaults to zero: no upper
+	// bound.
+	Until time.Time
+	// After pages: only dead letters with an ID above it, so pass the last
+	// ID of the previous page. Defaults to 0: from the start.
+	After int64
+	// Limit is the page size. Defaults to 100; at most 10,000.
+	Limit int
+}
+
+// DeadLetter is a message that was dead-lettered, with a snapshot of its
+// payload taken at that time (retention cannot lose it).
+type DeadLetter struct {
+	ID            int64 // increasing; page with DeadLetterQuery.After
+	Queue         string
+	Partition     string
+	Group         string
+	Offset        int64
+	MessageID     uuid.UUID
+	TransactionID string
+	Data          []byte // the plaintext, also for encrypted queues
+	CreatedAt     time.Time
+	Attempts      int    // explicit failures charged when it was dead-lettered
+	Reason        string // the error passed to Fail or DeadLetter; "" if none
+	DeadAt        time.Time
+}
+
+// DeadLetters lists the queue's dead letters in ID order (oldest first).
+func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLetter, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	if !validName(q.name) {
+		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	if o.Limit <= 0 {
+		o.Limit = 100
+	}
+	o.Limit = min(o.Limit, 10_000)
+	var part *string
+	if o.Partition != "" {
+		part = &o.Partition
+	}
+	var since, until *time.Time
+	if !o.Since.IsZero() {
+		since = &o.Since
+	}
+	if !o.Until.IsZero() {
+		until = &o.Until
+	}
+	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part, since, until, o.After, o.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		d := DeadLetter{Queue: q.name}
+		var flags int32
+		var reason *string
+		if err := rows.Scan(&d.ID, &d.Partition, &d.Group, &d.Offset, &d.MessageID, &d.TransactionID, &flags,
+			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt); err != nil {
+			return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
+		}
+		if reason != nil {
+			d.Reason = *reason
+		}
+		if byte(flags)&frame.FlagEncrypted != 0 {
+			if d.Data, err = e.open(d.Data); err != nil {
+				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
+			}
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,138 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuSeconds is this process's user+system CPU time (getrusage).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
+
+// serverCPUSeconds sums utime+stime of the postmaster and its children
+// (backends and auxiliary processes) from /proc. A backend that exited
+// between two samples loses its time, so pools are kept open throughout.
+// It returns -1 when it cannot tell (no pid, not Linux).
+func serverCPUSeconds(postmaster int) float64 {
+	if postmaster <= 0 {
+		return -1
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	var ticks int64
+	found := false
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name may hold spaces; fields resume after its ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		if pid != postmaster && ppid != postmaster {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += ut + st
+		found = true
+	}
+	if !found {
+		return -1
+	}
+	return float64(ticks) / clockTicks
+}
+
+// resetPeakRSS returns freed memory to the OS and resets the kernel's
+// resident-set high-water mark (VmHWM) so the next reading is the peak of
+// the scenario that follows (Linux: "5" into /proc/self/clear_refs).
+func resetPeakRSS() {
+	runtime.GC()
+	debug.FreeOSMemory()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// rssMB returns VmHWM and VmRSS of this process in MiB (0 when unknown).
+func rssMB() (peak, cur float64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmHWM" && k != "VmRSS") {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		if k == "VmHWM" {
+			peak = kb / 1024
+		} else {
+			cur = kb / 1024
+		}
+	}
+	return peak, cur
+}
+
+// pct returns the p-th percentile of sorted latencies.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)) * p / 100)
+	return sorted[min(i, len(sorted)-1)]
+}
+
+// latencies collects per-goroutine samples without locking and merges them.
+type latencies struct {
+	per [][]time.Duration
+}
+
+func newLatencies(goroutines, hint int) *latencies {
+	l := &latencies{per: make([][]time.Duration, goroutines)}
+	for i := range l.per {
+		l.per[i] = make([]time.Duration, 0, hint)
+	}
+	return l
+}
+
+func (l *latencies) add(g int, d time.Duration) { l.per[g] = append(l.per[g], d) }
+
+func (l *latencies) sorted() []time.Duration {
+	var all []time.Duration
+	for _, p := range l.per {
+		all = append(all, p...)
+	}
+	slices.Sort(all)
+	return all
+}

@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+func setParentDeathSignal(*syscall.SysProcAttr) {}

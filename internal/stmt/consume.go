@@ -1,0 +1,72 @@
+package stmt
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Consume is the consumption side's statements, rendered for one schema.
+type Consume struct {
+	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
+	// (NULL = any), $5 hinted partitions, $6 batch, $7 partitions, $8 lease
+	// ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11 subscription
+	// mode, $12 subscription time. One row per delivered segment.
+	Pop string
+	// Settle applies acks, failures, retries and dead letters, one result
+	// per input in input order; see settle() in migration 003.
+	Settle string
+	// Extend renews a live lease: $1 partition id, $2 group, $3 lease id,
+	// $4 milliseconds from now. No row means the lease is lost.
+	Extend string
+	// Status lists every partition of ($1 tenant, $2 queue) with each
+	// group's cursor and lease; a partition without groups has NULL group
+	// columns.
+	Status string
+	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
+	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
+	// until, $7 after id, $8 limit.
+	DeadLetters string
+}
+
+// NewConsume renders the consumption statements for schema, which must
+// already be validated.
+func NewConsume(schema string) *Consume {
+	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
+	c := &Consume{}
+	c.Pop = r.Replace(`SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob
+FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
+    $10::text, $11::text, $12::timestamptz)`)
+	c.Settle = r.Replace(`SELECT ord, status, committed
+FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
+    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[])`)
+	c.Extend = r.Replace(`UPDATE {{s}}.consumers
+SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
+WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
+RETURNING lease_expires_at`)
+	c.Status = r.Replace(`SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
+    c.group_name, c.committed, c.batch_end, c.lease_owner, c.lease_expires_at, c.attempts,
+    (SELECT s.created_at FROM {{s}}.segments s
+     WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
+     ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
+    now()
+FROM {{s}}.queues q
+JOIN {{s}}.partitions p ON p.queue_id = q.id
+LEFT JOIN {{s}}.consumers c ON c.partition_id = p.id
+WHERE q.tenant = $1 AND q.name = $2
+ORDER BY p.name, c.group_name`)
+	c.DeadLetters = r.Replace(`SELECT d.id, d.partition_name, d.group_name, d.msg_offset, d.message_id, d.transaction_id,
+    d.flags, d.payload, d.message_created_at, d.attempts, d.reason, d.created_at
+FROM {{s}}.dead_letters d
+JOIN {{s}}.queues q ON q.id = d.queue_id
+WHERE q.tenant = $1 AND q.name = $2
+  AND ($3::text[] IS NULL OR d.group_name = ANY ($3::text[]))
+  AND ($4::text IS NULL OR d.partition_name = $4::text)
+  AND ($5::timestamptz IS NULL OR d.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR d.created_at < $6::timestamptz)
+  AND d.id > $7
+ORDER BY d.id
+LIMIT $8`)
+	return c
+}

@@ -1,0 +1,305 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// MaintenanceConfig tunes the background maintenance loop. One process at a
+// time runs it per schema (an advisory lock elects it); every pass works in
+// bounded steps, each holding one partition row briefly, so it never blocks
+// pushes or pops for longer than one step.
+type MaintenanceConfig struct {
+	// Interval between passes. Defaults to 1s. Negative disables the loop
+	// (Client.Maintain still runs a pass on demand).
+	Interval time.Duration
+	// IdlePartition is how long an empty partition must go unwritten before
+	// it is forgotten (its offsets restart at 0 if it is pushed to again).
+	// Defaults to 24h. Negative keeps partitions forever.
+	IdlePartition time.Duration
+	// HashFloor is the least time hash rows are kept, whatever the queue's
+	// DedupWindow: acks by transaction id resolve through them. Defaults to
+	// 10 minutes (and never less than the queue's LeaseTime).
+	HashFloor time.Duration
+	// StepPartitions bounds the partitions one pass visits per rule.
+	// Defaults to 256.
+	StepPartitions int
+	// StepRows bounds the segments or hash rows one step deletes from one
+	// partition. Defaults to 1000.
+	StepRows int
+}
+
+func (m MaintenanceConfig) withDefaults() MaintenanceConfig {
+	if m.Interval == 0 {
+		m.Interval = time.Second
+	}
+	if m.IdlePartition == 0 {
+		m.IdlePartition = 24 * time.Hour
+	}
+	if m.HashFloor <= 0 {
+		m.HashFloor = 10 * time.Minute
+	}
+	if m.StepPartitions <= 0 {
+		m.StepPartitions = 256
+	}
+	if m.StepRows <= 0 {
+		m.StepRows = 1000
+	}
+	return m
+}
+
+// MaintenanceReport says what one pass did.
+type MaintenanceReport struct {
+	Ran               bool // false: another process holds the maintenance lock
+	SegmentsDeleted   int
+	HashRowsDeleted   int
+	PartitionsPurged  int
+	PartitionsVisited int
+}
+
+// maintainer runs passes on a ticker. Its cursors make successive passes
+// walk on through the partitions instead of revisiting the first ones.
+type maintainer struct {
+	e    *engine
+	cfg  MaintenanceConfig
+	stop chan struct{}
+	done chan struct{}
+
+	mu           sync.Mutex // one pass at a time in this process
+	retentionAt  int64
+	txnsAt       int64
+	lagAt        time.Time
+	lag          []lagRow
+	lagReg       metric.Registration
+	lagMessages  metric.Int64ObservableGauge
+	lagSeconds   metric.Float64ObservableGauge
+	lagSnapshotM sync.Mutex // guards lag against the metrics callback
+}
+
+type lagRow struct {
+	tenant   uuid.UUID
+	queue    string
+	group    string
+	messages int64
+	seconds  float64
+}
+
+// lagEvery bounds how often the lag snapshot (a scan of every consumer row)
+// is taken for the metrics.
+const lagEvery = 10 * time.Second
+
+func newMaintainer(e *engine, cfg MaintenanceConfig) (*maintainer, error) {
+	m := &maintainer{e: e, cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	meter := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
+	var err error
+	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
+		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
+		return nil, err
+	}
+	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
+		return nil, err
+	}
+	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
+		return nil, err
+	}
+	go m.run()
+	return m, nil
+}
+
+func (m *maintainer) observe(_ context.Context, o metric.Observer) error {
+	m.lagSnapshotM.Lock()
+	defer m.lagSnapshotM.Unlock()
+	for _, r := range m.lag {
+		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
+			attribute.String("tenant", r.tenant.String()))
+		o.ObserveInt64(m.lagMessages, r.messages, attrs)
+		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
+	}
+	return nil
+}
+
+func (m *maintainer) run() {
+	defer close(m.done)
+	if m.cfg.Interval < 0 {
+		<-m.stop
+		return
+	}
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		if _, err := m.pass(m.e.ctx); err != nil && m.e.ctx.Err() == nil {
+			m.e.log.Warn("queen: maintenance pass", "err", err)
+		}
+	}
+}
+
+func (m *maintainer) close() {
+	close(m.stop)
+	<-m.done
+	_ = m.lagReg.Unregister()
+}
+
+// pass runs one bounded pass if this process wins the maintenance lock.
+func (m *maintainer) pass(ctx context.Context) (MaintenanceReport, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var rep MaintenanceReport
+	e := m.e
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.sql.MaintenanceLockKey).Scan(&got); err != nil || !got {
+		return rep, err
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", e.sql.MaintenanceLockKey); err != nil {
+			_ = conn.Conn().Close(context.Background()) // never leave the lock on a pooled connection
+		}
+	}()
+	rep.Ran = true
+	step := func(sql string, args ...any) (int, error) {
+		ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+		defer cancel()
+		var n int
+		err := conn.QueryRow(ctx, sql, args...).Scan(&n)
+		return n, err
+	}
+
+	// Rule 1 and 2: retention, over the partitions of queues that have it.
+	ids, err := m.ids(ctx, conn.Conn(), e.sql.RetentionCandidates, m.retentionAt)
+	if err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		n, err := step(e.sql.RetentionStep, id, m.cfg.StepRows)
+		if err != nil {
+			return rep, fmt.Errorf("retention of partition %d: %w", id, err)
+		}
+		rep.SegmentsDeleted += n
+	}
+	m.retentionAt = nextCursor(ids, m.cfg.StepPartitions)
+	rep.PartitionsVisited += len(ids)
+
+	// Hash rows older than max(dedup window, lease time, floor).
+	rows, err := conn.Query(ctx, e.sql.TxnsCandidates, m.txnsAt, m.cfg.StepPartitions)
+	if err != nil {
+		return rep, err
+	}
+	type cand struct{ id, window, lease int64 }
+	var cands []cand
+	for rows.Next() {
+		var c cand
+		if err := rows.Scan(&c.id, &c.window, &c.lease); err != nil {
+			rows.Close()
+			return rep, err
+		}
+		cands = append(cands, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return rep, err
+	}
+	ids = ids[:0]
+	for _, c := range cands {
+		keep := max(c.window, c.lease, m.cfg.HashFloor.Milliseconds())
+		n, err := step(e.sql.PurgeTxnsStep, c.id, keep, m.cfg.StepRows)
+		if err != nil {
+			return rep, fmt.Errorf("hash purge of partition %d: %w", c.id, err)
+		}
+		rep.HashRowsDeleted += n
+		ids = append(ids, c.id)
+	}
+	m.txnsAt = nextCursor(ids, m.cfg.StepPartitions)
+
+	// Long-idle empty partitions, found through the last_write_at index.
+	if m.cfg.IdlePartition > 0 {
+		ids, err := m.ids(ctx, conn.Conn(), e.sql.IdleCandidates, m.cfg.IdlePartition.Milliseconds())
+		if err != nil {
+			return rep, err
+		}
+		for _, id := range ids {
+			var gone bool
+			ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+			err := conn.QueryRow(ctx, e.sql.PurgePartition, id, m.cfg.IdlePartition.Milliseconds()).Scan(&gone)
+			cancel()
+			if err != nil {
+				return rep, fmt.Errorf("purge of partition %d: %w", id, err)
+			}
+			if gone {
+				rep.PartitionsPurged++
+			}
+		}
+	}
+
+	if time.Since(m.lagAt) >= lagEvery {
+		m.lagAt = time.Now()
+		if err := m.snapshotLag(ctx, conn.Conn()); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (m *maintainer) ids(ctx context.Context, conn *pgx.Conn, sql string, arg int64) ([]int64, error) {
+	rows, err := conn.Query(ctx, sql, arg, m.cfg.StepPartitions)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+func (m *maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, m.e.sql.LagByGroup)
+	if err != nil {
+		return err
+	}
+	lag, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lagRow, error) {
+		var l lagRow
+		err := r.Scan(&l.tenant, &l.queue, &l.group, &l.messages, &l.seconds)
+		return l, err
+	})
+	if err != nil {
+		return err
+	}
+	m.lagSnapshotM.Lock()
+	m.lag = lag
+	m.lagSnapshotM.Unlock()
+	return nil
+}
+
+// Maintain runs one maintenance pass now: retention, hash-row purge and
+// idle-partition purge, in bounded steps. It reports Ran false when another
+// process holds the maintenance lock. The background loop calls the same.
+func (c *Client) Maintain(ctx context.Context) (MaintenanceReport, error) {
+	if c.e.isClosed() {
+		return MaintenanceReport{}, ErrClosed
+	}
+	rep, err := c.e.maint.pass(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("queen: maintenance: %w", err)
+	}
+	return rep, nil
+}
+
+func nextCursor(ids []int64, limit int) int64 {
+	if len(ids) < limit || len(ids) == 0 {
+		return 0 // wrapped: start over next pass
+	}
+	return ids[len(ids)-1]
+}

@@ -1,0 +1,191 @@
+package queen_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/zeebo/xxh3"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+)
+
+// manual disables the background loop so tests drive passes themselves.
+func manual(c *queen.Config) { c.Maintenance.Interval = -1 }
+
+func maintain(t testing.TB, c *queen.Client) queen.MaintenanceReport {
+	t.Helper()
+	rep, err := c.Maintain(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Ran {
+		t.Fatal("maintenance pass did not run")
+	}
+	return rep
+}
+
+func partitionRow(t testing.TB, c *queen.Client, name string) (logStart, txnsStart, last int64) {
+	t.Helper()
+	err := c.Pool().QueryRow(ctxT(t), "SELECT log_start, txns_start, last_offset FROM "+
+		pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = $1", name).Scan(&logStart, &txnsStart, &last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func TestRetentionDeletesWholeSegmentsFromTheHead(t *testing.T) {
+	c := open(t, manual)
+	q := c.Queue("q")
+	if err := q.Configure(ctxT(t), queen.QueueOptions{Retention: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		push(t, q, queen.Item{}, queen.Item{})
+	}
+	if rep := maintain(t, c); rep.SegmentsDeleted != 0 {
+		t.Fatalf("deleted %d young segments", rep.SegmentsDeleted)
+	}
+	time.Sleep(400 * time.Millisecond)
+	push(t, q, queen.Item{}) // young: must survive
+	if rep := maintain(t, c); rep.SegmentsDeleted != 3 {
+		t.Fatalf("deleted %d segments, want the 3 old ones", rep.SegmentsDeleted)
+	}
+	if ls, _, _ := partitionRow(t, c, "Default"); ls != 6 {
+		t.Fatalf("log_start %d, want 6", ls)
+	}
+	if n := countRows(t, c, "segments"); n != 1 {
+		t.Fatalf("%d segments left, want 1", n)
+	}
+	if r := push(t, q, queen.Item{})[0]; r.Offset != 7 {
+		t.Fatalf("offset after retention %d, want 7", r.Offset)
+	}
+}
+
+// Completed retention is pinned by the slowest group's cursor.
+func TestCompletedRetentionWaitsForTheSlowestGroup(t *testing.T) {
+	c := open(t, manual)
+	q := c.Queue("q")
+	if err := q.Configure(ctxT(t), queen.QueueOptions{CompletedRetention: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		push(t, q, queen.Item{})
+	}
+	time.Sleep(10 * time.Millisecond)
+	if rep := maintain(t, c); rep.SegmentsDeleted != 0 {
+		t.Fatalf("deleted %d segments no group consumed", rep.SegmentsDeleted)
+	}
+	// Two groups: one through offset 2, one through offset 0.
+	_, err := c.Pool().Exec(ctxT(t), "INSERT INTO "+pgx.Identifier{c.Schema(), "consumers"}.Sanitize()+
+		" (partition_id, group_name, committed) SELECT id, g, o FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+		", (VALUES ('fast', 2), ('slow', 0)) v(g, o)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.SegmentsDeleted != 1 {
+		t.Fatalf("deleted %d segments, want only offset 0", rep.SegmentsDeleted)
+	}
+	if ls, _, _ := partitionRow(t, c, "Default"); ls != 1 {
+		t.Fatalf("log_start %d, want 1", ls)
+	}
+}
+
+func TestHashRowsPurgedAfterWindowAndFloor(t *testing.T) {
+	c := open(t, manual, func(c *queen.Config) { c.Maintenance.HashFloor = time.Millisecond })
+	q := c.Queue("q")
+	if err := q.Configure(ctxT(t), queen.QueueOptions{DedupWindow: 200 * time.Millisecond, LeaseTime: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, queen.Item{TransactionID: "a"})
+	push(t, q, queen.Item{TransactionID: "b"})
+	if rep := maintain(t, c); rep.HashRowsDeleted != 0 {
+		t.Fatalf("purged %d hash rows inside the window", rep.HashRowsDeleted)
+	}
+	time.Sleep(300 * time.Millisecond)
+	push(t, q, queen.Item{TransactionID: "c"})
+	if rep := maintain(t, c); rep.HashRowsDeleted != 2 {
+		t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
+	}
+	if _, ts, _ := partitionRow(t, c, "Default"); ts != 2 {
+		t.Fatalf("txns_start %d, want 2", ts)
+	}
+	if r := push(t, q, queen.Item{TransactionID: "c"})[0]; r.Status != queen.Duplicate {
+		t.Fatalf("c inside its window: %s", r.Status)
+	}
+}
+
+func TestIdleEmptyPartitionIsForgotten(t *testing.T) {
+	c := open(t, manual, func(c *queen.Config) { c.Maintenance.IdlePartition = time.Hour })
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "idle"}, queen.Item{Partition: "busy"})
+	ctx := ctxT(t)
+	// "idle" was emptied (as retention would) and both look 90 minutes
+	// unwritten; "busy" still holds a message.
+	_, err := c.Pool().Exec(ctx, "DELETE FROM "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
+		" WHERE partition_id = (SELECT id FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = 'idle')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctx, "UPDATE "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+		" SET last_write_at = now() - interval '90 minutes'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.PartitionsPurged != 1 {
+		t.Fatalf("purged %d partitions, want 1 (idle)", rep.PartitionsPurged)
+	}
+	if n := countRows(t, c, "partitions"); n != 1 {
+		t.Fatalf("%d partitions left, want busy only", n)
+	}
+	if r := push(t, q, queen.Item{Partition: "idle"})[0]; r.Status != queen.Queued || r.Offset != 0 {
+		t.Fatalf("push to a forgotten partition: %+v", r)
+	}
+	if r := push(t, q, queen.Item{Partition: "busy"})[0]; r.Offset != 1 {
+		t.Fatalf("busy kept its offsets? %+v", r)
+	}
+}
+
+func TestMaintenanceRunsInOneProcessAtATime(t *testing.T) {
+	c := open(t, manual)
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	key := int64(xxh3.HashString("queen:maintenance:" + c.Schema()))
+	// Another process holds the maintenance lock: this one skips its pass.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := c.Maintain(ctx); err != nil || rep.Ran {
+		t.Fatalf("pass while another process maintains: %+v %v", rep, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	maintain(t, c)
+}
+
+func TestConsumerLagView(t *testing.T) {
+	c := open(t, manual)
+	q := c.Queue("q")
+	push(t, q, queen.Item{}, queen.Item{}, queen.Item{})
+	_, err := c.Pool().Exec(ctxT(t), "INSERT INTO "+pgx.Identifier{c.Schema(), "consumers"}.Sanitize()+
+		" (partition_id, group_name, committed) SELECT id, 'reports', 0 FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lag int64
+	var secs float64
+	err = c.Pool().QueryRow(ctxT(t), "SELECT lag_messages, lag_seconds FROM "+
+		pgx.Identifier{c.Schema(), "consumer_lag"}.Sanitize()+" WHERE group_name = 'reports'").Scan(&lag, &secs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag != 2 || secs < 0 {
+		t.Fatalf("lag %d messages, %f s; want 2 messages", lag, secs)
+	}
+}

@@ -1,0 +1,100 @@
+package queen
+
+import (
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+// Subscription is where a consumer group starts reading a queue on its first
+// contact. It is stored durably per (queue, group), so partitions created
+// later are seeded by the same choice, and it is ignored on every later pop.
+// The zero value is SubscribeAll. Queue mode (Group "") always starts at the
+// oldest retained message.
+type Subscription struct {
+	mode string // "" means "all"
+	from time.Time
+}
+
+var (
+	// SubscribeAll starts a new consumer group at the oldest retained
+	// message of every partition.
+	SubscribeAll = Subscription{mode: "all"}
+	// SubscribeNew starts a new consumer group after the current tail of
+	// every existing partition. Partitions created after the group's first
+	// contact are read from their start.
+	SubscribeNew = Subscription{mode: "new"}
+)
+
+// SubscribeFrom starts a new consumer group at the first message pushed at
+// or after t (at segment granularity: messages committed together share a
+// timestamp). Partitions created after the group's first contact are read
+// from their start.
+func SubscribeFrom(t time.Time) Subscription { return Subscription{mode: "from", from: t} }
+
+func (s Subscription) sqlMode() (string, *time.Time) {
+	switch s.mode {
+	case "new":
+		return "new", nil
+	case "from":
+		t := s.from
+		return "from", &t
+	default:
+		return "all", nil
+	}
+}
+
+// PopOptions are the options of one Pop.
+type PopOptions struct {
+	// Group is the consumer group. Defaults to "": queue mode, where
+	// competing consumers share one cursor per partition. Named groups each
+	// get their own cursors (fan-out).
+	Group string
+	// Partition restricts the pop to one partition. Defaults to "": any
+	// partition with messages.
+	Partition string
+	// Batch is the most messages one pop returns, across all its
+	// partitions. Defaults to 1.
+	Batch int
+	// Partitions is the most partitions one pop takes messages from; each
+	// gets its own lease. Defaults to 1.
+	Partitions int
+	// Wait long-polls up to this long when nothing is available, without
+	// holding a database connection. Defaults to 0: return at once.
+	Wait time.Duration
+	// AutoAck commits the cursor in the claim itself: no lease, nothing to
+	// ack, and a message is never redelivered. Defaults to false.
+	AutoAck bool
+	// LeaseTime overrides the queue's LeaseTime for this pop. Defaults to 0:
+	// the queue's (5 minutes unless configured).
+	LeaseTime time.Duration
+	// Subscription applies on the group's first contact only. Defaults to
+	// SubscribeAll.
+	Subscription Subscription
+}
+
+// Message is one delivered message. Its methods settle it; a message from an
+// AutoAck pop is already settled.
+type Message struct {
+	ID            uuid.UUID
+	TransactionID string
+	Queue         string
+	Partition     string
+	Offset        int64
+	Data          []byte // the plaintext, also for encrypted queues
+	CreatedAt     time.Time
+	Group         string
+	LeaseID       string // "" for AutoAck
+	// Attempt is 1 on first delivery. On a redelivery it counts the leases
+	// that started at this partition's cursor since the cursor last moved.
+	Attempt int
+	// LeaseExpiresAt is when the lease ends unless renewed; zero for AutoAck.
+	LeaseExpiresAt time.Time
+
+	q        *Queue
+	pid      int64
+	lease    uuid.UUID
+	leaseDur time.Duration
+	flags    byte
+	stored   []byte // the payload as stored (ciphertext when encrypted): the dead-letter snapshot
+}

@@ -1,0 +1,139 @@
+-- Maintenance: retention, hash-row purge and idle-partition purge, each a
+-- bounded step on one partition that holds its row only for that step; and
+-- an operator view of consumer lag.
+
+-- Deletes up to p_max whole segments from the head of partition p_pid that
+-- are due under the queue's rules: older than retention (consumed or not),
+-- or older than completed retention and at or below every group's cursor.
+-- created_at is monotone in offset order, so what is due is a prefix.
+-- Returns the number of segments deleted.
+CREATE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ret       bigint;
+    v_done_ret  bigint;
+    v_last      bigint;
+    v_committed bigint;
+    v_now       timestamptz := clock_timestamp();
+    v_n         integer;
+    v_end       bigint;
+BEGIN
+    SELECT q.retention_ms, q.completed_retention_ms, p.last_offset
+    INTO v_ret, v_done_ret, v_last
+    FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
+    WHERE p.id = p_pid
+    FOR UPDATE OF p;
+    IF NOT FOUND OR (v_ret <= 0 AND v_done_ret <= 0) THEN
+        RETURN 0;
+    END IF;
+    -- The slowest group pins completed retention; no group means nothing
+    -- was consumed.
+    SELECT min(committed) INTO v_committed FROM {{schema}}.consumers WHERE partition_id = p_pid;
+
+    WITH head AS (
+        SELECT s.base_offset, s.end_offset,
+               bool_and((v_ret > 0 AND s.created_at < v_now - v_ret * interval '1 millisecond')
+                     OR (v_done_ret > 0 AND v_committed IS NOT NULL AND s.end_offset <= v_committed
+                         AND s.created_at < v_now - v_done_ret * interval '1 millisecond'))
+                   OVER (ORDER BY s.base_offset) AS due
+        FROM {{schema}}.segments s
+        WHERE s.partition_id = p_pid
+        ORDER BY s.base_offset
+        LIMIT p_max
+    ), d AS (
+        DELETE FROM {{schema}}.segments s
+        USING head h
+        WHERE s.partition_id = p_pid AND s.base_offset = h.base_offset AND h.due
+        RETURNING s.end_offset
+    )
+    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
+    IF v_n > 0 THEN
+        UPDATE {{schema}}.partitions SET log_start = v_end + 1 WHERE id = p_pid;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Deletes up to p_max hash rows from the head of partition p_pid older than
+-- p_keep_ms (the caller passes max(dedup window, floor)); the hash sidecar
+-- thereby stays O(rate x window) whatever the backlog.
+CREATE FUNCTION {{schema}}.purge_txns_step(p_pid bigint, p_keep_ms bigint, p_max integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n   integer;
+    v_end bigint;
+BEGIN
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH head AS (
+        SELECT t.base_offset,
+               bool_and(t.created_at < clock_timestamp() - p_keep_ms * interval '1 millisecond')
+                   OVER (ORDER BY t.base_offset) AS due
+        FROM {{schema}}.txns t
+        WHERE t.partition_id = p_pid
+        ORDER BY t.base_offset
+        LIMIT p_max
+    ), d AS (
+        DELETE FROM {{schema}}.txns t
+        USING head h
+        WHERE t.partition_id = p_pid AND t.base_offset = h.base_offset AND h.due
+        RETURNING t.end_offset
+    )
+    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
+    IF v_n > 0 THEN
+        UPDATE {{schema}}.partitions SET txns_start = v_end + 1 WHERE id = p_pid;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Forgets partition p_pid if it has been idle for p_idle_ms, holds no
+-- message and no lease. Its offsets start again at 0 if it is pushed to
+-- later. Returns whether it was deleted. Skips a partition someone holds.
+CREATE FUNCTION {{schema}}.purge_partition(p_pid bigint, p_idle_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {{schema}}.partitions p
+    WHERE p.id = p_pid
+      AND p.last_write_at < clock_timestamp() - p_idle_ms * interval '1 millisecond'
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p.id)
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
+               AND c.lease_expires_at > clock_timestamp()) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM {{schema}}.txns WHERE partition_id = p_pid;
+    DELETE FROM {{schema}}.partitions WHERE id = p_pid;  -- consumers cascade
+    RETURN true;
+END
+$$;
+
+-- Consumer lag per (queue, partition, group), for operators: messages and
+-- seconds behind (age of the oldest unconsumed message).
+CREATE VIEW {{schema}}.consumer_lag AS
+SELECT q.tenant,
+       q.name AS queue,
+       p.name AS partition,
+       c.group_name,
+       p.last_offset,
+       c.committed,
+       greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS lag_messages,
+       CASE WHEN p.last_offset > greatest(c.committed, p.log_start - 1) THEN
+           extract(epoch FROM clock_timestamp() - (
+               SELECT s.created_at FROM {{schema}}.segments s
+               WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
+               ORDER BY s.base_offset DESC LIMIT 1))
+       ELSE 0 END AS lag_seconds,
+       c.lease_owner,
+       c.lease_expires_at
+FROM {{schema}}.consumers c
+JOIN {{schema}}.partitions p ON p.id = c.partition_id
+JOIN {{schema}}.queues q ON q.id = p.queue_id;

@@ -1,0 +1,99 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// QueueStatus is a snapshot of a queue's partitions and consumer groups.
+type QueueStatus struct {
+	Queue      string
+	Partitions []PartitionStatus // by name; empty when the queue does not exist
+}
+
+// PartitionStatus is one partition's log and its groups' cursors.
+type PartitionStatus struct {
+	Name        string
+	LastOffset  int64 // the newest offset; -1 when nothing was pushed
+	LogStart    int64 // the oldest retained offset
+	LastWriteAt time.Time
+	Groups      []GroupStatus // by group name; "" is queue mode
+}
+
+// GroupStatus is one consumer group's cursor and lease on one partition.
+type GroupStatus struct {
+	Group     string
+	Committed int64 // the last acked offset; -1 when none
+	// Lag is the number of messages after Committed.
+	Lag int64
+	// LagAge is how long the oldest unconsumed message has waited; 0 without lag.
+	LagAge time.Duration
+	// Leased reports a live lease on messages up to LeaseEnd.
+	Leased         bool
+	LeaseEnd       int64
+	LeaseOwner     string // host/pid/client of the lease holder
+	LeaseExpiresAt time.Time
+	// Failures is the retry budget spent by the message after Committed.
+	Failures int
+}
+
+// Status reports the queue's partitions with each group's committed offset,
+// lag in messages and in age, and lease holder and expiry. It reads every
+// partition of the queue: meant for operators, not hot paths.
+func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
+	e := q.c.e
+	st := QueueStatus{Queue: q.name}
+	if e.isClosed() {
+		return st, ErrClosed
+	}
+	if !validName(q.name) {
+		return st, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	rows, err := e.pool.Query(ctx, e.csql.Status, q.c.tenant, q.name)
+	if err != nil {
+		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			p        PartitionStatus
+			group    *string
+			comm     *int64
+			batchEnd *int64
+			owner    *string
+			expires  *time.Time
+			attempts *int32
+			headAt   *time.Time
+			now      time.Time
+		)
+		if err := rows.Scan(&p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &group, &comm, &batchEnd, &owner,
+			&expires, &attempts, &headAt, &now); err != nil {
+			return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+		}
+		n := len(st.Partitions)
+		if n == 0 || st.Partitions[n-1].Name != p.Name {
+			st.Partitions = append(st.Partitions, p)
+			n++
+		}
+		if group == nil {
+			continue
+		}
+		g := GroupStatus{Group: *group, Committed: *comm, Failures: int(*attempts)}
+		g.Lag = max(p.LastOffset-g.Committed, 0)
+		if g.Lag > 0 && headAt != nil {
+			g.LagAge = max(now.Sub(*headAt), 0)
+		}
+		if batchEnd != nil && expires != nil && expires.After(now) {
+			g.Leased, g.LeaseEnd, g.LeaseExpiresAt = true, *batchEnd, *expires
+			if owner != nil {
+				g.LeaseOwner = *owner
+			}
+		}
+		st.Partitions[n-1].Groups = append(st.Partitions[n-1].Groups, g)
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	return st, nil
+}
