@@ -1,10 +1,421 @@
+//go:build unix
+
+// Command bench measures queen side by side with COPY, single-row INSERT
+// commits and River (v0.51.2) in one run, against one PostgreSQL, and
+// prints a table, writes the results as JSON and draws a PNG bar chart.
+//
+// It is its own Go module so that the library gains no dependency on River.
+// It starts a throwaway PostgreSQL from the installed server binaries (fsync
+// on, synchronous_commit on unless -sync-commit=off) unless -url or
+// QUEEN_DATABASE_URL names an existing database (it then creates and drops
+// the schemas bench_queen, bench_base and bench_river in it).
+//
+//	cd examples/bench
+//	go run . -quick                  # about 2 minutes
+//	go run .                         # the full run, about 10-15 minutes
+//	go run . -only single,batch -cpuprofile /tmp/cpu.pprof
 package main
 
 import (
-	_ "github.com/e03140bc/queen"
-	_ "github.com/riverqueue/river"
-	_ "github.com/riverqueue/river/riverdriver/riverpgxv5"
-	_ "github.com/riverqueue/river/rivermigrate"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
 )
 
-func main() {}
+// Scenario keys, in run order.
+var allScenarios = []string{
+	"single", "insert", "batch", "copy", "river-insert", "wide",
+	"drain", "river-drain", "e2e",
+}
+
+type config struct {
+	quick       bool
+	url         string
+	syncCommit  string
+	only        string
+	nSingle     int
+	nBatch      int
+	nWide       int
+	nDrain      int
+	maxTime     time.Duration
+	e2eRate     int
+	e2eDur      time.Duration
+	concurrency int
+	riverWork   int
+	riverFetch  time.Duration
+	queenConns  int
+	out         string
+	cpuProfile  string
+	pgStat      bool
+}
+
+func parseFlags() *config {
+	c := &config{}
+	flag.BoolVar(&c.quick, "quick", false, "small counts and short caps: the whole run fits in about 2 minutes")
+	flag.StringVar(&c.url, "url", "", "use this existing database instead of starting one (default $QUEEN_DATABASE_URL)")
+	flag.StringVar(&c.syncCommit, "sync-commit", "on", "synchronous_commit for every connection: on or off")
+	flag.StringVar(&c.only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(allScenarios, ","))
+	flag.IntVar(&c.nSingle, "n-single", 0, "messages for the single-item push scenario and the single-row INSERT baseline (default 1,000,000; quick 100,000)")
+	flag.IntVar(&c.nBatch, "n", 0, "messages for the 1000-item push scenario, COPY and River InsertMany (default 3,000,000; quick 1,000,000)")
+	flag.IntVar(&c.nWide, "n-wide", 0, "messages for the 1000-item pushes over 100,000 partitions (default 2,000,000; quick 300,000)")
+	flag.IntVar(&c.nDrain, "n-drain", 0, "messages drained by queen Consume and by River workers (default 1,000,000; quick 200,000)")
+	flag.DurationVar(&c.maxTime, "max-time", 0, "cap on each load scenario; a capped scenario reports what it did (default 90s; quick 12s)")
+	flag.IntVar(&c.e2eRate, "rate", 10000, "offered rate of the end-to-end latency scenario, msgs/s")
+	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of the end-to-end latency scenario (default 30s; quick 6s)")
+	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen Consume loops (ConsumeOptions.Concurrency) in the drain and e2e scenarios")
+	flag.IntVar(&c.riverWork, "river-workers", 100, "River MaxWorkers for the drain scenario")
+	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", 0, "River FetchCooldown for the drain scenario (0: River's default, 100ms)")
+	flag.IntVar(&c.queenConns, "queen-conns", 0, "queen's pool size (0: queen's own pool with pgx's default size)")
+	flag.StringVar(&c.out, "out", "results", "directory for bench.json and bench.png (empty: write nothing)")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each scenario run to this file, with the scenario's name inserted before the extension")
+	flag.BoolVar(&c.pgStat, "pgstat", false, "self-started cluster only: load pg_stat_statements and print each scenario's top server-side statements")
+	flag.Parse()
+	def := func(p *int, full, quick int) {
+		if *p == 0 {
+			*p = full
+			if c.quick {
+				*p = quick
+			}
+		}
+	}
+	def(&c.nSingle, 1_000_000, 100_000)
+	def(&c.nBatch, 3_000_000, 1_000_000)
+	def(&c.nWide, 2_000_000, 300_000)
+	def(&c.nDrain, 1_000_000, 200_000)
+	if c.maxTime == 0 {
+		c.maxTime = 90 * time.Second
+		if c.quick {
+			c.maxTime = 12 * time.Second
+		}
+	}
+	if c.e2eDur == 0 {
+		c.e2eDur = 30 * time.Second
+		if c.quick {
+			c.e2eDur = 6 * time.Second
+		}
+	}
+	if c.url == "" {
+		c.url = os.Getenv("QUEEN_DATABASE_URL")
+	}
+	return c
+}
+
+func main() {
+	cfg := parseFlags()
+	if cfg.syncCommit != "on" && cfg.syncCommit != "off" {
+		log.Fatalf("-sync-commit must be on or off, not %q", cfg.syncCommit)
+	}
+	for _, s := range strings.Split(cfg.only, ",") {
+		if s != "" && !slices.Contains(allScenarios, s) {
+			log.Fatalf("-only: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ","))
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// bench holds what every scenario shares.
+type bench struct {
+	cfg        *config
+	base       *pgxpool.Pool // baselines and bookkeeping
+	client     *queen.Client
+	postmaster int
+	payloads   [][]byte
+	results    []*result
+	meta       meta
+	// Messages available for the drain scenarios.
+	queenBacklog int64
+	riverBacklog int64
+}
+
+type meta struct {
+	Command    string            `json:"command"`
+	Date       string            `json:"date"`
+	CPUs       int               `json:"cpus"`
+	CPUModel   string            `json:"cpu_model"`
+	MemGiB     float64           `json:"mem_gib"`
+	GoVersion  string            `json:"go_version"`
+	PostgreSQL string            `json:"postgresql"`
+	Settings   map[string]string `json:"settings"`
+	Server     string            `json:"server"`
+	Flags      map[string]string `json:"flags"`
+}
+
+func run(ctx context.Context, cfg *config) error {
+	b := &bench{cfg: cfg, payloads: makePayloads(4096)}
+	b.meta = meta{
+		Command:   "go run . " + strings.Join(os.Args[1:], " "),
+		Date:      time.Now().UTC().Format(time.RFC3339),
+		CPUs:      runtime.NumCPU(),
+		GoVersion: runtime.Version(),
+		Flags:     map[string]string{},
+	}
+	b.meta.CPUModel, b.meta.MemGiB = machine()
+	flag.VisitAll(func(f *flag.Flag) { b.meta.Flags[f.Name] = f.Value.String() })
+
+	url := cfg.url
+	if url == "" {
+		settings := map[string]string{
+			"shared_buffers":     "1GB",
+			"max_wal_size":       "8GB",
+			"checkpoint_timeout": "30min",
+			"synchronous_commit": cfg.syncCommit,
+		}
+		if cfg.pgStat {
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+			settings["pg_stat_statements.track"] = "all"
+		}
+		fmt.Println("starting PostgreSQL (fsync on) ...")
+		cl, err := startCluster(ctx, settings)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		url = cl.URL
+		b.postmaster = cl.Pid()
+		b.meta.Server = "self-started throwaway cluster on 127.0.0.1"
+	} else {
+		b.meta.Server = "existing database (-url / QUEEN_DATABASE_URL)"
+		if cfg.pgStat {
+			return errors.New("-pgstat needs the self-started cluster")
+		}
+	}
+	if cfg.syncCommit == "off" {
+		// Per connection as well, so it also holds against an existing server.
+		url = withParam(url, "synchronous_commit", "off")
+	}
+
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 72
+	if b.base, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return err
+	}
+	defer b.base.Close()
+	if err := b.base.Ping(ctx); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	b.meta.Settings = map[string]string{}
+	for _, s := range []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "wal_level", "max_wal_size"} {
+		var v string
+		if err := b.base.QueryRow(ctx, "SELECT current_setting($1)", s).Scan(&v); err == nil {
+			b.meta.Settings[s] = v
+		}
+	}
+	_ = b.base.QueryRow(ctx, "SELECT version()").Scan(&b.meta.PostgreSQL)
+	if cfg.pgStat {
+		if _, err := b.base.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			return err
+		}
+	}
+	for _, s := range []string{"bench_queen", "bench_base", "bench_river"} {
+		if _, err := b.base.Exec(ctx, "DROP SCHEMA IF EXISTS "+s+" CASCADE"); err != nil {
+			return err
+		}
+	}
+
+	qcfg := queen.Config{DatabaseURL: url, Schema: "bench_queen", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if cfg.queenConns > 0 {
+		qp, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return err
+		}
+		qp.MaxConns = int32(cfg.queenConns)
+		pool, err := pgxpool.NewWithConfig(ctx, qp)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		qcfg.DatabaseURL, qcfg.Pool = "", pool
+	}
+	if b.client, err = queen.Open(ctx, qcfg); err != nil {
+		return err
+	}
+	defer b.client.Close(context.Background())
+
+	fmt.Printf("machine: %d CPUs (%s), %.0f GiB; %s\n", b.meta.CPUs, b.meta.CPUModel, b.meta.MemGiB, b.meta.PostgreSQL)
+	fmt.Printf("fsync=%s synchronous_commit=%s full_page_writes=%s; %s\n\n",
+		b.meta.Settings["fsync"], b.meta.Settings["synchronous_commit"], b.meta.Settings["full_page_writes"], b.meta.Server)
+
+	steps := map[string]func(context.Context) (*result, error){
+		"single":       b.queenSingle,
+		"insert":       b.insertBaseline,
+		"batch":        b.queenBatch,
+		"copy":         b.copyBaseline,
+		"river-insert": b.riverInsert,
+		"wide":         b.queenWide,
+		"drain":        b.queenDrain,
+		"river-drain":  b.riverDrain,
+		"e2e":          b.endToEnd,
+	}
+	for _, key := range allScenarios {
+		if !b.want(key) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r, err := b.measure(ctx, key, steps[key])
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", key, err)
+		}
+		b.results = append(b.results, r)
+		printRow(r)
+	}
+	fmt.Println()
+	printTable(os.Stdout, b.results)
+	fmt.Println()
+	printRatios(os.Stdout, b.results)
+	if cfg.out != "" {
+		if err := b.write(cfg.out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) want(key string) bool {
+	return b.cfg.only == "" || slices.Contains(strings.Split(b.cfg.only, ","), key)
+}
+
+// measure runs one scenario with its CPU, RSS and (optionally) profile
+// bookkeeping around it.
+func (b *bench) measure(ctx context.Context, key string, fn func(context.Context) (*result, error)) (*result, error) {
+	if b.cfg.pgStat {
+		_, _ = b.base.Exec(ctx, "SELECT pg_stat_statements_reset()")
+	}
+	resetPeakRSS()
+	if b.cfg.cpuProfile != "" {
+		ext := filepath.Ext(b.cfg.cpuProfile)
+		name := strings.TrimSuffix(b.cfg.cpuProfile, ext) + "." + key + ext
+		f, err := os.Create(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0, pg0 := cpuSeconds(), serverCPUSeconds(b.postmaster)
+	r, err := fn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpu1, pg1 := cpuSeconds(), serverCPUSeconds(b.postmaster)
+	r.Key = key
+	r.PeakRSSMiB, _ = rssMB()
+	if r.Msgs > 0 && r.Seconds > 0 {
+		r.Rate = float64(r.Msgs) / r.Seconds
+		m := float64(r.Msgs) / 1e6
+		r.GoCPU = cpu1 - cpu0
+		r.GoCPUPerM = r.GoCPU / m
+		r.PGCPU, r.PGCPUPerM = -1, -1
+		if pg0 >= 0 && pg1 >= 0 {
+			r.PGCPU = pg1 - pg0
+			r.PGCPUPerM = r.PGCPU / m
+		}
+	}
+	if b.cfg.pgStat {
+		b.printTopStatements(ctx)
+	}
+	return r, nil
+}
+
+func (b *bench) printTopStatements(ctx context.Context) {
+	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8`)
+	if err != nil {
+		fmt.Println("  pg_stat_statements:", err)
+		return
+	}
+	defer rows.Close()
+	fmt.Println("  top statements (pg_stat_statements, track=all; nested ones are counted inside their callers too):")
+	for rows.Next() {
+		var calls, n int64
+		var total float64
+		var q string
+		if err := rows.Scan(&calls, &total, &n, &q); err == nil {
+			fmt.Printf("    %9.0f ms %8d calls %10d rows  %s\n", total, calls, n, q)
+		}
+	}
+}
+
+func (b *bench) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(struct {
+		Meta    meta      `json:"meta"`
+		Results []*result `json:"results"`
+		Ratios  []ratio   `json:"ratios"`
+	}{b.meta, b.results, ratios(b.results)}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("queen vs baselines, msgs/s - %d vCPU %s, PostgreSQL %s, fsync=%s synchronous_commit=%s",
+		b.meta.CPUs, b.meta.CPUModel, b.meta.Settings["server_version"], b.meta.Settings["fsync"], b.meta.Settings["synchronous_commit"])
+	if err := writeChart(filepath.Join(dir, "bench.png"), title, b.results); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s and %s\n", filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.png"))
+	return nil
+}
+
+// machine reads the CPU model and memory size from /proc.
+func machine() (string, float64) {
+	model := runtime.GOARCH
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var mem float64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %f kB", &kb); err == nil {
+			mem = kb / (1 << 20)
+		}
+	}
+	return model, mem
+}
+
+func withParam(url, k, v string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	if !strings.Contains(url, "://") {
+		return url + " " + k + "=" + v // key=value DSN
+	}
+	return url + sep + k + "=" + v
+}

@@ -1,0 +1,154 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// result is one scenario's row.
+type result struct {
+	Key   string `json:"key"`
+	Name  string `json:"name"`
+	Queen bool   `json:"queen"` // false: a baseline
+	// Msgs is what the scenario completed; Target what it set out to do.
+	Msgs    int64   `json:"messages"`
+	Target  int64   `json:"target"`
+	Seconds float64 `json:"seconds"`
+	Rate    float64 `json:"msgs_per_sec"`
+	// Latency is of one call (push, COPY, INSERT, InsertMany) or, for the
+	// end-to-end scenario, from the scheduled push to the handler.
+	LatencyOf  string  `json:"latency_of,omitempty"`
+	P50ms      float64 `json:"p50_ms,omitempty"`
+	P99ms      float64 `json:"p99_ms,omitempty"`
+	GoCPU      float64 `json:"go_cpu_s"`
+	PGCPU      float64 `json:"pg_cpu_s"` // -1: not measured (existing server)
+	GoCPUPerM  float64 `json:"go_cpu_s_per_million"`
+	PGCPUPerM  float64 `json:"pg_cpu_s_per_million"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	Capped     bool    `json:"capped"` // -max-time stopped it before Target
+	Note       string  `json:"note,omitempty"`
+	// Unavailable says why the scenario has no numbers.
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fmtMs(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v < 1:
+		return fmt.Sprintf("%.0f µs", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2f ms", v)
+	case v < 100:
+		return fmt.Sprintf("%.1f ms", v)
+	default:
+		return fmt.Sprintf("%.0f ms", v)
+	}
+}
+
+func fmtInt(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func fmtCPU(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// printRow is the progress line printed as each scenario ends.
+func printRow(r *result) {
+	if r.Unavailable != "" {
+		fmt.Printf("%-58s not available: %s\n", r.Name, r.Unavailable)
+		return
+	}
+	capped := ""
+	if r.Capped {
+		capped = " (capped by -max-time)"
+	}
+	fmt.Printf("%-58s %12s msgs/s  %9s msgs in %.1fs%s\n", r.Name, fmtInt(r.Rate), fmtInt(float64(r.Msgs)), r.Seconds, capped)
+	if r.Note != "" {
+		fmt.Printf("  %s\n", r.Note)
+	}
+}
+
+// printTable writes the results as a Markdown table.
+func printTable(w io.Writer, rs []*result) {
+	fmt.Fprintln(w, "| scenario | messages | msgs/s | p50 | p99 | Go CPU s / 1M msgs | PostgreSQL CPU s / 1M msgs | peak RSS MiB |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		if r.Unavailable != "" {
+			fmt.Fprintf(w, "| %s | not available: %s | | | | | | |\n", r.Name, r.Unavailable)
+			continue
+		}
+		n := fmtInt(float64(r.Msgs))
+		if r.Capped {
+			n += " (capped)"
+		}
+		name := r.Name
+		if r.Queen {
+			name = "**" + name + "**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f |\n", name, n, fmtInt(r.Rate),
+			fmtMs(r.P50ms), fmtMs(r.P99ms), fmtCPU(r.GoCPUPerM), fmtCPU(r.PGCPUPerM), r.PeakRSSMiB)
+	}
+}
+
+type ratio struct {
+	What  string  `json:"what"`
+	Queen string  `json:"queen"`
+	Base  string  `json:"baseline"`
+	Ratio float64 `json:"ratio"`
+}
+
+// ratios compares throughput (msgs/s) of each queen scenario with the
+// baselines of the same shape, within this run.
+func ratios(rs []*result) []ratio {
+	by := map[string]*result{}
+	for _, r := range rs {
+		if r.Unavailable == "" && r.Rate > 0 {
+			by[r.Key] = r
+		}
+	}
+	pairs := [][2]string{
+		{"single", "insert"},
+		{"batch", "copy"},
+		{"batch", "insert"},
+		{"batch", "river-insert"},
+		{"wide", "copy"},
+		{"wide", "river-insert"},
+		{"drain", "river-drain"},
+	}
+	var out []ratio
+	for _, p := range pairs {
+		q, bl := by[p[0]], by[p[1]]
+		if q == nil || bl == nil {
+			continue
+		}
+		out = append(out, ratio{What: q.Name + " / " + bl.Name, Queen: p[0], Base: p[1], Ratio: q.Rate / bl.Rate})
+	}
+	return out
+}
+
+func printRatios(w io.Writer, rs []*result) {
+	fmt.Fprintln(w, "| throughput ratio (same run) | queen / baseline |")
+	fmt.Fprintln(w, "|---|---:|")
+	for _, r := range ratios(rs) {
+		fmt.Fprintf(w, "| %s | %.2f× |\n", r.What, r.Ratio)
+	}
+}

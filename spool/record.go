@@ -1,0 +1,212 @@
+package spool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+// Record is one spooled push item: everything needed to push it again.
+type Record struct {
+	Tenant    uuid.UUID
+	Queue     string
+	Partition string
+	// TransactionID is preserved so that replay is idempotent through the
+	// queue's deduplication on it.
+	TransactionID string
+	// MessageID is the id minted at push time. Informational: a replayed
+	// message may be stored under a new id.
+	MessageID uuid.UUID
+	// TraceID is optional; the zero value means none and costs no space.
+	TraceID [16]byte
+	// Flags are the caller's frame flags (for example "payload encrypted");
+	// the spool stores them without interpreting them.
+	Flags byte
+	// Payload is stored as is: still encrypted if it was.
+	Payload []byte
+}
+
+// MaxRecordSize is the largest encoded record body (see the package doc);
+// Append rejects a larger record with ErrTooLarge.
+const MaxRecordSize = 32 << 20
+
+const (
+	recordHeaderSize = 8 // u32 body length, u32 CRC-32C
+	fileHeaderSize   = 8
+	idSize           = 16
+
+	rflagTrace  byte = 1 << 0
+	knownRFlags      = rflagTrace
+
+	// rflags, flags, tenant, message id and three empty strings.
+	minBody = 2 + 2*idSize + 3
+)
+
+// fileHeader opens every data file: magic "QSPL", format version 1, three
+// zero bytes.
+var fileHeader = [fileHeaderSize]byte{'Q', 'S', 'P', 'L', 1, 0, 0, 0}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+var (
+	// ErrCorrupt is wrapped by every error about bytes that are not a valid
+	// record or data file.
+	ErrCorrupt = errors.New("spool: corrupt")
+
+	// errShort: the bytes end inside a record. At the end of the newest file
+	// that is a torn write; anywhere else it is corruption.
+	errShort = fmt.Errorf("%w: record truncated", ErrCorrupt)
+	// errChecksum: a complete record whose CRC does not match.
+	errChecksum = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+)
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// bodySize is the encoded size of r's body (without the record header).
+func bodySize(r *Record) int {
+	n := 2 + 2*idSize +
+		uvarintLen(uint64(len(r.Queue))) + len(r.Queue) +
+		uvarintLen(uint64(len(r.Partition))) + len(r.Partition) +
+		uvarintLen(uint64(len(r.TransactionID))) + len(r.TransactionID) +
+		len(r.Payload)
+	if r.TraceID != [16]byte{} {
+		n += idSize
+	}
+	return n
+}
+
+// appendRecord appends the encoding of r to dst. The caller has checked
+// bodySize(r) <= MaxRecordSize.
+func appendRecord(dst []byte, r *Record) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(bodySize(r)))
+	dst = append(dst, 0, 0, 0, 0) // CRC, filled below
+	var rflags byte
+	if r.TraceID != [16]byte{} {
+		rflags |= rflagTrace
+	}
+	dst = append(dst, rflags, r.Flags)
+	dst = append(dst, r.Tenant[:]...)
+	dst = append(dst, r.MessageID[:]...)
+	if rflags&rflagTrace != 0 {
+		dst = append(dst, r.TraceID[:]...)
+	}
+	for _, s := range [...]string{r.Queue, r.Partition, r.TransactionID} {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+		dst = append(dst, s...)
+	}
+	dst = append(dst, r.Payload...)
+	crc := crc32.Update(crc32.Checksum(dst[start:start+4], crcTable), crcTable, dst[start+recordHeaderSize:])
+	binary.LittleEndian.PutUint32(dst[start+4:], crc)
+	return dst
+}
+
+// bodyLen validates a record header's length field.
+func bodyLen(hdr []byte) (int, error) {
+	n := binary.LittleEndian.Uint32(hdr)
+	if n < minBody || n > MaxRecordSize {
+		return 0, fmt.Errorf("%w: record body length %d", ErrCorrupt, n)
+	}
+	return int(n), nil
+}
+
+// verify checks the CRC, which covers the length field and the body.
+func verify(hdr, body []byte) error {
+	crc := crc32.Update(crc32.Checksum(hdr[:4], crcTable), crcTable, body)
+	if crc != binary.LittleEndian.Uint32(hdr[4:]) {
+		return errChecksum
+	}
+	return nil
+}
+
+// parseBody decodes a checksummed body into r, or only validates it when r
+// is nil. The encoding is canonical (minimal varints, no unknown flag bits,
+// a trace id only when non-zero), so re-encoding a decoded record
+// reproduces its bytes. r.Payload aliases body.
+func parseBody(body []byte, r *Record) error {
+	if len(body) < minBody {
+		return fmt.Errorf("%w: body of %d bytes", ErrCorrupt, len(body))
+	}
+	rflags := body[0]
+	if rflags&^knownRFlags != 0 {
+		return fmt.Errorf("%w: unknown record flags %#x", ErrCorrupt, rflags)
+	}
+	p := 2 + 2*idSize
+	var trace [16]byte
+	if rflags&rflagTrace != 0 {
+		if len(body) < p+idSize {
+			return fmt.Errorf("%w: trace id truncated", ErrCorrupt)
+		}
+		copy(trace[:], body[p:])
+		if trace == [16]byte{} {
+			return fmt.Errorf("%w: zero trace id", ErrCorrupt)
+		}
+		p += idSize
+	}
+	var strs [3][]byte
+	for i := range strs {
+		n, w := binary.Uvarint(body[p:])
+		if w <= 0 || w != uvarintLen(n) || n > uint64(len(body)-p-w) {
+			return fmt.Errorf("%w: bad string length at body offset %d", ErrCorrupt, p)
+		}
+		p += w
+		strs[i] = body[p : p+int(n)]
+		p += int(n)
+	}
+	if r != nil {
+		*r = Record{
+			Queue:         string(strs[0]),
+			Partition:     string(strs[1]),
+			TransactionID: string(strs[2]),
+			TraceID:       trace,
+			Flags:         body[1],
+			Payload:       body[p:len(body):len(body)],
+		}
+		copy(r.Tenant[:], body[2:])
+		copy(r.MessageID[:], body[2+idSize:])
+	}
+	return nil
+}
+
+// recordLen returns the total encoded size of the record at the start of b,
+// from its header alone, or errShort if b holds less than a header.
+func recordLen(b []byte) (int, error) {
+	if len(b) < recordHeaderSize {
+		return 0, errShort
+	}
+	n, err := bodyLen(b)
+	if err != nil {
+		return 0, err
+	}
+	return recordHeaderSize + n, nil
+}
+
+// decodeRecord decodes the record at the start of b and returns it with its
+// encoded size. It returns errShort if b ends inside the record, and an
+// error wrapping ErrCorrupt for anything else that is not a valid record.
+// r.Payload aliases b.
+func decodeRecord(b []byte) (r Record, n int, err error) {
+	if n, err = recordLen(b); err != nil {
+		return Record{}, 0, err
+	}
+	if len(b) < n {
+		return Record{}, 0, errShort
+	}
+	if err = verify(b[:recordHeaderSize], b[recordHeaderSize:n]); err != nil {
+		return Record{}, 0, err
+	}
+	if err = parseBody(b[recordHeaderSize:n], &r); err != nil {
+		return Record{}, 0, err
+	}
+	return r, n, nil
+}
