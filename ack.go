@@ -79,11 +79,10 @@ type settleOp struct {
 	reason  string
 }
 
-// settle runs one settle() call for ops and returns each op's status.
-func (e *engine) settle(ctx context.Context, ops []settleOp) ([]int16, error) {
-	if e.isClosed() {
-		return nil, ErrClosed
-	}
+// settleSQL runs one settle() call for ops on q (the pool, or a caller's
+// transaction) and returns each op's status. Callers go through settle,
+// which fuses concurrent settlements into shared calls.
+func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]int16, error) {
 	n := len(ops)
 	var (
 		pids     = make([]int64, n)
@@ -108,11 +107,7 @@ func (e *engine) settle(ctx context.Context, ops []settleOp) ([]int16, error) {
 			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
 		}
 	}
-	// Like the claim, a settle must not be torn by a caller giving up: pgx
-	// would kill the connection and the outcome would be unknown.
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
-	defer cancel()
-	rows, err := e.pool.Query(qctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
+	rows, err := q.Query(ctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
 		dlIDs, dlTxns, dlFlags, dlPay, dlAt)
 	if err != nil {
 		return nil, fmt.Errorf("queen: settle: %w", err)

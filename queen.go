@@ -172,6 +172,7 @@ type engine struct {
 	wake  *wakeHub
 	meter *meters
 	maint *maintainer
+	acks  *acker
 
 	// The consumption side: its statements, the lease owner this client
 	// writes, and the LISTEN loop that wakes parked pops for other
@@ -228,8 +229,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wake = newWakeHub(e)
 	e.push = newPusher(e)
+	e.acks = newAcker(e)
 	if e.maint, err = newMaintainer(e, cfg.Maintenance); err != nil {
 		e.push.close(ctx)
+		e.acks.close(ctx)
 		e.wake.close()
 		e.cancel()
 		return fail(err)
@@ -268,6 +271,9 @@ func (c *Client) Close(ctx context.Context) error {
 	// Fixed stop order: intake and pending pushes first (they still need the
 	// pool), then background loops, then the pool.
 	err := e.push.close(ctx)
+	if aerr := e.acks.close(ctx); err == nil {
+		err = aerr
+	}
 	e.wake.close()
 	e.maint.close()
 	e.listen.close()
