@@ -2,6 +2,7 @@ package queen
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +37,9 @@ func newAcker(e *engine) *acker {
 		BundleMax:   256,
 		Hold:        e.cfg.Fusion.Hold,
 		MaxInFlight: 1,
-		Limiter:     fusion.NewVegas(fusion.VegasConfig{}),
+		// One flush in flight per shard already bounds acks; a permit
+		// limiter on top only adds waits for the Hold tick.
+		Limiter: fusion.NewVegas(fusion.VegasConfig{Initial: 1 << 10, Min: 1 << 10, Max: 1 << 10}),
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		},
@@ -44,29 +47,108 @@ func newAcker(e *engine) *acker {
 	return a
 }
 
-// flush settles a bundle in one call. A settlement is not torn by its caller
-// giving up: it runs on the engine's context and the caller only stops
-// waiting.
+// flush settles a bundle. Pure acks (the common case) are merged per lease
+// and committed by one set-based statement; anything else (fail, retry,
+// dead letter, release) goes through the general settle() loop.
 func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) error {
-	var ops []settleOp
+	type leaseKey struct {
+		pid   int64
+		group string
+		lease [16]byte
+	}
+	var (
+		general []*ackItem
+		pure    = map[leaseKey][]*ackItem{}
+		order   []leaseKey
+	)
 	for _, b := range bundle {
 		for _, it := range b.Items {
-			ops = append(ops, it.op)
+			if it.op.act != actNone || it.op.release {
+				general = append(general, it)
+				continue
+			}
+			k := leaseKey{it.op.m.pid, it.op.m.Group, it.op.m.lease}
+			if _, ok := pure[k]; !ok {
+				order = append(order, k)
+			}
+			pure[k] = append(pure[k], it)
 		}
 	}
-	sts, err := a.e.settleSQL(ctx, a.e.pool, ops)
-	k := 0
-	for _, b := range bundle {
-		for _, it := range b.Items {
+	var firstErr error
+	if len(order) > 0 {
+		// One op per lease, through its highest offset: acking P completes
+		// every earlier message of the lease.
+		pids := make([]int64, len(order))
+		groups := make([]string, len(order))
+		leases := make([][16]byte, len(order))
+		oks := make([]int64, len(order))
+		for i, k := range order {
+			pids[i], groups[i], leases[i], oks[i] = k.pid, k.group, k.lease, -1
+			for _, it := range pure[k] {
+				oks[i] = max(oks[i], it.op.ok)
+			}
+		}
+		sts, err := a.e.ackManySQL(ctx, pids, groups, leases, oks)
+		for i, k := range order {
+			// Acks merged into one op share its verdict: a lower ack is
+			// applied by the higher one that commits through it.
+			for _, it := range pure[k] {
+				if err != nil {
+					it.err = err
+				} else {
+					it.st = sts[i]
+				}
+			}
+		}
+		firstErr = err
+	}
+	if len(general) > 0 {
+		ops := make([]settleOp, len(general))
+		for i, it := range general {
+			ops[i] = it.op
+		}
+		sts, err := a.e.settleSQL(ctx, a.e.pool, ops)
+		for i, it := range general {
 			if err != nil {
 				it.err = err
 			} else {
-				it.st = sts[k]
+				it.st = sts[i]
 			}
-			k++
+		}
+		if firstErr == nil {
+			firstErr = err
 		}
 	}
-	return err
+	return firstErr
+}
+
+// ackManySQL runs the set-based pure-ack statement.
+func (e *engine) ackManySQL(ctx context.Context, pids []int64, groups []string, leases [][16]byte, oks []int64) ([]int16, error) {
+	rows, err := e.pool.Query(ctx, e.csql.AckMany, pids, groups, leases, oks)
+	if err != nil {
+		return nil, fmt.Errorf("queen: ack: %w", err)
+	}
+	defer rows.Close()
+	out := make([]int16, 0, len(pids))
+	for rows.Next() {
+		var ord int32
+		var st int16
+		var committed *int64
+		if err := rows.Scan(&ord, &st, &committed); err != nil {
+			return nil, fmt.Errorf("queen: ack: %w", err)
+		}
+		if int(ord) != len(out)+1 {
+			return nil, fmt.Errorf("queen: ack: result %d out of order", ord)
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queen: ack: %w", err)
+	}
+	if len(out) != len(pids) {
+		return nil, fmt.Errorf("queen: ack: %d results for %d inputs", len(out), len(pids))
+	}
+	return out, nil
 }
 
 func ackKey(op settleOp) fusion.Key {
@@ -121,4 +203,3 @@ func (a *acker) close(ctx context.Context) error {
 		}
 	})
 }
-

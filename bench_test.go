@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/e03140bc/queen"
 )
@@ -81,4 +84,55 @@ func BenchmarkPushBatch1000Items8Goroutines(b *testing.B) {
 		}
 	})
 	reportRate(b, b.N*1000)
+}
+
+// Per-message acks from 100 consumers over 100 partitions: every message is
+// acked on its own (Message.Ack), and ack fusion folds the acks of all
+// consumers into shared transactions. Each consumer pops up to 10 messages
+// of one partition at a time.
+func BenchmarkAckPerMessage100Consumers(b *testing.B) {
+	c := open(b)
+	q := c.Queue("acks")
+	ctx := context.Background()
+	const parts = 100
+	per := max(b.N/parts, 1)
+	items := make([]queen.Item, 0, 1000)
+	for p := range parts {
+		for left := per; left > 0; {
+			n := min(left, 1000)
+			items = items[:0]
+			for range n {
+				items = append(items, queen.Item{Data: benchPayload, Partition: fmt.Sprintf("p%d", p)})
+			}
+			if _, err := q.Push(ctx, items); err != nil {
+				b.Fatal(err)
+			}
+			left -= n
+		}
+	}
+	total := int64(per * parts)
+	var acked atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			for acked.Load() < total {
+				msgs, err := q.Pop(ctx, queen.PopOptions{Batch: 10, Wait: 20 * time.Millisecond})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, m := range msgs {
+					if err := m.Ack(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+					acked.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportRate(b, int(total))
 }

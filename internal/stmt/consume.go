@@ -16,6 +16,9 @@ type Consume struct {
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.
 	Settle string
+	// AckMany commits pure acks set-based: $1 partition ids, $2 groups,
+	// $3 leases, $4 offsets; at most one per (partition, group).
+	AckMany string
 	// Extend renews a live lease: $1 partition id, $2 group, $3 lease id,
 	// $4 milliseconds from now. No row means the lease is lost.
 	Extend string
@@ -38,6 +41,7 @@ func NewConsume(schema string) *Consume {
     deliveries, delivered_max, base_offset, end_offset, created_at, blob
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
     $10::text, $11::text, $12::timestamptz)`)
+	c.AckMany = r.Replace(`SELECT ord, status, committed FROM {{s}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])`)
 	c.Settle = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
     $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[])`)

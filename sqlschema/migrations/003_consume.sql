@@ -99,7 +99,10 @@ CREATE FUNCTION {{schema}}.pop(
     p_mode       text,
     p_from       timestamptz
 ) RETURNS SETOF {{schema}}.pop_row
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Array-driven statements would otherwise be re-planned on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     v_q        record;
     v_c        record;
@@ -227,7 +230,10 @@ CREATE FUNCTION {{schema}}.settle(
     p_dl_payload bytea[],
     p_dl_created timestamptz[]
 ) RETURNS SETOF {{schema}}.settle_result
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Array-driven statements would otherwise be re-planned on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     n       integer := coalesce(cardinality(p_pids), 0);
     i       integer;
@@ -333,5 +339,57 @@ BEGIN
         v_res[i] := ROW(i, v_st, v_comm);
     END LOOP;
     RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+END
+$$;
+
+-- The common case of ack fusion, set-based: pure acks (commit the cursor
+-- through p_ok under lease p_leases), at most one per (partition, group).
+-- Same verdicts as settle for such inputs, but one locking read and one
+-- update for the whole batch instead of a loop of statements per ack.
+CREATE FUNCTION {{schema}}.ack_many(
+    p_pids   bigint[],
+    p_groups text[],
+    p_leases uuid[],
+    p_ok     bigint[]
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+-- PL/pgSQL caches the plan; a SQL function would plan it on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH o AS (
+        SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS o(pid, g, lease, ok, ord)
+    ), l AS (
+        -- Consumer rows in ascending (partition id, group): the lock order.
+        SELECT c.partition_id, c.group_name, c.committed, c.batch_end, c.lease_id, c.lease_expires_at
+        FROM {{schema}}.consumers c
+        WHERE (c.partition_id, c.group_name) IN (SELECT pid, g FROM o)
+        ORDER BY c.partition_id, c.group_name
+        FOR UPDATE
+    ), v AS (
+        SELECT o.ord, o.pid, o.g, o.ok, l.committed, l.batch_end,
+               CASE WHEN l.partition_id IS NULL THEN 5
+                    WHEN o.ok <= l.committed THEN 1
+                    WHEN l.lease_id IS DISTINCT FROM o.lease OR l.lease_expires_at <= clock_timestamp()
+                         OR o.ok > l.batch_end THEN 2
+                    ELSE 0 END AS st
+        FROM o LEFT JOIN l ON l.partition_id = o.pid AND l.group_name = o.g
+    ), u AS (
+        UPDATE {{schema}}.consumers c SET
+            committed        = v.ok,
+            attempts         = 0,
+            deliveries       = CASE WHEN v.ok < c.delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+            updated_at       = clock_timestamp()
+        FROM v
+        WHERE v.st = 0 AND c.partition_id = v.pid AND c.group_name = v.g
+        RETURNING c.partition_id
+    )
+    SELECT v.ord::integer, v.st::smallint, CASE WHEN v.st = 0 THEN v.ok ELSE v.committed END
+    FROM v ORDER BY v.ord;
 END
 $$;
