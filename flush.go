@@ -78,6 +78,14 @@ var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 // flush commits one bundle. It runs on a fusion goroutine with the engine's
 // context, never a caller's.
 func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) error {
+	return p.commit(ctx, p.e.pool, bundle, true)
+}
+
+// commit sends bundle as one push_bundle call on q and resolves its items;
+// items to send again are left in each batch's Retry. live is false inside a
+// caller's transaction, where nothing is committed yet: no wake-ups, no
+// metrics, and a failure is returned rather than spread over the items.
+func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.Batch[*pushItem], live bool) error {
 	e := p.e
 	s := scratchPool.Get().(*flushScratch)
 	defer func() {
@@ -86,6 +94,8 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) e
 		s.segs = s.segs[:0]
 		scratchPool.Put(s)
 	}()
+	// The arenas back the previous bundle's blobs, which are done with.
+	s.blobs, s.hashes = s.blobs[:0], s.hashes[:0]
 
 	for _, b := range bundle {
 		s.segs = append(s.segs, p.buildSegment(s, b))
@@ -93,21 +103,27 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) e
 
 	start := time.Now()
 	var err error
-	s.verdicts, err = s.bundle.Push(ctx, e.pool, e.sql.PushBundle, s.verdicts)
-	if isCode(err, codePartitionGone) {
+	s.verdicts, err = s.bundle.Push(ctx, q, e.sql.PushBundle, s.verdicts)
+	if live && isCode(err, codePartitionGone) {
 		// Maintenance purged an idle partition between the bundle's
 		// provisioning and its lock; provisioning recreates it.
-		s.verdicts, err = s.bundle.Push(ctx, e.pool, e.sql.PushBundle, s.verdicts)
+		s.verdicts, err = s.bundle.Push(ctx, q, e.sql.PushBundle, s.verdicts)
 	}
-	e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
-	if err != nil {
-		err = fmt.Errorf("queen: push bundle: %w", err)
-		for _, b := range bundle {
-			for _, it := range b.Items {
-				resolveFailed(it, err)
-			}
+	if !live {
+		if err != nil {
+			return fmt.Errorf("queen: push: %w", err)
 		}
-		return err
+	} else {
+		e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
+		if err != nil {
+			err = fmt.Errorf("queen: push bundle: %w", err)
+			for _, b := range bundle {
+				for _, it := range b.Items {
+					resolveFailed(it, err)
+				}
+			}
+			return err
+		}
 	}
 	var segCache map[segKey]alloc.CoveringSegment
 	for i := range s.segs {
@@ -118,14 +134,16 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) e
 			for k, it := range sp.frames {
 				it.resolve(PushResult{Status: Queued, MessageID: it.id, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
 			}
-			e.wake.pushed(sp.batch.Key)
+			if live {
+				e.wake.pushed(sp.batch.Key)
+			}
 		case alloc.Duplicate:
 			if segCache == nil {
 				segCache = make(map[segKey]alloc.CoveringSegment)
 			}
 			for j, k := range v.DupIdx {
 				it := sp.frames[k]
-				id, created := p.originalID(ctx, segCache, v.PartitionID, v.DupOff[j])
+				id, created := p.originalID(ctx, q, segCache, v.PartitionID, v.DupOff[j])
 				it.resolve(PushResult{Status: Duplicate, MessageID: id, Offset: -1, CreatedAt: created})
 			}
 			// Frames that were not duplicates go back to the head of the
@@ -159,7 +177,9 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) e
 			}
 		}
 	}
-	p.summary(len(bundle), countItems(bundle))
+	if live {
+		p.summary(len(bundle), countItems(bundle))
+	}
 	return nil
 }
 
@@ -212,13 +232,13 @@ type segKey struct {
 
 // originalID resolves the message id stored at (pid, off) by unpacking the
 // covering segment. The zero UUID means retention removed it. Rare path.
-func (p *pusher) originalID(ctx context.Context, cache map[segKey]alloc.CoveringSegment, pid, off int64) (uuid.UUID, time.Time) {
+func (p *pusher) originalID(ctx context.Context, q alloc.Querier, cache map[segKey]alloc.CoveringSegment, pid, off int64) (uuid.UUID, time.Time) {
 	for k, seg := range cache {
 		if k.pid == pid && off >= seg.BaseOffset && off <= seg.EndOffset {
 			return frameID(seg, off)
 		}
 	}
-	seg, found, err := alloc.SegmentAt(ctx, p.e.pool, p.e.sql.SegmentAt, pid, off)
+	seg, found, err := alloc.SegmentAt(ctx, q, p.e.sql.SegmentAt, pid, off)
 	if err != nil || !found {
 		if err != nil {
 			p.e.log.Warn("queen: resolve duplicate's original id", "partition_id", pid, "offset", off, "err", err)

@@ -108,91 +108,17 @@ func validName(s string) bool {
 // with the same TransactionIDs on a queue with a DedupWindow.
 func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
-	if e.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if !validName(q.name) {
-		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
-	}
-	if len(items) == 0 {
+	if len(items) == 0 && !e.isClosed() && ctx.Err() == nil && validName(q.name) {
 		return []PushResult{}, nil
 	}
-	for i := range items {
-		it := &items[i]
-		if it.Partition != "" && !validName(it.Partition) {
-			return nil, fmt.Errorf("%w: item %d: partition %q", ErrInvalidName, i, it.Partition)
-		}
-		if len(it.TransactionID) > MaxTransactionIDLen {
-			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
-		}
-		if len(it.Data) > MaxPayloadSize {
-			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
-		}
-	}
-	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+	b, err := q.prepare(ctx, items)
 	if err != nil {
-		if e.isClosed() {
-			return nil, ErrClosed
-		}
 		return nil, err
 	}
-	if meta.encryption && e.aead == nil {
-		return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
-	}
-
-	results := make([]PushResult, len(items))
-	slab := make([]pushItem, len(items))
-	// leaderOf[i] >= 0 marks a layer-1 follower of that index.
-	var leaderOf []int
-	l1 := layer1Pool.Get().(*dedup.Layer1)
-	defer layer1Pool.Put(l1)
-	l1.Reset()
-
-	groups := groupPool.Get().(map[string][]*pushItem)
-	defer func() { clear(groups); groupPool.Put(groups) }()
-	for i := range items {
-		it := &items[i]
-		r := &results[i]
-		part := it.Partition
-		if part == "" {
-			part = DefaultPartition
-		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("queen: mint message id: %w", err)
-		}
-		txn := it.TransactionID
-		if txn == "" {
-			txn = id.String()
-		}
-		*r = PushResult{MessageID: id, TransactionID: txn, Partition: part, Offset: -1}
-		if it.TransactionID != "" {
-			if leader, dup := l1.Check(q.name, part, txn, i); dup {
-				if leaderOf == nil {
-					leaderOf = make([]int, len(items))
-					for k := range leaderOf {
-						leaderOf[k] = -1
-					}
-				}
-				leaderOf[i] = leader
-				continue
-			}
-		}
-		pi := &slab[i]
-		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
-		if meta.encryption {
-			pi.payload = e.seal(it.Data)
-			pi.flags = frame.FlagEncrypted
-		}
-		groups[part] = append(groups[part], pi)
-	}
-
+	defer b.release()
 	call := &pushCall{done: make(chan struct{})}
-	call.pending.Store(int32(len(groups)))
-	for part, g := range groups {
+	call.pending.Store(int32(len(b.groups)))
+	for part, g := range b.groups {
 		key := fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part}
 		if err := e.push.fusion.Submit(ctx, key, g, call.groupDone); err != nil {
 			// Groups already submitted may still commit; the caller learns
@@ -208,12 +134,113 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	for i, l := range leaderOf {
+	return b.finish(), nil
+}
+
+// pushBatch is one call's items after the handler's work: minted, deduped
+// (layer 1), encrypted and grouped by partition.
+type pushBatch struct {
+	results []PushResult
+	groups  map[string][]*pushItem
+	// leaderOf[i] >= 0 marks a layer-1 follower of that index.
+	leaderOf []int
+}
+
+// prepare validates everything first, so bad input writes nothing, then does
+// the handler's work for one queue.
+func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !validName(q.name) {
+		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	for i := range items {
+		it := &items[i]
+		if it.Partition != "" && !validName(it.Partition) {
+			return nil, fmt.Errorf("%w: item %d: partition %q", ErrInvalidName, i, it.Partition)
+		}
+		if len(it.TransactionID) > MaxTransactionIDLen {
+			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
+		}
+		if len(it.Data) > MaxPayloadSize {
+			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
+		}
+	}
+	b := &pushBatch{results: make([]PushResult, len(items)), groups: groupPool.Get().(map[string][]*pushItem)}
+	if len(items) == 0 {
+		return b, nil
+	}
+	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+	if err != nil {
+		b.release()
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
+		return nil, err
+	}
+	if meta.encryption && e.aead == nil {
+		b.release()
+		return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+	}
+
+	slab := make([]pushItem, len(items))
+	l1 := layer1Pool.Get().(*dedup.Layer1)
+	l1.Reset()
+	defer func() { l1.Reset(); layer1Pool.Put(l1) }()
+	for i := range items {
+		it := &items[i]
+		r := &b.results[i]
+		part := it.Partition
+		if part == "" {
+			part = DefaultPartition
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			b.release()
+			return nil, fmt.Errorf("queen: mint message id: %w", err)
+		}
+		txn := it.TransactionID
+		if txn == "" {
+			txn = id.String()
+		}
+		*r = PushResult{MessageID: id, TransactionID: txn, Partition: part, Offset: -1}
+		if it.TransactionID != "" {
+			if leader, dup := l1.Check(q.name, part, txn, i); dup {
+				if b.leaderOf == nil {
+					b.leaderOf = make([]int, len(items))
+					for k := range b.leaderOf {
+						b.leaderOf[k] = -1
+					}
+				}
+				b.leaderOf[i] = leader
+				continue
+			}
+		}
+		pi := &slab[i]
+		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
+		if meta.encryption {
+			pi.payload = e.seal(it.Data)
+			pi.flags = frame.FlagEncrypted
+		}
+		b.groups[part] = append(b.groups[part], pi)
+	}
+	return b, nil
+}
+
+// finish copies each leader's final verdict to its layer-1 followers and
+// returns the results.
+func (b *pushBatch) finish() []PushResult {
+	for i, l := range b.leaderOf {
 		if l < 0 {
 			continue
 		}
-		lr := &results[l]
-		r := &results[i]
+		lr := &b.results[l]
+		r := &b.results[i]
 		switch lr.Status {
 		case Queued, Duplicate:
 			r.Status, r.MessageID = Duplicate, lr.MessageID
@@ -221,7 +248,16 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 			r.Status, r.MessageID, r.Err = lr.Status, lr.MessageID, lr.Err
 		}
 	}
-	return results, nil
+	return b.results
+}
+
+// release returns the group map to its pool; the batch's items stay valid.
+func (b *pushBatch) release() {
+	if b.groups != nil {
+		clear(b.groups)
+		groupPool.Put(b.groups)
+		b.groups = nil
+	}
 }
 
 var (

@@ -1,0 +1,181 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen/fusion"
+)
+
+// ErrTxAborted wraps the reason Client.Tx rolled back: a duplicate push, or
+// an ack that could not apply (already acked, lease lost, unknown message).
+var ErrTxAborted = errors.New("queen: transaction rolled back")
+
+// PushTx pushes items inside the caller's own transaction: the messages
+// exist if and only if the caller commits (the outbox pattern). It bypasses
+// fusion, since the caller's transaction is the commit boundary, and runs the
+// same bundle function. Results are as for Push, but Queued means "queued if
+// you commit". The partition rows stay locked until the transaction ends, so
+// keep it short; consumers in other processes are notified on commit.
+func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) ([]PushResult, error) {
+	if tx == nil {
+		return nil, errors.New("queen: PushTx: nil transaction")
+	}
+	b, err := q.prepare(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	defer b.release()
+	if err := q.c.e.pushInTx(ctx, tx, []*Queue{q}, []*pushBatch{b}); err != nil {
+		return nil, err
+	}
+	return b.finish(), nil
+}
+
+// pushInTx sends the batches of one or more queues as bundles on tx, one
+// partition set per call so partition rows are locked in ascending id, until
+// every item is resolved.
+func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pushBatch) error {
+	var bundle []*fusion.Batch[*pushItem]
+	for i, b := range bs {
+		for part, g := range b.groups {
+			bundle = append(bundle, &fusion.Batch[*pushItem]{
+				Key:   fusion.Key{Tenant: qs[i].c.tenant, Queue: qs[i].name, Partition: part},
+				Items: g,
+			})
+		}
+	}
+	for len(bundle) > 0 {
+		if err := e.push.commit(ctx, tx, bundle, false); err != nil {
+			return err
+		}
+		// Frames left over from a partly duplicate segment, or re-encrypted
+		// ones, go again.
+		next := bundle[:0]
+		for _, b := range bundle {
+			if len(b.Retry) > 0 {
+				b.Items, b.Retry = b.Retry, nil
+				next = append(next, b)
+			}
+		}
+		bundle = next
+	}
+	seen := map[queueKey]bool{}
+	for _, q := range qs {
+		k := queueKey{q.c.tenant, q.name}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		// Delivered on commit only: exactly the wake-up this push deserves.
+		if _, err := tx.Exec(ctx, e.sql.Notify, e.sql.Channel, k.tenant.String()+"/"+k.queue+"\n"); err != nil {
+			return fmt.Errorf("queen: notify: %w", err)
+		}
+	}
+	return nil
+}
+
+// Tx collects acks and pushes to commit atomically.
+type Tx struct {
+	c      *Client
+	ops    []settleOp
+	queues []*Queue
+	items  [][]Item
+	err    error
+}
+
+// Ack records an ack of m, applied when Client.Tx commits.
+func (tx *Tx) Ack(m *Message) {
+	if m == nil || m.q == nil {
+		tx.fail(ErrUnknownMessage)
+		return
+	}
+	tx.ops = append(tx.ops, settleOp{m: m, ok: m.Offset, act: actNone})
+}
+
+// Fail records a failed attempt of m (see Message.Fail), applied on commit.
+func (tx *Tx) Fail(m *Message, reason error) {
+	if m == nil || m.q == nil {
+		tx.fail(ErrUnknownMessage)
+		return
+	}
+	tx.ops = append(tx.ops, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
+}
+
+// Push records items to push to queue on commit.
+func (tx *Tx) Push(queue string, items []Item) {
+	tx.queues = append(tx.queues, tx.c.Queue(queue))
+	tx.items = append(tx.items, items)
+}
+
+func (tx *Tx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
+}
+
+// Tx runs fn, then commits its acks and pushes atomically in one PostgreSQL
+// transaction: all of them or none. If fn returns an error, nothing is
+// applied and that error is returned. A push that turns out to duplicate a
+// stored message, or an ack that cannot apply (already acked, lease lost,
+// unknown), rolls everything back and returns an error wrapping
+// ErrTxAborted and the cause. Pushes are applied first and acks second,
+// following the global lock order (partitions, then consumers).
+func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) error {
+	e := c.e
+	if e.isClosed() {
+		return ErrClosed
+	}
+	tx := &Tx{c: c}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if tx.err != nil {
+		return fmt.Errorf("%w: %w", ErrTxAborted, tx.err)
+	}
+	bs := make([]*pushBatch, len(tx.queues))
+	defer func() {
+		for _, b := range bs {
+			if b != nil {
+				b.release()
+			}
+		}
+	}()
+	for i, q := range tx.queues {
+		b, err := q.prepare(ctx, tx.items[i])
+		if err != nil {
+			return err
+		}
+		bs[i] = b
+	}
+	return pgx.BeginFunc(ctx, e.pool, func(ptx pgx.Tx) error {
+		if len(bs) > 0 {
+			if err := e.pushInTx(ctx, ptx, tx.queues, bs); err != nil {
+				return err
+			}
+			for i, b := range bs {
+				for k, r := range b.finish() {
+					if r.Status != Queued {
+						return fmt.Errorf("%w: push %d to %q (transaction id %q) is %s", ErrTxAborted, k, tx.queues[i].name, r.TransactionID, r.Status)
+					}
+				}
+			}
+		}
+		if len(tx.ops) == 0 {
+			return nil
+		}
+		sts, err := e.settleSQL(ctx, ptx, tx.ops)
+		if err != nil {
+			return err
+		}
+		for i, st := range sts {
+			if st != stApplied && st != stDeadLetter && st != stDropped {
+				return fmt.Errorf("%w: ack %d: %w", ErrTxAborted, i, statusErr(st))
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,153 @@
+package queen_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen"
+)
+
+func TestPushTxCommitted(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("outbox")
+	var res []queen.PushResult
+	err := pgx.BeginFunc(ctx, c.Pool(), func(tx pgx.Tx) error {
+		var err error
+		res, err = q.PushTx(ctx, tx, []queen.Item{{Data: []byte("a")}, {Data: []byte("b"), Partition: "p2"}, {TransactionID: "x"}, {TransactionID: "x"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != queen.Queued || res[1].Status != queen.Queued || res[2].Status != queen.Queued || res[3].Status != queen.Duplicate {
+		t.Fatalf("%+v", res)
+	}
+	got := pop(t, q, queen.PopOptions{Batch: 10, Partition: "Default", AutoAck: true})
+	if len(got) != 2 || string(got[0].Data) != "a" || got[0].ID != res[0].MessageID {
+		t.Fatalf("popped %+v", got)
+	}
+}
+
+func TestPushTxRolledBackLeavesNothing(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("outbox")
+	push(t, q, queen.Item{Data: []byte("before")}) // the queue exists; offsets start at 1 next
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.PushTx(ctx, tx, []queen.Item{{Data: []byte("never")}})
+	if err != nil || res[0].Status != queen.Queued || res[0].Offset != 1 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(storedFrames(t, c, "Default")); n != 1 {
+		t.Fatalf("%d frames stored after rollback, want 1", n)
+	}
+	// The rolled-back bump is gone too: the next push takes offset 1.
+	if r := push(t, q, queen.Item{})[0]; r.Offset != 1 {
+		t.Fatalf("offset after a rolled-back push: %d", r.Offset)
+	}
+}
+
+// Tx(ack A + push B) with an unknown ack: B never visible, A redelivered.
+func TestTxUnknownAckRollsBackEverything(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	in, out := c.Queue("in"), c.Queue("out")
+	push(t, in, queen.Item{Data: []byte("A")})
+	msgs := pop(t, in, queen.PopOptions{LeaseTime: time.Second})
+	if len(msgs) != 1 {
+		t.Fatalf("popped %d", len(msgs))
+	}
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Ack(msgs[0])
+		tx.Push("out", []queen.Item{{Data: []byte("B")}})
+		tx.Ack(&queen.Message{ID: msgs[0].ID}) // not a delivered message
+		return nil
+	})
+	if !errors.Is(err, queen.ErrTxAborted) {
+		t.Fatalf("Tx: %v, want ErrTxAborted", err)
+	}
+	if got := pop(t, out, queen.PopOptions{AutoAck: true}); len(got) != 0 {
+		t.Fatalf("B is visible: %q", got[0].Data)
+	}
+	time.Sleep(1100 * time.Millisecond) // A's lease runs out
+	again := pop(t, in, queen.PopOptions{})
+	if len(again) != 1 || string(again[0].Data) != "A" {
+		t.Fatalf("A not redelivered: %d messages", len(again))
+	}
+}
+
+// A stale ack (lease lost) inside Tx also rolls back its pushes.
+func TestTxLeaseLostAckRollsBack(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	in := c.Queue("in")
+	push(t, in, queen.Item{Data: []byte("A")})
+	msgs := pop(t, in, queen.PopOptions{LeaseTime: 200 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Push("out", []queen.Item{{Data: []byte("B")}})
+		tx.Ack(msgs[0])
+		return nil
+	})
+	if !errors.Is(err, queen.ErrTxAborted) || !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("Tx: %v, want ErrTxAborted wrapping ErrLeaseLost", err)
+	}
+	if n := countRows(t, c, "segments"); n != 1 {
+		t.Fatalf("%d segments: the push was not rolled back", n)
+	}
+}
+
+func TestTxAckAndPushCommitTogether(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	in, out := c.Queue("in"), c.Queue("out")
+	push(t, in, queen.Item{Data: []byte("A")}, queen.Item{Data: []byte("A2")})
+	msgs := pop(t, in, queen.PopOptions{Batch: 2})
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Ack(msgs[1])
+		tx.Push("out", []queen.Item{{Data: []byte("B")}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pop(t, out, queen.PopOptions{AutoAck: true}); len(got) != 1 || string(got[0].Data) != "B" {
+		t.Fatalf("B not visible")
+	}
+	if err := msgs[0].Ack(ctx); !errors.Is(err, queen.ErrAlreadyAcked) {
+		t.Fatalf("A after Tx acked through A2: %v", err)
+	}
+}
+
+// A duplicate push inside Tx rolls everything back.
+func TestTxDuplicatePushRollsBack(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	out := withWindow(t, c, "out")
+	push(t, out, queen.Item{TransactionID: "once"})
+	in := c.Queue("in")
+	push(t, in, queen.Item{})
+	msgs := pop(t, in, queen.PopOptions{})
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Ack(msgs[0])
+		tx.Push("out", []queen.Item{{TransactionID: "once"}})
+		return nil
+	})
+	if !errors.Is(err, queen.ErrTxAborted) {
+		t.Fatalf("Tx: %v", err)
+	}
+	if err := msgs[0].Ack(context.Background()); err != nil {
+		t.Fatalf("the ack inside the aborted Tx was applied: %v", err)
+	}
+}
