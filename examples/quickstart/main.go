@@ -72,6 +72,46 @@ func run() error {
 	}
 	fmt.Printf("re-push %s: %s of %s\n", again[0].TransactionID, again[0].Status, again[0].MessageID)
 
+	// Pop customer-1's messages under a lease and ack them: the ack commits
+	// the partition's cursor, so they are not delivered again.
+	msgs, err := orders.Pop(ctx, queen.PopOptions{Partition: "customer-1", Batch: 10})
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		fmt.Printf("pop  %-10s partition=%s offset=%d attempt=%d data=%s\n", m.TransactionID, m.Partition, m.Offset, m.Attempt, m.Data)
+	}
+	if len(msgs) > 0 {
+		if err := msgs[len(msgs)-1].Ack(ctx); err != nil { // acks everything before it too
+			return err
+		}
+		fmt.Printf("acked through offset %d\n", msgs[len(msgs)-1].Offset)
+	}
+
+	// Consume the rest with a handler; nil acks, an error would retry.
+	cctx, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	err = orders.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Wait: 200 * time.Millisecond}},
+		func(_ context.Context, m *queen.Message) error {
+			fmt.Printf("consumed %s from %s\n", m.TransactionID, m.Partition)
+			if m.Partition == "customer-2" {
+				stop() // nothing else is coming in this demo
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	status, err := orders.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range status.Partitions {
+		for _, g := range p.Groups {
+			fmt.Printf("status %s: last offset %d, committed %d, lag %d\n", p.Name, p.LastOffset, g.Committed, g.Lag)
+		}
+	}
+
 	st := client.Stats()
 	fmt.Printf("engine: %d commits, %d segments, %d items\n", st.Commits, st.Segments, st.Items)
 	return nil
