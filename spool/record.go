@@ -34,7 +34,7 @@ type Record struct {
 const MaxRecordSize = 32 << 20
 
 const (
-	recordHeaderSize = 8 // u32 body length, u32 CRC-32C
+	recordHeaderSize = 12 // u32 body length, u32 body CRC, u32 header CRC
 	fileHeaderSize   = 8
 	idSize           = 16
 
@@ -59,8 +59,11 @@ var (
 	// errShort: the bytes end inside a record. At the end of the newest file
 	// that is a torn write; anywhere else it is corruption.
 	errShort = fmt.Errorf("%w: record truncated", ErrCorrupt)
-	// errChecksum: a complete record whose CRC does not match.
-	errChecksum = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	// errHeader: a record header whose own CRC does not match, so its
+	// length cannot be trusted.
+	errHeader = fmt.Errorf("%w: record header checksum mismatch", ErrCorrupt)
+	// errChecksum: a complete record whose body CRC does not match.
+	errChecksum = fmt.Errorf("%w: record body checksum mismatch", ErrCorrupt)
 )
 
 func uvarintLen(x uint64) int {
@@ -90,7 +93,7 @@ func bodySize(r *Record) int {
 func appendRecord(dst []byte, r *Record) []byte {
 	start := len(dst)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(bodySize(r)))
-	dst = append(dst, 0, 0, 0, 0) // CRC, filled below
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0) // CRCs, filled below
 	var rflags byte
 	if r.TraceID != [16]byte{} {
 		rflags |= rflagTrace
@@ -106,13 +109,18 @@ func appendRecord(dst []byte, r *Record) []byte {
 		dst = append(dst, s...)
 	}
 	dst = append(dst, r.Payload...)
-	crc := crc32.Update(crc32.Checksum(dst[start:start+4], crcTable), crcTable, dst[start+recordHeaderSize:])
-	binary.LittleEndian.PutUint32(dst[start+4:], crc)
+	hdr := dst[start : start+recordHeaderSize]
+	binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(dst[start+recordHeaderSize:], crcTable))
+	binary.LittleEndian.PutUint32(hdr[8:], crc32.Checksum(hdr[:8], crcTable))
 	return dst
 }
 
-// bodyLen validates a record header's length field.
+// bodyLen validates a record header (its own CRC, then the length range)
+// and returns the body length.
 func bodyLen(hdr []byte) (int, error) {
+	if crc32.Checksum(hdr[:8], crcTable) != binary.LittleEndian.Uint32(hdr[8:]) {
+		return 0, errHeader
+	}
 	n := binary.LittleEndian.Uint32(hdr)
 	if n < minBody || n > MaxRecordSize {
 		return 0, fmt.Errorf("%w: record body length %d", ErrCorrupt, n)
@@ -120,10 +128,9 @@ func bodyLen(hdr []byte) (int, error) {
 	return int(n), nil
 }
 
-// verify checks the CRC, which covers the length field and the body.
+// verify checks the body against the CRC in its (validated) header.
 func verify(hdr, body []byte) error {
-	crc := crc32.Update(crc32.Checksum(hdr[:4], crcTable), crcTable, body)
-	if crc != binary.LittleEndian.Uint32(hdr[4:]) {
+	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(hdr[4:]) {
 		return errChecksum
 	}
 	return nil
