@@ -44,13 +44,11 @@ func newPusher(e *engine) *pusher {
 }
 
 // close flushes what fusion holds; what it cannot flush before ctx ends is
-// failed with ErrClosed (the spool will take it instead).
+// spooled (Buffered), or failed with ErrClosed if the spool fails too.
 func (p *pusher) close(ctx context.Context) error {
 	return p.fusion.Close(ctx, func(bundle []*fusion.Batch[*pushItem]) {
 		for _, b := range bundle {
-			for _, it := range b.Items {
-				resolveFailed(it, ErrClosed)
-			}
+			p.e.spoolItems(b.Items, b.Key, ErrClosed)
 		}
 	})
 }
@@ -103,10 +101,9 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 
 	start := time.Now()
 	var err error
-	s.verdicts, err = s.bundle.Push(ctx, q, e.sql.PushBundle, s.verdicts)
-	if live && isCode(err, codePartitionGone) {
-		// Maintenance purged an idle partition between the bundle's
-		// provisioning and its lock; provisioning recreates it.
+	if live {
+		s.verdicts, err = p.pushLive(ctx, s)
+	} else {
 		s.verdicts, err = s.bundle.Push(ctx, q, e.sql.PushBundle, s.verdicts)
 	}
 	if !live {
@@ -116,11 +113,11 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	} else {
 		e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
 		if err != nil {
+			// Nothing of the bundle committed: spool its items (Buffered)
+			// so a caller checking only for errors loses nothing.
 			err = fmt.Errorf("queen: push bundle: %w", err)
 			for _, b := range bundle {
-				for _, it := range b.Items {
-					resolveFailed(it, err)
-				}
+				e.spoolItems(b.Items, b.Key, err)
 			}
 			return err
 		}
@@ -278,6 +275,35 @@ func (it *pushItem) resolve(r PushResult) {
 
 func resolveFailed(it *pushItem, err error) {
 	it.resolve(PushResult{Status: Failed, MessageID: it.id, Offset: -1, Err: err})
+}
+
+// pushLive runs the bundle on a connection of its own. If the statement
+// times out, the server is sent a cancel request (a client-side timeout
+// alone leaves the statement running and holding its partition locks) and
+// the connection is discarded rather than returned to the pool.
+func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict, error) {
+	e := p.e
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return s.verdicts, fmt.Errorf("acquire connection: %w", err)
+	}
+	v, err := s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
+	if isCode(err, codePartitionGone) {
+		// Maintenance purged an idle partition between the bundle's
+		// provisioning and its lock; provisioning recreates it.
+		v, err = s.bundle.Push(ctx, conn, e.sql.PushBundle, v)
+	}
+	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
+		pc := conn.Conn().PgConn()
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if cerr := pc.CancelRequest(cctx); cerr != nil {
+			e.log.Warn("queen: cancel request for a timed-out bundle", "err", cerr)
+		}
+		cancel()
+		_ = conn.Conn().Close(context.Background())
+	}
+	conn.Release()
+	return v, err
 }
 
 // codePartitionGone is push_bundle's SQLSTATE for a partition that vanished

@@ -90,6 +90,10 @@ func (l *listener) session(ctx context.Context, connected func()) error {
 // extra wake costs one empty claim): lines of "tenant/queue", or "*" for
 // every queue.
 func (h *wakeHub) remote(payload string) {
+	if payload == maintenanceNotice {
+		h.e.refreshMaintenance(h.e.ctx)
+		return
+	}
 	if payload == "*" {
 		h.wakeAll()
 		return

@@ -73,6 +73,9 @@ type pushItem struct {
 	// take this item's verdict.
 	followers []*pushItem
 	resolved  bool
+	// noSpool marks items replayed from the spool: a failure fails them
+	// (the drain retries) instead of spooling them again.
+	noSpool bool
 }
 
 // pushCall is what one Push waits on: the number of groups not yet committed.
@@ -116,6 +119,10 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 		return nil, err
 	}
 	defer b.release()
+	if e.maintOn.Load() {
+		e.spoolPush(fusion.Key{Tenant: q.c.tenant, Queue: q.name}, b)
+		return b.finish(), nil
+	}
 	call := &pushCall{done: make(chan struct{})}
 	call.pending.Store(int32(len(b.groups)))
 	for part, g := range b.groups {

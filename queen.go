@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/spool"
 	"github.com/e03140bc/queen/sqlschema"
 )
 
@@ -174,6 +176,12 @@ type engine struct {
 	maint *maintainer
 	acks  *acker
 
+	// The disk spool, its drain, and the schema-wide maintenance flag.
+	spool    *spool.Spool
+	drain    *drainer
+	maintOn  atomic.Bool
+	spoolReg metric.Registration
+
 	// The consumption side: its statements, the lease owner this client
 	// writes, and the LISTEN loop that wakes parked pops for other
 	// processes' pushes.
@@ -226,13 +234,23 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if e.spool, err = openSpool(e); err != nil {
+		return fail(err)
+	}
+	e.refreshMaintenance(ctx)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wake = newWakeHub(e)
 	e.push = newPusher(e)
 	e.acks = newAcker(e)
-	if e.maint, err = newMaintainer(e, cfg.Maintenance); err != nil {
+	e.drain = newDrainer(e)
+	if e.spoolReg, err = registerSpoolMetrics(e); err == nil {
+		e.maint, err = newMaintainer(e, cfg.Maintenance)
+	}
+	if err != nil {
+		e.drain.close()
 		e.push.close(ctx)
 		e.acks.close(ctx)
+		_ = e.spool.Close()
 		e.wake.close()
 		e.cancel()
 		return fail(err)
@@ -268,8 +286,10 @@ func (c *Client) Close(ctx context.Context) error {
 	e.closed = true
 	e.mu.Unlock()
 
-	// Fixed stop order: intake and pending pushes first (they still need the
-	// pool), then background loops, then the pool.
+	// Fixed stop order: the spool drain; intake and pending pushes (they
+	// still need the pool; what cannot commit is spooled); background loops;
+	// the spool; the pool.
+	e.drain.close()
 	err := e.push.close(ctx)
 	if aerr := e.acks.close(ctx); err == nil {
 		err = aerr
@@ -278,6 +298,10 @@ func (c *Client) Close(ctx context.Context) error {
 	e.maint.close()
 	e.listen.close()
 	e.cancel()
+	_ = e.spoolReg.Unregister()
+	if serr := e.spool.Close(); err == nil && serr != nil {
+		err = fmt.Errorf("queen: close spool: %w", serr)
+	}
 	if e.ownPool {
 		e.pool.Close()
 	}

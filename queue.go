@@ -157,6 +157,11 @@ func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (
 	if ok && time.Since(m.fetched) < metaTTL {
 		return m, nil
 	}
+	if e.maintOn.Load() {
+		// Maintenance pushes do not touch PostgreSQL: a stale or missing
+		// entry is fine, the replay's bundle enforces encryption.
+		return m, nil
+	}
 	var id, window int64
 	err := e.pool.QueryRow(ctx, e.sql.QueueMeta, tenant, name).Scan(&id, &m.encryption, &window)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

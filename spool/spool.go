@@ -512,3 +512,6 @@ func (s *Spool) Close() error {
 	errs = append(errs, unlockDir(s.lock))
 	return errors.Join(errs...)
 }
+
+// Dir is the directory this spool owns.
+func (s *Spool) Dir() string { return s.opts.Dir }

@@ -41,6 +41,10 @@ type Set struct {
 	PurgeTxnsStep  string // ($1 pid, $2 keep ms, $3 max rows)
 	PurgePartition string // ($1 pid, $2 idle ms)
 	LagByGroup     string
+	// GetMaintenance and SetMaintenance read and write the schema-wide
+	// maintenance flag ($1 on).
+	GetMaintenance string
+	SetMaintenance string
 	// MaintenanceLockKey is the advisory lock that elects one maintainer.
 	MaintenanceLockKey int64
 }
@@ -80,6 +84,8 @@ WHERE p.id > $1 AND p.txns_start <= p.last_offset ORDER BY p.id LIMIT $2`)
 	s.PurgePartition = r.Replace(`SELECT {{s}}.purge_partition($1, $2)`)
 	s.LagByGroup = r.Replace(`SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
 FROM {{s}}.consumer_lag GROUP BY tenant, queue, group_name`)
+	s.GetMaintenance = r.Replace(`SELECT maintenance FROM {{s}}.settings`)
+	s.SetMaintenance = r.Replace(`UPDATE {{s}}.settings SET maintenance = $1, updated_at = now()`)
 	s.MaintenanceLockKey = int64(xxh3.HashString("queen:maintenance:" + schema))
 	return s
 }

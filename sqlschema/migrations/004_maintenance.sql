@@ -137,3 +137,12 @@ SELECT q.tenant,
 FROM {{schema}}.consumers c
 JOIN {{schema}}.partitions p ON p.id = c.partition_id
 JOIN {{schema}}.queues q ON q.id = p.queue_id;
+
+-- Settings every process of the schema follows. maintenance: pushes go to
+-- each process's disk spool (reported Buffered) and spool drains pause.
+CREATE TABLE {{schema}}.settings (
+    id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    maintenance boolean     NOT NULL DEFAULT false,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO {{schema}}.settings DEFAULT VALUES;
