@@ -152,12 +152,12 @@ func TestStatementTimeoutCancelsAndSpools(t *testing.T) {
 	}
 }
 
-// pidTracer records the backend of the latest push bundle.
+// pidTracer records the backend of the first push bundle after a reset.
 type pidTracer struct{ pid *atomic.Uint32 }
 
 func (p pidTracer) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if len(d.SQL) > 0 && containsBundle(d.SQL) {
-		p.pid.Store(c.PgConn().PID())
+	if containsBundle(d.SQL) {
+		p.pid.CompareAndSwap(0, c.PgConn().PID()) // the first since the test reset it
 	}
 	return ctx
 }
