@@ -135,7 +135,7 @@ func TestStatementTimeoutCancelsAndSpools(t *testing.T) {
 	if timedOut == 0 {
 		t.Fatal("no bundle was traced")
 	}
-	waitFor(t, 5*time.Second, "the timed-out backend to go", func() bool {
+	waitFor(t, 20*time.Second, "the timed-out backend to go", func() bool {
 		var n int
 		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", timedOut).Scan(&n); err != nil {
 			t.Fatal(err)
