@@ -142,9 +142,10 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 		end     int64
 		created time.Time
 		blob    []byte
+		fails   int32
 	)
 	for rows.Next() {
-		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob); err != nil {
+		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob, &fails); err != nil {
 			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
 		if decErr != nil {
@@ -178,6 +179,8 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 			if off <= dmax && deliv > 1 {
 				m.Attempt = int(deliv)
 			}
+			// A message the skip policy re-enqueued carries its failures.
+			m.Attempt += int(fails)
 			m.stored = append([]byte(nil), f.Payload...)
 			m.Data = m.stored
 			if f.Flags&frame.FlagEncrypted != 0 {

@@ -60,7 +60,34 @@ type QueueOptions struct {
 	// CompletedRetention deletes messages older than this once every group
 	// consumed them. Defaults to 0: keep.
 	CompletedRetention time.Duration
+	// FailurePolicy is what a failed message (Message.Fail, a Consume
+	// handler's error) does to the later messages of its partition.
+	// Defaults to FailurePause: strict order per key.
+	FailurePolicy FailurePolicy
 }
+
+// FailurePolicy decides whether a failed message holds up its partition.
+// Retry, DeadLetter and lease expiry are the same under both policies: a
+// retried or expired message is redelivered in place, a dead letter moves
+// the cursor past it.
+type FailurePolicy string
+
+const (
+	// FailurePause redelivers a failed message in place: later messages of
+	// its partition wait until it is acked or, once RetryLimit failures are
+	// spent, dead-lettered (or dropped). Order per key is strict. This is the
+	// default, because a partition is an ordered lane: it is what Kafka
+	// users get from retrying in place and what the queue's partitions have
+	// always done, and RetryLimit bounds the pause.
+	FailurePause FailurePolicy = "pause"
+	// FailureSkip moves a failed message out of the way: it is re-enqueued
+	// at its partition's tail as a new offset (same ID, TransactionID and
+	// payload, its failure count carried along so RetryLimit still applies
+	// and Message.Attempt keeps counting) and the later messages go on; at
+	// the limit it is dead-lettered (or dropped). At-least-once; order per
+	// key is not kept after a failure. Like a job queue (River) with retries.
+	FailureSkip FailurePolicy = "skip"
+)
 
 const defaultLeaseTime = 5 * time.Minute
 
@@ -76,6 +103,13 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	}
 	if o.LeaseTime == 0 {
 		o.LeaseTime = defaultLeaseTime
+	}
+	switch o.FailurePolicy {
+	case "":
+		o.FailurePolicy = FailurePause
+	case FailurePause, FailureSkip:
+	default:
+		return o, fmt.Errorf("queen: QueueOptions.FailurePolicy %q is neither %q nor %q", o.FailurePolicy, FailurePause, FailureSkip)
 	}
 	switch {
 	case o.RetryLimit == 0:
@@ -101,7 +135,8 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 	}
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	_, err = e.pool.Exec(ctx, e.sql.QueueUpsert, q.c.tenant, q.name, ms(o.LeaseTime), o.RetryLimit, o.DeadLetter,
-		ms(o.DedupWindow), o.Encryption, ms(o.DelayedProcessing), ms(o.WindowBuffer), ms(o.Retention), ms(o.CompletedRetention))
+		ms(o.DedupWindow), o.Encryption, ms(o.DelayedProcessing), ms(o.WindowBuffer), ms(o.Retention), ms(o.CompletedRetention),
+		string(o.FailurePolicy))
 	e.forgetMeta(q.c.tenant, q.name)
 	if err != nil {
 		return fmt.Errorf("queen: configure %q: %w", q.name, err)

@@ -5,6 +5,8 @@
 //
 //	go run ./examples/pushbench                 # every scenario, 10s each
 //	go run ./examples/pushbench -d 3s -only single
+//	go run ./examples/pushbench -d 5s -only manykeys   # 100 keys vs 100,000 keys
+//	go run ./examples/pushbench -only popready         # Pop latency, 100,000 partitions, few ready
 package main
 
 import (
@@ -30,7 +32,9 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert (default all)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,popready (default all)")
+	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
+	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
 	idleN   = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario")
 	conns   = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
@@ -182,6 +186,16 @@ func run() error {
 		}
 		report("1000-item pushes (200 B), 8 goroutines", rate, lat)
 		printStats(before, client.Stats())
+	}
+	if want("manykeys") {
+		if err := manyKeys(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if want("popready") {
+		if err := popReady(ctx, client, payload); err != nil {
+			return err
+		}
 	}
 	return nil
 }

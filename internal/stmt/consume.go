@@ -11,7 +11,8 @@ type Consume struct {
 	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
 	// (NULL = any), $5 hinted partitions, $6 batch, $7 partitions, $8 lease
 	// ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11 subscription
-	// mode, $12 subscription time. One row per delivered segment.
+	// mode, $12 subscription time. One row per delivered segment, with the
+	// failures a re-enqueued segment's message carries (migration 005).
 	Pop string
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.
@@ -38,7 +39,7 @@ func NewConsume(schema string) *Consume {
 	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
 	c := &Consume{}
 	c.Pop = r.Replace(`SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
-    deliveries, delivered_max, base_offset, end_offset, created_at, blob
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
     $10::text, $11::text, $12::timestamptz)`)
 	c.AckMany = r.Replace(`SELECT ord, status, committed FROM {{s}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])`)

@@ -23,7 +23,10 @@ type Set struct {
 	SegmentAt string
 	// QueueMeta reads the push-relevant options of ($1 tenant, $2 name).
 	QueueMeta string
-	// QueueUpsert creates or updates a queue's options.
+	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
+	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7
+	// encryption, $8 delayed ms, $9 window buffer ms, $10 retention ms, $11
+	// completed retention ms, $12 failure policy.
 	QueueUpsert string
 	// QueueDelete deletes ($1 tenant, $2 name) with its partitions' data.
 	QueueDelete string
@@ -58,14 +61,16 @@ FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
 	s.QueueMeta = r.Replace(`SELECT id, encryption, dedup_window_ms FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
 	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
-    dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
+    failure_policy)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (tenant, name) DO UPDATE SET
     lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
     dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
     encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
-    completed_retention_ms = EXCLUDED.completed_retention_ms, updated_at = now()`)
+    completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
+    updated_at = now()`)
 	s.QueueDelete = r.Replace(`WITH q AS (DELETE FROM {{s}}.queues WHERE tenant = $1 AND name = $2 RETURNING id),
 p AS (SELECT id FROM {{s}}.partitions WHERE queue_id IN (SELECT id FROM q)),
 s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),

@@ -1,0 +1,158 @@
+// Command lifecycle shows ordered per-key consumption: file lifecycle events
+// (created, overwritten, deleted) are pushed with the file as the partition
+// key, and several workers consume them. Within a file, events arrive in
+// push order, to one worker at a time; different files are processed in
+// parallel. No per-event locks, no slot count: routing happens at push time.
+//
+// The queue keeps the default failure policy, FailurePause: an event that
+// fails is retried in place and later events of that file wait for it
+// (until it succeeds or is dead-lettered after RetryLimit failures). With
+// FailureSkip a failed "created" could be overtaken by its "deleted".
+//
+// With QUEEN_DATABASE_URL set it uses that database; otherwise it starts a
+// throwaway PostgreSQL cluster from the locally installed binaries.
+//
+//	go run ./examples/lifecycle
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgcluster"
+)
+
+const files = 200
+
+type event struct {
+	File    string `json:"file"`
+	Kind    string `json:"kind"` // created, overwritten, deleted
+	Version int    `json:"version"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := os.Getenv("QUEEN_DATABASE_URL")
+	if url == "" {
+		fmt.Println("QUEEN_DATABASE_URL is not set: starting a throwaway PostgreSQL cluster")
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		url = cl.URL
+	}
+	client, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: "example_lifecycle"})
+	if err != nil {
+		return err
+	}
+	defer client.Close(context.Background())
+	q := client.Queue("file-events")
+	if err := q.Configure(ctx, queen.QueueOptions{FailurePolicy: queen.FailurePause, RetryLimit: 5, DeadLetter: true}); err != nil {
+		return err
+	}
+
+	// The storage service: each file is created, overwritten a few times
+	// and deleted. Events of one file are pushed in order (one producer per
+	// file here; in general, whoever owns the file's state).
+	var total atomic.Int64
+	var prod sync.WaitGroup
+	for p := range 4 {
+		prod.Go(func() {
+			for f := p; f < files; f += 4 {
+				name := fmt.Sprintf("bucket/file-%04d", f)
+				evs := []event{{name, "created", 1}}
+				for v, n := 2, 1+rand.IntN(4); v <= n; v++ {
+					evs = append(evs, event{name, "overwritten", v})
+				}
+				evs = append(evs, event{name, "deleted", len(evs) + 1})
+				for _, ev := range evs {
+					data, _ := json.Marshal(ev)
+					if _, err := q.Push(ctx, []queen.Item{{Partition: name, Data: data}}); err != nil {
+						log.Print(err)
+						return
+					}
+					total.Add(1)
+				}
+			}
+		})
+	}
+
+	// The indexer: applies events to its view. Out-of-order events would
+	// be detected as invalid transitions. One in ten first deliveries fails
+	// transiently; the pause policy retries it before the file moves on.
+	var (
+		mu       sync.Mutex
+		view     = map[string]int{} // file -> version; absent = not there
+		invalid  atomic.Int64
+		handled  atomic.Int64
+		failures atomic.Int64
+		deleted  atomic.Int64
+	)
+	handler := func(ctx context.Context, m *queen.Message) error {
+		if m.Attempt == 1 && rand.IntN(10) == 0 {
+			failures.Add(1)
+			return errors.New("transient indexer error")
+		}
+		var ev event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		cur, exists := view[ev.File]
+		switch {
+		case ev.Kind == "created" && !exists,
+			ev.Kind == "overwritten" && exists && ev.Version == cur+1:
+			view[ev.File] = ev.Version
+		case ev.Kind == "deleted" && exists && ev.Version == cur+1:
+			delete(view, ev.File)
+			deleted.Add(1)
+		default:
+			invalid.Add(1)
+			fmt.Printf("out of order: %s %s v%d (view: exists=%v v%d)\n", ev.File, ev.Kind, ev.Version, exists, cur)
+		}
+		handled.Add(1)
+		return nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	workers.Go(func() {
+		err := q.Consume(wctx, queen.ConsumeOptions{
+			PopOptions:  queen.PopOptions{Batch: 10, Wait: 200 * time.Millisecond},
+			Concurrency: 6, // six workers; each holds one file at a time
+		}, handler)
+		if err != nil {
+			log.Print(err)
+		}
+	})
+	prod.Wait()
+	start := time.Now()
+	for handled.Load() < total.Load() && time.Since(start) < time.Minute {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	workers.Wait()
+	fmt.Printf("%d events for %d files: %d applied in order, %d transient failures retried in place, %d files deleted, %d out of order\n",
+		total.Load(), files, handled.Load(), failures.Load(), deleted.Load(), invalid.Load())
+	if invalid.Load() != 0 || deleted.Load() != files {
+		return fmt.Errorf("per-key order violated")
+	}
+	return nil
+}
