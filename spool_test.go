@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -135,13 +136,21 @@ func TestStatementTimeoutCancelsAndSpools(t *testing.T) {
 	if timedOut == 0 {
 		t.Fatal("no bundle was traced")
 	}
-	waitFor(t, 20*time.Second, "the timed-out backend to go", func() bool {
-		var n int
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", timedOut).Scan(&n); err != nil {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var state, query, wait string
+		err := tx.QueryRow(ctx, "SELECT coalesce(state, ''), left(query, 60), coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1", timedOut).Scan(&state, &query, &wait)
+		if errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-		return n == 0
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d of the timed-out bundle is still there: state %q, wait %q, query %q", timedOut, state, wait, query)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

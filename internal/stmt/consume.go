@@ -12,7 +12,7 @@ type Consume struct {
 	// (NULL = any), $5 hinted partitions, $6 batch, $7 partitions, $8 lease
 	// ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11 subscription
 	// mode, $12 subscription time. One row per delivered segment, with the
-	// failures a re-enqueued segment's message carries (migration 005).
+	// failures a re-enqueued segment's message carries.
 	Pop string
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.

@@ -18,6 +18,12 @@ CREATE TABLE {{schema}}.queues (
     window_buffer_ms       bigint      NOT NULL DEFAULT 0,
     retention_ms           bigint      NOT NULL DEFAULT 0,
     completed_retention_ms bigint      NOT NULL DEFAULT 0,
+    -- 'pause': a failed message is redelivered in place and blocks the later
+    -- messages of its partition until acked or dead-lettered (strict order).
+    -- 'skip': it is re-enqueued at its partition's tail with its failure
+    -- count and the cursor moves on (at-least-once).
+    failure_policy         text        NOT NULL DEFAULT 'pause'
+        CONSTRAINT queues_failure_policy_check CHECK (failure_policy IN ('pause', 'skip')),
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT queues_tenant_name_key UNIQUE (tenant, name)
@@ -35,8 +41,21 @@ CREATE TABLE {{schema}}.partitions (
     txns_start    bigint      NOT NULL DEFAULT 0,
     last_write_at timestamptz NOT NULL DEFAULT now(),
     created_at    timestamptz NOT NULL DEFAULT now(),
+    -- The ready set: true while some subscribed group may have messages of
+    -- the partition left. push_one sets it in its allocator update (already
+    -- true: the update stays HOT); pop clears it in bounded steps.
+    pending       boolean     NOT NULL DEFAULT true,
     CONSTRAINT partitions_queue_name_key UNIQUE (queue_id, name)
 ) WITH (fillfactor = 50, vacuum_truncate = false);
+
+-- The partial index holds only pending rows, so a claim walks O(ready)
+-- entries instead of every partition of the queue.
+CREATE INDEX partitions_pending_idx ON {{schema}}.partitions (queue_id, id) WHERE pending;
+-- No statistics on pending: sampled while a new queue's partitions were all
+-- pending, they make the partial index look as big as the table and a cached
+-- plan then filters every partition on every pop. Without them the planner
+-- assumes half the rows are pending and the partial index always wins.
+ALTER TABLE {{schema}}.partitions ALTER COLUMN pending SET STATISTICS 0;
 
 CREATE INDEX partitions_last_write_at_idx ON {{schema}}.partitions (queue_id, last_write_at);
 
@@ -48,6 +67,9 @@ CREATE TABLE {{schema}}.segments (
     end_offset   bigint      NOT NULL,
     created_at   timestamptz NOT NULL,
     blob         bytea       NOT NULL,
+    -- Explicit failures charged to the message of a re-enqueued segment
+    -- (failure policy 'skip', one message per such segment); 0 when pushed.
+    failures     integer     NOT NULL DEFAULT 0,
     PRIMARY KEY (partition_id, base_offset)
 ) WITH (vacuum_truncate = false);
 -- The blob is already compressed; do not let TOAST try again.

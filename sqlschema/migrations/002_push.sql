@@ -15,9 +15,7 @@ CREATE TYPE {{schema}}.push_result AS (
     dup_off      bigint[]
 );
 
--- The single allocator: the only place an offset is assigned. The caller has
--- resolved the partition id and dedup window and holds (or is about to take)
--- the partition row lock.
+-- The allocator, as in 002, also marking the partition pending.
 CREATE FUNCTION {{schema}}.push_one(
     p_pid       bigint,
     p_count     integer,
@@ -62,21 +60,20 @@ BEGIN
         INTO r.dup_idx, r.dup_off FROM d;
 
         IF r.dup_idx IS NOT NULL THEN
-            -- Written nothing: no allocator bump, so nothing to roll back and
-            -- the bundle's other segments commit untouched.
             r.status := 1;
             RETURN r;
         END IF;
     END IF;
 
-    -- One statement allocates and writes both rows. The CASE quantizes
-    -- last_write_at so the allocator update stays HOT. The hash row is
-    -- always written: ack by transaction id resolves through it.
+    -- One statement allocates, marks the partition ready and writes both
+    -- rows. pending = true changes nothing (so stays HOT) unless the
+    -- partition had been drained.
     WITH u AS (
         UPDATE {{schema}}.partitions SET
             last_offset   = last_offset + p_count,
             last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
-                                 THEN p_now ELSE last_write_at END
+                                 THEN p_now ELSE last_write_at END,
+            pending       = true
         WHERE id = p_pid
         RETURNING last_offset
     ), s AS (
@@ -95,9 +92,15 @@ BEGIN
 END
 $$;
 
--- Commits the segments of many partitions in one transaction. Arrays are
--- parallel, one element per segment. p_flags bit 0: the segment's payloads are
--- encrypted. Results come back one per input, in input order.
+-- 3. push_bundle, as in 002, with its two partition lookups written so the
+-- only index that fits is the unique (queue_id, name): each is a subquery
+-- with both keys as parameters. Written as a join, a generic plan cached
+-- while the partitions table was small (a new install, a queue gaining
+-- 100k keys) looked partitions up by queue_id alone through
+-- partitions_last_write_at_idx and filtered on the name, so every bundle
+-- walked every partition of its queue until autovacuum's next ANALYZE
+-- invalidated the plan (measured: 50 ms per bundle at ~50k partitions,
+-- first-touch pushes at ~300 keys/s for a minute).
 CREATE FUNCTION {{schema}}.push_bundle(
     p_queues     text[],
     p_partitions text[],
@@ -144,8 +147,8 @@ BEGIN
         SELECT 1 FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
         WHERE NOT EXISTS (
             SELECT 1 FROM {{schema}}.queues qq
-            JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p
-            WHERE qq.tenant = u.t AND qq.name = u.q)
+            WHERE qq.tenant = u.t AND qq.name = u.q
+              AND EXISTS (SELECT 1 FROM {{schema}}.partitions pp WHERE pp.queue_id = qq.id AND pp.name = u.p))
     ) THEN
         INSERT INTO {{schema}}.queues (tenant, name)
         SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
@@ -163,10 +166,13 @@ BEGIN
     -- partition id: the global lock order shared with transactions and
     -- retention.
     FOR rec IN
-        SELECT u.o, pp.id, qq.dedup_window_ms, qq.encryption
-        FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
-        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
-        JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption
+        FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption,
+                     (SELECT p2.id FROM {{schema}}.partitions p2
+                      WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
+              FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
+              JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
+        JOIN {{schema}}.partitions pp ON pp.id = x.pid
         ORDER BY pp.id
         FOR UPDATE OF pp
     LOOP

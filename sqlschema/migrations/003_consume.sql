@@ -31,60 +31,107 @@ CREATE TYPE {{schema}}.pop_row AS (
     base_offset      bigint,
     end_offset       bigint,
     created_at       timestamptz,
-    blob             bytea
+    blob             bytea,
+    failures         integer
 );
 
--- Seeds the consumer rows a group lacks on queue p_qid (only partition
--- p_pid when not NULL), from the group's stored subscription. Returns false
--- when another session holds the seeding lock: the caller retries later and
--- never waits. The insert is ordered on the key, so it cannot convoy.
-CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz)
+-- Clears partition p_pid's pending flag if every group subscribed to its
+-- queue has consumed all of its retained messages. Never waits: a partition
+-- someone holds (a push in flight) is skipped. The check is a statement of
+-- its own, so its snapshot is taken after the row lock: a push cannot commit
+-- in between, and a group seeded before the lock is seen (one seeded after
+-- it marks the row again, see seed_consumers).
+CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid AND pending FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {{schema}}.partitions p SET pending = false
+    WHERE p.id = p_pid
+      AND (p.last_offset < p.log_start
+           OR NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s
+                          WHERE s.queue_id = p.queue_id
+                            AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                                            WHERE c.partition_id = p.id AND c.group_name = s.group_name
+                                              AND c.committed >= p.last_offset)));
+    RETURN FOUND;
+END
+$$;
+
+-- 4. Seeding, as in 003, plus: p_pids (not NULL) seeds only those
+-- partitions (pop passes the window it looked at); after first contact only
+-- pending partitions can lack the group's row (a partition is created pending, and is cleared
+-- only once every subscribed group, this one included, has drained it), so
+-- only those are looked at; and the partitions the new rows are behind on
+-- join the ready set. Those rows are locked in ascending id (the global
+-- order) and marked by a later statement, whose snapshot sees any clear that
+-- committed before the lock.
+CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz, p_pids bigint[])
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_mode text;
-    v_from timestamptz;
+    v_mode  text;
+    v_from  timestamptz;
     v_since timestamptz;
+    v_first boolean;
+    v_ids   bigint[];
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0)) THEN
         RETURN false;
     END IF;
-    -- Queue mode always starts at the oldest retained message.
     IF p_group = '' THEN
         p_mode := 'all';
     END IF;
-    -- First contact stores the choice; later calls reuse the stored one.
     INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
     VALUES (p_qid, p_group, p_mode, p_from)
     ON CONFLICT DO NOTHING;
+    v_first := FOUND;
     SELECT mode, from_time, created_at INTO v_mode, v_from, v_since
     FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
 
-    -- Partitions created after the subscription are read from their start,
-    -- whatever the mode: "new" means new to the group, not only new offsets.
-    INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
-    SELECT p.id, p_group,
-           CASE
-               WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
-               WHEN v_mode = 'new' THEN p.last_offset
-               ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
-                              WHERE s.partition_id = p.id AND s.created_at >= v_from), p.last_offset + 1) - 1
-           END
-    FROM {{schema}}.partitions p
-    WHERE p.queue_id = p_qid
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                      WHERE c.partition_id = p.id AND c.group_name = p_group)
-    ORDER BY p.id
-    ON CONFLICT DO NOTHING;
+    WITH ins AS (
+        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
+        SELECT p.id, p_group,
+               CASE
+                   WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
+                   WHEN v_mode = 'new' THEN p.last_offset
+                   ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
+                                  WHERE s.partition_id = p.id AND s.created_at >= v_from), p.last_offset + 1) - 1
+               END
+        FROM {{schema}}.partitions p
+        WHERE p.queue_id = p_qid
+          AND (v_first OR (p_pids IS NULL AND p.pending) OR p.id = ANY (p_pids))
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p.id AND c.group_name = p_group)
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING
+        RETURNING partition_id, committed
+    )
+    SELECT array_agg(ins.partition_id) INTO v_ids
+    FROM ins JOIN {{schema}}.partitions p ON p.id = ins.partition_id
+    WHERE ins.committed < p.last_offset AND p.last_offset >= p.log_start;
+
+    -- Only a first contact marks: later, the group's committed subscription
+    -- already keeps clear_pending from clearing a partition it has not read
+    -- (a missing row counts as behind), so pops never wait here.
+    IF v_first AND v_ids IS NOT NULL THEN
+        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR UPDATE;
+        UPDATE {{schema}}.partitions SET pending = true WHERE id = ANY (v_ids) AND NOT pending;
+    END IF;
     RETURN true;
 END
 $$;
 
--- Claims up to p_partitions lease-free partitions of a queue for a group
--- (SKIP LOCKED: never waits), takes up to p_batch messages across them in
--- claim order, writes each lease (or, with p_auto_ack, commits the cursor)
--- and returns the segments that hold the messages. p_partition NULL means
--- any partition; p_hints are tried first. p_lease_ms <= 0 means the queue's.
+-- The 003 signature: every partition that may lack the group's row.
+CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT {{schema}}.seed_consumers(p_qid, p_group, p_mode, p_from, NULL::bigint[])
+$$;
+
 CREATE FUNCTION {{schema}}.pop(
     p_tenant     uuid,
     p_queue      text,
@@ -100,13 +147,27 @@ CREATE FUNCTION {{schema}}.pop(
     p_from       timestamptz
 ) RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
--- Array-driven statements would otherwise be re-planned on every call.
+-- Array-driven statements would otherwise be re-planned on every call (as
+-- in 003). Every statement here is a keyed lookup or a walk of the pending
+-- index, never a scan.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     v_q        record;
     v_c        record;
+    v_x        record;
+    v_pend     bigint[];
+    v_cand     bigint[];
+    v_win      integer;
+    v_lo       bigint;
+    v_hi       bigint;
+    v_from     bigint;
+    v_pass     integer;
     v_left     integer := p_batch;
+    v_claimed  integer := 0;
     v_now      timestamptz := clock_timestamp();
     v_cutoff   timestamptz;
     v_start    bigint;
@@ -116,6 +177,8 @@ DECLARE
     v_lease    uuid;
     v_expires  timestamptz;
     v_deliv    integer;
+    v_drained  bigint[] := '{}';
+    v_pid      bigint;
 BEGIN
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
     FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
@@ -127,75 +190,160 @@ BEGIN
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
-    -- Consumer rows are created on first contact and for partitions that
-    -- appeared since, never by an upsert per pop. The probe is read-only.
-    IF EXISTS (SELECT 1 FROM {{schema}}.partitions p
-               WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition)
-                 AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers cx
-                                 WHERE cx.partition_id = p.id AND cx.group_name = p_group)) THEN
+    IF NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s WHERE s.queue_id = v_q.id AND s.group_name = p_group) THEN
+        -- First contact: rows for every partition.
         PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from);
     END IF;
 
-    FOR v_c IN
-        SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-               p.last_offset, p.log_start
-        FROM {{schema}}.consumers cc
-        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-        WHERE p.queue_id = v_q.id AND cc.group_name = p_group
-          AND (p_partition IS NULL OR p.name = p_partition)
-          AND p.last_offset > cc.committed
-          AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-          AND (v_q.window_buffer_ms = 0 OR coalesce(
-                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
-                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
-                <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
-        ORDER BY (p.name = ANY (p_hints)) DESC, cc.updated_at, cc.partition_id
-        LIMIT p_partitions
-        FOR UPDATE OF cc SKIP LOCKED
-    LOOP
-        EXIT WHEN v_left <= 0;
-        v_start := greatest(v_c.committed + 1, v_c.log_start);
-        v_end := least(v_c.last_offset, v_start + v_left - 1);
-        v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
-                              WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
-        IF v_q.delayed_processing_ms > 0 THEN
-            -- created_at is monotone in offset order: the visible part is a prefix.
-            SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+    -- The window of the ready set this pop looks at: hinted partitions, then
+    -- up to v_win pending ids from a random point, wrapping around. Reading
+    -- a bounded window instead of the whole set keeps a pop O(window) even
+    -- when 100k keys all have backlog; the random start spreads concurrent
+    -- pops and is fair over time. The ids are read on their own (the partial
+    -- index is the only fit): in a join the planner may drive from the
+    -- group's consumer rows (every partition) when statistics are stale.
+    IF p_partition IS NULL THEN
+        v_win := greatest(256, p_partitions * 4);
+        SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+        FROM {{schema}}.partitions p
+        WHERE p.queue_id = v_q.id AND p.pending AND p.name = ANY (p_hints);
+        SELECT min(p.id), max(p.id) INTO v_lo, v_hi
+        FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.pending;
+        IF v_lo IS NOT NULL THEN
+            v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+            v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                      WHERE p.queue_id = v_q.id AND p.pending AND p.id >= v_from
+                                      ORDER BY p.id LIMIT v_win);
+            IF cardinality(v_pend) < v_win THEN
+                v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                          WHERE p.queue_id = v_q.id AND p.pending AND p.id < v_from
+                                          ORDER BY p.id LIMIT v_win);
+            END IF;
+        END IF;
+    ELSE
+        SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+        FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
+    END IF;
+
+    -- Pass 1 looks at the window. If it claimed nothing although the window
+    -- was cut short, pass 2 looks at the whole set: a caught-up group must
+    -- not miss its one ready partition among another group's backlog.
+    FOR v_pass IN 1 .. 2 LOOP
+        -- Partitions of the window created since the group's first contact.
+        IF EXISTS (SELECT 1 FROM unnest(v_pend) AS r(id)
+                   WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.consumers cx
+                                     WHERE cx.partition_id = r.id AND cx.group_name = p_group)) THEN
+            PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from, v_pend);
+        END IF;
+
+        -- Candidates: claimable partitions of the window (something retained
+        -- after the cursor, no live lease, the window buffer passed, the head
+        -- message visible), in claim order, read without locks.
+        SELECT coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid), '{}') INTO v_cand
+        FROM (SELECT cc.partition_id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd
+              FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
+              JOIN {{schema}}.partitions p ON p.id = r.id
+              JOIN {{schema}}.consumers cc ON cc.partition_id = r.id AND cc.group_name = p_group
+              WHERE p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                AND (v_q.window_buffer_ms = 0 OR coalesce(
+                      (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                       ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
+                      <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
+                AND (v_q.delayed_processing_ms = 0 OR coalesce(
+                      (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                         AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
+                       ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= v_cutoff)) x;
+
+        -- Claim in that order: one keyed try-lock each (SKIP LOCKED: never
+        -- waits), re-checking the lease on the locked row.
+        FOREACH v_pid IN ARRAY v_cand LOOP
+            EXIT WHEN v_left <= 0 OR v_claimed >= p_partitions;
+            SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
+                   p.last_offset, p.log_start
+            INTO v_c
+            FROM {{schema}}.consumers cc
+            JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+            WHERE cc.partition_id = v_pid AND cc.group_name = p_group
+              AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+              AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+            FOR UPDATE OF cc SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            v_start := greatest(v_c.committed + 1, v_c.log_start);
+            v_end := least(v_c.last_offset, v_start + v_left - 1);
+            v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                                  WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
+            IF v_q.delayed_processing_ms > 0 THEN
+                -- created_at is monotone in offset order: the visible part is a prefix.
+                SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                  AND s.created_at <= v_cutoff;
+                v_end := least(v_end, coalesce(v_vis, v_start - 1));
+            END IF;
+            CONTINUE WHEN v_end < v_start;
+            v_left := v_left - (v_end - v_start + 1)::integer;
+            v_claimed := v_claimed + 1;
+
+            IF p_auto_ack THEN
+                UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
+                    lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
+                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                v_lease := NULL;
+                v_expires := NULL;
+                v_deliv := v_c.deliveries + 1;
+                IF v_end >= v_c.last_offset THEN
+                    v_drained := v_drained || v_c.partition_id;
+                END IF;
+            ELSE
+                v_lease := gen_random_uuid();
+                v_expires := v_now + p_lease_ms * interval '1 millisecond';
+                UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
+                    lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
+                    deliveries = CASE WHEN committed = v_start - 1 THEN deliveries + 1 ELSE 1 END,
+                    attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
+                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                WHERE partition_id = v_c.partition_id AND group_name = p_group
+                RETURNING deliveries INTO v_deliv;
+            END IF;
+
+            RETURN QUERY
+            SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
+                   s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
+            FROM {{schema}}.segments s
             WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-              AND s.created_at <= v_cutoff;
-            v_end := least(v_end, coalesce(v_vis, v_start - 1));
-        END IF;
-        CONTINUE WHEN v_end < v_start;
-        v_left := v_left - (v_end - v_start + 1)::integer;
-
-        IF p_auto_ack THEN
-            UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
-                lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
-                delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-            WHERE partition_id = v_c.partition_id AND group_name = p_group;
-            v_lease := NULL;
-            v_expires := NULL;
-            v_deliv := v_c.deliveries + 1;
-        ELSE
-            v_lease := gen_random_uuid();
-            v_expires := v_now + p_lease_ms * interval '1 millisecond';
-            -- A jump over retained-away offsets moves the cursor with it.
-            UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
-                lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
-                deliveries = CASE WHEN committed = v_start - 1 THEN deliveries + 1 ELSE 1 END,
-                attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
-                delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-            WHERE partition_id = v_c.partition_id AND group_name = p_group
-            RETURNING deliveries INTO v_deliv;
-        END IF;
-
-        RETURN QUERY
-        SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
-               s.base_offset, s.end_offset, s.created_at, s.blob
-        FROM {{schema}}.segments s
-        WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-        ORDER BY s.base_offset;
+            ORDER BY s.base_offset;
+        END LOOP;
+        EXIT WHEN v_claimed > 0 OR p_partition IS NOT NULL OR cardinality(v_pend) < v_win;
+        v_pend := ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                        WHERE p.queue_id = v_q.id AND p.pending);
     END LOOP;
+
+    -- Ready-set upkeep, at the end: this transaction does nothing after
+    -- these try-locks, so they cannot join a deadlock. Acks leave drained
+    -- partitions pending (settle takes no partition locks); every pop clears
+    -- up to 64 of its window besides the ones its own auto-ack drained, which
+    -- keeps stale entries bounded by the pop rate, not the number of keys.
+    FOREACH v_pid IN ARRAY v_drained LOOP
+        PERFORM {{schema}}.clear_pending(v_pid);
+    END LOOP;
+    IF p_partition IS NULL THEN
+        FOR v_x IN
+            SELECT p.id FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
+            JOIN {{schema}}.partitions p ON p.id = r.id
+            WHERE p.pending
+              AND NOT (p.id = ANY (v_drained))
+              AND (p.last_offset < p.log_start
+                   OR NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s
+                                  WHERE s.queue_id = p.queue_id
+                                    AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                                                    WHERE c.partition_id = p.id AND c.group_name = s.group_name
+                                                      AND c.committed >= p.last_offset)))
+            LIMIT 64
+        LOOP
+            PERFORM {{schema}}.clear_pending(v_x.id);
+        END LOOP;
+    END IF;
 END
 $$;
 
@@ -208,13 +356,97 @@ CREATE TYPE {{schema}}.settle_result AS (
     committed bigint
 );
 
--- Settles many leases in one transaction. Per input i: commit the cursor
--- through p_ok[i] (-1: nothing), then apply p_act[i] to offset p_act_off[i]:
--- 0 none, 1 fail (charge the budget, release: redelivered from that
--- offset, or dead-lettered/dropped when exhausted), 2 retry (release, no
--- charge), 3 dead-letter now. p_release[i] releases the lease even when
--- messages of it remain. The p_dl_* arrays snapshot the acted-on message
--- for a dead letter. Rows are locked in ascending (partition id, group).
+-- 6. The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
+-- see internal/segment) holding one frame (see internal/frame): u32 LE body
+-- length, flags, 16-byte id, uvarint transaction-id length, transaction id,
+-- payload. The trace flag is dropped (the trace id is not carried here).
+CREATE FUNCTION {{schema}}.raw_segment(p_id uuid, p_flags integer, p_txn text, p_payload bytea)
+RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_txn  bytea := convert_to(coalesce(p_txn, ''), 'UTF8');
+    v_n    bigint := octet_length(convert_to(coalesce(p_txn, ''), 'UTF8'));
+    v_var  bytea := '\x'::bytea;
+    v_body bytea;
+    v_len  bigint;
+BEGIN
+    LOOP
+        IF v_n >= 128 THEN
+            v_var := v_var || set_byte('\x00'::bytea, 0, ((v_n & 127) | 128)::integer);
+            v_n := v_n >> 7;
+        ELSE
+            v_var := v_var || set_byte('\x00'::bytea, 0, v_n::integer);
+            EXIT;
+        END IF;
+    END LOOP;
+    v_body := set_byte('\x00'::bytea, 0, coalesce(p_flags, 0) & 1) || uuid_send(p_id) || v_var || v_txn
+              || coalesce(p_payload, '\x'::bytea);
+    v_len := octet_length(v_body);
+    RETURN '\x00'::bytea
+        || set_byte(set_byte(set_byte(set_byte('\x00000000'::bytea,
+               0, (v_len & 255)::integer), 1, ((v_len >> 8) & 255)::integer),
+               2, ((v_len >> 16) & 255)::integer), 3, ((v_len >> 24) & 255)::integer)
+        || v_body;
+END
+$$;
+
+-- Appends one failed message at the tail of partition p_pid (whose row the
+-- caller holds) as a segment of its own carrying p_failures, with the
+-- original's hash row when that is still retained (a producer retrying the
+-- transaction id while the message is live is still a duplicate), else a
+-- zero hash (its dedup window had passed). Returns the new offset.
+CREATE FUNCTION {{schema}}.requeue_one(
+    p_pid      bigint,
+    p_off      bigint,
+    p_id       uuid,
+    p_flags    integer,
+    p_txn      text,
+    p_payload  bytea,
+    p_failures integer
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_hash bytea;
+    v_now  timestamptz := clock_timestamp();  -- after the row lock: created_at stays monotone
+    v_off  bigint;
+BEGIN
+    SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
+    FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
+          WHERE tt.partition_id = p_pid AND tt.base_offset <= p_off
+          ORDER BY tt.base_offset DESC LIMIT 1) t
+    WHERE t.end_offset >= p_off;
+    IF v_hash IS NULL OR octet_length(v_hash) <> 16 THEN
+        v_hash := '\x00000000000000000000000000000000'::bytea;
+    END IF;
+    WITH u AS (
+        UPDATE {{schema}}.partitions SET
+            last_offset   = last_offset + 1,
+            last_write_at = CASE WHEN v_now - last_write_at > interval '1 second'
+                                 THEN v_now ELSE last_write_at END,
+            pending       = true
+        WHERE id = p_pid
+        RETURNING last_offset
+    ), s AS (
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT p_pid, u.last_offset, u.last_offset, v_now,
+               {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload), p_failures FROM u
+    ), t AS (
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT p_pid, u.last_offset, u.last_offset, v_now, v_hash FROM u
+    )
+    SELECT u.last_offset INTO v_off FROM u;
+    RETURN v_off;
+END
+$$;
+
+-- 7. Settle, as in 003, with the failure policy and re-enqueued messages'
+-- failure counts: a message's retry budget is what its segment carries plus
+-- what its cursor has charged. A Fail under 'skip' that does not exhaust the
+-- budget re-enqueues the message (requeue_one) and commits the cursor
+-- through it; the result is status 0 (applied) as for any Fail. The
+-- partition rows of those inputs are locked first, in ascending id, before
+-- any consumer row: the global order (see the lock below for settle() inside
+-- a larger transaction).
 CREATE FUNCTION {{schema}}.settle(
     p_pids       bigint[],
     p_groups     text[],
@@ -236,13 +468,16 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     n       integer := coalesce(cardinality(p_pids), 0);
+    v_rqp   bigint[] := '{}';
     i       integer;
     v_c     record;
     v_now   timestamptz := clock_timestamp();
     v_comm  bigint;
     v_att   integer;
+    v_prior integer;
     v_rel   boolean;
     v_dl    boolean;
+    v_rq    boolean;
     v_spent integer;
     v_st    smallint;
     v_res   {{schema}}.settle_result[];
@@ -259,9 +494,37 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Partitions a skip-policy failure may append to, locked before any
+    -- consumer row. As the first statement of its transaction (a fused
+    -- settle) nothing else is held, so waiting in ascending id is safe. Later
+    -- in a transaction (Client.Tx settles after its pushes, whose partition
+    -- locks it holds) waiting could close a cycle with a push bundle, so it
+    -- takes only rows free now; a failure whose partition is busy at that
+    -- instant is redelivered in place, as under pause.
+    IF 1 = ANY (p_act) THEN
+        IF transaction_timestamp() = statement_timestamp() THEN
+            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+                SELECT p.id FROM {{schema}}.partitions p
+                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+                  AND qq.failure_policy = 'skip'
+                ORDER BY p.id
+                FOR UPDATE OF p) l;
+        ELSE
+            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+                SELECT p.id FROM {{schema}}.partitions p
+                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+                  AND qq.failure_policy = 'skip'
+                ORDER BY p.id
+                FOR UPDATE OF p SKIP LOCKED) l;
+        END IF;
+    END IF;
+
     FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
-               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter
+               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
+               qq.failure_policy
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -286,25 +549,39 @@ BEGIN
         v_att := v_c.attempts;
         v_rel := p_release[i];
         v_dl := false;
+        v_rq := false;
         v_st := 0;
+        v_prior := 0;
+        IF p_act[i] IN (1, 3) THEN
+            -- Failures the message carried in from an earlier re-enqueue.
+            SELECT s.failures INTO v_prior
+            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+                  WHERE ss.partition_id = p_pids[i] AND ss.base_offset <= p_act_off[i]
+                  ORDER BY ss.base_offset DESC LIMIT 1) s
+            WHERE s.end_offset >= p_act_off[i];
+            v_prior := coalesce(v_prior, 0);
+        END IF;
         IF p_act[i] IN (1, 2) THEN
-            -- Everything before the acted-on message is done; redelivery
-            -- starts at it.
             v_comm := greatest(v_comm, p_act_off[i] - 1);
             v_rel := true;
         END IF;
         IF v_comm > v_c.committed THEN
             v_att := 0;
         END IF;
-        v_spent := v_att;
+        v_spent := v_prior + v_att;
         IF p_act[i] = 1 THEN
             v_att := v_att + 1;
-            v_spent := v_att;
-            IF v_att >= greatest(v_c.retry_limit, 1) THEN
+            v_spent := v_prior + v_att;
+            IF v_spent >= greatest(v_c.retry_limit, 1) THEN
                 v_comm := p_act_off[i];
                 v_att := 0;
                 v_dl := v_c.dead_letter;
                 v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
+            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp) THEN
+                -- Out of the way: a copy at the tail, the cursor past it.
+                v_rq := true;
+                v_comm := p_act_off[i];
+                v_att := 0;
             END IF;
         ELSIF p_act[i] = 3 THEN
             v_comm := p_act_off[i];
@@ -319,7 +596,6 @@ BEGIN
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
-            -- A new head that was leased before has had one delivery.
             deliveries       = CASE WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
             batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
@@ -329,6 +605,10 @@ BEGIN
             updated_at       = v_now
         WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
 
+        IF v_rq THEN
+            PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_dl_ids[i], p_dl_flags[i], p_dl_txns[i],
+                                           p_dl_payload[i], v_spent);
+        END IF;
         IF v_dl THEN
             INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
                 msg_offset, message_id, transaction_id, flags, payload, message_created_at, attempts, reason)
