@@ -47,6 +47,10 @@ func findBinDir() (string, error) {
 	}
 	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
 		if filepath.IsAbs(dir) && has(dir) {
+			// Prefer the real installation directory behind symlinks.
+			if t, err := filepath.EvalSymlinks(filepath.Join(dir, "postgres")); err == nil && has(filepath.Dir(t)) {
+				return filepath.Dir(t), nil
+			}
 			return dir, nil
 		}
 	}

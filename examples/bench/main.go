@@ -58,12 +58,14 @@ type config struct {
 	e2eRate     int
 	e2eDur      time.Duration
 	concurrency int
+	popParts    int
 	riverWork   int
 	riverFetch  time.Duration
 	queenConns  int
 	out         string
 	cpuProfile  string
 	pgStat      bool
+	maintenance bool
 }
 
 func parseFlags() *config {
@@ -80,11 +82,13 @@ func parseFlags() *config {
 	flag.IntVar(&c.e2eRate, "rate", 10000, "offered rate of the end-to-end latency scenario, msgs/s")
 	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of the end-to-end latency scenario (default 30s; quick 6s)")
 	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen Consume loops (ConsumeOptions.Concurrency) in the drain and e2e scenarios")
-	flag.IntVar(&c.riverWork, "river-workers", 100, "River MaxWorkers for the drain scenario")
-	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", 0, "River FetchCooldown for the drain scenario (0: River's default, 100ms)")
+	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions of each queen pop in the drain and e2e scenarios")
+	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain scenario")
+	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain scenario (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s)")
 	flag.IntVar(&c.queenConns, "queen-conns", 0, "queen's pool size (0: queen's own pool with pgx's default size)")
 	flag.StringVar(&c.out, "out", "results", "directory for bench.json and bench.png (empty: write nothing)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each scenario run to this file, with the scenario's name inserted before the extension")
+	flag.BoolVar(&c.maintenance, "maintenance", true, "run queen's background maintenance loop (false: Config.Maintenance.Interval = -1, for A/B comparisons)")
 	flag.BoolVar(&c.pgStat, "pgstat", false, "self-started cluster only: load pg_stat_statements and print each scenario's top server-side statements")
 	flag.Parse()
 	def := func(p *int, full, quick int) {
@@ -159,6 +163,20 @@ type meta struct {
 	Settings   map[string]string `json:"settings"`
 	Server     string            `json:"server"`
 	Flags      map[string]string `json:"flags"`
+	// LoadAvg is /proc/loadavg at the start and the end: the machine is
+	// shared, and other work on it shows up here.
+	LoadAvgStart string  `json:"loadavg_start"`
+	LoadAvgEnd   string  `json:"loadavg_end"`
+	WallSeconds  float64 `json:"wall_seconds"`
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "n/a"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func run(ctx context.Context, cfg *config) error {
@@ -171,6 +189,8 @@ func run(ctx context.Context, cfg *config) error {
 		Flags:     map[string]string{},
 	}
 	b.meta.CPUModel, b.meta.MemGiB = machine()
+	b.meta.LoadAvgStart = loadAvg()
+	t0 := time.Now()
 	flag.VisitAll(func(f *flag.Flag) { b.meta.Flags[f.Name] = f.Value.String() })
 
 	url := cfg.url
@@ -237,6 +257,9 @@ func run(ctx context.Context, cfg *config) error {
 	}
 
 	qcfg := queen.Config{DatabaseURL: url, Schema: "bench_queen", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if !cfg.maintenance {
+		qcfg.Maintenance.Interval = -1
+	}
 	if cfg.queenConns > 0 {
 		qp, err := pgxpool.ParseConfig(url)
 		if err != nil {
@@ -284,7 +307,9 @@ func run(ctx context.Context, cfg *config) error {
 		b.results = append(b.results, r)
 		printRow(r)
 	}
-	fmt.Println()
+	b.meta.LoadAvgEnd = loadAvg()
+	b.meta.WallSeconds = time.Since(t0).Seconds()
+	fmt.Printf("\nload average (1, 5, 15 min) at start %s, at end %s; wall time %.0fs\n\n", b.meta.LoadAvgStart, b.meta.LoadAvgEnd, b.meta.WallSeconds)
 	printTable(os.Stdout, b.results)
 	fmt.Println()
 	printRatios(os.Stdout, b.results)
@@ -320,12 +345,13 @@ func (b *bench) measure(ctx context.Context, key string, fn func(context.Context
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cpu0, pg0 := cpuSeconds(), serverCPUSeconds(b.postmaster)
+	cpu0, pg := cpuSeconds(), startServerCPU(b.postmaster)
 	r, err := fn(ctx)
+	pgCPU := pg.Stop()
 	if err != nil {
 		return nil, err
 	}
-	cpu1, pg1 := cpuSeconds(), serverCPUSeconds(b.postmaster)
+	cpu1 := cpuSeconds()
 	r.Key = key
 	r.PeakRSSMiB, _ = rssMB()
 	if r.Msgs > 0 && r.Seconds > 0 {
@@ -334,9 +360,9 @@ func (b *bench) measure(ctx context.Context, key string, fn func(context.Context
 		r.GoCPU = cpu1 - cpu0
 		r.GoCPUPerM = r.GoCPU / m
 		r.PGCPU, r.PGCPUPerM = -1, -1
-		if pg0 >= 0 && pg1 >= 0 {
-			r.PGCPU = pg1 - pg0
-			r.PGCPUPerM = r.PGCPU / m
+		if pgCPU >= 0 {
+			r.PGCPU = pgCPU
+			r.PGCPUPerM = pgCPU / m
 		}
 	}
 	if b.cfg.pgStat {
@@ -381,7 +407,8 @@ func (b *bench) write(dir string) error {
 	}
 	title := fmt.Sprintf("queen vs baselines, msgs/s - %d vCPU %s, PostgreSQL %s, fsync=%s synchronous_commit=%s",
 		b.meta.CPUs, b.meta.CPUModel, b.meta.Settings["server_version"], b.meta.Settings["fsync"], b.meta.Settings["synchronous_commit"])
-	if err := writeChart(filepath.Join(dir, "bench.png"), title, b.results); err != nil {
+	sub := fmt.Sprintf("%s  (%s, %s)", b.meta.Command, b.meta.Date, b.meta.GoVersion)
+	if err := writeChart(filepath.Join(dir, "bench.png"), title, sub, b.results); err != nil {
 		return err
 	}
 	fmt.Printf("\nwrote %s and %s\n", filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.png"))

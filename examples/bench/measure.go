@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -25,20 +26,18 @@ func cpuSeconds() float64 {
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-// serverCPUSeconds sums utime+stime of the postmaster and its children
-// (backends and auxiliary processes) from /proc. A backend that exited
-// between two samples loses its time, so pools are kept open throughout.
-// It returns -1 when it cannot tell (no pid, not Linux).
-func serverCPUSeconds(postmaster int) float64 {
+// serverTicks returns utime+stime (in clock ticks) of the postmaster and
+// each of its children (backends and auxiliary processes), by pid, from
+// /proc; nil when it cannot tell (no pid, not Linux).
+func serverTicks(postmaster int) map[int]int64 {
 	if postmaster <= 0 {
-		return -1
+		return nil
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return -1
+		return nil
 	}
-	var ticks int64
-	found := false
+	out := map[int]int64{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -65,11 +64,69 @@ func serverCPUSeconds(postmaster int) float64 {
 		}
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += ut + st
-		found = true
+		out[pid] = ut + st
 	}
-	if !found {
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// serverCPU measures the CPU time the server spends during a scenario. It
+// samples every 250 ms so that short-lived processes (autovacuum workers,
+// River's or queen's reconnects) count until their last sample; a process
+// that appears during the scenario counts in full.
+type serverCPU struct {
+	postmaster int
+	mu         sync.Mutex
+	first      map[int]int64
+	last       map[int]int64
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startServerCPU(postmaster int) *serverCPU {
+	c := &serverCPU{postmaster: postmaster, first: serverTicks(postmaster), last: map[int]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if c.first == nil {
+		close(c.done)
+		return c
+	}
+	go func() {
+		defer close(c.done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			c.sample()
+			select {
+			case <-c.stop:
+				c.sample()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return c
+}
+
+func (c *serverCPU) sample() {
+	m := serverTicks(c.postmaster)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid, t := range m {
+		c.last[pid] = t
+	}
+}
+
+// Stop returns the server's CPU seconds since start, or -1 when unknown.
+func (c *serverCPU) Stop() float64 {
+	if c.first == nil {
 		return -1
+	}
+	close(c.stop)
+	<-c.done
+	var ticks int64
+	for pid, t := range c.last {
+		ticks += t - c.first[pid] // a new pid has no first sample: all of it counts
 	}
 	return float64(ticks) / clockTicks
 }

@@ -30,7 +30,9 @@ type result struct {
 	PGCPUPerM  float64 `json:"pg_cpu_s_per_million"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Capped     bool    `json:"capped"` // -max-time stopped it before Target
-	Note       string  `json:"note,omitempty"`
+	// Offered is the fixed offered rate (msgs/s) of an open-loop scenario.
+	Offered float64 `json:"offered_msgs_per_sec,omitempty"`
+	Note    string  `json:"note,omitempty"`
 	// Unavailable says why the scenario has no numbers.
 	Unavailable string `json:"unavailable,omitempty"`
 }
@@ -81,7 +83,11 @@ func printRow(r *result) {
 	if r.Capped {
 		capped = " (capped by -max-time)"
 	}
-	fmt.Printf("%-58s %12s msgs/s  %9s msgs in %.1fs%s\n", r.Name, fmtInt(r.Rate), fmtInt(float64(r.Msgs)), r.Seconds, capped)
+	lat := ""
+	if r.P50ms > 0 {
+		lat = fmt.Sprintf("  p50 %s p99 %s", fmtMs(r.P50ms), fmtMs(r.P99ms))
+	}
+	fmt.Printf("%-66s %10s msgs/s %10s msgs in %5.1fs%s%s\n", r.Name, fmtInt(r.Rate), fmtInt(float64(r.Msgs)), r.Seconds, lat, capped)
 	if r.Note != "" {
 		fmt.Printf("  %s\n", r.Note)
 	}
@@ -113,7 +119,12 @@ type ratio struct {
 	What  string  `json:"what"`
 	Queen string  `json:"queen"`
 	Base  string  `json:"baseline"`
-	Ratio float64 `json:"ratio"`
+	Ratio float64 `json:"ratio"` // msgs/s of queen / msgs/s of the baseline
+	// CPURatio is the baseline's CPU seconds per message (Go process plus
+	// PostgreSQL) over queen's: how many times less CPU queen spends per
+	// message. It moves less with other load on a shared machine than
+	// throughput does. 0 when the server's CPU is unknown.
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
 }
 
 // ratios compares throughput (msgs/s) of each queen scenario with the
@@ -140,15 +151,23 @@ func ratios(rs []*result) []ratio {
 		if q == nil || bl == nil {
 			continue
 		}
-		out = append(out, ratio{What: q.Name + " / " + bl.Name, Queen: p[0], Base: p[1], Ratio: q.Rate / bl.Rate})
+		r := ratio{What: q.Name + " / " + bl.Name, Queen: p[0], Base: p[1], Ratio: q.Rate / bl.Rate}
+		if q.PGCPUPerM >= 0 && bl.PGCPUPerM >= 0 && q.GoCPUPerM+q.PGCPUPerM > 0 {
+			r.CPURatio = (bl.GoCPUPerM + bl.PGCPUPerM) / (q.GoCPUPerM + q.PGCPUPerM)
+		}
+		out = append(out, r)
 	}
 	return out
 }
 
 func printRatios(w io.Writer, rs []*result) {
-	fmt.Fprintln(w, "| throughput ratio (same run) | queen / baseline |")
-	fmt.Fprintln(w, "|---|---:|")
+	fmt.Fprintln(w, "| queen / baseline (same run) | throughput ratio | CPU per message, baseline / queen |")
+	fmt.Fprintln(w, "|---|---:|---:|")
 	for _, r := range ratios(rs) {
-		fmt.Fprintf(w, "| %s | %.2f× |\n", r.What, r.Ratio)
+		cpu := "n/a"
+		if r.CPURatio > 0 {
+			cpu = fmt.Sprintf("%.2f×", r.CPURatio)
+		}
+		fmt.Fprintf(w, "| %s | %.2f× | %s |\n", r.What, r.Ratio, cpu)
 	}
 }
