@@ -28,8 +28,8 @@ type MaintenanceConfig struct {
 	// DedupWindow: acks by transaction id resolve through them. Defaults to
 	// 10 minutes (and never less than the queue's LeaseTime).
 	HashFloor time.Duration
-	// StepPartitions bounds the partitions one pass visits per rule.
-	// Defaults to 256.
+	// StepPartitions is how many partitions (in id order, resuming where
+	// the last pass stopped) one pass looks at. Defaults to 256.
 	StepPartitions int
 	// StepRows bounds the segments or hash rows one step deletes from one
 	// partition. Defaults to 1000.
@@ -73,8 +73,7 @@ type maintainer struct {
 	done chan struct{}
 
 	mu           sync.Mutex // one pass at a time in this process
-	retentionAt  int64
-	txnsAt       int64
+	cursor       int64      // the last partition id of the previous window
 	lagAt        time.Time
 	lag          []lagRow
 	lagReg       metric.Registration
@@ -181,51 +180,51 @@ func (m *maintainer) pass(ctx context.Context) (MaintenanceReport, error) {
 		return n, err
 	}
 
-	// Rule 1 and 2: retention, over the partitions of queues that have it.
-	ids, err := m.ids(ctx, conn.Conn(), e.sql.RetentionCandidates, m.retentionAt)
+	// A window of partitions after the cursor; only those with something due
+	// (their oldest segment or hash row past its queue's limit, read through
+	// the primary keys without locks) get a step, and a step skips a
+	// partition a push holds rather than wait for it.
+	window, err := m.ids(ctx, conn.Conn(), e.sql.MaintenanceWindow, m.cursor)
 	if err != nil {
 		return rep, err
 	}
-	for _, id := range ids {
-		n, err := step(e.sql.RetentionStep, id, m.cfg.StepRows)
+	m.cursor = nextCursor(window, m.cfg.StepPartitions)
+	rep.PartitionsVisited += len(window)
+	if len(window) > 0 {
+		rows, err := conn.Query(ctx, e.sql.MaintenanceDue, window, m.cfg.HashFloor.Milliseconds())
 		if err != nil {
-			return rep, fmt.Errorf("retention of partition %d: %w", id, err)
-		}
-		rep.SegmentsDeleted += n
-	}
-	m.retentionAt = nextCursor(ids, m.cfg.StepPartitions)
-	rep.PartitionsVisited += len(ids)
-
-	// Hash rows older than max(dedup window, lease time, floor).
-	rows, err := conn.Query(ctx, e.sql.TxnsCandidates, m.txnsAt, m.cfg.StepPartitions)
-	if err != nil {
-		return rep, err
-	}
-	type cand struct{ id, window, lease int64 }
-	var cands []cand
-	for rows.Next() {
-		var c cand
-		if err := rows.Scan(&c.id, &c.window, &c.lease); err != nil {
-			rows.Close()
 			return rep, err
 		}
-		cands = append(cands, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return rep, err
-	}
-	ids = ids[:0]
-	for _, c := range cands {
-		keep := max(c.window, c.lease, m.cfg.HashFloor.Milliseconds())
-		n, err := step(e.sql.PurgeTxnsStep, c.id, keep, m.cfg.StepRows)
-		if err != nil {
-			return rep, fmt.Errorf("hash purge of partition %d: %w", c.id, err)
+		type due struct {
+			id             int64
+			segments, txns bool
+			keep           int64
 		}
-		rep.HashRowsDeleted += n
-		ids = append(ids, c.id)
+		dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+			var d due
+			err := r.Scan(&d.id, &d.segments, &d.txns, &d.keep)
+			return d, err
+		})
+		if err != nil {
+			return rep, err
+		}
+		for _, d := range dues {
+			if d.segments {
+				n, err := step(e.sql.RetentionStep, d.id, m.cfg.StepRows)
+				if err != nil {
+					return rep, fmt.Errorf("retention of partition %d: %w", d.id, err)
+				}
+				rep.SegmentsDeleted += n
+			}
+			if d.txns {
+				n, err := step(e.sql.PurgeTxnsStep, d.id, d.keep, m.cfg.StepRows)
+				if err != nil {
+					return rep, fmt.Errorf("hash purge of partition %d: %w", d.id, err)
+				}
+				rep.HashRowsDeleted += n
+			}
+		}
 	}
-	m.txnsAt = nextCursor(ids, m.cfg.StepPartitions)
 
 	// Long-idle empty partitions, found through the last_write_at index.
 	if m.cfg.IdlePartition > 0 {

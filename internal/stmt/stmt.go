@@ -35,9 +35,11 @@ type Set struct {
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
 
-	// Maintenance: candidates in id order after $1, at most $2.
-	RetentionCandidates string
-	TxnsCandidates      string
+	// MaintenanceWindow: partition ids after $1, at most $2, in id order.
+	MaintenanceWindow string
+	// MaintenanceDue: for partitions $1, whether retention and the hash
+	// purge have work ($2 the hash floor ms), and how long hash rows stay.
+	MaintenanceDue string
 	// IdleCandidates: partitions written before now - $1 ms, at most $2.
 	IdleCandidates string
 	RetentionStep  string // ($1 pid, $2 max segments)
@@ -77,10 +79,19 @@ s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),
 t AS (DELETE FROM {{s}}.txns WHERE partition_id IN (SELECT id FROM p))
 SELECT count(*) FROM q`)
 	s.Notify = `SELECT pg_notify($1, $2)`
-	s.RetentionCandidates = r.Replace(`SELECT p.id FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
-WHERE (q.retention_ms > 0 OR q.completed_retention_ms > 0) AND p.id > $1 ORDER BY p.id LIMIT $2`)
-	s.TxnsCandidates = r.Replace(`SELECT p.id, q.dedup_window_ms, q.lease_time_ms FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
-WHERE p.id > $1 AND p.txns_start <= p.last_offset ORDER BY p.id LIMIT $2`)
+	s.MaintenanceWindow = r.Replace(`SELECT id FROM {{s}}.partitions WHERE id > $1 ORDER BY id LIMIT $2`)
+	s.MaintenanceDue = r.Replace(`SELECT p.id,
+    coalesce((q.retention_ms > 0 OR q.completed_retention_ms > 0) AND fs.created_at < clock_timestamp()
+        - least(nullif(q.retention_ms, 0), nullif(q.completed_retention_ms, 0)) * interval '1 millisecond', false),
+    coalesce(ft.created_at < clock_timestamp()
+        - greatest(q.dedup_window_ms, q.lease_time_ms, $2) * interval '1 millisecond', false),
+    greatest(q.dedup_window_ms, q.lease_time_ms, $2)
+FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
+LEFT JOIN LATERAL (SELECT s.created_at FROM {{s}}.segments s WHERE s.partition_id = p.id
+                   ORDER BY s.base_offset LIMIT 1) fs ON true
+LEFT JOIN LATERAL (SELECT t.created_at FROM {{s}}.txns t WHERE t.partition_id = p.id
+                   ORDER BY t.base_offset LIMIT 1) ft ON true
+WHERE p.id = ANY ($1::int8[])`)
 	s.IdleCandidates = r.Replace(`SELECT p.id FROM {{s}}.queues q CROSS JOIN LATERAL (
     SELECT id FROM {{s}}.partitions p WHERE p.queue_id = q.id
     AND p.last_write_at < clock_timestamp() - $1 * interval '1 millisecond' LIMIT $2) p LIMIT $2`)
