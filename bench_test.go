@@ -88,7 +88,7 @@ func BenchmarkPushBatch1000Items8Goroutines(b *testing.B) {
 
 // Per-message acks from 100 consumers over 100 partitions: every message is
 // acked on its own (Message.Ack), and ack fusion folds the acks of all
-// consumers into shared transactions. Each consumer pops up to 10 messages
+// consumers into shared transactions. Each consumer pops up to 100 messages
 // of one partition at a time.
 func BenchmarkAckPerMessage100Consumers(b *testing.B) {
 	c := open(b)
@@ -117,7 +117,7 @@ func BenchmarkAckPerMessage100Consumers(b *testing.B) {
 	for range 100 {
 		wg.Go(func() {
 			for acked.Load() < total {
-				msgs, err := q.Pop(ctx, queen.PopOptions{Batch: 10, Wait: 20 * time.Millisecond})
+				msgs, err := q.Pop(ctx, queen.PopOptions{Batch: 100, Wait: 20 * time.Millisecond})
 				if err != nil {
 					b.Error(err)
 					return
