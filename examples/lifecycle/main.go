@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,15 +47,13 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url := os.Getenv("QUEEN_DATABASE_URL")
-	if url == "" {
-		fmt.Println("QUEEN_DATABASE_URL is not set: starting a throwaway PostgreSQL cluster")
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{})
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		url = cl.URL
+	url, stop, started, err := pgcluster.URLFromEnv(ctx, "QUEEN_DATABASE_URL", pgcluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if started {
+		fmt.Println("QUEEN_DATABASE_URL is not set: started a throwaway PostgreSQL cluster")
 	}
 	client, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: "example_lifecycle"})
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,15 +48,13 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	url := os.Getenv("QUEEN_DATABASE_URL")
-	if url == "" {
-		fmt.Println("QUEEN_DATABASE_URL is not set: starting a throwaway PostgreSQL cluster")
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{})
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		url = cl.URL
+	url, stop, started, err := pgcluster.URLFromEnv(ctx, "QUEEN_DATABASE_URL", pgcluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if started {
+		fmt.Println("QUEEN_DATABASE_URL is not set: started a throwaway PostgreSQL cluster")
 	}
 	// Two clients stand for two worker processes sharing the database.
 	var clients []*queen.Client

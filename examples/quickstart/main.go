@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/e03140bc/queen"
@@ -26,19 +25,15 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	url := os.Getenv("QUEEN_DATABASE_URL")
-	if url == "" {
-		fmt.Println("QUEEN_DATABASE_URL is not set: starting a throwaway PostgreSQL cluster")
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{})
-		if err != nil {
-			return err
-		}
-		defer func() {
-			_ = cl.Close()
-			fmt.Println("stopped the throwaway cluster")
-		}()
-		url = cl.URL
+	url, stop, started, err := pgcluster.URLFromEnv(ctx, "QUEEN_DATABASE_URL", pgcluster.Options{})
+	if err != nil {
+		return err
 	}
+	if started {
+		fmt.Println("QUEEN_DATABASE_URL is not set: started a throwaway PostgreSQL cluster")
+		defer fmt.Println("stopped the throwaway cluster")
+	}
+	defer stop()
 
 	client, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: "quickstart"})
 	if err != nil {

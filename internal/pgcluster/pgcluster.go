@@ -475,3 +475,18 @@ func childEnv() []string {
 	env := os.Environ()
 	return slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PG") })
 }
+
+// URLFromEnv returns the database URL in the environment variable env, or
+// starts a throwaway cluster with o when it is unset. stop closes what was
+// started (a no-op for a URL from the environment). started tells the
+// caller which happened, e.g. to say so.
+func URLFromEnv(ctx context.Context, env string, o Options) (url string, stop func(), started bool, err error) {
+	if u := os.Getenv(env); u != "" {
+		return u, func() {}, false, nil
+	}
+	c, err := Start(ctx, o)
+	if err != nil {
+		return "", nil, false, err
+	}
+	return c.URL, func() { _ = c.Close() }, true, nil
+}
