@@ -23,7 +23,10 @@ CREATE FUNCTION {{schema}}.push_one(
     p_verified  bigint,
     p_blob      bytea,
     p_window_ms bigint,
-    p_now       timestamptz
+    p_now       timestamptz,
+    -- Failures the segment's (single) message already carries: set when
+    -- settle re-enqueues a failed message under the 'skip' policy.
+    p_failures  integer DEFAULT 0
 ) RETURNS {{schema}}.push_result
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -77,8 +80,8 @@ BEGIN
         WHERE id = p_pid
         RETURNING last_offset
     ), s AS (
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob)
-        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_blob FROM u
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_blob, p_failures FROM u
     ), t AS (
         INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
         SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_hashes FROM u

@@ -408,7 +408,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_hash bytea;
     v_now  timestamptz := clock_timestamp();  -- after the row lock: created_at stays monotone
-    v_off  bigint;
 BEGIN
     SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
     FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
@@ -418,24 +417,10 @@ BEGIN
     IF v_hash IS NULL OR octet_length(v_hash) <> 16 THEN
         v_hash := '\x00000000000000000000000000000000'::bytea;
     END IF;
-    WITH u AS (
-        UPDATE {{schema}}.partitions SET
-            last_offset   = last_offset + 1,
-            last_write_at = CASE WHEN v_now - last_write_at > interval '1 second'
-                                 THEN v_now ELSE last_write_at END,
-            pending       = true
-        WHERE id = p_pid
-        RETURNING last_offset
-    ), s AS (
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT p_pid, u.last_offset, u.last_offset, v_now,
-               {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload), p_failures FROM u
-    ), t AS (
-        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT p_pid, u.last_offset, u.last_offset, v_now, v_hash FROM u
-    )
-    SELECT u.last_offset INTO v_off FROM u;
-    RETURN v_off;
+    -- The single allocator, without a dedup probe: the copy repeats its
+    -- original's transaction id on purpose.
+    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload),
+                                0, v_now, p_failures)).base_offset;
 END
 $$;
 
