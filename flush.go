@@ -21,6 +21,7 @@ import (
 type pusher struct {
 	e      *engine
 	fusion *fusion.Engine[*pushItem]
+	known  knownParts
 
 	// bundle summary, logged about every 10s
 	sumMu       sync.Mutex
@@ -287,11 +288,18 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	if err != nil {
 		return s.verdicts, fmt.Errorf("acquire connection: %w", err)
 	}
+	s.bundle.Known = p.known.all(s.segs)
 	v, err := s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
 	if isCode(err, codePartitionGone) {
-		// Maintenance purged an idle partition between the bundle's
-		// provisioning and its lock; provisioning recreates it.
+		// A partition was purged (maintenance forgets idle ones) after this
+		// client saw it, or between the bundle's provisioning and its lock:
+		// once more with provisioning, which recreates it.
+		p.known.forget(s.segs)
+		s.bundle.Known = false
 		v, err = s.bundle.Push(ctx, conn, e.sql.PushBundle, v)
+	}
+	if err == nil {
+		p.known.add(s.segs)
 	}
 	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
 		pc := conn.Conn().PgConn()
@@ -304,6 +312,46 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	}
 	conn.Release()
 	return v, err
+}
+
+// knownParts remembers partitions this client has committed to, so bundles
+// made only of them skip the database's provisioning check.
+type knownParts struct {
+	mu sync.RWMutex
+	m  map[fusion.Key]struct{}
+}
+
+// knownMax bounds the memory: past it the set starts over.
+const knownMax = 1 << 20
+
+func (k *knownParts) all(segs []segPlan) bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, sp := range segs {
+		if _, ok := k.m[sp.batch.Key]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (k *knownParts) add(segs []segPlan) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil || len(k.m) >= knownMax {
+		k.m = make(map[fusion.Key]struct{})
+	}
+	for _, sp := range segs {
+		k.m[sp.batch.Key] = struct{}{}
+	}
+}
+
+func (k *knownParts) forget(segs []segPlan) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, sp := range segs {
+		delete(k.m, sp.batch.Key)
+	}
 }
 
 // codePartitionGone is push_bundle's SQLSTATE for a partition that vanished

@@ -73,6 +73,11 @@ type Querier interface {
 // Bundle holds the parallel arrays of one call; reuse it across calls to
 // avoid reallocating them.
 type Bundle struct {
+	// Known tells the database every partition of the bundle exists, so it
+	// skips the provisioning check. A wrong claim fails the call with
+	// SQLSTATE QN001 and writes nothing; retry with Known false.
+	Known bool
+
 	queues     []string
 	partitions []string
 	counts     []int32
@@ -90,6 +95,7 @@ func (b *Bundle) Reset() {
 	b.queues, b.partitions, b.counts = b.queues[:0], b.partitions[:0], b.counts[:0]
 	b.hashes, b.verified, b.blobs = b.hashes[:0], b.verified[:0], b.blobs[:0]
 	b.tenants, b.flags = b.tenants[:0], b.flags[:0]
+	b.Known = false
 }
 
 // Add appends a segment.
@@ -116,7 +122,7 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 	if n == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags)
+	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known)
 	if err != nil {
 		return out, err
 	}

@@ -94,7 +94,7 @@ func TestBundleStrideMismatchFails(t *testing.T) {
 func TestBundleAlignmentGuard(t *testing.T) {
 	ctx, pool, sql := setup(t)
 	_, err := pool.Exec(ctx, sql.PushBundle, []string{"q", "q"}, []string{"a"}, []int32{1}, [][]byte{make([]byte, 16)},
-		[]int64{-1}, [][]byte{{0}}, [][16]byte{uuid.Nil}, []int32{0})
+		[]int64{-1}, [][]byte{{0}}, [][16]byte{uuid.Nil}, []int32{0}, false)
 	if err == nil || !strings.Contains(err.Error(), "not aligned") {
 		t.Fatalf("err = %v, want the alignment guard", err)
 	}

@@ -17,7 +17,7 @@ type Set struct {
 
 	// PushBundle commits one bundle of segments: $1 queues, $2 partitions,
 	// $3 counts, $4 hash blobs, $5 verified watermarks, $6 payload blobs,
-	// $7 tenants, $8 flags.
+	// $7 tenants, $8 flags, $9 every partition known to exist.
 	PushBundle string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
@@ -59,7 +59,7 @@ func New(schema string) *Set {
 	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
 	s := &Set{Schema: schema, Channel: "queen_" + schema}
 	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
-FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[])`)
+FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool)`)
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
 	s.QueueMeta = r.Replace(`SELECT id, encryption, dedup_window_ms FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
 	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,

@@ -43,7 +43,7 @@ BEGIN
 
     IF p_window_ms > 0 THEN
         SELECT last_offset, txns_start INTO v_last, v_txns_start
-        FROM {{schema}}.partitions WHERE id = p_pid FOR UPDATE;
+        FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE;
 
         WITH inc AS (
             SELECT k, substring(p_hashes FROM k * 16 + 1 FOR 16) AS h
@@ -112,7 +112,11 @@ CREATE FUNCTION {{schema}}.push_bundle(
     p_verified   bigint[],
     p_blobs      bytea[],
     p_tenants    uuid[],
-    p_flags      integer[]
+    p_flags      integer[],
+    -- The client saw every partition of the bundle committed to before:
+    -- skip the existence check. Wrong only if one was purged since, which
+    -- the resolve below detects (QN001) and the client retries without it.
+    p_known      boolean DEFAULT false
 ) RETURNS SETOF {{schema}}.push_result
 LANGUAGE plpgsql
 -- Custom plans would be re-planned on every call (array sizes vary); the
@@ -146,7 +150,7 @@ BEGIN
 
     -- Provisioning skip: only insert when something is missing. Inserts are
     -- ordered on their unique keys so overlapping bundles never convoy.
-    IF EXISTS (
+    IF NOT p_known AND EXISTS (
         SELECT 1 FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
         WHERE NOT EXISTS (
             SELECT 1 FROM {{schema}}.queues qq
@@ -177,7 +181,7 @@ BEGIN
               JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
         JOIN {{schema}}.partitions pp ON pp.id = x.pid
         ORDER BY pp.id
-        FOR UPDATE OF pp
+        FOR NO KEY UPDATE OF pp
     LOOP
         v_order := v_order || rec.o::integer;
         v_pids[rec.o] := rec.id;

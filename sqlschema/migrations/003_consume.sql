@@ -45,7 +45,7 @@ CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid AND pending FOR UPDATE SKIP LOCKED;
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -118,7 +118,7 @@ BEGIN
     -- already keeps clear_pending from clearing a partition it has not read
     -- (a missing row counts as behind), so pops never wait here.
     IF v_first AND v_ids IS NOT NULL THEN
-        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR UPDATE;
+        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE;
         UPDATE {{schema}}.partitions SET pending = true WHERE id = ANY (v_ids) AND NOT pending;
     END IF;
     RETURN true;
@@ -494,7 +494,7 @@ BEGIN
                 WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
                   AND qq.failure_policy = 'skip'
                 ORDER BY p.id
-                FOR UPDATE OF p) l;
+                FOR NO KEY UPDATE OF p) l;
         ELSE
             SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
                 SELECT p.id FROM {{schema}}.partitions p
@@ -502,7 +502,7 @@ BEGIN
                 WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
                   AND qq.failure_policy = 'skip'
                 ORDER BY p.id
-                FOR UPDATE OF p SKIP LOCKED) l;
+                FOR NO KEY UPDATE OF p SKIP LOCKED) l;
         END IF;
     END IF;
 

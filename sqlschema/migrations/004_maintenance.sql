@@ -23,7 +23,7 @@ BEGIN
     INTO v_ret, v_done_ret, v_last
     FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
     WHERE p.id = p_pid
-    FOR UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
+    FOR NO KEY UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
     IF NOT FOUND OR (v_ret <= 0 AND v_done_ret <= 0) THEN
         RETURN 0;
     END IF;
@@ -65,7 +65,7 @@ DECLARE
     v_n   integer;
     v_end bigint;
 BEGIN
-    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid FOR UPDATE SKIP LOCKED; -- busy: next pass
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED; -- busy: next pass
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
