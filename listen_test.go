@@ -109,7 +109,7 @@ func TestPopWaitEndsOnCloseAndCancel(t *testing.T) {
 		t.Fatalf("cancelled waiting pop = %v", r.err)
 	}
 
-	c2, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: pgtest.URL(t), Schema: c.Schema(), Logger: pgtest.Logger(t)})
+	c2, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: pgtest.URL(t), Schema: c.Schema(), Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ func open(t testing.TB, mod ...func(*queen.Config)) *queen.Client {
 		DatabaseURL: pgtest.URL(t),
 		Schema:      pgtest.Schema(t),
 		Logger:      pgtest.Logger(t),
+		SpoolDir:    t.TempDir(),
 	}
 	for _, f := range mod {
 		f(&cfg)

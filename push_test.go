@@ -544,7 +544,7 @@ func TestPushCancelledCallerStopsWaiting(t *testing.T) {
 // and pushes after Close fail with ErrClosed.
 func TestCloseFlushesPendingPushes(t *testing.T) {
 	ctx := ctxT(t)
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Logger: pgtest.Logger(t)})
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

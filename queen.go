@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,8 +39,10 @@ type Config struct {
 	// Schema holds every table and function. Defaults to "queen". Two clients
 	// with different schemas in one database are fully independent.
 	Schema string
-	// SpoolDir is the disk spool for pushes PostgreSQL could not take.
-	// Defaults to a per-schema directory under os.TempDir().
+	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
+	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
+	// Defaults to a directory under os.TempDir() named after the schema and
+	// the database, so a restarted process drains what its last run left.
 	SpoolDir string
 	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
 	// on. Defaults to none: pushes to an encrypted queue then fail.
@@ -92,9 +93,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := sqlschema.ValidSchema(c.Schema); err != nil {
 		return c, fmt.Errorf("%w: Config.Schema: %w", ErrInvalidName, err)
-	}
-	if c.SpoolDir == "" {
-		c.SpoolDir = filepath.Join(os.TempDir(), "queen-spool-"+c.Schema)
 	}
 	if c.EncryptionKey != nil && len(c.EncryptionKey) != 32 {
 		return c, fmt.Errorf("%w: Config.EncryptionKey must be 32 bytes, have %d", ErrEncryption, len(c.EncryptionKey))

@@ -24,7 +24,7 @@ func TestOpenCloseLeavesNoGoroutines(t *testing.T) {
 	before := runtime.NumGoroutine()
 
 	ctx := ctxT(t)
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Logger: pgtest.Logger(t)})
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 	clients := make([]*queen.Client, 10)
 	for i := range 10 {
 		wg.Go(func() {
-			clients[i], errs[i] = queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Logger: pgtest.Logger(t)})
+			clients[i], errs[i] = queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
 		})
 	}
 	wg.Wait()
@@ -139,7 +139,7 @@ func TestCallerPoolIsNotClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	c, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: pgtest.Schema(t)})
+	c, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: pgtest.Schema(t), SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
