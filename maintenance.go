@@ -191,7 +191,8 @@ func (m *maintainer) pass(ctx context.Context) (MaintenanceReport, error) {
 	m.cursor = nextCursor(window, m.cfg.StepPartitions)
 	rep.PartitionsVisited += len(window)
 	if len(window) > 0 {
-		rows, err := conn.Query(ctx, e.sql.MaintenanceDue, window, m.cfg.HashFloor.Milliseconds())
+		rows, err := conn.Query(ctx, e.sql.MaintenanceDue, window, m.cfg.HashFloor.Milliseconds(),
+			max(m.cfg.IdlePartition.Milliseconds(), 0))
 		if err != nil {
 			return rep, err
 		}
@@ -199,10 +200,11 @@ func (m *maintainer) pass(ctx context.Context) (MaintenanceReport, error) {
 			id             int64
 			segments, txns bool
 			keep           int64
+			idle           bool
 		}
 		dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
 			var d due
-			err := r.Scan(&d.id, &d.segments, &d.txns, &d.keep)
+			err := r.Scan(&d.id, &d.segments, &d.txns, &d.keep, &d.idle)
 			return d, err
 		})
 		if err != nil {
@@ -223,25 +225,17 @@ func (m *maintainer) pass(ctx context.Context) (MaintenanceReport, error) {
 				}
 				rep.HashRowsDeleted += n
 			}
-		}
-	}
-
-	// Long-idle empty partitions, found through the last_write_at index.
-	if m.cfg.IdlePartition > 0 {
-		ids, err := m.ids(ctx, conn.Conn(), e.sql.IdleCandidates, m.cfg.IdlePartition.Milliseconds())
-		if err != nil {
-			return rep, err
-		}
-		for _, id := range ids {
-			var gone bool
-			ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
-			err := conn.QueryRow(ctx, e.sql.PurgePartition, id, m.cfg.IdlePartition.Milliseconds()).Scan(&gone)
-			cancel()
-			if err != nil {
-				return rep, fmt.Errorf("purge of partition %d: %w", id, err)
-			}
-			if gone {
-				rep.PartitionsPurged++
+			if d.idle {
+				var gone bool
+				ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+				err := conn.QueryRow(ctx, e.sql.PurgePartition, d.id, m.cfg.IdlePartition.Milliseconds()).Scan(&gone)
+				cancel()
+				if err != nil {
+					return rep, fmt.Errorf("purge of partition %d: %w", d.id, err)
+				}
+				if gone {
+					rep.PartitionsPurged++
+				}
 			}
 		}
 	}

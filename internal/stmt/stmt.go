@@ -38,10 +38,9 @@ type Set struct {
 	// MaintenanceWindow: partition ids after $1, at most $2, in id order.
 	MaintenanceWindow string
 	// MaintenanceDue: for partitions $1, whether retention and the hash
-	// purge have work ($2 the hash floor ms), and how long hash rows stay.
+	// purge have work ($2 the hash floor ms), how long hash rows stay, and
+	// whether the partition is empty and unwritten for $3 ms (0: never).
 	MaintenanceDue string
-	// IdleCandidates: partitions written before now - $1 ms, at most $2.
-	IdleCandidates string
 	RetentionStep  string // ($1 pid, $2 max segments)
 	PurgeTxnsStep  string // ($1 pid, $2 keep ms, $3 max rows)
 	PurgePartition string // ($1 pid, $2 idle ms)
@@ -85,16 +84,14 @@ SELECT count(*) FROM q`)
         - least(nullif(q.retention_ms, 0), nullif(q.completed_retention_ms, 0)) * interval '1 millisecond', false),
     coalesce(ft.created_at < clock_timestamp()
         - greatest(q.dedup_window_ms, q.lease_time_ms, $2) * interval '1 millisecond', false),
-    greatest(q.dedup_window_ms, q.lease_time_ms, $2)
+    greatest(q.dedup_window_ms, q.lease_time_ms, $2),
+    $3 > 0 AND fs.created_at IS NULL AND p.last_write_at < clock_timestamp() - $3 * interval '1 millisecond'
 FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
 LEFT JOIN LATERAL (SELECT s.created_at FROM {{s}}.segments s WHERE s.partition_id = p.id
                    ORDER BY s.base_offset LIMIT 1) fs ON true
 LEFT JOIN LATERAL (SELECT t.created_at FROM {{s}}.txns t WHERE t.partition_id = p.id
                    ORDER BY t.base_offset LIMIT 1) ft ON true
 WHERE p.id = ANY ($1::int8[])`)
-	s.IdleCandidates = r.Replace(`SELECT p.id FROM {{s}}.queues q CROSS JOIN LATERAL (
-    SELECT id FROM {{s}}.partitions p WHERE p.queue_id = q.id
-    AND p.last_write_at < clock_timestamp() - $1 * interval '1 millisecond' LIMIT $2) p LIMIT $2`)
 	s.RetentionStep = r.Replace(`SELECT {{s}}.retention_step($1, $2)`)
 	s.PurgeTxnsStep = r.Replace(`SELECT {{s}}.purge_txns_step($1, $2, $3)`)
 	s.PurgePartition = r.Replace(`SELECT {{s}}.purge_partition($1, $2)`)

@@ -57,7 +57,9 @@ CREATE INDEX partitions_pending_idx ON {{schema}}.partitions (queue_id, id) WHER
 -- assumes half the rows are pending and the partial index always wins.
 ALTER TABLE {{schema}}.partitions ALTER COLUMN pending SET STATISTICS 0;
 
-CREATE INDEX partitions_last_write_at_idx ON {{schema}}.partitions (queue_id, last_write_at);
+-- No index on last_write_at: the allocator update changes it, and an index
+-- on it would make that update non-HOT for every key written less than once
+-- a second. Maintenance finds idle partitions by walking a window of ids.
 
 -- A segment is a run of consecutive offsets [base_offset, end_offset] of one
 -- partition, stored as one blob. No secondary index: it is addressed by its key.

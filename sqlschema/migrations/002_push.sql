@@ -99,8 +99,8 @@ $$;
 -- only index that fits is the unique (queue_id, name): each is a subquery
 -- with both keys as parameters. Written as a join, a generic plan cached
 -- while the partitions table was small (a new install, a queue gaining
--- 100k keys) looked partitions up by queue_id alone through
--- partitions_last_write_at_idx and filtered on the name, so every bundle
+-- 100k keys) looked partitions up by queue_id alone through another
+-- (queue_id, ...) index and filtered on the name, so every bundle
 -- walked every partition of its queue until autovacuum's next ANALYZE
 -- invalidated the plan (measured: 50 ms per bundle at ~50k partitions,
 -- first-touch pushes at ~300 keys/s for a minute).
