@@ -169,15 +169,16 @@ func run() error {
 		before := client.Stats()
 		var pool sync.Pool
 		rate, lat, err := load(8, func(g, i int) error {
-			items, _ := pool.Get().([]queen.Item)
+			items, _ := pool.Get().(*[]queen.Item)
 			if items == nil {
-				items = make([]queen.Item, 1000)
+				s := make([]queen.Item, 1000)
+				items = &s
 			}
 			part := partName(rand.IntN(100))
-			for k := range items {
-				items[k] = queen.Item{Data: payload, Partition: part}
+			for k := range *items {
+				(*items)[k] = queen.Item{Data: payload, Partition: part}
 			}
-			_, err := q.Push(ctx, items)
+			_, err := q.Push(ctx, *items)
 			pool.Put(items)
 			return err
 		}, 1000)
