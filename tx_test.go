@@ -151,3 +151,22 @@ func TestTxDuplicatePushRollsBack(t *testing.T) {
 		t.Fatalf("the ack inside the aborted Tx was applied: %v", err)
 	}
 }
+
+// Two pushes to one partition in one Tx reach the bundle as two segments of
+// the same partition: both are stored, in order, with consecutive offsets.
+func TestTxTwoPushesToOnePartition(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Push("q", []queen.Item{{Data: []byte("a")}, {Data: []byte("b")}})
+		tx.Push("q", []queen.Item{{Data: []byte("c")}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := storedFrames(t, c, "Default")
+	if len(f) != 3 || string(f[0].Payload) != "a" || string(f[2].Payload) != "c" {
+		t.Fatalf("stored %d frames", len(f))
+	}
+}

@@ -180,7 +180,7 @@ BEGIN
               FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
               JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
         JOIN {{schema}}.partitions pp ON pp.id = x.pid
-        ORDER BY pp.id
+        ORDER BY pp.id, x.o -- a partition twice (Client.Tx): its segments in input order
         FOR NO KEY UPDATE OF pp
     LOOP
         v_order := v_order || rec.o::integer;
