@@ -109,8 +109,14 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 	}
 	rows, err := q.Query(ctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
 		dlIDs, dlTxns, dlFlags, dlPay, dlAt)
+	return settleStatuses(rows, err, n, "settle")
+}
+
+// settleStatuses reads the (ord, status, committed) rows of settle() or
+// ack_many(): one per input, in input order, or an error.
+func settleStatuses(rows pgx.Rows, err error, n int, what string) ([]int16, error) {
 	if err != nil {
-		return nil, fmt.Errorf("queen: settle: %w", err)
+		return nil, fmt.Errorf("queen: %s: %w", what, err)
 	}
 	defer rows.Close()
 	out := make([]int16, 0, n)
@@ -119,18 +125,18 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		var st int16
 		var committed *int64
 		if err := rows.Scan(&ord, &st, &committed); err != nil {
-			return nil, fmt.Errorf("queen: settle: %w", err)
+			return nil, fmt.Errorf("queen: %s: %w", what, err)
 		}
 		if int(ord) != len(out)+1 {
-			return nil, fmt.Errorf("queen: settle: result %d out of order", ord)
+			return nil, fmt.Errorf("queen: %s: result %d out of order", what, ord)
 		}
 		out = append(out, st)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queen: settle: %w", err)
+		return nil, fmt.Errorf("queen: %s: %w", what, err)
 	}
 	if len(out) != n {
-		return nil, fmt.Errorf("queen: settle: %d results for %d inputs", len(out), n)
+		return nil, fmt.Errorf("queen: %s: %d results for %d inputs", what, len(out), n)
 	}
 	return out, nil
 }

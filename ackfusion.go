@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -131,30 +130,7 @@ func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) err
 // ackManySQL runs the set-based pure-ack statement.
 func (e *engine) ackManySQL(ctx context.Context, pids []int64, groups []string, leases [][16]byte, oks []int64) ([]int16, error) {
 	rows, err := e.pool.Query(ctx, e.csql.AckMany, pids, groups, leases, oks)
-	if err != nil {
-		return nil, fmt.Errorf("queen: ack: %w", err)
-	}
-	defer rows.Close()
-	out := make([]int16, 0, len(pids))
-	for rows.Next() {
-		var ord int32
-		var st int16
-		var committed *int64
-		if err := rows.Scan(&ord, &st, &committed); err != nil {
-			return nil, fmt.Errorf("queen: ack: %w", err)
-		}
-		if int(ord) != len(out)+1 {
-			return nil, fmt.Errorf("queen: ack: result %d out of order", ord)
-		}
-		out = append(out, st)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queen: ack: %w", err)
-	}
-	if len(out) != len(pids) {
-		return nil, fmt.Errorf("queen: ack: %d results for %d inputs", len(out), len(pids))
-	}
-	return out, nil
+	return settleStatuses(rows, err, len(pids), "ack")
 }
 
 func ackKey(op settleOp) fusion.Key {

@@ -111,14 +111,14 @@ func validName(s string) bool {
 // with the same TransactionIDs on a queue with a DedupWindow.
 func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
-	if len(items) == 0 && !e.isClosed() && ctx.Err() == nil && validName(q.name) {
-		return []PushResult{}, nil
-	}
 	b, err := q.prepare(ctx, items)
 	if err != nil {
 		return nil, err
 	}
 	defer b.release()
+	if len(b.groups) == 0 { // no items
+		return b.results, nil
+	}
 	if e.maintOn.Load() {
 		e.spoolPush(fusion.Key{Tenant: q.c.tenant, Queue: q.name}, b)
 		return b.finish(), nil

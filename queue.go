@@ -197,8 +197,7 @@ func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (
 		// entry is fine, the replay's bundle enforces encryption.
 		return m, nil
 	}
-	var id, window int64
-	err := e.pool.QueryRow(ctx, e.sql.QueueMeta, tenant, name).Scan(&id, &m.encryption, &window)
+	err := e.pool.QueryRow(ctx, e.sql.QueueMeta, tenant, name).Scan(&m.encryption)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("queen: read queue %q: %w", name, err)
 	}

@@ -21,7 +21,8 @@ type Set struct {
 	PushBundle string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
-	// QueueMeta reads the push-relevant options of ($1 tenant, $2 name).
+	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted: the one
+	// option the push handler needs.
 	QueueMeta string
 	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
 	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7
@@ -60,7 +61,7 @@ func New(schema string) *Set {
 	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
 FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool)`)
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
-	s.QueueMeta = r.Replace(`SELECT id, encryption, dedup_window_ms FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
+	s.QueueMeta = r.Replace(`SELECT encryption FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
 	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
     dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
     failure_policy)
