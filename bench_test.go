@@ -88,9 +88,15 @@ func BenchmarkPushBatch1000Items8Goroutines(b *testing.B) {
 
 // Per-message acks from 100 consumers over 100 partitions: every message is
 // acked on its own (Message.Ack), and ack fusion folds the acks of all
-// consumers into shared transactions. Each consumer pops up to 100 messages
-// of one partition at a time.
+// consumers into shared transactions. Pop1: each pop takes one message
+// (claim fusion folds the pops); Pop100: up to 100 of one partition.
 func BenchmarkAckPerMessage100Consumers(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprintf("Pop%d", batch), func(b *testing.B) { benchAckPerMessage(b, batch) })
+	}
+}
+
+func benchAckPerMessage(b *testing.B, batch int) {
 	c := open(b)
 	q := c.Queue("acks")
 	ctx := context.Background()
@@ -112,12 +118,13 @@ func BenchmarkAckPerMessage100Consumers(b *testing.B) {
 	}
 	total := int64(per * parts)
 	var acked atomic.Int64
+	before := c.Stats()
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Go(func() {
 			for acked.Load() < total {
-				msgs, err := q.Pop(ctx, queen.PopOptions{Batch: 100, Wait: 20 * time.Millisecond})
+				msgs, err := q.Pop(ctx, queen.PopOptions{Batch: batch, Wait: 20 * time.Millisecond})
 				if err != nil {
 					b.Error(err)
 					return
@@ -135,4 +142,7 @@ func BenchmarkAckPerMessage100Consumers(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	reportRate(b, int(total))
+	after := c.Stats()
+	b.ReportMetric(float64(after.Pops-before.Pops)/float64(max(after.Claims-before.Claims, 1)), "pops/claim")
+	b.ReportMetric(float64(after.Acks-before.Acks)/float64(max(after.AckCommits-before.AckCommits, 1)), "acks/commit")
 }

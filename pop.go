@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 
 	"github.com/e03140bc/queen/internal/frame"
-	"github.com/e03140bc/queen/internal/segment"
 )
 
 // popRescan is how often a waiting Pop looks again without a wake: the
@@ -97,7 +97,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) ([]*Message, error) {
 	}
 }
 
-// popOnce is one claim round trip.
+// popOnce is one claim: on its own, or folded into a claim shared with
+// concurrent pops of the same queue and options (see claimFusion).
 func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*Message, error) {
 	e := q.c.e
 	if err := ctx.Err(); err != nil {
@@ -106,6 +107,19 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
+	e.claims.pops.Add(1)
+	if o.Partition == "" && o.Partitions == 1 {
+		return e.claims.pop(ctx, q, o, hints)
+	}
+	groups, err := q.claim(ctx, o, hints, 1)
+	return slices.Concat(groups...), err
+}
+
+// claim is one claim round trip taking up to n*o.Partitions partitions, at
+// most o.Batch messages from each and n*o.Batch in all. It returns each
+// claimed partition's messages, in claim order.
+func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int) ([][]*Message, error) {
+	e := q.c.e
 	var part *string
 	if o.Partition != "" {
 		part = &o.Partition
@@ -114,20 +128,22 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 		hints = []string{}
 	}
 	mode, from := o.Subscription.sqlMode()
+	e.claims.claims.Add(1)
 	// The claim commits on the server even if the caller gives up, so it
 	// runs to completion on a detached context: a lease nobody received
 	// would stall the partition until expiry, an auto-ack would lose data.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := e.pool.Query(qctx, e.csql.Pop, q.c.tenant, q.name, o.Group, part, hints, o.Batch, o.Partitions,
-		o.LeaseTime.Milliseconds(), o.AutoAck, e.owner, mode, from)
+	rows, err := e.pool.Query(qctx, e.csql.Pop, q.c.tenant, q.name, o.Group, part, hints, n*o.Batch, n*o.Partitions,
+		o.LeaseTime.Milliseconds(), o.AutoAck, e.owner, mode, from, o.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
 	defer rows.Close()
 	var (
+		groups  [][]*Message
 		msgs    []*Message
-		raw     []byte
+		scratch []byte
 		decErr  error
 		pid     int64
 		pname   string
@@ -151,9 +167,17 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 		if decErr != nil {
 			continue // drain the rows; the claim has committed anyway
 		}
-		raw, decErr = segment.Decompress(raw[:0], blob)
+		if len(msgs) > 0 && msgs[0].pid != pid {
+			groups = append(groups, msgs)
+			msgs = nil
+		}
+		var frames []byte
+		frames, decErr = e.segs.frames(pid, base, end, last, blob, scratch)
 		if decErr != nil {
 			continue
+		}
+		if last >= end {
+			scratch = frames
 		}
 		var leaseID uuid.UUID
 		var leaseStr string
@@ -166,11 +190,8 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 			exp = *expires
 			dur = time.Duration(leaseMs) * time.Millisecond
 		}
-		decErr = frame.Decode(raw, func(k int, f *frame.Frame) error {
+		decErr = frame.DecodeRange(frames, int(max(first-base, 0)), int(last-base), func(k int, f *frame.Frame) error {
 			off := base + int64(k)
-			if off < first || off > last {
-				return nil
-			}
 			m := &Message{
 				ID: f.ID, TransactionID: f.TransactionID, Queue: q.name, Partition: pname, Offset: off,
 				CreatedAt: created, Group: o.Group, LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
@@ -203,7 +224,10 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 		// fault; a permanently corrupt segment needs an operator.
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, decErr)
 	}
-	return msgs, nil
+	if len(msgs) > 0 {
+		groups = append(groups, msgs)
+	}
+	return groups, nil
 }
 
 // newOwner names this client in lease_owner: host, process and a random

@@ -424,3 +424,36 @@ func TestPopSeedsOnFirstContact(t *testing.T) {
 		t.Fatalf("%d cursors after a new partition, want 4", n)
 	}
 }
+
+// Messages of one segment popped one at a time, by two groups at different
+// positions, come back whole and in order (a client keeps a partly read
+// segment decompressed between pops).
+func TestPopOneAtATimeFromOneSegment(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 50)
+	for i := range 50 {
+		for _, g := range []string{"a", "b"} {
+			if g == "b" && i%2 == 1 {
+				continue // b reads half as fast, so the two positions differ
+			}
+			k := i
+			if g == "b" {
+				k = i / 2
+			}
+			msgs := pop(t, q, queen.PopOptions{Group: g})
+			if len(msgs) != 1 || string(msgs[0].Data) != fmt.Sprintf("m%d", k) || msgs[0].Offset != int64(k) {
+				t.Fatalf("group %s pop %d: got %q", g, i, datas(msgs))
+			}
+			ack(t, msgs[0])
+		}
+	}
+	var rest []string
+	for i := 25; i < 50; i++ {
+		rest = append(rest, fmt.Sprintf("m%d", i))
+	}
+	wantData(t, pop(t, q, queen.PopOptions{Group: "b", Batch: 100}), rest...)
+	if got := pop(t, q, queen.PopOptions{Group: "a"}); len(got) != 0 {
+		t.Fatalf("group a drained, still got %q", datas(got))
+	}
+}

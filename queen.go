@@ -186,6 +186,8 @@ type engine struct {
 	csql   *stmt.Consume
 	owner  string
 	listen *listener
+	claims claimFusion
+	segs   segCache
 }
 
 // Open connects, applies the embedded migrations and starts the engine.
@@ -325,11 +327,24 @@ type Stats struct {
 	Commits  int64 // push bundle transactions
 	Segments int64 // segments committed (one per partition per bundle)
 	Items    int64 // items flushed
+
+	Pops   int64 // claims asked for by Pop (one per Pop without Wait, one per look with it)
+	Claims int64 // claim transactions run for them
+
+	AckCommits int64 // settle transactions run by ack fusion
+	Acks       int64 // settlements (Ack, Fail, Retry, DeadLetter) they carried
 }
 
-// Stats reports the push engine's counters; Segments far above Commits is the
-// evidence that fusion coalesces partitions into shared commits.
+// Stats reports the engine's counters since Open. Segments far above Commits
+// is the evidence that fusion coalesces partitions into shared commits; Pops
+// above Claims and Acks above AckCommits are the same for the consumption
+// side.
 func (c *Client) Stats() Stats {
 	s := c.e.push.fusion.Stats()
-	return Stats{Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items)}
+	a := c.e.acks.fusion.Stats()
+	return Stats{
+		Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items),
+		Pops: c.e.claims.pops.Load(), Claims: c.e.claims.claims.Load(),
+		AckCommits: int64(a.Bundles), Acks: int64(a.Items),
+	}
 }

@@ -192,6 +192,30 @@ func Decode(blob []byte, fn func(k int, f *Frame) error) error {
 	return nil
 }
 
+// DecodeRange is Decode for frames from through to (0-based, inclusive)
+// only: earlier frames are skipped by their length prefixes without being
+// parsed, and decoding stops after frame to. A pop of one message from a
+// segment of thousands thereby parses one frame.
+func DecodeRange(blob []byte, from, to int, fn func(k int, f *Frame) error) error {
+	var f Frame
+	for k, off := 0, 0; off < len(blob) && k <= to; k++ {
+		body, end, err := next(blob, k, off)
+		if err != nil {
+			return err
+		}
+		if k >= from {
+			if err := parse(body, k, off, &f); err != nil {
+				return err
+			}
+			if err := fn(k, &f); err != nil {
+				return err
+			}
+		}
+		off = end
+	}
+	return nil
+}
+
 // Count returns the number of frames in blob, following only the length
 // prefixes; frame bodies are not validated.
 func Count(blob []byte) (int, error) {

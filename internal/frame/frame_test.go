@@ -214,6 +214,43 @@ func TestCorrupt(t *testing.T) {
 	}
 }
 
+func TestDecodeRange(t *testing.T) {
+	frames := sampleFrames()
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	for _, r := range [][2]int{{0, 0}, {3, 5}, {9, 9}, {8, 100}, {0, 9}, {5, 4}, {20, 30}} {
+		var seen []int
+		err := DecodeRange(blob, r[0], r[1], func(k int, f *Frame) error {
+			if !equalFrame(f, &frames[k]) {
+				t.Errorf("range %v: frame %d mismatch", r, k)
+			}
+			seen = append(seen, k)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("range %v: %v", r, err)
+		}
+		var want []int
+		for k := r[0]; k <= r[1] && k < len(frames); k++ {
+			want = append(want, k)
+		}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("range %v visited %v, want %v", r, seen, want)
+		}
+	}
+	// Frames before the range are not parsed: a bad body there goes unseen,
+	// a bad body inside the range is reported.
+	bad := append(rawFrame([]byte{0xff}, make([]byte, 16), []byte{0}), blob...)
+	if err := DecodeRange(bad, 1, 2, func(int, *Frame) error { return nil }); err != nil {
+		t.Fatalf("skipped frame was parsed: %v", err)
+	}
+	if err := DecodeRange(bad, 0, 2, func(int, *Frame) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("bad frame in range: %v", err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	frames := sampleFrames()
 	var all []byte
@@ -254,6 +291,20 @@ func FuzzDecode(f *testing.F) {
 		// The format has one encoding per frame, so accepted input must re-encode exactly.
 		if !bytes.Equal(re, blob) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", blob, re)
+		}
+		if n > 0 {
+			from, to := n/3, n-1-n/3
+			seen := from
+			if err := DecodeRange(blob, from, to, func(k int, fr *Frame) error {
+				at, _ := At(blob, k)
+				if k != seen || !equalFrame(&at, fr) {
+					t.Fatalf("DecodeRange(%d, %d) gave frame %d at step %d", from, to, k, seen)
+				}
+				seen++
+				return nil
+			}); err != nil || seen != max(to+1, from) {
+				t.Fatalf("DecodeRange(%d, %d) stopped at %d: %v", from, to, seen, err)
+			}
 		}
 		if c, err := Count(blob); err != nil || c != n {
 			t.Fatalf("Count = %d, %v; Decode saw %d", c, err, n)

@@ -9,9 +9,10 @@ import (
 // Consume is the consumption side's statements, rendered for one schema.
 type Consume struct {
 	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
-	// (NULL = any), $5 hinted partitions, $6 batch, $7 partitions, $8 lease
+	// (NULL = any), $5 hinted partitions, $6 batch (in all), $7 partitions, $8 lease
 	// ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11 subscription
-	// mode, $12 subscription time. One row per delivered segment, with the
+	// mode, $12 subscription time, $13 batch per partition. One row per
+	// delivered segment, with the
 	// failures a re-enqueued segment's message carries.
 	Pop string
 	// Settle applies acks, failures, retries and dead letters, one result
@@ -41,7 +42,7 @@ func NewConsume(schema string) *Consume {
 	c.Pop = r.Replace(`SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
     deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
-    $10::text, $11::text, $12::timestamptz)`)
+    $10::text, $11::text, $12::timestamptz, $13::int4)`)
 	c.AckMany = r.Replace(`SELECT ord, status, committed FROM {{s}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])`)
 	c.Settle = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],

@@ -144,7 +144,10 @@ CREATE FUNCTION {{schema}}.pop(
     p_auto_ack   boolean,
     p_owner      text,
     p_mode       text,
-    p_from       timestamptz
+    p_from       timestamptz,
+    -- At most this many messages from one partition (a fused claim takes
+    -- one partition for each of several callers, each with its own Batch).
+    p_part_batch integer
 ) RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call (as
@@ -178,8 +181,12 @@ DECLARE
     v_expires  timestamptz;
     v_deliv    integer;
     v_drained  bigint[] := '{}';
+    v_caught   bigint[] := '{}';
+    v_missing  boolean;
+    v_seed     integer;
     v_pid      bigint;
 BEGIN
+    p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
     FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
     IF NOT FOUND THEN
@@ -229,31 +236,43 @@ BEGIN
     -- was cut short, pass 2 looks at the whole set: a caught-up group must
     -- not miss its one ready partition among another group's backlog.
     FOR v_pass IN 1 .. 2 LOOP
-        -- Partitions of the window created since the group's first contact.
-        IF EXISTS (SELECT 1 FROM unnest(v_pend) AS r(id)
-                   WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.consumers cx
-                                     WHERE cx.partition_id = r.id AND cx.group_name = p_group)) THEN
+        -- One read of the window: whether some partition of it was created
+        -- since the group's first contact (no consumer row yet: seed, then
+        -- read again), the claimable ones (something retained after the
+        -- cursor, no live lease, the window buffer passed, the head message
+        -- visible) in claim order, and the ones this group has consumed (the
+        -- only ones the ready-set upkeep below needs to look at). No locks.
+        FOR v_seed IN 1 .. 2 LOOP
+            SELECT coalesce(bool_or(x.missing), false),
+                   coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid) FILTER (WHERE x.claimable), '{}'),
+                   coalesce(array_agg(x.pid) FILTER (WHERE x.caught), '{}')
+            INTO v_missing, v_cand, v_caught
+            FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
+                         cc.partition_id IS NULL AS missing,
+                         (p.last_offset < p.log_start OR cc.committed >= p.last_offset) AS caught,
+                         (cc.partition_id IS NOT NULL
+                          AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                          AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                          AND (v_q.window_buffer_ms = 0 OR coalesce(
+                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
+                                <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
+                          AND (v_q.delayed_processing_ms = 0 OR coalesce(
+                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                                   AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
+                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= v_cutoff)) AS claimable
+                  FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
+                  JOIN {{schema}}.partitions p ON p.id = r.id
+                  -- A keyed lookup per partition (LIMIT keeps the planner from
+                  -- flattening it): as a plain join, a generic plan cached while
+                  -- the table was small read every cursor of the group instead.
+                  LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at
+                                     FROM {{schema}}.consumers c
+                                     WHERE c.partition_id = r.id AND c.group_name = p_group
+                                     LIMIT 1) cc ON true) x;
+            EXIT WHEN NOT v_missing OR v_seed = 2;
             PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from, v_pend);
-        END IF;
-
-        -- Candidates: claimable partitions of the window (something retained
-        -- after the cursor, no live lease, the window buffer passed, the head
-        -- message visible), in claim order, read without locks.
-        SELECT coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid), '{}') INTO v_cand
-        FROM (SELECT cc.partition_id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd
-              FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
-              JOIN {{schema}}.partitions p ON p.id = r.id
-              JOIN {{schema}}.consumers cc ON cc.partition_id = r.id AND cc.group_name = p_group
-              WHERE p.last_offset >= greatest(cc.committed + 1, p.log_start)
-                AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-                AND (v_q.window_buffer_ms = 0 OR coalesce(
-                      (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
-                       ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
-                      <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
-                AND (v_q.delayed_processing_ms = 0 OR coalesce(
-                      (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
-                         AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
-                       ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= v_cutoff)) x;
+        END LOOP;
 
         -- Claim in that order: one keyed try-lock each (SKIP LOCKED: never
         -- waits), re-checking the lease on the locked row.
@@ -270,7 +289,7 @@ BEGIN
             FOR UPDATE OF cc SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
             v_start := greatest(v_c.committed + 1, v_c.log_start);
-            v_end := least(v_c.last_offset, v_start + v_left - 1);
+            v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
             v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
                                   WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
             IF v_q.delayed_processing_ms > 0 THEN
@@ -322,14 +341,16 @@ BEGIN
     -- Ready-set upkeep, at the end: this transaction does nothing after
     -- these try-locks, so they cannot join a deadlock. Acks leave drained
     -- partitions pending (settle takes no partition locks); every pop clears
-    -- up to 64 of its window besides the ones its own auto-ack drained, which
-    -- keeps stale entries bounded by the pop rate, not the number of keys.
+    -- up to 64 of the window's partitions its group has consumed besides the
+    -- ones its own auto-ack drained, which keeps stale entries bounded by the
+    -- pop rate, not the number of keys. A partition this group is behind on
+    -- cannot be cleared, so it is not even looked at.
     FOREACH v_pid IN ARRAY v_drained LOOP
         PERFORM {{schema}}.clear_pending(v_pid);
     END LOOP;
     IF p_partition IS NULL THEN
         FOR v_x IN
-            SELECT p.id FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
+            SELECT p.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
             JOIN {{schema}}.partitions p ON p.id = r.id
             WHERE p.pending
               AND NOT (p.id = ANY (v_drained))
