@@ -9,11 +9,11 @@ import (
 // Consume is the consumption side's statements, rendered for one schema.
 type Consume struct {
 	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
-	// (NULL = any), $5 hinted partitions, $6 batch (in all), $7 partitions, $8 lease
-	// ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11 subscription
-	// mode, $12 subscription time, $13 batch per partition. One row per
-	// delivered segment, with the
-	// failures a re-enqueued segment's message carries.
+	// (NULL = any), $5 hinted partitions, $6 batch (in all), $7 partitions,
+	// $8 lease ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11
+	// subscription mode, $12 subscription time, $13 batch per partition. One
+	// row per delivered segment, with the failures a re-enqueued segment's
+	// message carries.
 	Pop string
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.
