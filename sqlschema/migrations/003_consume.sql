@@ -630,8 +630,12 @@ $$;
 
 -- The common case of ack fusion, set-based: pure acks (commit the cursor
 -- through p_ok under lease p_leases), at most one per (partition, group).
--- Same verdicts as settle for such inputs, but one locking read and one
--- update for the whole batch instead of a loop of statements per ack.
+-- Same verdicts as settle for such inputs. In the common case (every ack
+-- valid) the whole batch is one UPDATE: it locks the cursor rows itself, in
+-- ascending (partition id, group), the lock order, because the nested loop
+-- it is forced into is driven by the sorted input, and it re-checks each
+-- lease on the row version it locked. Only when some ack did not apply is a
+-- second statement run, to tell why.
 CREATE FUNCTION {{schema}}.ack_many(
     p_pids   bigint[],
     p_groups text[],
@@ -639,43 +643,58 @@ CREATE FUNCTION {{schema}}.ack_many(
     p_ok     bigint[]
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
--- PL/pgSQL caches the plan; a SQL function would plan it on every call.
+-- Generic plans of keyed lookups only: a plan cached while the table was
+-- small must not turn into a scan of every cursor later.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
+DECLARE
+    n      integer := coalesce(cardinality(p_pids), 0);
+    v_now  timestamptz := clock_timestamp();
+    v_done integer[];
 BEGIN
-    RETURN QUERY
-    WITH o AS (
-        SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS o(pid, g, lease, ok, ord)
-    ), l AS (
-        -- Consumer rows in ascending (partition id, group): the lock order.
-        SELECT c.partition_id, c.group_name, c.committed, c.batch_end, c.lease_id, c.lease_expires_at
-        FROM {{schema}}.consumers c
-        WHERE (c.partition_id, c.group_name) IN (SELECT pid, g FROM o)
-        ORDER BY c.partition_id, c.group_name
-        FOR UPDATE
-    ), v AS (
-        SELECT o.ord, o.pid, o.g, o.ok, l.committed, l.batch_end,
-               CASE WHEN l.partition_id IS NULL THEN 5
-                    WHEN o.ok <= l.committed THEN 1
-                    WHEN l.lease_id IS DISTINCT FROM o.lease OR l.lease_expires_at <= clock_timestamp()
-                         OR o.ok > l.batch_end THEN 2
-                    ELSE 0 END AS st
-        FROM o LEFT JOIN l ON l.partition_id = o.pid AND l.group_name = o.g
-    ), u AS (
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR coalesce(cardinality(p_ok), 0) <> n THEN
+        RAISE EXCEPTION 'queen: ack_many arrays are not aligned';
+    END IF;
+    WITH u AS (
         UPDATE {{schema}}.consumers c SET
-            committed        = v.ok,
+            committed        = o.ok,
             attempts         = 0,
-            deliveries       = CASE WHEN v.ok < c.delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.batch_end END,
-            lease_id         = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_id END,
-            lease_owner      = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN v.ok >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
-            updated_at       = clock_timestamp()
-        FROM v
-        WHERE v.st = 0 AND c.partition_id = v.pid AND c.group_name = v.g
-        RETURNING c.partition_id
+            deliveries       = CASE WHEN o.ok < c.delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+            updated_at       = v_now
+        FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
+              ORDER BY x.pid, x.g) o
+        WHERE c.partition_id = o.pid AND c.group_name = o.g
+          AND o.ok > c.committed AND o.ok <= c.batch_end
+          AND c.lease_id = o.lease AND c.lease_expires_at > v_now
+        RETURNING o.ord
     )
-    SELECT v.ord::integer, v.st::smallint, CASE WHEN v.st = 0 THEN v.ok ELSE v.committed END
-    FROM v ORDER BY v.ord;
+    SELECT coalesce(array_agg(u.ord::integer), '{}') INTO v_done FROM u;
+
+    IF cardinality(v_done) = n THEN
+        RETURN QUERY SELECT o.ord::integer, 0::smallint, o.ok
+                     FROM unnest(p_ok) WITH ORDINALITY AS o(ok, ord);
+        RETURN;
+    END IF;
+    -- Why the others did not apply, from the rows as they are now (this
+    -- transaction holds the ones it updated; the rest may have moved on).
+    RETURN QUERY
+    SELECT o.ord::integer,
+           (CASE WHEN o.ord = ANY (v_done) THEN 0
+                 WHEN c.partition_id IS NULL THEN 5
+                 WHEN o.ok <= c.committed THEN 1
+                 ELSE 2 END)::smallint,
+           CASE WHEN o.ord = ANY (v_done) THEN o.ok ELSE c.committed END
+    FROM unnest(p_pids, p_groups, p_ok) WITH ORDINALITY AS o(pid, g, ok, ord)
+    LEFT JOIN LATERAL (SELECT c.partition_id, c.committed FROM {{schema}}.consumers c
+                       WHERE c.partition_id = o.pid AND c.group_name = o.g LIMIT 1) c ON true
+    ORDER BY o.ord;
 END
 $$;
