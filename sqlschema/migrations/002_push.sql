@@ -227,7 +227,14 @@ BEGIN
     -- is push_one's allocation; keep the two in step. A partition listed
     -- twice (Client.Tx) is bumped once by the sum of its counts, and its
     -- segments take consecutive ranges in input order.
-    IF cardinality(v_fast) > 0 THEN
+    IF cardinality(v_fast) = 1 THEN
+        -- One segment: push_one's single statement is cheaper than the CTE.
+        i := v_fast[1];
+        r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                 p_blobs[i], 0, v_now);
+        r.ord := i;
+        v_res[i] := r;
+    ELSIF cardinality(v_fast) > 1 THEN
         FOR rec IN
             WITH x AS (
                 SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
