@@ -170,3 +170,47 @@ func TestTxTwoPushesToOnePartition(t *testing.T) {
 		t.Fatalf("stored %d frames", len(f))
 	}
 }
+
+// One bundle mixing the set-based allocator (no dedup window), with two
+// partitions each listed twice, and push_one (a queue with a window): every
+// partition's segments are stored in input order with consecutive offsets,
+// and each txns row covers the same range as its segment.
+func TestTxInterleavedPartitionsAndWindows(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	if err := c.Queue("dq").Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Push("q", []queen.Item{{Data: []byte("a1"), Partition: "A"}, {Data: []byte("a2"), Partition: "A"}})
+		tx.Push("q", []queen.Item{{Data: []byte("b1"), Partition: "B"}})
+		tx.Push("dq", []queen.Item{{Data: []byte("d1"), Partition: "D"}})
+		tx.Push("q", []queen.Item{{Data: []byte("a3"), Partition: "A"}})
+		tx.Push("q", []queen.Item{{Data: []byte("b2"), Partition: "B"}, {Data: []byte("b3"), Partition: "B"}})
+		tx.Push("dq", []queen.Item{{Data: []byte("d2"), Partition: "D"}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part, want := range map[string][]string{"A": {"a1", "a2", "a3"}, "B": {"b1", "b2", "b3"}, "D": {"d1", "d2"}} {
+		f := storedFrames(t, c, part)
+		var got []string
+		for _, fr := range f {
+			got = append(got, string(fr.Payload))
+		}
+		if len(got) != len(want) || got[0] != want[0] || got[len(got)-1] != want[len(want)-1] || got[1] != want[1] {
+			t.Fatalf("partition %s stored %v, want %v", part, got, want)
+		}
+	}
+	var mismatched int
+	err = c.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
+		" s FULL JOIN "+pgx.Identifier{c.Schema(), "txns"}.Sanitize()+" t USING (partition_id, base_offset)"+
+		" WHERE s.end_offset IS DISTINCT FROM t.end_offset OR octet_length(t.hashes) <> 16 * (t.end_offset - t.base_offset + 1)").Scan(&mismatched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mismatched != 0 {
+		t.Fatalf("%d segments and txns rows disagree", mismatched)
+	}
+}

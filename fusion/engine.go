@@ -335,12 +335,6 @@ func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
 	}
 
 	s.completions <- f
-	// The permit just released may be the one another shard was refused.
-	for _, o := range e.shards {
-		if o != s && o.starved.Load() {
-			o.poke()
-		}
-	}
 }
 
 // submission tracks one Submit call until all its items are resolved. Its

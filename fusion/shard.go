@@ -3,7 +3,6 @@ package fusion
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -26,7 +25,7 @@ type shard[T comparable] struct {
 	completions chan *flight[T]
 	wake        chan struct{}
 	exited      chan struct{}
-	starved     atomic.Bool // refused a permit with ready keys waiting
+	waiter      *Waiter // queued at the limiter while refused a permit
 
 	counters
 
@@ -71,6 +70,7 @@ func newShard[T comparable](e *Engine[T]) *shard[T] {
 		keys:        make(map[Key]*keyState[T]),
 		timer:       time.NewTimer(time.Hour),
 	}
+	s.waiter = NewWaiter(s.poke)
 	s.timer.Stop()
 	return s
 }
@@ -78,6 +78,7 @@ func newShard[T comparable](e *Engine[T]) *shard[T] {
 func (s *shard[T]) run() {
 	defer close(s.exited)
 	defer s.timer.Stop()
+	defer s.e.cfg.Limiter.Cancel(s.waiter)
 	for {
 		if s.intakeClosed && s.inflight == 0 && (s.readyLen() == 0 || s.abandoning) {
 			return
@@ -162,14 +163,12 @@ func (s *shard[T]) arrive(a arrival[T], ok bool) {
 // and an immediately available permit. It never waits.
 func (s *shard[T]) dispatch() {
 	if s.abandoning {
-		s.starved.Store(false)
+		s.e.cfg.Limiter.Cancel(s.waiter)
 		return
 	}
 	for s.readyLen() > 0 && s.inflight < s.e.cfg.MaxInFlight {
-		if !s.e.cfg.Limiter.TryAcquire() {
-			if !s.starved.Load() {
-				s.starved.Store(true)
-			}
+		if !s.e.cfg.Limiter.Acquire(s.waiter) {
+			// Queued: the limiter pokes the shard when its turn comes.
 			if !s.armed {
 				s.timer.Reset(s.e.cfg.Hold)
 				s.armed = true
@@ -194,9 +193,6 @@ func (s *shard[T]) dispatch() {
 		s.inflight++
 		s.e.flights.Add(1)
 		go s.e.fly(s, f)
-	}
-	if s.starved.Load() {
-		s.starved.Store(false)
 	}
 }
 

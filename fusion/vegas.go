@@ -60,13 +60,27 @@ func (c VegasConfig) withDefaults() VegasConfig {
 type Vegas struct {
 	inflight atomic.Int64
 	limit    atomic.Int64
+	waiting  atomic.Int64 // len(waiters), readable without mu
 
 	mu      sync.Mutex
 	cfg     VegasConfig
 	cur     time.Duration // minimum of the current window, 0 if empty
 	prev    time.Duration // minimum of the previous window, 0 if none
 	samples int
+	waiters []*Waiter // FIFO of refused Acquire callers
 }
+
+// Waiter is a caller of [Vegas.Acquire] that can be queued for a permit.
+// Its fields are guarded by the limiter's mutex.
+type Waiter struct {
+	wake   func()
+	queued bool
+}
+
+// NewWaiter returns a waiter whose wake is called, without waiting and
+// possibly under the limiter's lock, when a permit may be free for it: wake
+// must not block nor call back into the limiter.
+func NewWaiter(wake func()) *Waiter { return &Waiter{wake: wake} }
 
 // NewVegas returns a limiter whose limit starts at cfg.Initial.
 func NewVegas(cfg VegasConfig) *Vegas {
@@ -86,6 +100,75 @@ func (v *Vegas) TryAcquire() bool {
 		if v.inflight.CompareAndSwap(n, n+1) {
 			return true
 		}
+	}
+}
+
+// Acquire takes a permit for w, without waiting, if one is free and no
+// other waiter is queued ahead of w. Otherwise it queues w (once) and returns
+// false; w's wake is called when a permit is released while w is at the head
+// of the queue, and w should then call Acquire again. A caller who no longer
+// wants a permit must call Cancel.
+//
+// Queuing is what makes bundles fill up under load: a freed permit goes to
+// the caller refused longest ago, which has been accumulating work since,
+// rather than to whichever caller happens to try first, typically one that
+// just received a single item.
+func (v *Vegas) Acquire(w *Waiter) bool {
+	if v.waiting.Load() == 0 && v.TryAcquire() {
+		return true
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !w.queued {
+		w.queued = true
+		v.waiters = append(v.waiters, w)
+		v.waiting.Add(1)
+	}
+	// Retried under mu, after queueing: a Release between the caller's
+	// failed attempt and the queueing could not have woken w.
+	if v.waiters[0] != w || !v.TryAcquire() {
+		return false
+	}
+	v.dequeueHead()
+	return true
+}
+
+// Cancel takes w out of the queue, if it is queued.
+func (v *Vegas) Cancel(w *Waiter) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !w.queued {
+		return
+	}
+	for i, o := range v.waiters {
+		if o == w {
+			if i == 0 {
+				v.dequeueHead()
+				return
+			}
+			v.waiters = append(v.waiters[:i], v.waiters[i+1:]...)
+			break
+		}
+	}
+	w.queued = false
+	v.waiting.Add(-1)
+}
+
+// dequeueHead removes the head waiter and, if another permit is free, wakes
+// the next one. Called with mu held.
+func (v *Vegas) dequeueHead() {
+	v.waiters[0].queued = false
+	n := copy(v.waiters, v.waiters[1:])
+	v.waiters[n] = nil
+	v.waiters = v.waiters[:n]
+	v.waiting.Add(-1)
+	v.wakeHead()
+}
+
+// wakeHead wakes the head waiter if a permit is free. Called with mu held.
+func (v *Vegas) wakeHead() {
+	if len(v.waiters) > 0 && v.inflight.Load() < v.limit.Load() {
+		v.waiters[0].wake()
 	}
 }
 
@@ -114,6 +197,7 @@ func (v *Vegas) Release(rtt time.Duration, dropped bool) {
 		}
 	}
 	v.limit.Store(int64(min(max(limit, v.cfg.Min), v.cfg.Max)))
+	v.wakeHead()
 }
 
 // observe records a sample and returns the no-load round trip estimate.

@@ -145,3 +145,60 @@ func TestVegasNeverOvergrants(t *testing.T) {
 		t.Fatalf("peak concurrent permits %d, limit %d", p, limit)
 	}
 }
+
+// A freed permit goes to the caller refused first, not to whoever asks next,
+// and the waiters are woken in turn.
+func TestVegasAcquireQueuesInOrder(t *testing.T) {
+	v := NewVegas(VegasConfig{Initial: 1, Max: 1})
+	var woke []string
+	a := NewWaiter(func() { woke = append(woke, "a") })
+	b := NewWaiter(func() { woke = append(woke, "b") })
+	c := NewWaiter(func() { woke = append(woke, "c") })
+	if !v.Acquire(a) {
+		t.Fatal("free permit refused")
+	}
+	if v.Acquire(b) || v.Acquire(c) {
+		t.Fatal("permit granted beyond the limit")
+	}
+	v.Release(time.Millisecond, false)
+	if len(woke) != 1 || woke[0] != "b" {
+		t.Fatalf("woken %v after release, want [b]", woke)
+	}
+	// A newcomer and a waiter behind the head are refused the free permit.
+	if v.Acquire(a) || v.Acquire(c) {
+		t.Fatal("permit taken ahead of the head waiter")
+	}
+	if !v.Acquire(b) {
+		t.Fatal("head waiter refused a free permit")
+	}
+	v.Release(time.Millisecond, false)
+	if !v.Acquire(c) {
+		t.Fatal("c, now head, refused")
+	}
+	// a queued again behind c; cancelling it leaves nothing to wake.
+	v.Cancel(a)
+	v.Release(time.Millisecond, false)
+	if got := woke[len(woke)-1]; got != "c" || v.waiting.Load() != 0 {
+		t.Fatalf("woken %v, %d still waiting", woke, v.waiting.Load())
+	}
+	if !v.Acquire(a) {
+		t.Fatal("free permit refused with nobody waiting")
+	}
+}
+
+// Cancelling the head waiter hands its turn to the next one.
+func TestVegasCancelHeadWakesNext(t *testing.T) {
+	v := NewVegas(VegasConfig{Initial: 1, Max: 1})
+	var woke int
+	a := NewWaiter(func() {})
+	b := NewWaiter(func() {})
+	c := NewWaiter(func() { woke++ })
+	v.Acquire(a)
+	v.Acquire(b)
+	v.Acquire(c)
+	v.Release(time.Millisecond, false)
+	v.Cancel(b)
+	if woke != 1 || !v.Acquire(c) {
+		t.Fatalf("c woken %d times after b gave up its turn", woke)
+	}
+}

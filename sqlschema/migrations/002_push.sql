@@ -121,8 +121,14 @@ CREATE FUNCTION {{schema}}.push_bundle(
 LANGUAGE plpgsql
 -- Custom plans would be re-planned on every call (array sizes vary); the
 -- generic plans of these key lookups are the right ones. The setting also
--- covers push_one, called from here.
+-- covers push_one, called from here. A generic plan is cached for the life
+-- of the connection, possibly while partitions is small: the planner is
+-- denied the scans and joins that walk a whole table (as in pop), so the
+-- set-based allocator below stays a keyed lookup per partition.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     n       integer := coalesce(cardinality(p_queues), 0);
@@ -135,6 +141,7 @@ DECLARE
     v_res   {{schema}}.push_result[];
     r       {{schema}}.push_result;
     i       integer;
+    v_fast  integer[] := '{}';
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -198,14 +205,67 @@ BEGIN
 
     FOREACH i IN ARRAY v_order LOOP
         IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-            r := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
-        ELSE
+            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSIF v_win[i] > 0 THEN
             r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                      p_blobs[i], v_win[i], v_now);
             r.ord := i;
+            v_res[i] := r;
+        ELSE
+            -- push_one's stride check, for the set-based path below.
+            IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
+                RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                    octet_length(p_hashes[i]), p_counts[i];
+            END IF;
+            v_fast := v_fast || i;
         END IF;
-        v_res[i] := r;
     END LOOP;
+
+    -- Segments with no dedup window (nothing to probe) are allocated all at
+    -- once: one UPDATE of their partitions and one INSERT into each of
+    -- segments and txns, instead of one push_one statement per segment. It
+    -- is push_one's allocation; keep the two in step. A partition listed
+    -- twice (Client.Tx) is bumped once by the sum of its counts, and its
+    -- segments take consecutive ranges in input order.
+    IF cardinality(v_fast) = 1 THEN
+        -- One segment: push_one's single statement is cheaper than the CTE.
+        i := v_fast[1];
+        r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                 p_blobs[i], 0, v_now);
+        r.ord := i;
+        v_res[i] := r;
+    ELSIF cardinality(v_fast) > 1 THEN
+        FOR rec IN
+            WITH x AS (
+                SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
+                       sum(p_counts[f.o]) OVER (PARTITION BY v_pids[f.o] ORDER BY f.o) AS upto
+                FROM unnest(v_fast) AS f(o)
+            ), a AS (
+                SELECT x.pid, sum(x.cnt) AS tot FROM x GROUP BY x.pid
+            ), u AS (
+                UPDATE {{schema}}.partitions p SET
+                    last_offset   = p.last_offset + a.tot,
+                    last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                         THEN v_now ELSE p.last_write_at END,
+                    pending       = true
+                FROM a
+                WHERE p.id = a.pid
+                RETURNING p.id, p.last_offset - a.tot AS before
+            ), z AS (
+                SELECT x.o, x.pid, x.cnt, u.before + x.upto AS last
+                FROM x JOIN u ON u.id = x.pid
+            ), s AS (
+                INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_blobs[z.o], 0 FROM z
+            ), t AS (
+                INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_hashes[z.o] FROM z
+            )
+            SELECT z.o, z.pid, z.last - z.cnt + 1 AS base FROM z
+        LOOP
+            v_res[rec.o] := ROW(rec.o, 0, rec.pid, rec.base, v_now, NULL, NULL);
+        END LOOP;
+    END IF;
 
     -- Completeness guard: exactly one result per input, in input order.
     FOR i IN 1 .. n LOOP
