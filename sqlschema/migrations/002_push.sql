@@ -28,7 +28,15 @@ CREATE FUNCTION {{schema}}.push_one(
     -- settle re-enqueues a failed message under the 'skip' policy.
     p_failures  integer DEFAULT 0
 ) RETURNS {{schema}}.push_result
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- push_bundle forbids hash joins for its own keyed statements, and a
+-- function's settings reach the functions it calls: the dedup probe below
+-- joins every incoming hash against every stored one of the window, which
+-- as a nested loop made a 200-message segment cost half a second.
+SET enable_seqscan = on
+SET enable_hashjoin = on
+SET enable_mergejoin = on
+AS $$
 DECLARE
     v_last       bigint;
     v_txns_start bigint;
