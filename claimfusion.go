@@ -28,7 +28,7 @@ const claimFuseMax = 64
 // hands the next claim to the first waiter, which runs it.
 type claimFusion struct {
 	mu    sync.Mutex
-	lanes map[claimKey]*claimLane // a lane exists while a claim is in flight
+	lanes map[claimKey]*claimLane // a lane exists while it has a claim in flight
 
 	pops, claims atomic.Int64 // Stats
 }
@@ -45,8 +45,14 @@ type claimKey struct {
 }
 
 type claimLane struct {
-	waiting []*claimReq
+	inflight int // claims running, at most claimMaxInFlight
+	waiting  []*claimReq
 }
+
+// claimMaxInFlight is how many claims of one lane may run at once. Measured
+// with 2: per-message acks from 100 consumers fell from ~55k to ~45k msgs/s
+// (fewer pops per claim) and Consume's end-to-end latency did not change.
+const claimMaxInFlight = 1
 
 type claimReq struct {
 	hints []string
@@ -74,7 +80,11 @@ func (f *claimFusion) pop(ctx context.Context, q *Queue, o *PopOptions, hints []
 	}
 	lane := f.lanes[k]
 	if lane == nil {
-		f.lanes[k] = &claimLane{}
+		lane = &claimLane{}
+		f.lanes[k] = lane
+	}
+	if lane.inflight < claimMaxInFlight {
+		lane.inflight++
 		f.mu.Unlock()
 		f.run(ctx, q, o, k, req, []*claimReq{req})
 		return req.msgs, req.err
@@ -128,7 +138,10 @@ func (f *claimFusion) run(ctx context.Context, q *Queue, o *PopOptions, k claimK
 	lane := f.lanes[k]
 	var next []*claimReq
 	if len(lane.waiting) == 0 {
-		delete(f.lanes, k)
+		lane.inflight--
+		if lane.inflight == 0 {
+			delete(f.lanes, k)
+		}
 	} else {
 		n := min(len(lane.waiting), claimFuseMax)
 		next = slices.Clone(lane.waiting[:n])
