@@ -175,21 +175,7 @@ func parse(body []byte, k, off int, f *Frame) error {
 // error from fn stops it and is returned unchanged. An empty blob holds
 // zero frames.
 func Decode(blob []byte, fn func(k int, f *Frame) error) error {
-	var f Frame
-	for k, off := 0, 0; off < len(blob); k++ {
-		body, end, err := next(blob, k, off)
-		if err != nil {
-			return err
-		}
-		if err := parse(body, k, off, &f); err != nil {
-			return err
-		}
-		if err := fn(k, &f); err != nil {
-			return err
-		}
-		off = end
-	}
-	return nil
+	return DecodeRange(blob, 0, math.MaxInt, fn)
 }
 
 // DecodeRange is Decode for frames from through to (0-based, inclusive)
