@@ -3,6 +3,7 @@ package queen_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -335,4 +336,80 @@ func TestAckGroupsIndependent(t *testing.T) {
 	}
 	wantData(t, pop(t, q, queen.PopOptions{Group: "a", Batch: 2}))
 	wantData(t, pop(t, q, queen.PopOptions{Group: "b", Batch: 2}), "m0", "m1")
+}
+
+// Acks from many consumers at once share transactions, and each caller
+// still gets its own verdict: applied, already acked, or lease lost, mixed
+// in the same flushes.
+func TestAckFusionVerdicts(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	const parts = 40
+	leases := make([][]*queen.Message, parts)
+	for p := range parts {
+		name := fmt.Sprintf("p%02d", p)
+		pushN(t, q, name, "m", 3)
+		o := queen.PopOptions{Partition: name, Batch: 3}
+		if p >= 35 {
+			o.LeaseTime = 50 * time.Millisecond
+		}
+		leases[p] = pop(t, q, o)
+		if len(leases[p]) != 3 {
+			t.Fatalf("partition %s: popped %d", name, len(leases[p]))
+		}
+	}
+	// 30..34: already acked through the end; 35..39: lease expired and
+	// taken over by another pop.
+	for p := 30; p < 35; p++ {
+		ack(t, leases[p][2])
+	}
+	time.Sleep(100 * time.Millisecond)
+	for p := 35; p < parts; p++ {
+		if got := pop(t, q, queen.PopOptions{Partition: fmt.Sprintf("p%02d", p), Batch: 3}); len(got) != 3 {
+			t.Fatalf("take-over pop of p%02d got %d", p, len(got))
+		}
+	}
+
+	before := c.Stats()
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for p := range parts {
+		wg.Go(func() {
+			<-start
+			m := leases[p][2]
+			if p >= 30 && p < 35 {
+				m = leases[p][1]
+			}
+			errs[p] = m.Ack(ctxT(t))
+		})
+	}
+	close(start)
+	wg.Wait()
+	after := c.Stats()
+
+	for p, err := range errs {
+		var want error
+		switch {
+		case p >= 35:
+			want = queen.ErrLeaseLost
+		case p >= 30:
+			want = queen.ErrAlreadyAcked
+		}
+		if !errors.Is(err, want) {
+			t.Fatalf("ack on p%02d = %v, want %v", p, err, want)
+		}
+	}
+	if acks := after.Acks - before.Acks; acks != parts {
+		t.Fatalf("Stats counted %d acks, want %d", acks, parts)
+	}
+	if commits := after.AckCommits - before.AckCommits; commits >= parts {
+		t.Fatalf("%d concurrent acks took %d flushes: nothing was fused", parts, commits)
+	}
+	// The applied acks committed: their partitions have nothing left.
+	for p := range 30 {
+		if got := pop(t, q, queen.PopOptions{Partition: fmt.Sprintf("p%02d", p), Batch: 10}); len(got) != 0 {
+			t.Fatalf("p%02d redelivered %q after its ack", p, datas(got))
+		}
+	}
 }
