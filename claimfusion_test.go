@@ -115,7 +115,12 @@ func TestPopClaimFusionCancelWhileWaiting(t *testing.T) {
 		}
 		first <- msgs
 	}()
-	time.Sleep(200 * time.Millisecond) // the first claim is now blocked
+	waitFor(t, 10*time.Second, "the first claim to block", func() bool {
+		var n int
+		err := c.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'.pop(%'`, s).Scan(&n)
+		return err == nil && n > 0
+	})
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
