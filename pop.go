@@ -171,12 +171,11 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			groups = append(groups, msgs)
 			msgs = nil
 		}
-		var frames []byte
-		frames, decErr = e.segs.frames(pid, base, end, last, blob, scratch)
-		if decErr != nil {
+		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
+		if decErr = err; decErr != nil {
 			continue
 		}
-		if last >= end {
+		if owned {
 			scratch = frames
 		}
 		var leaseID uuid.UUID

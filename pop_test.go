@@ -457,3 +457,48 @@ func TestPopOneAtATimeFromOneSegment(t *testing.T) {
 		t.Fatalf("group a drained, still got %q", datas(got))
 	}
 }
+
+// Several groups reading the same segments at once, some a message at a
+// time and some in big batches, each see every message once and intact
+// (decompressed segments are shared between pops; none may be reused as
+// another pop's buffer while still read).
+func TestPopSharedSegmentsConcurrentGroups(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	const segs, per = 4, 100
+	for s := range segs {
+		items := make([]queen.Item, per)
+		for i := range items {
+			items[i] = queen.Item{Data: []byte(fmt.Sprintf("m%d", s*per+i))}
+		}
+		push(t, q, items...)
+	}
+	var wg sync.WaitGroup
+	for g, batch := range []int{1, 1, 7, 150, 400} {
+		wg.Go(func() {
+			group := fmt.Sprintf("g%d", g)
+			next := 0
+			for next < segs*per {
+				msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: group, Batch: batch})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, m := range msgs {
+					if want := fmt.Sprintf("m%d", next); string(m.Data) != want || m.Offset != int64(next) {
+						t.Errorf("group %s: got %q at offset %d, want %q at %d", group, m.Data, m.Offset, want, next)
+						return
+					}
+					next++
+				}
+				if len(msgs) > 0 {
+					if err := msgs[len(msgs)-1].Ack(ctxT(t)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

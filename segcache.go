@@ -26,9 +26,10 @@ type cachedSeg struct{ pid, base int64 }
 
 // frames returns the packed frames of segment (pid, base), whose stored blob
 // is blob, for a pop that reads it through offset last of end. A segment
-// read through its end is decompressed into scratch, which the caller may
-// reuse afterwards; any other result must be treated as read-only.
-func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) ([]byte, error) {
+// read through its end and not cached is decompressed into scratch, and
+// owned reports it: only then may the caller reuse the result as scratch.
+// Anything else may be shared with other pops and is read-only.
+func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) (frames []byte, owned bool, err error) {
 	k := cachedSeg{pid, base}
 	done := last >= end
 	c.mu.Lock()
@@ -39,14 +40,15 @@ func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) ([]b
 	}
 	c.mu.Unlock()
 	if ok {
-		return raw, nil
+		return raw, false, nil
 	}
 	if done {
-		return segment.Decompress(scratch[:0], blob)
+		raw, err := segment.Decompress(scratch[:0], blob)
+		return raw, err == nil, err
 	}
-	raw, err := segment.Decompress(nil, blob)
+	raw, err = segment.Decompress(nil, blob)
 	if err != nil || len(raw) > segCacheBytes/4 {
-		return raw, err
+		return raw, false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -65,5 +67,5 @@ func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) ([]b
 	}
 	c.m[k] = raw
 	c.bytes += len(raw)
-	return raw, nil
+	return raw, false, nil
 }
