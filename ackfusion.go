@@ -149,22 +149,17 @@ func (e *engine) settle(ctx context.Context, ops []settleOp) ([]int16, error) {
 	}
 	ctx = context.WithoutCancel(ctx)
 	items := make([]ackItem, len(ops))
-	call := &pushCall{done: make(chan struct{})}
-	call.pending.Store(int32(len(ops)))
-	for i := range ops {
-		items[i].op = ops[i]
-		// One submission per op keeps each op's order within its key.
-		if err := e.acks.fusion.Submit(ctx, ackKey(ops[i]), []*ackItem{&items[i]}, call.groupDone); err != nil {
-			if err == fusion.ErrClosed {
-				err = ErrClosed
+	// One submission per op keeps each op's order within its key.
+	groups := func(yield func(fusion.Key, []*ackItem) bool) {
+		for i := range ops {
+			items[i].op = ops[i]
+			if !yield(ackKey(ops[i]), []*ackItem{&items[i]}) {
+				return
 			}
-			return nil, err
 		}
 	}
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := submitAndWait(ctx, e.acks.fusion, len(ops), groups); err != nil {
+		return nil, err
 	}
 	out := make([]int16, len(ops))
 	for i := range items {

@@ -6,6 +6,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,15 +79,32 @@ type pushItem struct {
 	noSpool bool
 }
 
-// pushCall is what one Push waits on: the number of groups not yet committed.
-type pushCall struct {
-	pending atomic.Int32
-	done    chan struct{}
-}
-
-func (c *pushCall) groupDone() {
-	if c.pending.Add(-1) == 0 {
-		close(c.done)
+// submitAndWait hands n groups to a fusion engine and returns once every
+// one of them has been flushed, or when ctx ends. Each group's items carry
+// their own verdicts. On an error, groups already submitted may still
+// commit: the caller learns only that the call as a whole did not complete.
+func submitAndWait[T comparable](ctx context.Context, f *fusion.Engine[T], n int, groups iter.Seq2[fusion.Key, []T]) error {
+	var pending atomic.Int32
+	pending.Store(int32(n))
+	done := make(chan struct{})
+	groupDone := func() {
+		if pending.Add(-1) == 0 {
+			close(done)
+		}
+	}
+	for k, items := range groups {
+		if err := f.Submit(ctx, k, items, groupDone); err != nil {
+			if err == fusion.ErrClosed {
+				err = ErrClosed
+			}
+			return err
+		}
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -123,23 +141,15 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 		e.spoolPush(fusion.Key{Tenant: q.c.tenant, Queue: q.name}, b)
 		return b.finish(), nil
 	}
-	call := &pushCall{done: make(chan struct{})}
-	call.pending.Store(int32(len(b.groups)))
-	for part, g := range b.groups {
-		key := fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part}
-		if err := e.push.fusion.Submit(ctx, key, g, call.groupDone); err != nil {
-			// Groups already submitted may still commit; the caller learns
-			// only that the call as a whole did not complete.
-			if err == fusion.ErrClosed {
-				err = ErrClosed
+	groups := func(yield func(fusion.Key, []*pushItem) bool) {
+		for part, g := range b.groups {
+			if !yield(fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part}, g) {
+				return
 			}
-			return nil, err
 		}
 	}
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := submitAndWait(ctx, e.push.fusion, len(b.groups), groups); err != nil {
+		return nil, err
 	}
 	return b.finish(), nil
 }

@@ -200,15 +200,9 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		group[i] = it
 	}
 	key := fusion.Key{Tenant: batch[0].Tenant, Queue: batch[0].Queue, Partition: batch[0].Partition}
-	call := &pushCall{done: make(chan struct{})}
-	call.pending.Store(1)
-	if err := e.push.fusion.Submit(ctx, key, group, call.groupDone); err != nil {
+	one := func(yield func(fusion.Key, []*pushItem) bool) { yield(key, group) }
+	if err := submitAndWait(ctx, e.push.fusion, 1, one); err != nil {
 		return 0, err
-	}
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return 0, ctx.Err()
 	}
 	for i, r := range results {
 		switch r.Status {
