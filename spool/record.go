@@ -67,12 +67,8 @@ var (
 )
 
 func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], x)
 }
 
 // bodySize is the encoded size of r's body (without the record header).

@@ -66,12 +66,8 @@ type Frame struct {
 }
 
 func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], x)
 }
 
 func bodySize(f *Frame) int {
