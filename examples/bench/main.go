@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgcluster"
 )
 
 // Scenario keys, in run order.
@@ -206,7 +207,8 @@ func run(ctx context.Context, cfg *config) error {
 			settings["pg_stat_statements.track"] = "all"
 		}
 		fmt.Println("starting PostgreSQL (fsync on) ...")
-		cl, err := startCluster(ctx, settings)
+		settings["max_connections"] = "300"
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: settings})
 		if err != nil {
 			return err
 		}

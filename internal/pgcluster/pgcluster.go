@@ -397,6 +397,17 @@ func (c *Cluster) kill(r *serverRun) {
 	<-r.exited
 }
 
+// Pid is the running postmaster's process id, or 0 while the server is
+// stopped (benchmarks read its CPU time and its children's from /proc).
+func (c *Cluster) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil {
+		return 0
+	}
+	return c.run.cmd.Process.Pid
+}
+
 // Close stops the server (immediate) and removes all the cluster's
 // files. It is idempotent.
 func (c *Cluster) Close() error {
