@@ -97,9 +97,14 @@ BEGIN
         SELECT p.id, p_group,
                CASE
                    WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
-                   WHEN v_mode = 'new' THEN p.last_offset
+                   WHEN v_mode = 'new' AND v_first THEN p.last_offset
+                   -- 'from'; and 'new' on a partition older than the
+                   -- subscription that its first contact did not see (one
+                   -- created concurrently): what was pushed since then.
                    ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = p.id AND s.created_at >= v_from), p.last_offset + 1) - 1
+                                  WHERE s.partition_id = p.id
+                                    AND s.created_at >= CASE WHEN v_mode = 'new' THEN v_since ELSE v_from END),
+                                 p.last_offset + 1) - 1
                END
         FROM {{schema}}.partitions p
         WHERE p.queue_id = p_qid
