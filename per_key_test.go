@@ -775,3 +775,37 @@ func TestReadySetStalledGroup(t *testing.T) {
 		ack(t, msgs[0])
 	}
 }
+
+// A group's first contact that has not committed yet (here held open by the
+// test) while a push lands and another group consumes it: that group's pop
+// must not clear the partition from the ready set, because the new group's
+// cursor, once committed, is behind the message.
+func TestFirstContactRacingAClearKeepsTheMessageVisible(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("q")
+	pushN(t, q, "k", "m", 1)
+	wantData(t, pop(t, q, queen.PopOptions{Group: "g1", AutoAck: true}), "m0") // drained: k leaves the set
+
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var qid int64
+	if err := tx.QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = 'q'").Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	// g2's first contact at the tail (SubscribeNew), not committed yet.
+	var seeded bool
+	if err := tx.QueryRow(ctx, "SELECT "+s+".seed_consumers($1, 'g2', 'new', NULL)", qid).Scan(&seeded); err != nil || !seeded {
+		t.Fatalf("seed: %v %v", seeded, err)
+	}
+	pushN(t, q, "k", "n", 1)
+	wantData(t, pop(t, q, queen.PopOptions{Group: "g1", AutoAck: true}), "n0")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{Group: "g2", Batch: 10}), "n0")
+}
