@@ -37,16 +37,25 @@ CREATE TYPE {{schema}}.pop_row AS (
 
 -- Clears partition p_pid's pending flag if every group subscribed to its
 -- queue has consumed all of its retained messages. Never waits: a partition
--- someone holds (a push in flight) is skipped. The check is a statement of
--- its own, so its snapshot is taken after the row lock: a push cannot commit
--- in between, and a group seeded before the lock is seen (one seeded after
--- it marks the row again, see seed_consumers).
+-- someone holds (a push in flight) is skipped, and so is every partition of
+-- a queue on which a group's first contact is in progress (it holds the
+-- queue's contact lock exclusively until it commits; its subscription is
+-- not visible yet, but the cursors it is committing may be behind a push
+-- that lands meanwhile). The check is a statement of its own, so its
+-- snapshot is taken after both locks: a push cannot commit in between, and
+-- every committed group is seen.
 CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid bigint;
 BEGIN
-    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
+    SELECT queue_id INTO v_qid FROM {{schema}}.partitions
+    WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
         RETURN false;
     END IF;
     UPDATE {{schema}}.partitions p SET pending = false
@@ -85,10 +94,20 @@ BEGIN
     IF p_group = '' THEN
         p_mode := 'all';
     END IF;
-    INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
-    VALUES (p_qid, p_group, p_mode, p_from)
-    ON CONFLICT DO NOTHING;
-    v_first := FOUND;
+    PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
+    v_first := NOT FOUND;
+    IF v_first THEN
+        -- First contact: no pending flag of the queue is cleared until this
+        -- commits (see clear_pending), so no partition this group ends up
+        -- behind on can leave the ready set unseen: a push landing after
+        -- the snapshot below sets the flag and nobody clears it meanwhile.
+        -- Waits only for clears in flight, which never wait themselves.
+        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
+        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
+        VALUES (p_qid, p_group, p_mode, p_from)
+        ON CONFLICT DO NOTHING;
+        v_first := FOUND;
+    END IF;
     SELECT mode, from_time, created_at INTO v_mode, v_from, v_since
     FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
 
