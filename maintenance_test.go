@@ -260,3 +260,37 @@ func TestCompletedRetentionUnseededGroupNeedsOnlyItsSubscription(t *testing.T) {
 		wantData(t, pop(t, q, queen.PopOptions{Group: g, Partition: "p", Batch: 10}), "b0")
 	}
 }
+
+// The idle-partition purge forgets a partition's hash rows with it, so it
+// must wait until none is inside the queue's DedupWindow: a producer retry
+// after the purge would be stored again.
+func TestIdlePurgeKeepsHashesInsideTheDedupWindow(t *testing.T) {
+	c := open(t, manual, func(c *queen.Config) { c.Maintenance.IdlePartition = 500 * time.Millisecond })
+	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: time.Hour, Retention: time.Millisecond})
+	push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})
+	waitFor(t, 10*time.Second, "retention to empty k", func() bool { return maintain(t, c).SegmentsDeleted == 1 })
+	// k is now empty and looks long unwritten; t1 is minutes inside its window.
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".partitions SET last_write_at = now() - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.PartitionsPurged != 0 {
+		t.Fatalf("purged %d partitions holding hash rows inside the dedup window", rep.PartitionsPurged)
+	}
+	if r := push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})[0]; r.Status != queen.Duplicate {
+		t.Fatalf("retry of t1 inside its window: %s, want duplicate", r.Status)
+	}
+	// Once the window has passed the partition is forgotten.
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".txns SET created_at = created_at - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".partitions SET last_write_at = now() - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.PartitionsPurged != 1 {
+		t.Fatalf("purged %d partitions, want k once its window passed", rep.PartitionsPurged)
+	}
+	if r := push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})[0]; r.Status != queen.Queued || r.Offset != 0 {
+		t.Fatalf("push to the forgotten k: %+v", r)
+	}
+}
