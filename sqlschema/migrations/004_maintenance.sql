@@ -120,8 +120,11 @@ END
 $$;
 
 -- Forgets partition p_pid if it has been idle for p_idle_ms, holds no
--- message and no lease. Its offsets start again at 0 if it is pushed to
--- later. Returns whether it was deleted. Skips a partition someone holds.
+-- message, no lease and no hash row inside its queue's dedup window (the
+-- partition's hash rows go with it: a producer retrying a transaction id
+-- still inside the window must stay a duplicate). Its offsets start again
+-- at 0 if it is pushed to later. Returns whether it was deleted. Skips a
+-- partition someone holds.
 CREATE FUNCTION {{schema}}.purge_partition(p_pid bigint, p_idle_ms bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -129,13 +132,21 @@ BEGIN
     PERFORM 1 FROM {{schema}}.partitions p
     WHERE p.id = p_pid
       AND p.last_write_at < clock_timestamp() - p_idle_ms * interval '1 millisecond'
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p.id)
     FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
-               AND c.lease_expires_at > clock_timestamp()) THEN
+    -- A statement of its own: its snapshot follows the lock, so it sees
+    -- everything a push committed before it.
+    IF EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
+                  AND c.lease_expires_at > clock_timestamp())
+       -- created_at is monotone in offset order: the newest hash row decides.
+       OR (SELECT t.created_at FROM {{schema}}.txns t WHERE t.partition_id = p_pid
+           ORDER BY t.base_offset DESC LIMIT 1)
+          > clock_timestamp() - (SELECT q.dedup_window_ms FROM {{schema}}.queues q
+                                 JOIN {{schema}}.partitions p ON p.queue_id = q.id
+                                 WHERE p.id = p_pid) * interval '1 millisecond' THEN
         RETURN false;
     END IF;
     DELETE FROM {{schema}}.txns WHERE partition_id = p_pid;
