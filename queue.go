@@ -144,8 +144,10 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 	return nil
 }
 
-// Delete removes the queue with all its partitions, messages, cursors and
-// dead letters. Pushes racing with it may recreate the queue.
+// Delete removes the queue with all its partitions, messages, cursors,
+// subscriptions and dead letters. It waits for pushes in flight to the
+// queue, whose messages go with it; a push committing after it recreates
+// the queue afresh (default options, offsets from 0, no groups).
 func (q *Queue) Delete(ctx context.Context) error {
 	e := q.c.e
 	if e.isClosed() {

@@ -73,11 +73,7 @@ ON CONFLICT (tenant, name) DO UPDATE SET
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
     updated_at = now()`)
-	s.QueueDelete = r.Replace(`WITH q AS (DELETE FROM {{s}}.queues WHERE tenant = $1 AND name = $2 RETURNING id),
-p AS (SELECT id FROM {{s}}.partitions WHERE queue_id IN (SELECT id FROM q)),
-s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),
-t AS (DELETE FROM {{s}}.txns WHERE partition_id IN (SELECT id FROM p))
-SELECT count(*) FROM q`)
+	s.QueueDelete = r.Replace(`SELECT {{s}}.delete_queue($1, $2)`)
 	s.Notify = `SELECT pg_notify($1, $2)`
 	s.MaintenanceWindow = r.Replace(`SELECT id FROM {{s}}.partitions WHERE id > $1 ORDER BY id LIMIT $2`)
 	s.MaintenanceDue = r.Replace(`SELECT p.id,

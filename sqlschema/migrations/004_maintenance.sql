@@ -155,6 +155,40 @@ BEGIN
 END
 $$;
 
+-- Deletes queue (p_tenant, p_name) with everything stored for it; returns
+-- whether it existed. The leaf rows (segments, hash rows) have no foreign
+-- key, so they are deleted explicitly, and only once nothing can add more:
+-- the queue row is locked first (FOR UPDATE conflicts with the key-share
+-- lock a new partition's foreign key check takes, so no push creates a
+-- partition of it meanwhile, and pushes that did have committed), then its
+-- partitions in ascending id (the global order; a push or re-enqueue
+-- holding one commits first, and any that locks one later finds it gone
+-- and re-provisions a new queue). Each statement's snapshot follows those
+-- locks, so every committed row is seen.
+CREATE FUNCTION {{schema}}.delete_queue(p_tenant uuid, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid  bigint;
+    v_pids bigint[];
+BEGIN
+    SELECT id INTO v_qid FROM {{schema}}.queues
+    WHERE tenant = p_tenant AND name = p_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
+    FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid
+          ORDER BY p.id FOR UPDATE) l;
+    DELETE FROM {{schema}}.segments WHERE partition_id = ANY (v_pids);
+    DELETE FROM {{schema}}.txns WHERE partition_id = ANY (v_pids);
+    -- Partitions, cursors, subscriptions and dead letters cascade.
+    DELETE FROM {{schema}}.queues WHERE id = v_qid;
+    RETURN true;
+END
+$$;
+
 -- Consumer lag per (queue, partition, group), for operators: messages and
 -- seconds behind (age of the oldest unconsumed message).
 CREATE VIEW {{schema}}.consumer_lag AS
