@@ -413,3 +413,42 @@ func TestAckFusionVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// A nil *Message is bad input: every settling method, Client.Tx's Ack and
+// Fail, and AckBatch report ErrUnknownMessage instead of panicking.
+func TestNilMessageSettlesWithError(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	ctx := ctxT(t)
+	var m *queen.Message
+	calls := map[string]func() error{
+		"Ack":         func() error { return m.Ack(ctx) },
+		"Fail":        func() error { return m.Fail(ctx, errors.New("x")) },
+		"Retry":       func() error { return m.Retry(ctx) },
+		"DeadLetter":  func() error { return m.DeadLetter(ctx, errors.New("x")) },
+		"ExtendLease": func() error { return m.ExtendLease(ctx, time.Second) },
+		"Tx.Ack":      func() error { return c.Tx(ctx, func(tx *queen.Tx) error { tx.Ack(m); return nil }) },
+		"Tx.Fail":     func() error { return c.Tx(ctx, func(tx *queen.Tx) error { tx.Fail(m, nil); return nil }) },
+	}
+	for name, call := range calls {
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			err = call()
+		}()
+		if !errors.Is(err, queen.ErrUnknownMessage) {
+			t.Errorf("%s on a nil message = %v, want ErrUnknownMessage", name, err)
+		}
+	}
+	pushN(t, q, "", "m", 1)
+	live := pop(t, q, queen.PopOptions{})
+	errs, err := q.AckBatch(ctx, []queen.AckRequest{{Message: nil}, {Message: live[0]}, {Message: nil, Status: queen.AckFail}})
+	if err != nil || len(errs) != 3 || !errors.Is(errs[0], queen.ErrUnknownMessage) || errs[1] != nil ||
+		!errors.Is(errs[2], queen.ErrUnknownMessage) {
+		t.Fatalf("AckBatch with nil entries = %v, %v", errs, err)
+	}
+}
