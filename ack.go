@@ -180,6 +180,9 @@ func reasonText(err error) string {
 // cursor is already past the message (nothing changed) and ErrLeaseLost when
 // the lease expired or was taken over (the message may be redelivered).
 func (m *Message) Ack(ctx context.Context) error {
+	if m == nil {
+		return ErrUnknownMessage // m.Offset below would panic
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
 }
 
