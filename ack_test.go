@@ -3,9 +3,12 @@ package queen_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
 )
@@ -450,5 +453,40 @@ func TestNilMessageSettlesWithError(t *testing.T) {
 	if err != nil || len(errs) != 3 || !errors.Is(errs[0], queen.ErrUnknownMessage) || errs[1] != nil ||
 		!errors.Is(errs[2], queen.ErrUnknownMessage) {
 		t.Fatalf("AckBatch with nil entries = %v, %v", errs, err)
+	}
+}
+
+// A lease under a millisecond must still exclude: Configure refuses a
+// queue LeaseTime it would store as 0 (a lease that is over when it starts,
+// so two pops share the partition and no ack applies), and Pop rounds its
+// own LeaseTime up to a millisecond.
+func TestSubMillisecondLeaseTime(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("q")
+	err := q.Configure(ctx, queen.QueueOptions{LeaseTime: 500 * time.Microsecond})
+	if err == nil {
+		pushN(t, q, "", "m", 1)
+		first := pop(t, q, queen.PopOptions{})
+		second := pop(t, q, queen.PopOptions{})
+		t.Fatalf("Configure accepted a 500µs LeaseTime; two pops got %q and %q, first ack: %v",
+			datas(first), datas(second), first[0].Ack(ctx))
+	}
+	if !strings.Contains(err.Error(), "LeaseTime") {
+		t.Fatalf("Configure error %q does not name LeaseTime", err)
+	}
+	if n := countRows(t, c, "queues"); n != 0 {
+		t.Fatalf("a rejected Configure created %d queues", n)
+	}
+
+	pushN(t, q, "", "m", 1)
+	msgs := pop(t, q, queen.PopOptions{LeaseTime: 500 * time.Microsecond})
+	var leaseMs float64
+	if err := c.Pool().QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - updated_at) * 1000 FROM "+
+		pgx.Identifier{c.Schema(), "consumers"}.Sanitize()).Scan(&leaseMs); err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || leaseMs < 1 {
+		t.Fatalf("a 500µs pop lease is stored as %vms (popped %q), want at least 1ms", leaseMs, datas(msgs))
 	}
 }
