@@ -490,3 +490,92 @@ func TestSubMillisecondLeaseTime(t *testing.T) {
 		t.Fatalf("a 500µs pop lease is stored as %vms (popped %q), want at least 1ms", leaseMs, datas(msgs))
 	}
 }
+
+// A transaction id PostgreSQL text cannot hold (invalid UTF-8, NUL) could be
+// pushed but never settled: Fail, Retry and DeadLetter send it back as
+// text. Push rejects it up front, writing nothing.
+func TestUnsettleableTransactionIDRejectedAtPush(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
+	for _, txn := range []string{"bad\xff", "nul\x00"} {
+		res, err := q.Push(ctx, []queen.Item{{Data: []byte("ok")}, {Data: []byte("m"), TransactionID: txn}})
+		if err == nil {
+			msgs := pop(t, q, queen.PopOptions{Batch: 10})
+			t.Fatalf("Push of transaction id %q = %+v; its Fail then = %v", txn, res, msgs[len(msgs)-1].Fail(ctx, nil))
+		}
+		if !errors.Is(err, queen.ErrInvalidName) || res != nil {
+			t.Fatalf("Push of transaction id %q = %v, %v; want ErrInvalidName", txn, res, err)
+		}
+	}
+	if n := countRows(t, c, "segments"); n != 0 {
+		t.Fatalf("rejected pushes stored %d segments", n)
+	}
+}
+
+// A reason is stored as valid text whatever the error says: invalid UTF-8
+// replaced, NUL removed, length capped. Before, such a Fail could never
+// apply and Consume redelivered the message forever.
+func TestFailReasonSanitized(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, RetryLimit: -1})
+	pushN(t, q, "", "m", 3)
+	msgs := pop(t, q, queen.PopOptions{Batch: 3})
+	if err := msgs[0].Fail(ctx, errors.New("bad \xff utf8 and \x00 nul")); err != nil {
+		t.Fatalf("Fail with an invalid reason: %v", err)
+	}
+	msgs = pop(t, q, queen.PopOptions{Batch: 2})
+	if err := msgs[0].DeadLetter(ctx, errors.New(strings.Repeat("long ", 100_000))); err != nil {
+		t.Fatalf("DeadLetter with a 500kB reason: %v", err)
+	}
+	errs, err := q.AckBatch(ctx, []queen.AckRequest{{Message: msgs[1], Status: queen.AckDeadLetter, Reason: errors.New("\x00")}})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("AckBatch with a NUL reason: %v, %v", errs, err)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(dl))
+	}
+	if want := "bad \uFFFD utf8 and  nul"; dl[0].Reason != want {
+		t.Errorf("reason %q, want %q", dl[0].Reason, want)
+	}
+	if r := dl[1].Reason; len(r) > 8<<10 || !strings.HasPrefix(r, "long long") {
+		t.Errorf("long reason stored as %d bytes, want a prefix of at most 8KiB", len(r))
+	}
+	if dl[2].Reason != "" {
+		t.Errorf("NUL reason stored as %q", dl[2].Reason)
+	}
+}
+
+// Settlements fused into one flush share statements: one that PostgreSQL
+// rejects must not fail the others. Here consumers of four partitions
+// settle in one flush: a Fail with a reason that is not text, a Fail of a
+// message whose TransactionID its handler overwrote with a NUL (not
+// sanitized: it is the stored message's identity), a Retry and an Ack.
+func TestBadSettlementDoesNotFailOthersInFlush(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, RetryLimit: -1})
+	var msgs []*queen.Message
+	for _, p := range []string{"a", "b", "c", "d"} {
+		pushN(t, q, p, p, 2)
+		msgs = append(msgs, pop(t, q, queen.PopOptions{Partition: p})...)
+	}
+	msgs[1].TransactionID = "handler\x00changed"
+	errs := queen.SettleInOneFlush(c, msgs,
+		[]queen.AckStatus{queen.AckFail, queen.AckFail, queen.AckRetry, queen.AckSuccess},
+		[]error{errors.New("\xff\x00"), nil, nil, nil})
+	if errs[0] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("verdicts %v: a bad settlement failed the others of its flush", errs)
+	}
+	if errs[1] == nil {
+		t.Fatalf("a Fail with a NUL transaction id applied")
+	}
+	// The applied ones committed; the rejected one changed nothing.
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "a"}), "a1")
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "c"}), "c0")
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "d"}), "d1")
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].Partition != "a" {
+		t.Fatalf("dead letters %+v, want a0's only", dl)
+	}
+}
