@@ -540,8 +540,8 @@ func TestFailReasonSanitized(t *testing.T) {
 	if want := "bad \uFFFD utf8 and  nul"; dl[0].Reason != want {
 		t.Errorf("reason %q, want %q", dl[0].Reason, want)
 	}
-	if r := dl[1].Reason; len(r) > 8<<10 || !strings.HasPrefix(r, "long long") {
-		t.Errorf("long reason stored as %d bytes, want a prefix of at most 8KiB", len(r))
+	if r := dl[1].Reason; len(r) != queen.MaxReasonLen || !strings.HasPrefix(r, "long long") {
+		t.Errorf("long reason stored as %d bytes, want its first MaxReasonLen (%d)", len(r), queen.MaxReasonLen)
 	}
 	if dl[2].Reason != "" {
 		t.Errorf("NUL reason stored as %q", dl[2].Reason)

@@ -12,7 +12,8 @@ var (
 	// ErrClosed is returned by every call on a client after Close began.
 	ErrClosed = errors.New("queen: client closed")
 	// ErrInvalidName is returned for an empty, over-long or control-character
-	// queue or partition name, or an invalid Config.Schema.
+	// queue or partition name, a transaction id that is not valid UTF-8 or
+	// holds a NUL byte, or an invalid Config.Schema.
 	ErrInvalidName = errors.New("queen: invalid name")
 	// ErrLeaseLost means the message's lease expired (or was taken over) and
 	// the message may be redelivered to another consumer.

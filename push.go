@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,7 @@ const (
 type Item struct {
 	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
 	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
-	TransactionID string // "" means the minted message id as a string; the idempotency key
+	TransactionID string // "" means the minted message id as a string; the idempotency key; UTF-8 without NUL
 }
 
 // PushStatus is the outcome of one pushed item.
@@ -121,6 +122,13 @@ func validName(s string) bool {
 	return true
 }
 
+// validTransactionID reports whether PostgreSQL text can hold s: settling
+// a message (Fail, DeadLetter, the skip policy's re-enqueue) sends its
+// transaction id as text, so one it cannot hold could never be settled.
+func validTransactionID(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // Push stores items and returns one result per item, in input order. It
 // returns when every partition it wrote to has committed. Its error is for
 // the call as a whole: a closed client, an invalid name or size (nothing is
@@ -183,6 +191,9 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 		}
 		if len(it.TransactionID) > MaxTransactionIDLen {
 			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
+		}
+		if !validTransactionID(it.TransactionID) {
+			return nil, fmt.Errorf("%w: item %d: transaction id %q is not UTF-8 text without NUL", ErrInvalidName, i, it.TransactionID)
 		}
 		if len(it.Data) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
