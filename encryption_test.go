@@ -3,13 +3,16 @@ package queen_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/pgtest"
 	"github.com/e03140bc/queen/internal/segment"
 )
 
@@ -138,5 +141,92 @@ func TestFailureSkipRequeueRespectsEncryption(t *testing.T) {
 	wantData(t, again, "p0", "p1")
 	if again[0].Offset != 0 || again[0].Attempt != 2 {
 		t.Fatalf("plaintext failure: redelivered at offset %d attempt %d, want in place (0, 2)", again[0].Offset, again[0].Attempt)
+	}
+}
+
+// Keys rotate without rewriting data: each stored payload names its key,
+// Config.EncryptionKey seals new messages and Config.DecryptionKeys open
+// what earlier keys sealed, dead letters included.
+func TestEncryptionKeyRotation(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	before := open(t, func(cfg *queen.Config) { cfg.EncryptionKey = oldKey })
+	ctx := ctxT(t)
+	q := configure(t, before, "q", queen.QueueOptions{Encryption: true})
+	pushN(t, q, "", "old", 1)
+	dl := pop(t, q, queen.PopOptions{Group: "dl"})
+	if err := dl[0].DeadLetter(ctx, errors.New("kept")); err != nil {
+		t.Fatal(err)
+	}
+
+	after := open(t, func(cfg *queen.Config) {
+		cfg.Schema, cfg.EncryptionKey, cfg.DecryptionKeys = before.Schema(), newKey, [][]byte{oldKey}
+	})
+	aq := after.Queue("q")
+	pushN(t, aq, "", "new", 1)
+	wantData(t, pop(t, aq, queen.PopOptions{Group: "g", Batch: 10, AutoAck: true}), "old0", "new0")
+	if d := deadLetters(t, aq); len(d) != 1 || string(d[0].Data) != "old0" {
+		t.Fatalf("dead letters read with the old key: %+v", d)
+	}
+	if f := storedFrames(t, after, "Default"); len(f) != 2 || bytes.Equal(f[0].Payload[:5], f[1].Payload[:5]) {
+		t.Fatalf("both messages name the same key: %x, %x", f[0].Payload[:5], f[1].Payload[:5])
+	}
+
+	// Without the old key its messages fail with ErrEncryption naming it.
+	newOnly := open(t, func(cfg *queen.Config) { cfg.Schema, cfg.EncryptionKey = before.Schema(), newKey })
+	if _, err := newOnly.Queue("q").Pop(ctx, queen.PopOptions{Group: "n"}); !errors.Is(err, queen.ErrEncryption) ||
+		!strings.Contains(err.Error(), "key id") {
+		t.Fatalf("Pop of an old-key message without the old key = %v, want ErrEncryption naming its key id", err)
+	}
+
+	for name, cfg := range map[string]queen.Config{
+		"short decryption key": {DecryptionKeys: [][]byte{make([]byte, 16)}},
+		"empty decryption key": {EncryptionKey: newKey, DecryptionKeys: [][]byte{{}}},
+	} {
+		cfg.DatabaseURL, cfg.Schema = pgtest.URL(t), before.Schema()
+		if c, err := queen.Open(ctx, cfg); !errors.Is(err, queen.ErrEncryption) {
+			if err == nil {
+				c.Close(ctx)
+			}
+			t.Errorf("Open with a %s = %v, want ErrEncryption", name, err)
+		}
+	}
+}
+
+// Spooled payloads replay to the same tenant, queue, partition and message
+// id they were sealed for, so they decrypt; a payload spooled as plaintext
+// (the pushing client did not know the queue was encrypted) is sealed on
+// replay for the same.
+func TestSpoolReplayEncryptedDecrypts(t *testing.T) {
+	key := bytes.Repeat([]byte{4}, 32)
+	c := open(t, func(cfg *queen.Config) { cfg.EncryptionKey = key })
+	fresh := open(t, func(cfg *queen.Config) { cfg.Schema, cfg.EncryptionKey = c.Schema(), key })
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{Encryption: true})
+	pushN(t, q, "a", "warm", 1) // c knows q is encrypted; fresh does not
+	if err := c.SetMaintenance(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "fresh to see maintenance", fresh.Maintenance)
+	sealed := push(t, q, queen.Item{Partition: "a", Data: []byte("sealed")})[0]
+	plain := push(t, fresh.Queue("q"), queen.Item{Partition: "b", Data: []byte("plain")})[0]
+	if sealed.Status != queen.Buffered || plain.Status != queen.Buffered {
+		t.Fatalf("maintenance pushes: %+v, %+v", sealed, plain)
+	}
+	if err := c.SetMaintenance(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both spools to drain", func() bool {
+		return c.SpoolStats().PendingRecords == 0 && fresh.SpoolStats().PendingRecords == 0
+	})
+	got := drainAll(t, q)
+	if len(got) != 3 || got[sealed.MessageID] != "sealed" || got[plain.MessageID] != "plain" {
+		t.Fatalf("consumed %v", got)
+	}
+	for _, p := range []string{"a", "b"} {
+		for _, f := range storedFrames(t, c, p) {
+			if f.Flags&frame.FlagEncrypted == 0 {
+				t.Fatalf("partition %s: plaintext frame %q", p, f.Payload)
+			}
+		}
 	}
 }

@@ -24,7 +24,11 @@ var (
 	// (MaxTransactionIDLen, MaxPayloadSize).
 	ErrTooLarge = errors.New("queen: too large")
 	// ErrEncryption is returned when a queue has encryption on and the client
-	// has no valid 32-byte Config.EncryptionKey, or a payload fails to decrypt.
+	// has no valid 32-byte Config.EncryptionKey, or a payload fails to
+	// decrypt: its key is neither Config.EncryptionKey nor among
+	// Config.DecryptionKeys, or the ciphertext was altered or does not
+	// belong to this message (it is bound to its tenant, queue, partition
+	// and message id).
 	// Queen never writes plaintext to an encrypted queue.
 	ErrEncryption = errors.New("queen: encryption")
 )

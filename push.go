@@ -2,9 +2,6 @@ package queen
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"fmt"
 	"iter"
 	"strings"
@@ -252,7 +249,7 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		if meta.encryption {
-			pi.payload = e.seal(it.Data)
+			pi.payload = e.seal(q.c.tenant, q.name, part, id, it.Data)
 			pi.flags = frame.FlagEncrypted
 		}
 		b.groups[part] = append(b.groups[part], pi)
@@ -292,40 +289,3 @@ var (
 	layer1Pool = sync.Pool{New: func() any { return new(dedup.Layer1) }}
 	groupPool  = sync.Pool{New: func() any { return make(map[string][]*pushItem) }}
 )
-
-// seal encrypts with AES-256-GCM: nonce || ciphertext.
-func (e *engine) seal(plain []byte) []byte {
-	ns := e.aead.NonceSize()
-	out := make([]byte, ns, ns+len(plain)+e.aead.Overhead())
-	if _, err := rand.Read(out); err != nil {
-		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
-	}
-	return e.aead.Seal(out, out, plain, nil)
-}
-
-// open decrypts what seal produced.
-func (e *engine) open(sealed []byte) ([]byte, error) {
-	if e.aead == nil {
-		return nil, fmt.Errorf("%w: encrypted message and no Config.EncryptionKey", ErrEncryption)
-	}
-	ns := e.aead.NonceSize()
-	if len(sealed) < ns {
-		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
-	}
-	plain, err := e.aead.Open(nil, sealed[:ns], sealed[ns:], nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
-	}
-	return plain, nil
-}
-
-func newAEAD(key []byte) (cipher.AEAD, error) {
-	if key == nil {
-		return nil, nil
-	}
-	b, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
-	}
-	return cipher.NewGCM(b)
-}

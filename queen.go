@@ -45,8 +45,15 @@ type Config struct {
 	// the database, so a restarted process drains what its last run left.
 	SpoolDir string
 	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
-	// on. Defaults to none: pushes to an encrypted queue then fail.
+	// on: it encrypts every new payload and decrypts those it encrypted.
+	// Defaults to none: pushes to an encrypted queue then fail.
 	EncryptionKey []byte
+	// DecryptionKeys are earlier 32-byte EncryptionKeys, used only to
+	// decrypt what they encrypted (each stored payload names its key by an
+	// id derived from it). To rotate, make the new key EncryptionKey and
+	// list the old one here in every process; drop it once no retained
+	// message or dead letter was encrypted with it. Defaults to none.
+	DecryptionKeys [][]byte
 	// StatementTimeout bounds each database statement the engine runs.
 	// Defaults to 30s.
 	StatementTimeout time.Duration
@@ -96,6 +103,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.EncryptionKey != nil && len(c.EncryptionKey) != 32 {
 		return c, fmt.Errorf("%w: Config.EncryptionKey must be 32 bytes, have %d", ErrEncryption, len(c.EncryptionKey))
+	}
+	for i, k := range c.DecryptionKeys {
+		if len(k) != 32 {
+			return c, fmt.Errorf("%w: Config.DecryptionKeys[%d] must be 32 bytes, have %d", ErrEncryption, i, len(k))
+		}
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = 30 * time.Second
@@ -155,7 +167,8 @@ type engine struct {
 	ownPool bool
 	sql     *stmt.Set
 	log     *slog.Logger
-	aead    cipher.AEAD // nil without Config.EncryptionKey
+	aead    cipher.AEAD // the sealing key; nil without Config.EncryptionKey
+	keys    keyring
 	meta    metaCache
 
 	// ctx is the engine's own context: background work and shared flushes run
@@ -227,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.sql = stmt.New(cfg.Schema)
 	e.csql = stmt.NewConsume(cfg.Schema)
 	e.owner = newOwner()
-	if e.aead, err = newAEAD(cfg.EncryptionKey); err != nil {
+	if err := e.loadKeys(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
 		return fail(err)
 	}
 	e.meter, err = newMeters(cfg.MeterProvider)
