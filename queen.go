@@ -48,11 +48,12 @@ type Config struct {
 	// on: it encrypts every new payload and decrypts those it encrypted.
 	// Defaults to none: pushes to an encrypted queue then fail.
 	EncryptionKey []byte
-	// DecryptionKeys are earlier 32-byte EncryptionKeys, used only to
-	// decrypt what they encrypted (each stored payload names its key by an
-	// id derived from it). To rotate, make the new key EncryptionKey and
-	// list the old one here in every process; drop it once no retained
-	// message or dead letter was encrypted with it. Defaults to none.
+	// DecryptionKeys are further 32-byte keys used only to decrypt (each
+	// stored payload names its key by an id derived from it). To rotate
+	// with no process ever unable to read: add the new key here in every
+	// process; then make it EncryptionKey and list the old one here; drop
+	// the old one once no retained message or dead letter was encrypted
+	// with it. Defaults to none.
 	DecryptionKeys [][]byte
 	// StatementTimeout bounds each database statement the engine runs.
 	// Defaults to 30s.
