@@ -30,8 +30,9 @@ func (q *Queue) Name() string { return q.name }
 // next to them, so Configure(ctx, QueueOptions{}) and a first push create
 // the same queue.
 type QueueOptions struct {
-	// LeaseTime is how long a popped batch is owned before redelivery.
-	// Defaults to 5 minutes.
+	// LeaseTime is how long a popped batch is owned before redelivery. It
+	// is stored in whole milliseconds: under 1ms is an error. Defaults to 5
+	// minutes.
 	LeaseTime time.Duration
 	// RetryLimit is how many explicit failures a message gets before it is
 	// dead-lettered (or dropped). Defaults to 3; negative means none (the
@@ -103,6 +104,11 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	}
 	if o.LeaseTime == 0 {
 		o.LeaseTime = defaultLeaseTime
+	}
+	if o.LeaseTime < time.Millisecond {
+		// Stored in milliseconds, it would be 0: a lease over when it starts,
+		// so every pop takes the partition and no ack applies.
+		return o, fmt.Errorf("queen: QueueOptions.LeaseTime %s is under the 1ms minimum", o.LeaseTime)
 	}
 	switch o.FailurePolicy {
 	case "":

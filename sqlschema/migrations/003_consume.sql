@@ -554,7 +554,7 @@ BEGIN
     FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
-               qq.failure_policy
+               qq.failure_policy, qq.encryption
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -607,7 +607,11 @@ BEGIN
                 v_att := 0;
                 v_dl := v_c.dead_letter;
                 v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
-            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp) THEN
+            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp)
+                  -- push_bundle's check: nothing plaintext is written to an
+                  -- encrypted queue. A message from before encryption was
+                  -- switched on is redelivered in place instead.
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[i], 0) & 1) = 0) THEN
                 -- Out of the way: a copy at the tail, the cursor past it.
                 v_rq := true;
                 v_comm := p_act_off[i];
