@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -9,7 +10,7 @@ import (
 
 // TestOpenRefusesUnsafeDir: a spool directory someone else could write to,
 // or that someone else owns (directly or behind a symlink), is refused at
-// Open; a new one is created private.
+// Open with ErrUnsafeDir; a new one is created private.
 func TestOpenRefusesUnsafeDir(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("no Unix ownership")
@@ -72,6 +73,8 @@ func TestOpenRefusesUnsafeDir(t *testing.T) {
 			t.Errorf("%s: Open succeeded", name)
 			continue
 		}
-		t.Logf("%s: %v", name, err)
+		if !errors.Is(err, ErrUnsafeDir) {
+			t.Errorf("%s: %v, want ErrUnsafeDir", name, err)
+		}
 	}
 }
