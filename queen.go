@@ -41,8 +41,11 @@ type Config struct {
 	Schema string
 	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
 	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
-	// Defaults to a directory under os.TempDir() named after the schema and
-	// the database, so a restarted process drains what its last run left.
+	// Defaults to a directory under os.TempDir() named after the user, the
+	// schema and the database, so a restarted process drains what its last
+	// run left. It is created 0700; Open fails (spool.ErrUnsafeDir) if it,
+	// a symlink to it or a spool file in it belongs to another user, or if
+	// group or others can write to it.
 	SpoolDir string
 	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
 	// on. Defaults to none: pushes to an encrypted queue then fail.
