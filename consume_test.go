@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,5 +317,49 @@ func TestConsumeStopsBatchWhenLeaseLost(t *testing.T) {
 	defer mu.Unlock()
 	if len(handled) != 1 {
 		t.Fatalf("handled offsets %v under a lease that was taken over; want only the first", handled)
+	}
+}
+
+// A panicking handler is recovered: the process and the other partitions
+// keep going, the message is failed (charged), comes back with Attempt 2,
+// and at the retry limit its dead letter names ErrPanic.
+func TestConsumeRecoversHandlerPanic(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 2, DeadLetter: true})
+	pushN(t, q, "bad", "b", 1)
+	pushN(t, q, "good", "g", 3)
+	var mu sync.Mutex
+	var badAttempts []int
+	good := 0
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Wait: 100 * time.Millisecond}, Concurrency: 2},
+			func(_ context.Context, m *queen.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.Partition == "bad" {
+					badAttempts = append(badAttempts, m.Attempt)
+					panic("boom")
+				}
+				good++
+				return nil
+			})
+	}()
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return len(deadLetters(t, q)) == 1 })
+	waitFor(t, 20*time.Second, "the good partition", func() bool { mu.Lock(); defer mu.Unlock(); return good == 3 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(badAttempts) != "[1 2]" {
+		t.Fatalf("panicking message delivered with attempts %v, want [1 2]", badAttempts)
+	}
+	dl := deadLetters(t, q)
+	if !strings.Contains(dl[0].Reason, queen.ErrPanic.Error()) || !strings.Contains(dl[0].Reason, "boom") {
+		t.Fatalf("dead-letter reason %q does not name ErrPanic and the panic value", dl[0].Reason)
 	}
 }

@@ -26,4 +26,8 @@ var (
 	// has no valid 32-byte Config.EncryptionKey, or a payload fails to decrypt.
 	// Queen never writes plaintext to an encrypted queue.
 	ErrEncryption = errors.New("queen: encryption")
+	// ErrPanic is wrapped by the error Consume fails a message with when its
+	// handler panicked; the message's retry budget is charged as for any
+	// handler error.
+	ErrPanic = errors.New("queen: handler panicked")
 )
