@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +31,10 @@ const consumeWait = 5 * time.Second
 // renewed. When ctx is done, running handlers finish (they see ctx done),
 // what they completed is acked, the unhandled rest of their batches is
 // released without charging the retry budget (an error returned after ctx
-// is done is treated the same way), and nothing is acked twice. With
-// AutoAck, fn's errors are only logged.
+// is done is treated the same way), and nothing is acked twice. A panic in
+// fn is recovered, logged at Error with its stack, and fails the message
+// with an error wrapping ErrPanic. With AutoAck, fn's errors (and panics)
+// are only logged.
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing pops are logged and retried.
@@ -129,7 +132,7 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	e := q.c.e
 	if autoAck {
 		for _, m := range msgs {
-			if err := fn(ctx, m); err != nil {
+			if err := q.callHandler(ctx, m, fn); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -153,12 +156,12 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 			// taken over that ack is refused and the batch redelivered.
 			break
 		}
-		err := fn(ctx, m)
+		err := q.callHandler(ctx, m, fn)
 		if err == nil {
 			lastOK = i
 			continue
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrPanic) {
 			// Most likely the shutdown itself: do not charge the budget.
 			op.act, op.actMsg = actRetry, m
 		} else {
@@ -181,6 +184,20 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 		e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
 			"queue", q.name, "partition", msgs[0].Partition, "err", err)
 	}
+}
+
+// callHandler runs fn on m and turns a panic into an error wrapping
+// ErrPanic, logged at Error with the stack: one poison message must not take
+// down the process and every lease it holds.
+func (q *Queue) callHandler(ctx context.Context, m *Message, fn func(context.Context, *Message) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			q.c.e.log.Error("queen: consume: handler panicked", "queue", q.name, "partition", m.Partition,
+				"offset", m.Offset, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", ErrPanic, r)
+		}
+	}()
+	return fn(ctx, m)
 }
 
 // renew keeps the lease of m's batch alive: it extends it whenever half of
