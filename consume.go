@@ -16,6 +16,14 @@ type ConsumeOptions struct {
 	// Concurrency is how many partitions are processed in parallel, each by
 	// its own pop loop. Defaults to 1.
 	Concurrency int
+	// SoftStop is how long running handlers keep an uncancelled context
+	// after Consume's ctx ends (or the client closes). Defaults to 0: their
+	// context is cancelled at once.
+	SoftStop time.Duration
+	// HandlerTimeout is each message's deadline: the handler's context is
+	// cancelled when it passes, and an error it then returns fails the
+	// message (charging its retry budget). Defaults to 0: no deadline.
+	HandlerTimeout time.Duration
 }
 
 // consumeWait is the long-poll of each pop of a Consume loop whose
@@ -57,11 +65,11 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	if po.Wait == 0 {
 		po.Wait = consumeWait
 	}
-	n := o.Concurrency
-	if n < 0 {
-		return fmt.Errorf("queen: ConsumeOptions.Concurrency must not be negative")
+	if o.Concurrency < 0 || o.SoftStop < 0 || o.HandlerTimeout < 0 {
+		return fmt.Errorf("queen: ConsumeOptions: Concurrency, SoftStop and HandlerTimeout must not be negative (have %d, %s, %s)",
+			o.Concurrency, o.SoftStop, o.HandlerTimeout)
 	}
-	n = max(n, 1)
+	n := max(o.Concurrency, 1)
 
 	var (
 		wg       sync.WaitGroup
@@ -70,7 +78,7 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	)
 	for range n {
 		wg.Go(func() {
-			if err := q.consumeLoop(ctx, &po, fn); err != nil {
+			if err := q.consumeLoop(ctx, &po, o.HandlerTimeout, fn); err != nil {
 				mu.Lock()
 				fatalErr = cmpOr(fatalErr, err)
 				mu.Unlock()
@@ -89,7 +97,7 @@ func cmpOr(a, b error) error {
 }
 
 // consumeLoop is one worker: pop, handle, settle, until ctx ends.
-func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, fn func(context.Context, *Message) error) error {
+func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, timeout time.Duration, fn func(context.Context, *Message) error) error {
 	e := q.c.e
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -120,7 +128,7 @@ func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, fn func(context.
 			for k < len(msgs) && msgs[k].pid == msgs[0].pid {
 				k++
 			}
-			q.handleBatch(ctx, o.AutoAck, msgs[:k], fn)
+			q.handleBatch(ctx, o.AutoAck, timeout, msgs[:k], fn)
 			msgs = msgs[k:]
 		}
 	}
@@ -128,11 +136,11 @@ func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, fn func(context.
 }
 
 // handleBatch runs fn over one partition's leased messages and settles them.
-func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, fn func(context.Context, *Message) error) {
+func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Duration, msgs []*Message, fn func(context.Context, *Message) error) {
 	e := q.c.e
 	if autoAck {
 		for _, m := range msgs {
-			if err := q.callHandler(ctx, m, fn); err != nil {
+			if err := q.callHandler(ctx, timeout, m, fn); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -156,7 +164,7 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 			// taken over that ack is refused and the batch redelivered.
 			break
 		}
-		err := q.callHandler(ctx, m, fn)
+		err := q.callHandler(ctx, timeout, m, fn)
 		if err == nil {
 			lastOK = i
 			continue
@@ -186,10 +194,15 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	}
 }
 
-// callHandler runs fn on m and turns a panic into an error wrapping
+// callHandler runs fn on m, under the HandlerTimeout deadline if any, and turns a panic into an error wrapping
 // ErrPanic, logged at Error with the stack: one poison message must not take
 // down the process and every lease it holds.
-func (q *Queue) callHandler(ctx context.Context, m *Message, fn func(context.Context, *Message) error) (err error) {
+func (q *Queue) callHandler(ctx context.Context, timeout time.Duration, m *Message, fn func(context.Context, *Message) error) (err error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			q.c.e.log.Error("queen: consume: handler panicked", "queue", q.name, "partition", m.Partition,

@@ -363,3 +363,71 @@ func TestConsumeRecoversHandlerPanic(t *testing.T) {
 		t.Fatalf("dead-letter reason %q does not name ErrPanic and the panic value", dl[0].Reason)
 	}
 }
+
+// HandlerTimeout is each message's deadline: a handler that runs past it
+// fails the message (charged), here straight to the dead-letter store.
+func TestConsumeHandlerTimeoutFails(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 1, DeadLetter: true})
+	pushN(t, q, "", "m", 2)
+	var mu sync.Mutex
+	var handled []string
+	var sawDeadline bool
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, HandlerTimeout: 100 * time.Millisecond},
+			func(hctx context.Context, m *queen.Message) error {
+				mu.Lock()
+				handled = append(handled, string(m.Data))
+				mu.Unlock()
+				if string(m.Data) == "m0" {
+					_, ok := hctx.Deadline()
+					<-hctx.Done()
+					mu.Lock()
+					sawDeadline = ok && errors.Is(hctx.Err(), context.DeadlineExceeded)
+					mu.Unlock()
+					return hctx.Err()
+				}
+				return nil
+			})
+	}()
+	waitFor(t, 20*time.Second, "m1 handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !sawDeadline || fmt.Sprint(handled) != "[m0 m1]" {
+		t.Fatalf("handled %v, deadline seen %v", handled, sawDeadline)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || string(dl[0].Data) != "m0" || !strings.Contains(dl[0].Reason, "deadline exceeded") {
+		t.Fatalf("dead letters %+v", dl)
+	}
+}
+
+// Negative durations and concurrency are refused at once, before anything
+// is claimed.
+func TestConsumeRejectsBadOptions(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 1)
+	for _, o := range []queen.ConsumeOptions{
+		{SoftStop: -time.Second},
+		{HandlerTimeout: -time.Second},
+		{Concurrency: -1},
+	} {
+		err := q.Consume(ctxT(t), o, func(context.Context, *queen.Message) error {
+			t.Error("handler called")
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "negative") {
+			t.Fatalf("Consume(%+v) = %v, want an error about a negative option", o, err)
+		}
+	}
+	got := pop(t, q, queen.PopOptions{})
+	if len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("after refused Consume calls: %d messages, want the untouched one", len(got))
+	}
+}
