@@ -431,3 +431,84 @@ func TestConsumeRejectsBadOptions(t *testing.T) {
 		t.Fatalf("after refused Consume calls: %d messages, want the untouched one", len(got))
 	}
 }
+
+// With SoftStop, a handler running when Consume's ctx ends keeps an
+// uncancelled context; what it finishes is acked, and the unstarted rest of
+// its batch is released at once, uncharged: another client (lease 1h)
+// takes it immediately, on its first attempt.
+func TestConsumeSoftStopLetsRunningHandlerFinish(t *testing.T) {
+	a, b, _ := openPair(t)
+	qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, qa, "p", "m", 2)
+	started := make(chan context.Context, 1)
+	release := make(chan struct{})
+	var handled atomic.Int32
+	var errAtEnd atomic.Value
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- qa.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, SoftStop: time.Minute},
+			func(hctx context.Context, m *queen.Message) error {
+				handled.Add(1)
+				started <- hctx
+				<-release
+				errAtEnd.Store(fmt.Sprint(hctx.Err()))
+				return nil
+			})
+	}()
+	hctx := <-started
+	cancel()
+	select {
+	case <-hctx.Done():
+		t.Fatal("the running handler's context was cancelled before SoftStop passed")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != 1 || errAtEnd.Load() != "<nil>" {
+		t.Fatalf("handled %d, handler context at its end: %v", handled.Load(), errAtEnd.Load())
+	}
+	got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+	if len(got) != 1 || string(got[0].Data) != "m1" || got[0].Attempt != 1 {
+		t.Fatalf("second client popped %q (attempt %v), want m1 on attempt 1", datas(got), attempts(got))
+	}
+}
+
+// A handler interrupted by the end of SoftStop (its context is cancelled
+// and it returns that error) is not charged: another client (lease 1h)
+// takes the message at once, on attempt 1.
+func TestConsumeShutdownReleasesInterruptedMessage(t *testing.T) {
+	for _, soft := range []time.Duration{0, 100 * time.Millisecond} {
+		t.Run(fmt.Sprint("softstop=", soft), func(t *testing.T) {
+			a, b, _ := openPair(t)
+			qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour, RetryLimit: 1})
+			pushN(t, qa, "p", "m", 2)
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			err := qa.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, SoftStop: soft},
+				func(hctx context.Context, m *queen.Message) error {
+					cancel()
+					<-hctx.Done()
+					return hctx.Err()
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+			if fmt.Sprint(datas(got), attempts(got)) != "[m0 m1] [1 1]" {
+				t.Fatalf("second client popped %q on attempts %v, want [m0 m1] on [1 1]", datas(got), attempts(got))
+			}
+		})
+	}
+}
+
+func attempts(msgs []*queen.Message) []int {
+	out := make([]int, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Attempt
+	}
+	return out
+}
