@@ -36,13 +36,19 @@ const consumeWait = 5 * time.Second
 // error fails it (see Message.Fail) and the rest of its batch is left for
 // redelivery, unhandled. Each batch is settled in one round trip after its
 // last handler. While a handler runs past half the lease, the lease is
-// renewed. When ctx is done, running handlers finish (they see ctx done),
-// what they completed is acked, the unhandled rest of their batches is
-// released without charging the retry budget (an error returned after ctx
-// is done is treated the same way), and nothing is acked twice. A panic in
-// fn is recovered, logged at Error with its stack, and fails the message
-// with an error wrapping ErrPanic. With AutoAck, fn's errors (and panics)
-// are only logged.
+// renewed. A panic in fn is recovered, logged at Error with its stack, and
+// fails the message with an error wrapping ErrPanic. With AutoAck, fn's
+// errors (and panics) are only logged.
+//
+// When ctx is done, Consume stops claiming and starts no more handlers.
+// Running handlers keep an uncancelled context for up to SoftStop (with 0,
+// the default, it is cancelled at once); what they finish is acked. Every
+// message not finished is handed back at once without charging the retry
+// budget and without counting as a delivery (its next Attempt is unchanged),
+// so another consumer takes it immediately rather than after LeaseTime: the
+// unstarted rest of each batch, and a message whose handler returned an
+// error after its context was cancelled by the stop. Nothing is acked twice.
+// See the graceful shutdown example for the signal.NotifyContext wiring.
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing pops are logged and retried.
@@ -71,6 +77,8 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	}
 	n := max(o.Concurrency, 1)
 
+	c := newConsumer(ctx, q, po, o, fn)
+	defer c.done()
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -78,7 +86,7 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	)
 	for range n {
 		wg.Go(func() {
-			if err := q.consumeLoop(ctx, &po, o.HandlerTimeout, fn); err != nil {
+			if err := c.loop(); err != nil {
 				mu.Lock()
 				fatalErr = cmpOr(fatalErr, err)
 				mu.Unlock()
@@ -96,15 +104,82 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// consumeLoop is one worker: pop, handle, settle, until ctx ends.
-func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, timeout time.Duration, fn func(context.Context, *Message) error) error {
+// actInterrupt is settle()'s retry that also takes back the lease's
+// delivery: what a stopping consumer did not finish goes back uncharged,
+// and its next delivery is not counted as a retry.
+const actInterrupt int16 = 4
+
+// consumer is one Consume call's state.
+type consumer struct {
+	q       *Queue
+	po      PopOptions
+	timeout time.Duration
+	fn      func(context.Context, *Message) error
+
+	// stop ends when Consume's ctx does: claim nothing more, start no
+	// handler. work is the handlers' context: it ends with stop, or
+	// SoftStop after it.
+	stop       context.Context
+	cancelStop context.CancelCauseFunc
+	work       context.Context
+	cancelWork context.CancelFunc
+	cleanup    func()
+}
+
+func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
+	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, fn: fn}
+	c.stop, c.cancelStop = context.WithCancelCause(ctx)
+	if o.SoftStop <= 0 {
+		c.work, c.cancelWork = context.WithCancel(c.stop)
+		c.cleanup = func() {}
+		return c
+	}
+	// Detached from ctx (keeping its values): the soft phase outlives it.
+	c.work, c.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopAF := context.AfterFunc(c.stop, func() {
+		mu.Lock()
+		timer = time.AfterFunc(o.SoftStop, c.cancelWork)
+		mu.Unlock()
+	})
+	c.cleanup = func() {
+		stopAF()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+	}
+	return c
+}
+
+// done releases the consumer's contexts and timers.
+func (c *consumer) done() {
+	c.cleanup()
+	c.cancelWork()
+	c.cancelStop(nil)
+}
+
+// stopErr is what Consume returns once stopped: ErrClosed when the client
+// closed, else nil.
+func (c *consumer) stopErr() error {
+	if errors.Is(context.Cause(c.stop), ErrClosed) {
+		return ErrClosed
+	}
+	return nil
+}
+
+// loop is one worker: pop, handle, settle, until stopped.
+func (c *consumer) loop() error {
+	q := c.q
 	e := q.c.e
 	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		msgs, err := q.Pop(ctx, *o)
+	for c.stop.Err() == nil {
+		msgs, err := q.Pop(c.stop, c.po)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if c.stop.Err() != nil {
+				return c.stopErr()
 			}
 			if errors.Is(err, ErrClosed) {
 				return ErrClosed
@@ -112,9 +187,9 @@ func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, timeout time.Dur
 			e.log.Warn("queen: consume: pop failed; retrying", "queue", q.name, "err", err, "backoff", backoff)
 			t := time.NewTimer(backoff)
 			select {
-			case <-ctx.Done():
+			case <-c.stop.Done():
 				t.Stop()
-				return nil
+				return c.stopErr()
 			case <-t.C:
 			}
 			backoff = min(2*backoff, 5*time.Second)
@@ -128,19 +203,21 @@ func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, timeout time.Dur
 			for k < len(msgs) && msgs[k].pid == msgs[0].pid {
 				k++
 			}
-			q.handleBatch(ctx, o.AutoAck, timeout, msgs[:k], fn)
+			c.handleBatch(msgs[:k])
 			msgs = msgs[k:]
 		}
 	}
-	return nil
+	return c.stopErr()
 }
 
 // handleBatch runs fn over one partition's leased messages and settles them.
-func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Duration, msgs []*Message, fn func(context.Context, *Message) error) {
+func (c *consumer) handleBatch(msgs []*Message) {
+	q := c.q
 	e := q.c.e
-	if autoAck {
+	if c.po.AutoAck {
+		// Already committed by the claim: stopping cannot give them back.
 		for _, m := range msgs {
-			if err := q.callHandler(ctx, timeout, m, fn); err != nil {
+			if err := c.call(m); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -153,8 +230,9 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Dura
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
-		if ctx.Err() != nil {
-			op.act, op.actMsg = actRetry, m
+		if c.stop.Err() != nil {
+			// Stopping: hand back what was not started, uncharged.
+			op.act, op.actMsg = actInterrupt, m
 			break
 		}
 		if time.Now().UnixNano() >= exp.Load() {
@@ -164,14 +242,15 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Dura
 			// taken over that ack is refused and the batch redelivered.
 			break
 		}
-		err := q.callHandler(ctx, timeout, m, fn)
+		err := c.call(m)
 		if err == nil {
 			lastOK = i
 			continue
 		}
-		if ctx.Err() != nil && !errors.Is(err, ErrPanic) {
-			// Most likely the shutdown itself: do not charge the budget.
-			op.act, op.actMsg = actRetry, m
+		if c.work.Err() != nil && !errors.Is(err, ErrPanic) {
+			// Most likely the shutdown itself cancelled the handler: do not
+			// charge the budget.
+			op.act, op.actMsg = actInterrupt, m
 		} else {
 			op.act, op.actMsg, op.reason = actFail, m, err.Error()
 		}
@@ -184,7 +263,7 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Dura
 	if op.ok < 0 && op.act == actNone {
 		return // nothing handled: the lease runs out by itself
 	}
-	st, err := e.settle(ctx, []settleOp{op})
+	st, err := e.settle(context.Background(), []settleOp{op})
 	if err == nil {
 		err = statusErr(st[0])
 	}
@@ -194,23 +273,25 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, timeout time.Dura
 	}
 }
 
-// callHandler runs fn on m, under the HandlerTimeout deadline if any, and turns a panic into an error wrapping
+// call runs fn on m with the handlers' context, under the HandlerTimeout
+// deadline if any, and turns a panic into an error wrapping
 // ErrPanic, logged at Error with the stack: one poison message must not take
 // down the process and every lease it holds.
-func (q *Queue) callHandler(ctx context.Context, timeout time.Duration, m *Message, fn func(context.Context, *Message) error) (err error) {
-	if timeout > 0 {
+func (c *consumer) call(m *Message) (err error) {
+	ctx := c.work
+	if c.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			q.c.e.log.Error("queen: consume: handler panicked", "queue", q.name, "partition", m.Partition,
+			c.q.c.e.log.Error("queen: consume: handler panicked", "queue", c.q.name, "partition", m.Partition,
 				"offset", m.Offset, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 		}
 	}()
-	return fn(ctx, m)
+	return c.fn(ctx, m)
 }
 
 // renew keeps the lease of m's batch alive: it extends it whenever half of
