@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/e03140bc/queen"
 )
 
@@ -511,4 +513,77 @@ func attempts(msgs []*queen.Message) []int {
 		out[i] = m.Attempt
 	}
 	return out
+}
+
+// Close stops a running Consume: the handler's context is cancelled, the
+// message it was interrupted on is handed back uncharged (another client,
+// lease 1h, takes it at once on attempt 1), Consume returns ErrClosed,
+// Close returns within its ctx, and no goroutine is left behind.
+func TestCloseStopsRunningConsume(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	a, b, _ := openPair(t)
+	qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, qa, "p", "m", 2)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- qa.Consume(ctxT(t), queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}},
+			func(hctx context.Context, m *queen.Message) error {
+				close(started)
+				<-hctx.Done()
+				return hctx.Err()
+			})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	defer cancel()
+	if err := a.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, queen.ErrClosed) {
+			t.Fatalf("Consume = %v, want ErrClosed", err)
+		}
+	default:
+		t.Fatal("Consume still running after Close returned")
+	}
+	got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+	if fmt.Sprint(datas(got), attempts(got)) != "[m0 m1] [1 1]" {
+		t.Fatalf("second client popped %q on attempts %v, want [m0 m1] on [1 1]", datas(got), attempts(got))
+	}
+	if err := b.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
+}
+
+// A handler that ignores its context cannot hold Close past Close's ctx.
+func TestCloseReturnsWithinCtxDespiteStuckHandler(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "p", "m", 1)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctxT(t), queen.ConsumeOptions{SoftStop: time.Hour},
+			func(context.Context, *queen.Message) error {
+				close(started)
+				<-release
+				return nil
+			})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_ = c.Close(cctx) // may report the ctx: the handler did not finish
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("Close took %s with a 300ms ctx", d)
+	}
+	close(release)
+	if err := <-done; !errors.Is(err, queen.ErrClosed) {
+		t.Fatalf("Consume = %v, want ErrClosed", err)
+	}
 }
