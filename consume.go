@@ -50,6 +50,11 @@ const consumeWait = 5 * time.Second
 // error after its context was cancelled by the stop. Nothing is acked twice.
 // See the graceful shutdown example for the signal.NotifyContext wiring.
 //
+// Client.Close stops every running Consume the same way and waits, within
+// its own ctx, for them to settle; when that ctx ends first it cancels the
+// handlers' contexts and goes on closing (a message settled after that comes
+// back after its lease).
+//
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing pops are logged and retried.
 // PopOptions.Wait defaults to 5s here.
@@ -79,6 +84,10 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 
 	c := newConsumer(ctx, q, po, o, fn)
 	defer c.done()
+	if !e.consumes.add(e, c) {
+		return ErrClosed
+	}
+	defer e.consumes.remove(c)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -124,10 +133,66 @@ type consumer struct {
 	work       context.Context
 	cancelWork context.CancelFunc
 	cleanup    func()
+	finished   chan struct{} // closed when Consume has settled and returns
+}
+
+// consumeSet is the client's running Consume calls, which Close stops.
+type consumeSet struct {
+	m map[*consumer]struct{} // under engine.mu
+}
+
+// add registers c unless the client is closing.
+func (s *consumeSet) add(e *engine, c *consumer) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	if s.m == nil {
+		s.m = make(map[*consumer]struct{})
+	}
+	s.m[c] = struct{}{}
+	return true
+}
+
+func (s *consumeSet) remove(c *consumer) {
+	e := c.q.c.e
+	e.mu.Lock()
+	delete(s.m, c)
+	e.mu.Unlock()
+	close(c.finished)
+}
+
+// stopConsumes is Close's first step: every running Consume stops
+// claiming and returns ErrClosed once its handlers are done and their
+// batches settled (unfinished messages handed back uncharged), which
+// needs the ack engine and the pool, so it runs before they close. Handlers
+// keep their SoftStop until ctx ends; then they are cancelled and Close
+// goes on without waiting further.
+func (e *engine) stopConsumes(ctx context.Context) {
+	e.mu.Lock()
+	cs := make([]*consumer, 0, len(e.consumes.m))
+	for c := range e.consumes.m {
+		cs = append(cs, c)
+	}
+	e.mu.Unlock()
+	for _, c := range cs {
+		c.cancelStop(ErrClosed)
+	}
+	for _, c := range cs {
+		select {
+		case <-c.finished:
+		case <-ctx.Done():
+			for _, c := range cs {
+				c.cancelWork()
+			}
+			return
+		}
+	}
 }
 
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
-	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, fn: fn}
+	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, fn: fn, finished: make(chan struct{})}
 	c.stop, c.cancelStop = context.WithCancelCause(ctx)
 	if o.SoftStop <= 0 {
 		c.work, c.cancelWork = context.WithCancel(c.stop)
@@ -263,7 +328,8 @@ func (c *consumer) handleBatch(msgs []*Message) {
 	if op.ok < 0 && op.act == actNone {
 		return // nothing handled: the lease runs out by itself
 	}
-	st, err := e.settle(context.Background(), []settleOp{op})
+	// Not e.settle: a Consume stopped by Close settles while it closes.
+	st, err := e.settleFused(context.Background(), []settleOp{op})
 	if err == nil {
 		err = statusErr(st[0])
 	}
