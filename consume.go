@@ -249,8 +249,9 @@ func (c *consumer) loop() error {
 			if errors.Is(err, ErrClosed) {
 				return ErrClosed
 			}
-			e.log.Warn("queen: consume: pop failed; retrying", "queue", q.name, "err", err, "backoff", backoff)
-			t := time.NewTimer(backoff)
+			wait := backoffJitter(backoff)
+			e.log.Warn("queen: consume: pop failed; retrying", "queue", q.name, "err", err, "backoff", wait)
+			t := time.NewTimer(wait)
 			select {
 			case <-c.stop.Done():
 				t.Stop()
