@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -594,5 +596,112 @@ func TestCloseReturnsWithinCtxDespiteStuckHandler(t *testing.T) {
 	close(release)
 	if err := <-done; !errors.Is(err, queen.ErrClosed) {
 		t.Fatalf("Consume = %v, want ErrClosed", err)
+	}
+}
+
+// Four Consume calls (two per client) over 100 partitions: no partition is
+// ever handled by two handlers at once, each message is handled once and
+// in order, and partitions do run in parallel.
+func TestConsumeDispatcherOnePartitionOneHandler(t *testing.T) {
+	const parts, per = 100, 20
+	c1, c2, _ := openPair(t)
+	items := make([]queen.Item, 0, parts*per)
+	for i := range per {
+		for p := range parts {
+			items = append(items, queen.Item{Partition: fmt.Sprintf("p%03d", p), Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, c1.Queue("q"), items...)
+	g := newKeyGuard()
+	var mu sync.Mutex
+	next := map[string]int{}
+	var handled atomic.Int64
+	var bad atomic.Value
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		q := []*queen.Queue{c1.Queue("q"), c2.Queue("q")}[i%2]
+		wg.Go(func() {
+			err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 3}, Concurrency: 4},
+				func(_ context.Context, m *queen.Message) error {
+					g.enter(m.Partition)
+					defer g.leave(m.Partition)
+					mu.Lock()
+					if want := strconv.Itoa(next[m.Partition]); string(m.Data) != want {
+						bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
+					}
+					next[m.Partition]++
+					mu.Unlock()
+					runtime.Gosched()
+					if handled.Add(1) == parts*per {
+						cancel()
+					}
+					return nil
+				})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if n := handled.Load(); n != parts*per {
+		t.Fatalf("handled %d of %d", n, parts*per)
+	}
+	if g.overlaps.Load() != 0 {
+		t.Fatalf("%d times two handlers held one partition at once", g.overlaps.Load())
+	}
+	if g.maxAct.Load() < 2 {
+		t.Fatalf("at most %d handlers at once: partitions did not run in parallel", g.maxAct.Load())
+	}
+}
+
+// A partition pushed to while every other one has a backlog is not starved
+// behind that backlog.
+func TestConsumeDispatcherDoesNotStarveNewPartition(t *testing.T) {
+	const parts, per = 50, 40
+	c := open(t)
+	q := c.Queue("q")
+	items := make([]queen.Item, 0, parts*per)
+	for i := range per {
+		for p := range parts {
+			items = append(items, queen.Item{Partition: fmt.Sprintf("p%03d", p), Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, q, items...)
+	var handled atomic.Int64
+	var lateAt atomic.Int64
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, Concurrency: 4},
+			func(_ context.Context, m *queen.Message) error {
+				n := handled.Add(1)
+				if n == 100 {
+					// The backlog is being worked on: now a new partition.
+					go func() {
+						if _, err := q.Push(ctx, []queen.Item{{Partition: "late", Data: []byte("x")}}); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				if m.Partition == "late" {
+					lateAt.Store(n)
+				}
+				if handled.Load() >= parts*per+1 {
+					cancel()
+				}
+				return nil
+			})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if at := lateAt.Load(); at == 0 || at > parts*per/2 {
+		t.Fatalf("the new partition's message was handled %dth of %d: starved behind the backlog", at, parts*per+1)
 	}
 }
