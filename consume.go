@@ -13,8 +13,9 @@ import (
 // ConsumeOptions are the options of Consume.
 type ConsumeOptions struct {
 	PopOptions
-	// Concurrency is how many partitions are processed in parallel, each by
-	// its own pop loop. Defaults to 1.
+	// Concurrency is how many partitions are handled in parallel: each claim
+	// takes up to as many ready partitions as there are free workers,
+	// PopOptions.Batch messages from each. Defaults to 1.
 	Concurrency int
 	// SoftStop is how long running handlers keep an uncancelled context
 	// after Consume's ctx ends (or the client closes). Defaults to 0: their
@@ -26,13 +27,13 @@ type ConsumeOptions struct {
 	HandlerTimeout time.Duration
 }
 
-// consumeWait is the long-poll of each pop of a Consume loop whose
-// PopOptions.Wait is zero: the loop parks rather than spins.
-const consumeWait = 5 * time.Second
-
-// Consume pops and hands messages to fn until ctx is done. Messages of a
-// partition are handled one at a time in offset order; up to Concurrency
-// partitions are handled in parallel. A nil from fn acks the message; an
+// Consume claims messages and hands them to fn until ctx is done. One fetch
+// loop claims, in one round trip, as many ready partitions as it has free
+// workers, and claims again as soon as a worker frees up or a push arrives.
+// Messages of a partition are handled one at a time in offset order; up to
+// Concurrency partitions are handled in parallel. PopOptions.Wait and
+// PopOptions.Partitions do not apply: Consume waits for pushes by itself
+// and sizes each claim by its free workers. A nil from fn acks the message; an
 // error fails it (see Message.Fail) and the rest of its batch is left for
 // redelivery, unhandled. Each batch is settled in one round trip after its
 // last handler. While a handler runs past half the lease, the lease is
@@ -56,8 +57,8 @@ const consumeWait = 5 * time.Second
 // back after its lease).
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
-// and an option error at once. Failing pops are logged and retried.
-// PopOptions.Wait defaults to 5s here.
+// and an option error at once. Failing claims are logged and retried with a
+// jittered backoff.
 func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx context.Context, m *Message) error) error {
 	e := q.c.e
 	if e.isClosed() {
@@ -73,9 +74,6 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	if err != nil {
 		return err
 	}
-	if po.Wait == 0 {
-		po.Wait = consumeWait
-	}
 	if o.Concurrency < 0 || o.SoftStop < 0 || o.HandlerTimeout < 0 {
 		return fmt.Errorf("queen: ConsumeOptions: Concurrency, SoftStop and HandlerTimeout must not be negative (have %d, %s, %s)",
 			o.Concurrency, o.SoftStop, o.HandlerTimeout)
@@ -88,29 +86,7 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 		return ErrClosed
 	}
 	defer e.consumes.remove(c)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		fatalErr error
-	)
-	for range n {
-		wg.Go(func() {
-			if err := c.loop(); err != nil {
-				mu.Lock()
-				fatalErr = cmpOr(fatalErr, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return fatalErr
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return c.dispatch(n)
 }
 
 // actInterrupt is settle()'s retry that also takes back the lease's
@@ -233,47 +209,6 @@ func (c *consumer) stopErr() error {
 		return ErrClosed
 	}
 	return nil
-}
-
-// loop is one worker: pop, handle, settle, until stopped.
-func (c *consumer) loop() error {
-	q := c.q
-	e := q.c.e
-	backoff := 50 * time.Millisecond
-	for c.stop.Err() == nil {
-		msgs, err := q.Pop(c.stop, c.po)
-		if err != nil {
-			if c.stop.Err() != nil {
-				return c.stopErr()
-			}
-			if errors.Is(err, ErrClosed) {
-				return ErrClosed
-			}
-			wait := backoffJitter(backoff)
-			e.log.Warn("queen: consume: pop failed; retrying", "queue", q.name, "err", err, "backoff", wait)
-			t := time.NewTimer(wait)
-			select {
-			case <-c.stop.Done():
-				t.Stop()
-				return c.stopErr()
-			case <-t.C:
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		// A pop over several partitions returns each partition's messages
-		// contiguously, in offset order.
-		for len(msgs) > 0 {
-			k := 1
-			for k < len(msgs) && msgs[k].pid == msgs[0].pid {
-				k++
-			}
-			c.handleBatch(msgs[:k])
-			msgs = msgs[k:]
-		}
-	}
-	return c.stopErr()
 }
 
 // handleBatch runs fn over one partition's leased messages and settles them.
