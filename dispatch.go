@@ -61,6 +61,7 @@ func (c *consumer) dispatch(n int) error {
 		free := n - inUse
 		mu.Unlock()
 		if want && free > 0 {
+			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats
 			groups, err := q.claim(c.stop, &po, hints, free)
 			hints = nil
 			if err != nil {
