@@ -33,8 +33,8 @@ type ConsumeOptions struct {
 // Messages of a partition are handled one at a time in offset order; up to
 // Concurrency partitions are handled in parallel. PopOptions.Wait and
 // PopOptions.Partitions do not apply: Consume waits for pushes by itself
-// and sizes each claim by its free workers. A nil from fn acks the message; an
-// error fails it (see Message.Fail) and the rest of its batch is left for
+// and sizes each claim by its free workers. A nil from fn acks the message;
+// an error fails it (see Message.Fail) and the rest of its batch is left for
 // redelivery, unhandled. Each batch is settled in one round trip after its
 // last handler. While a handler runs past half the lease, the lease is
 // renewed. A panic in fn is recovered, logged at Error with its stack, and
