@@ -48,10 +48,21 @@ func newPusher(e *engine) *pusher {
 // spooled (Buffered), or failed with ErrClosed if the spool fails too.
 func (p *pusher) close(ctx context.Context) error {
 	return p.fusion.Close(ctx, func(bundle []*fusion.Batch[*pushItem]) {
-		for _, b := range bundle {
-			p.e.spoolItems(b.Items, b.Key, ErrClosed)
-		}
+		p.spoolBundle(bundle, nil, ErrClosed)
 	})
+}
+
+// spoolBundle spools the items of a bundle that could not commit (Buffered),
+// sealed if the client has a key; batches in skip are already resolved.
+func (p *pusher) spoolBundle(bundle []*fusion.Batch[*pushItem], skip map[*fusion.Batch[*pushItem]]bool, cause error) {
+	for _, b := range bundle {
+		b.Retry = nil // resolved here, never sent again
+		if skip[b] {
+			continue
+		}
+		p.e.sealForSpool(b.Items)
+		p.e.spoolItems(b.Items, b.Key, cause)
+	}
 }
 
 // flushScratch is per-flush working memory, pooled.
@@ -96,8 +107,22 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	// The arenas back the previous bundle's blobs, which are done with.
 	s.blobs, s.hashes = s.blobs[:0], s.hashes[:0]
 
+	var skip map[*fusion.Batch[*pushItem]]bool
+	if live {
+		var err error
+		if skip, err = p.openSpooled(ctx, bundle); err != nil {
+			err = fmt.Errorf("queen: push bundle: %w", err)
+			p.spoolBundle(bundle, skip, err)
+			return err
+		}
+	}
 	for _, b := range bundle {
-		s.segs = append(s.segs, p.buildSegment(s, b))
+		if !skip[b] {
+			s.segs = append(s.segs, p.buildSegment(s, b))
+		}
+	}
+	if len(s.segs) == 0 {
+		return nil
 	}
 
 	start := time.Now()
@@ -117,9 +142,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			// Nothing of the bundle committed: spool its items (Buffered)
 			// so a caller checking only for errors loses nothing.
 			err = fmt.Errorf("queen: push bundle: %w", err)
-			for _, b := range bundle {
-				e.spoolItems(b.Items, b.Key, err)
-			}
+			p.spoolBundle(bundle, skip, err)
 			return err
 		}
 	}
@@ -179,6 +202,59 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		p.summary(len(bundle), countItems(bundle))
 	}
 	return nil
+}
+
+// openSpooled readies the items the drain replays that were sealed only for
+// the spool (flagSpoolSealed): an encrypted queue takes the ciphertext as it
+// is, any other queue its plaintext, so a queue stores what its setting
+// says. It returns the batches whose items it had to fail (the key cannot
+// open them), and an error if the queue's setting could not be read, which
+// fails the bundle.
+func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (map[*fusion.Batch[*pushItem]]bool, error) {
+	e := p.e
+	var skip map[*fusion.Batch[*pushItem]]bool
+	for _, b := range bundle {
+		sealed := false
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed != 0 {
+				sealed = true
+				break
+			}
+		}
+		if !sealed {
+			continue
+		}
+		meta, err := e.queueMeta(ctx, b.Key.Tenant, b.Key.Queue, metaFresh)
+		if err != nil {
+			return skip, err
+		}
+		var failed error
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed == 0 {
+				continue
+			}
+			it.flags &^= flagSpoolSealed
+			if meta.encryption {
+				continue
+			}
+			plain, err := e.open(it.payload)
+			if err != nil {
+				failed = err
+				break
+			}
+			it.payload, it.flags = plain, it.flags&^frame.FlagEncrypted
+		}
+		if failed != nil {
+			for _, it := range b.Items {
+				resolveFailed(it, failed)
+			}
+			if skip == nil {
+				skip = make(map[*fusion.Batch[*pushItem]]bool)
+			}
+			skip[b] = true
+		}
+	}
+	return skip, nil
 }
 
 // buildSegment does layer-2 dedup over the batch and packs its leaders into
@@ -284,10 +360,18 @@ func resolveFailed(it *pushItem, err error) {
 // the connection is discarded rather than returned to the pool.
 func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict, error) {
 	e := p.e
+	if err := e.downErr(); err != nil {
+		return s.verdicts, err
+	}
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return s.verdicts, fmt.Errorf("acquire connection: %w", err)
+		err = fmt.Errorf("acquire connection: %w", err)
+		if e.ctx.Err() == nil {
+			e.noteDown(err)
+		}
+		return s.verdicts, err
 	}
+	e.noteUp()
 	s.bundle.Known = p.known.all(s.segs)
 	v, err := s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
 	if isCode(err, codePartitionGone) {

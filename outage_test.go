@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +19,65 @@ import (
 	"github.com/e03140bc/queen/internal/pgtest"
 )
 
-// gatedPool is a pool on url whose new connections hang (until their
-// context ends) while hang is set: a host that has become unreachable.
-func gatedPool(t *testing.T, url string, hang *atomic.Bool) *pgxpool.Pool {
+// gate makes a pool's new connections hang while it is closed, as for a
+// host that has become unreachable. Opening it fails the hung attempts at
+// once (pgxpool lets a connection attempt outlive the Acquire that started
+// it, and would otherwise keep the pool's slots for ConnectTimeout).
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{} // nil while open
+}
+
+func (g *gate) hang() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed == nil {
+		g.closed = make(chan struct{})
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed != nil {
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed != nil {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-closed:
+			return nil, errors.New("test gate: host was unreachable")
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// gatedPool is a pool on url whose connections are dialled through g.
+func gatedPool(t *testing.T, url string, g *gate) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	var d net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if hang.Load() {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-release:
-				return nil, errors.New("test over")
-			}
-		}
-		return d.DialContext(ctx, network, addr)
-	}
+	cfg.ConnConfig.DialFunc = g.dial
+	cfg.MaxConns = 64 // hung connection attempts keep their slots until the gate opens
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cleanups run last-in first-out: the client registered after this
+	// Cleanups run last-in first-out: the client registered after these
 	// closes first, then hung dials are released, then the pool closes.
 	t.Cleanup(pool.Close)
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(g.open)
 	return pool
 }
 
@@ -109,16 +140,25 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	const timeout = 2 * time.Second
 	bound := timeout + time.Second // the spool's fsync on a busy machine
 	cl := pgtest.NewCluster(t, pgcluster.Options{})
-	var hang atomic.Bool
-	pool := gatedPool(t, cl.URL, &hang)
+	var g gate
+	pool := gatedPool(t, cl.URL, &g)
 	spoolDir := t.TempDir()
 	c := open(t, func(cfg *queen.Config) {
 		cfg.DatabaseURL, cfg.Schema, cfg.Pool, cfg.SpoolDir = "", "outage", pool, spoolDir
 		cfg.StatementTimeout, cfg.EncryptionKey = timeout, make([]byte, 32)
 	})
+	// A client without a key spools plaintext only for queues it knows
+	// are not encrypted.
+	noKeyDir := t.TempDir()
+	noKey := open(t, func(cfg *queen.Config) {
+		cfg.DatabaseURL, cfg.Schema, cfg.Pool, cfg.SpoolDir = "", "outage", pool, noKeyDir
+		cfg.StatementTimeout = timeout
+	})
+	t.Cleanup(g.open) // before the clients close, should the test fail mid-outage
 	ctx := ctxT(t)
 	seen := c.Queue("seen")
 	push(t, seen, queen.Item{Partition: "seen", Data: []byte("before")})
+	push(t, noKey.Queue("seen"), queen.Item{Partition: "seen", Data: []byte("before, without a key")})
 
 	if err := cl.Stop("immediate"); err != nil {
 		t.Fatal(err)
@@ -127,6 +167,7 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	check := func(phase string, q *queen.Queue, data string) {
 		t.Helper()
 		queen.ExpireQueueMeta(c)
+		queen.ExpireQueueMeta(noKey)
 		res, err, took := pushTimed(t, q, 5*bound, queen.Item{Partition: q.Name(), Data: []byte(data)})
 		if err != nil {
 			t.Fatalf("%s: push to %q: %v (after %s)", phase, q.Name(), err, took)
@@ -134,6 +175,7 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 		if res[0].Status != queen.Buffered {
 			t.Fatalf("%s: push to %q: %+v, want Buffered", phase, q.Name(), res[0])
 		}
+		t.Logf("%s: push to %q Buffered after %s", phase, q.Name(), took)
 		if took > bound {
 			t.Fatalf("%s: push to %q took %s, want at most %s", phase, q.Name(), took, bound)
 		}
@@ -144,15 +186,61 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	}
 	check("refused", seen, "refused-seen-payload")
 	check("refused", c.Queue("never"), "refused-never-payload")
-	hang.Store(true)
+	g.hang()
 	check("hanging", seen, "hanging-seen-payload")
 	check("hanging", c.Queue("never2"), "hanging-never2-payload")
+	// Pushes queued behind a partition's flush in flight must not wait for
+	// a second timeout: the first push's flush and its settings refresh
+	// hang in two connection attempts, then the others arrive.
+	queen.ExpireQueueMeta(c)
+	hung := pool.Stat().ConstructingConns()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	burst := func(i int) {
+		data := fmt.Sprintf("burst-%d", i)
+		want = append(want, data)
+		wg.Go(func() {
+			start := time.Now()
+			res, err := seen.Push(context.Background(), []queen.Item{{Partition: "seen", Data: []byte(data)}})
+			switch took := time.Since(start); {
+			case err != nil:
+				errs <- err
+			case res[0].Status != queen.Buffered || took > bound:
+				errs <- fmt.Errorf("push %d of a burst: %+v after %s; want Buffered within %s", i, res[0], took, bound)
+			}
+		})
+	}
+	burst(0)
+	waitFor(t, bound, "the first push's two connection attempts", func() bool { return pool.Stat().ConstructingConns() >= hung+2 })
+	for i := 1; i < 20; i++ {
+		burst(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	res, err, took := pushTimed(t, noKey.Queue("seen"), 5*bound, queen.Item{Partition: "seen", Data: []byte("hanging-seen-without-key")})
+	if err != nil || res[0].Status != queen.Buffered || took > bound {
+		t.Fatalf("push without a key to a queue known to be plain: %v, %+v after %s; want Buffered within %s", err, res, took, bound)
+	}
+	want = append(want, "hanging-seen-without-key")
+	res, err, took = pushTimed(t, noKey.Queue("never3"), 5*bound, queen.Item{Partition: "never3", Data: []byte("never3-without-key")})
+	if !errors.Is(err, queen.ErrEncryption) || took > bound {
+		t.Fatalf("push without a key to a queue never seen: %v, %+v after %s; want ErrEncryption within %s", err, res, took, bound)
+	}
+	t.Logf("push without a key to a queue never seen: %v", err)
+	if spoolHolds(t, noKeyDir, []byte("never3-without-key")) {
+		t.Fatal("a push that failed was spooled")
+	}
 
-	hang.Store(false)
+	g.open()
 	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the spool to drain", func() bool { return c.SpoolStats().PendingRecords == 0 })
+	waitFor(t, 30*time.Second, "the spools to drain", func() bool {
+		return c.SpoolStats().PendingRecords == 0 && noKey.SpoolStats().PendingRecords == 0
+	})
 	got := map[string]bool{}
 	for _, name := range []string{"seen", "never", "never2"} {
 		for _, f := range storedFrames(t, c, name) {

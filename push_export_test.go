@@ -3,7 +3,8 @@ package queen
 import "time"
 
 // ExpireQueueMeta makes every cached queue setting of c's engine look older
-// than its time to live, as if the cache had not been refreshed for a while.
+// than its time to live, and forgets that a read failed recently, as if the
+// cache had not been used for a while.
 func ExpireQueueMeta(c *Client) {
 	e := c.e
 	e.meta.mu.Lock()
@@ -12,4 +13,5 @@ func ExpireQueueMeta(c *Client) {
 		m.fetched = time.Time{}
 		e.meta.m[k] = m
 	}
+	e.meta.downUntil = time.Time{}
 }
