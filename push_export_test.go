@@ -15,3 +15,29 @@ func ExpireQueueMeta(c *Client) {
 	}
 	e.meta.downUntil = time.Time{}
 }
+
+// SetMetaCacheMax sets the bound on cached queue settings and returns a
+// func restoring it. Tests that use it must not run in parallel with others.
+func SetMetaCacheMax(n int) (restore func()) {
+	old := metaCacheMax
+	metaCacheMax = n
+	return func() { metaCacheMax = old }
+}
+
+// MetaCacheLen is the number of queue settings c's engine has cached.
+func MetaCacheLen(c *Client) int {
+	c.e.meta.mu.RLock()
+	defer c.e.meta.mu.RUnlock()
+	return len(c.e.meta.m)
+}
+
+// MetaCached reports whether c's engine has the queue's settings cached.
+func MetaCached(c *Client, queue string) bool {
+	c.e.meta.mu.RLock()
+	defer c.e.meta.mu.RUnlock()
+	_, ok := c.e.meta.m[metaKey{c.tenant, queue}]
+	return ok
+}
+
+// metaCacheMax stands in for the bound the cache does not have yet.
+var metaCacheMax = 1 << 14
