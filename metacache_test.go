@@ -16,13 +16,13 @@ func TestQueueMetaCacheIsBounded(t *testing.T) {
 	c := open(t)
 	hot := c.Queue("hot")
 	for i := range 100 {
-		push(t, c.Queue(fmt.Sprintf("q%03d", i)), queen.Item{Data: []byte("x")})
 		push(t, hot, queen.Item{Data: []byte("x")})
+		push(t, c.Queue(fmt.Sprintf("q%03d", i)), queen.Item{Data: []byte("x")})
 		if n := queen.MetaCacheLen(c); n > bound {
 			t.Fatalf("after %d queue names the settings cache holds %d entries, bound %d", i+2, n, bound)
 		}
-	}
-	if !queen.MetaCached(c, "hot") {
-		t.Fatal("the queue used all along was evicted")
+		if !queen.MetaCached(c, "hot") {
+			t.Fatalf("after %d queue names the queue used all along was evicted", i+2)
+		}
 	}
 }

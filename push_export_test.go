@@ -10,8 +10,7 @@ func ExpireQueueMeta(c *Client) {
 	e.meta.mu.Lock()
 	defer e.meta.mu.Unlock()
 	for k, m := range e.meta.m {
-		m.fetched = time.Time{}
-		e.meta.m[k] = m
+		e.meta.m[k] = &metaEntry{meta: queueMeta{encryption: m.meta.encryption}}
 	}
 	e.meta.downUntil = time.Time{}
 }
@@ -38,6 +37,3 @@ func MetaCached(c *Client, queue string) bool {
 	_, ok := c.e.meta.m[metaKey{c.tenant, queue}]
 	return ok
 }
-
-// metaCacheMax stands in for the bound the cache does not have yet.
-var metaCacheMax = 1 << 14

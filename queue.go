@@ -1,10 +1,13 @@
 package queen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -179,13 +182,19 @@ type metaKey struct {
 // stale entry costs a retry, never a plaintext write.
 const metaTTL = 5 * time.Second
 
+// metaCacheMax bounds the cached settings. Past it the least recently used
+// quarter is dropped (a dropped queue costs one read on its next push, or,
+// while the database is away, the knowledge of its setting). An entry is a
+// few hundred bytes at most. A variable so tests can lower it.
+var metaCacheMax = 1 << 14
+
 // metaCache memoises queue settings per client. An entry older than metaTTL
 // is refreshed in the background while it keeps serving: it is the best
 // knowledge there is when the database cannot answer, and a push must not
 // wait on the database for it.
 type metaCache struct {
 	mu    sync.RWMutex
-	m     map[metaKey]queueMeta
+	m     map[metaKey]*metaEntry
 	reads map[metaKey]*metaRead // in flight, one per key
 	// gen counts forgets: a read that started before one must not store
 	// the setting it was told to drop.
@@ -194,6 +203,60 @@ type metaCache struct {
 	// lastErr its error.
 	downUntil time.Time
 	lastErr   error
+}
+
+// metaEntry is replaced, never changed, except for used.
+type metaEntry struct {
+	meta queueMeta
+	used atomic.Int64 // unix nanoseconds of the last lookup, to a millisecond
+}
+
+// lookup returns k's entry and marks it used.
+func (c *metaCache) lookup(k metaKey) (queueMeta, bool) {
+	c.mu.RLock()
+	ent := c.m[k]
+	c.mu.RUnlock()
+	if ent == nil {
+		return queueMeta{}, false
+	}
+	// Written at most once a millisecond, so concurrent pushes to one
+	// queue do not all write the same cache line.
+	if now := time.Now().UnixNano(); now-ent.used.Load() > int64(time.Millisecond) {
+		ent.used.Store(now)
+	}
+	return ent.meta, true
+}
+
+// storeLocked caches m for k, evicting first if the cache is full.
+func (c *metaCache) storeLocked(k metaKey, m queueMeta) {
+	if c.m == nil {
+		c.m = make(map[metaKey]*metaEntry)
+	}
+	if _, ok := c.m[k]; !ok && len(c.m) >= metaCacheMax {
+		c.evictLocked()
+	}
+	ent := &metaEntry{meta: m}
+	ent.used.Store(time.Now().UnixNano())
+	c.m[k] = ent
+}
+
+// evictLocked drops the least recently used quarter of the entries (at
+// least enough to make room for one), so its O(n log n) is paid once per
+// n/4 insertions.
+func (c *metaCache) evictLocked() {
+	type use struct {
+		k    metaKey
+		used int64
+	}
+	all := make([]use, 0, len(c.m))
+	for k, ent := range c.m {
+		all = append(all, use{k, ent.used.Load()})
+	}
+	slices.SortFunc(all, func(a, b use) int { return cmp.Compare(a.used, b.used) })
+	n := max(len(all)/4, len(all)-metaCacheMax+1)
+	for _, u := range all[:n] {
+		delete(c.m, u.k)
+	}
 }
 
 // metaRead is one read of a queue's settings, shared by everyone who needs
@@ -257,9 +320,7 @@ func (e *engine) downErr() error {
 func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string, how metaHow) (queueMeta, error) {
 	k := metaKey{tenant, name}
 	c := &e.meta
-	c.mu.RLock()
-	m, ok := c.m[k]
-	c.mu.RUnlock()
+	m, ok := c.lookup(k)
 	if ok && time.Since(m.fetched) < metaTTL {
 		return m, nil
 	}
@@ -327,10 +388,7 @@ func (e *engine) readMeta(k metaKey) *metaRead {
 			c.downUntil, c.lastErr = time.Now().Add(metaDownFor), r.err
 		}
 		if err == nil && c.gen == gen {
-			if c.m == nil {
-				c.m = make(map[metaKey]queueMeta)
-			}
-			c.m[k] = r.m
+			c.storeLocked(k, r.m)
 		}
 		c.mu.Unlock()
 		close(r.done)
