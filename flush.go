@@ -34,9 +34,10 @@ type pusher struct {
 func newPusher(e *engine) *pusher {
 	p := &pusher{e: e, sumAt: time.Now()}
 	p.fusion = fusion.New(fusion.Config{
-		Shards:    e.cfg.Fusion.Shards,
-		BundleMax: e.cfg.Fusion.BundleMax,
-		Hold:      e.cfg.Fusion.Hold,
+		Shards:           e.cfg.Fusion.Shards,
+		BundleMax:        e.cfg.Fusion.BundleMax,
+		Hold:             e.cfg.Fusion.Hold,
+		MaxBufferedBytes: e.cfg.Fusion.MaxBufferedBytes,
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		},

@@ -30,6 +30,9 @@ const (
 	MaxPayloadSize = 16 << 20
 	// DefaultPartition is the partition of an Item with an empty Partition.
 	DefaultPartition = "Default"
+	// DefaultMaxBufferedBytes is the default of
+	// FusionConfig.MaxBufferedBytes: 256 MiB.
+	DefaultMaxBufferedBytes = fusion.DefaultMaxBufferedBytes
 )
 
 // Item is one message to push.
@@ -78,6 +81,13 @@ type pushItem struct {
 	// (the drain retries) instead of spooling them again.
 	noSpool bool
 }
+
+// pushItemOverhead approximates what an item holds besides its payload and
+// transaction id: itself, its result and its share of the batch.
+const pushItemOverhead = 256
+
+// Bytes is what the item holds, for FusionConfig.MaxBufferedBytes.
+func (it *pushItem) Bytes() int { return len(it.payload) + len(it.txn) + pushItemOverhead }
 
 // submitAndWait hands n groups to a fusion engine and returns once every
 // one of them has been flushed, or when ctx ends. Each group's items carry

@@ -37,3 +37,6 @@ func MetaCached(c *Client, queue string) bool {
 	_, ok := c.e.meta.m[metaKey{c.tenant, queue}]
 	return ok
 }
+
+// FusionBufferedBytes is what c's push engine holds for unresolved pushes.
+func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }

@@ -23,9 +23,11 @@ func TestMain(m *testing.M) {
 // item is what the tests push; the fake flush writes its verdict into it.
 type item struct {
 	src, seq int
-	size     int // bytes, for Config.ItemBytes
+	size     int // bytes, for Config.MaxBufferedBytes
 	resolved atomic.Int32
 }
+
+func (it *item) Bytes() int { return it.size }
 
 var tenant = uuid.Must(uuid.FromString("0190a6a4-8c1a-7000-8000-000000000001"))
 
@@ -857,7 +859,7 @@ func sized(seq, size int) []*item { return []*item{{seq: seq, size: size}} }
 // frees room. A submission larger than the bound is admitted alone.
 func TestMaxBufferedBytesBlocksSubmit(t *testing.T) {
 	flush, calls := manual(t)
-	e := New(Config{Shards: 2, MaxBufferedBytes: 100, ItemBytes: func(it *item) int { return it.size }}, flush)
+	e := New(Config{Shards: 2, MaxBufferedBytes: 100}, flush)
 	ctx := context.Background()
 	ks := keysOnShards(2)
 
