@@ -40,3 +40,15 @@ func MetaCached(c *Client, queue string) bool {
 
 // FusionBufferedBytes is what c's push engine holds for unresolved pushes.
 func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }
+
+// SetMaxBundleBytes sets the bound on one push_bundle call's frames and
+// returns a func restoring it. Tests that use it must not run in parallel
+// with others.
+func SetMaxBundleBytes(n int) (restore func()) {
+	old := maxBundleBytes
+	maxBundleBytes = n
+	return func() { maxBundleBytes = old }
+}
+
+// maxBundleBytes stands in for the bound push bundles do not have yet.
+var maxBundleBytes = 64 << 20
