@@ -234,7 +234,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	if len(items) == 0 {
 		return b, nil
 	}
-	meta, err := e.queueMeta(ctx, q.c.tenant, q.name, metaAsk)
+	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
 		switch {
 		case e.isClosed():

@@ -49,6 +49,3 @@ func SetMaxBundleBytes(n int) (restore func()) {
 	maxBundleBytes = n
 	return func() { maxBundleBytes = old }
 }
-
-// maxBundleBytes stands in for the bound push bundles do not have yet.
-var maxBundleBytes = 64 << 20

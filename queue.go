@@ -267,18 +267,6 @@ type metaRead struct {
 	err  error
 }
 
-// How queueMeta may learn a setting.
-type metaHow int
-
-const (
-	// metaAsk serves a fresh entry, serves a stale one while refreshing it
-	// in the background, and reads a missing one.
-	metaAsk metaHow = iota
-	// metaFresh waits for the refresh of a stale entry, falling back to the
-	// stale entry if the database cannot answer.
-	metaFresh
-)
-
 // metaDownFor is how long after the database failed to answer (a settings
 // read, or a bundle's connection) a missing setting is reported unknown and
 // a bundle fails at once: during an outage each push would otherwise wait up
@@ -317,7 +305,11 @@ func (e *engine) downErr() error {
 // StatementTimeout (or ctx ended first). The read itself runs on the
 // engine's context, never the caller's, so a caller giving up does not kill
 // the connection, and it is shared by everyone asking meanwhile.
-func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string, how metaHow) (queueMeta, error) {
+//
+// A fresh entry serves; a stale one serves while it is refreshed in the
+// background; a missing one is read, unless the database failed to answer
+// a moment ago.
+func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (queueMeta, error) {
 	k := metaKey{tenant, name}
 	c := &e.meta
 	m, ok := c.lookup(k)
@@ -325,27 +317,18 @@ func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string, h
 		return m, nil
 	}
 	r := e.readMeta(k)
-	if ok && how == metaAsk {
+	if ok {
 		return m, nil // the refresh lands in the cache
 	}
-	if err := e.downErr(); err != nil && !ok {
+	if err := e.downErr(); err != nil {
 		return m, fmt.Errorf("queen: read queue %q: %w", name, err)
 	}
 	select {
 	case <-r.done:
+		return r.m, r.err
 	case <-ctx.Done():
-		if ok {
-			return m, nil
-		}
 		return m, ctx.Err()
 	}
-	if r.err != nil {
-		if ok {
-			return m, nil
-		}
-		return m, r.err
-	}
-	return r.m, nil
 }
 
 // readMeta starts a read of k's settings, or joins the one in flight.
