@@ -57,15 +57,15 @@ func (p *pusher) close(ctx context.Context) error {
 	return err
 }
 
-// spoolBundle spools the items of a bundle that could not commit (Buffered),
-// sealed if the client has a key; batches in skip are already resolved.
+// spoolBundle spools the items of a bundle that could not commit (Buffered;
+// spoolItems seals them if the client has a key); batches in skip are
+// already resolved.
 func (p *pusher) spoolBundle(bundle []*fusion.Batch[*pushItem], skip map[*fusion.Batch[*pushItem]]bool, cause error) {
 	for _, b := range bundle {
 		b.Retry = nil // resolved here, never sent again
 		if skip[b] {
 			continue
 		}
-		p.e.sealForSpool(b.Key, b.Items)
 		p.e.spoolItems(b.Items, b.Key, cause)
 	}
 }

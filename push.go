@@ -170,7 +170,6 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	}
 	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
 	if e.maintOn.Load() {
-		e.sealBatchForSpool(key, b)
 		e.spoolPush(key, b)
 		return b.finish(), nil
 	}
@@ -178,7 +177,6 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 		// The database did not tell the queue's settings within
 		// StatementTimeout: a bundle would fail the same way after waiting
 		// as long again, so the items go to the spool now.
-		e.sealBatchForSpool(key, b)
 		for part, g := range b.groups {
 			k := key
 			k.Partition = part
@@ -374,14 +372,6 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 		}
 		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.id, it.payload)
 		it.flags |= frame.FlagEncrypted | flagSpoolSealed
-	}
-}
-
-func (e *engine) sealBatchForSpool(key fusion.Key, b *pushBatch) {
-	for part, g := range b.groups {
-		k := key
-		k.Partition = part
-		e.sealForSpool(k, g)
 	}
 }
 
