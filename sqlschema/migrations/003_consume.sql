@@ -179,7 +179,7 @@ DECLARE
     v_vis      bigint;
     v_lease    uuid;
     v_expires  timestamptz;
-    v_deliv    integer;
+    v_try      integer;
     v_drained  bigint[] := '{}';
     v_caught   bigint[] := '{}';
     v_missing  boolean;
@@ -278,60 +278,84 @@ BEGIN
         -- waits), re-checking the lease on the locked row.
         FOREACH v_pid IN ARRAY v_cand LOOP
             EXIT WHEN v_left <= 0 OR v_claimed >= p_partitions;
-            SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-                   p.last_offset, p.log_start
-            INTO v_c
-            FROM {{schema}}.consumers cc
-            JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-            WHERE cc.partition_id = v_pid AND cc.group_name = p_group
-              AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
-              AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-            FOR UPDATE OF cc SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;
-            v_start := greatest(v_c.committed + 1, v_c.log_start);
-            v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
-            v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
-            IF v_q.delayed_processing_ms > 0 THEN
-                -- created_at is monotone in offset order: the visible part is a prefix.
-                SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
-                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-                  AND s.created_at <= v_cutoff;
-                v_end := least(v_end, coalesce(v_vis, v_start - 1));
-            END IF;
-            CONTINUE WHEN v_end < v_start;
-            v_left := v_left - (v_end - v_start + 1)::integer;
-            v_claimed := v_claimed + 1;
-
-            IF p_auto_ack THEN
-                UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
-                    lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
-                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                WHERE partition_id = v_c.partition_id AND group_name = p_group;
-                v_lease := NULL;
-                v_expires := NULL;
-                v_deliv := v_c.deliveries + 1;
-                IF v_end >= v_c.last_offset THEN
-                    v_drained := v_drained || v_c.partition_id;
+            -- A second try only if retention took the claimed messages
+            -- between the lock and the read (see below).
+            FOR v_try IN 1 .. 2 LOOP
+                SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
+                       p.last_offset, p.log_start
+                INTO v_c
+                FROM {{schema}}.consumers cc
+                JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+                WHERE cc.partition_id = v_pid AND cc.group_name = p_group
+                  AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                  AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                FOR UPDATE OF cc SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+                v_start := greatest(v_c.committed + 1, v_c.log_start);
+                v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
+                v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                                      WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
+                IF v_q.delayed_processing_ms > 0 THEN
+                    -- created_at is monotone in offset order: the visible part is a prefix.
+                    SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+                    WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                      AND s.created_at <= v_cutoff;
+                    v_end := least(v_end, coalesce(v_vis, v_start - 1));
                 END IF;
-            ELSE
-                v_lease := gen_random_uuid();
-                v_expires := v_now + p_lease_ms * interval '1 millisecond';
-                UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
-                    lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
-                    deliveries = CASE WHEN committed = v_start - 1 THEN deliveries + 1 ELSE 1 END,
-                    attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
-                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                WHERE partition_id = v_c.partition_id AND group_name = p_group
-                RETURNING deliveries INTO v_deliv;
-            END IF;
+                EXIT WHEN v_end < v_start;
+                IF p_auto_ack THEN
+                    v_lease := NULL;
+                    v_expires := NULL;
+                ELSE
+                    v_lease := gen_random_uuid();
+                    v_expires := v_now + p_lease_ms * interval '1 millisecond';
+                END IF;
 
-            RETURN QUERY
-            SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
-                   s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
-            FROM {{schema}}.segments s
-            WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-            ORDER BY s.base_offset;
+                -- The cursor write and the segment read are one statement, so
+                -- one snapshot: retention deletes a prefix and moves log_start
+                -- in one transaction, so the statement either sees the
+                -- segments or the new log_start, never a lease (or an auto-ack)
+                -- over messages it cannot return. The start is re-read here
+                -- for that reason; nothing retained in range, nothing written.
+                RETURN QUERY
+                WITH w AS (
+                    SELECT greatest(v_c.committed + 1, p.log_start) AS st
+                    FROM {{schema}}.partitions p
+                    WHERE p.id = v_c.partition_id
+                ), u AS (
+                    UPDATE {{schema}}.consumers c SET
+                        committed        = CASE WHEN p_auto_ack THEN v_end ELSE w.st - 1 END,
+                        batch_end        = CASE WHEN p_auto_ack THEN NULL ELSE v_end END,
+                        lease_id         = v_lease,
+                        lease_owner      = CASE WHEN p_auto_ack THEN NULL ELSE p_owner END,
+                        lease_expires_at = v_expires,
+                        deliveries       = CASE WHEN p_auto_ack THEN 0
+                                                WHEN c.committed = w.st - 1 THEN c.deliveries + 1 ELSE 1 END,
+                        attempts         = CASE WHEN NOT p_auto_ack AND c.committed = w.st - 1 THEN c.attempts ELSE 0 END,
+                        delivered_max    = greatest(c.delivered_max, v_end),
+                        updated_at       = v_now
+                    FROM w
+                    WHERE c.partition_id = v_c.partition_id AND c.group_name = p_group AND w.st <= v_end
+                      AND EXISTS (SELECT 1 FROM {{schema}}.segments s
+                                  WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                                    AND s.end_offset >= w.st)
+                    RETURNING w.st, CASE WHEN p_auto_ack THEN v_c.deliveries + 1 ELSE c.deliveries END AS deliv
+                )
+                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, u.st, v_end, u.deliv, v_c.delivered_max,
+                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
+                FROM u
+                JOIN {{schema}}.segments s ON s.partition_id = v_c.partition_id
+                                          AND s.base_offset BETWEEN v_seg_lo AND v_end AND s.end_offset >= u.st
+                ORDER BY s.base_offset;
+                IF FOUND THEN
+                    v_left := v_left - (v_end - v_start + 1)::integer;
+                    v_claimed := v_claimed + 1;
+                    IF p_auto_ack AND v_end >= v_c.last_offset THEN
+                        v_drained := v_drained || v_c.partition_id;
+                    END IF;
+                    EXIT;
+                END IF;
+            END LOOP;
         END LOOP;
         EXIT WHEN v_claimed > 0 OR p_partition IS NOT NULL OR cardinality(v_pend) < v_win;
         v_pend := ARRAY(SELECT p.id FROM {{schema}}.partitions p
