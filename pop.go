@@ -201,14 +201,22 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			// A message the skip policy re-enqueued carries its failures.
 			m.Attempt += int(fails)
-			m.stored = append([]byte(nil), f.Payload...)
-			m.Data = m.stored
 			if f.Flags&frame.FlagEncrypted != 0 {
+				m.stored = append([]byte(nil), f.Payload...)
 				plain, err := e.open(f.Payload)
 				if err != nil {
 					return fmt.Errorf("partition %q offset %d: %w", pname, off, err)
 				}
 				m.Data = plain
+			} else {
+				// Data is the caller's to write to; stored, the snapshot a
+				// dead letter or a re-enqueue takes, must not change with it.
+				// One allocation for both.
+				n := len(f.Payload)
+				buf := make([]byte, 2*n)
+				copy(buf, f.Payload)
+				copy(buf[n:], f.Payload)
+				m.Data, m.stored = buf[:n:n], buf[n:]
 			}
 			msgs = append(msgs, m)
 			return nil
