@@ -3,6 +3,7 @@ package queen_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -194,4 +195,23 @@ func TestConsumeGoesOnPastAnUndecryptableMessage(t *testing.T) {
 		t.Fatalf("handled %s, want %s", got, want)
 	}
 	wantDeadLetter(t, c2, xID, "x", "encryption")
+}
+
+// A client without a key cannot read an encrypted queue at all: its pop
+// fails with ErrEncryption before claiming anything, so nothing is leased,
+// consumed or dead-lettered by the misconfigured consumer.
+func TestPopWithoutKeyOnEncryptedQueueClaimsNothing(t *testing.T) {
+	c1 := open(t, withKey(testKey(1)))
+	q1 := configure(t, c1, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+	pushN(t, q1, "", "m", 2)
+	keyless := openOn(t, c1)
+	for _, autoAck := range []bool{false, true} {
+		if _, err := keyless.Queue("q").Pop(ctxT(t), queen.PopOptions{Batch: 10, AutoAck: autoAck}); !errors.Is(err, queen.ErrEncryption) {
+			t.Fatalf("Pop without a key (AutoAck %v) = %v, want ErrEncryption", autoAck, err)
+		}
+	}
+	wantData(t, pop(t, q1, queen.PopOptions{Batch: 10}), "m0", "m1")
+	if n := countRows(t, c1, "dead_letters"); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
 }
