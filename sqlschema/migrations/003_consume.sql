@@ -392,6 +392,81 @@ BEGIN
 END
 $$;
 
+-- What a pop claimed but cannot hand over: messages Go cannot decompress,
+-- parse or decrypt (a corrupt segment, a message sealed with another key).
+-- They go to the dead-letter store with their reasons instead of failing
+-- every claim that meets them. Under a lease (p_lease) they must be the
+-- lease's head, consecutive from the cursor, which moves past them; the
+-- lease is cut to end at p_end (the message before the next undecodable
+-- one, which a later claim then finds at its head) and released once
+-- nothing of it is left. Returns false, writing nothing, if the lease is no
+-- longer held. With AutoAck (p_lease NULL) the claim already moved the
+-- cursor: only the dead letters are written.
+CREATE FUNCTION {{schema}}.pop_dead_letter(
+    p_pid      bigint,
+    p_group    text,
+    p_lease    uuid,
+    p_end      bigint,
+    p_offs     bigint[],
+    p_ids      uuid[],
+    p_txns     text[],
+    p_flags    integer[],
+    p_payloads bytea[],
+    p_created  timestamptz[],
+    p_reasons  text[]
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    n      integer := coalesce(cardinality(p_offs), 0);
+    v_c    record;
+    v_p    record;
+    v_comm bigint;
+    v_end  bigint;
+    v_now  timestamptz := clock_timestamp();
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_txns), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
+       OR coalesce(cardinality(p_created), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n THEN
+        RAISE EXCEPTION 'queen: pop_dead_letter arrays are not aligned';
+    END IF;
+    SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at INTO v_c
+        FROM {{schema}}.consumers c
+        WHERE c.partition_id = p_pid AND c.group_name = p_group
+        FOR UPDATE;
+        IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
+           OR (n > 0 AND (p_offs[1] <> v_c.committed + 1 OR p_offs[n] <> v_c.committed + n
+                          OR p_offs[n] > v_c.batch_end)) THEN
+            RETURN false;
+        END IF;
+        v_comm := CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END;
+        v_end := least(v_c.batch_end, coalesce(p_end, v_c.batch_end));
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = CASE WHEN v_comm > committed THEN 0 ELSE attempts END,
+            deliveries       = CASE WHEN v_comm = committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
+            lease_id         = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+        msg_offset, message_id, transaction_id, flags, payload, message_created_at, attempts, reason)
+    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, x.flags, x.payload, x.created, 0, x.reason
+    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons)
+         AS x(off, id, txn, flags, payload, created, reason)
+    ORDER BY x.off;
+    RETURN true;
+END
+$$;
+
 -- One verdict per settle input. status: 0 applied, 1 below the cursor (no
 -- op), 2 lease lost, 3 applied and the message was dead-lettered, 4 applied
 -- and the exhausted message was dropped, 5 no such cursor.
