@@ -113,3 +113,29 @@ WHERE locktype = 'advisory' AND NOT granted AND classid = 7331 AND objid = 1`).S
 	pushN(t, q, "p", "o", 1)
 	wantData(t, pop(t, q, queen.PopOptions{Batch: 10}), "o0")
 }
+
+// The same guarantee from the other side: segments gone by the time the
+// pop reads them (here deleted by hand, leaving log_start behind, as a
+// retention committing between the claim's lock and its read looks to the
+// pop) yield no lease and no auto-ack.
+func TestPopLeavesNoLeaseWhenClaimedSegmentsAreGone(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, q, "p", "m", 2)
+	if _, err := c.Pool().Exec(ctxT(t), "DELETE FROM "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for _, autoAck := range []bool{false, true} {
+		if got := pop(t, q, queen.PopOptions{Batch: 10, AutoAck: autoAck}); len(got) != 0 {
+			t.Fatalf("popped %q from deleted segments", datas(got))
+		}
+	}
+	var leased, committed int
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT count(*) FILTER (WHERE lease_expires_at > now()), max(committed) FROM "+
+		pgx.Identifier{c.Schema(), "consumers"}.Sanitize()).Scan(&leased, &committed); err != nil {
+		t.Fatal(err)
+	}
+	if leased != 0 || committed != -1 {
+		t.Fatalf("%d lease(s) and the cursor at %d over messages nobody received", leased, committed)
+	}
+}
