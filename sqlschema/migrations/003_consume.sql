@@ -180,6 +180,7 @@ DECLARE
     v_lease    uuid;
     v_expires  timestamptz;
     v_try      integer;
+    v_deliv    integer;
     v_drained  bigint[] := '{}';
     v_caught   bigint[] := '{}';
     v_missing  boolean;
@@ -306,48 +307,38 @@ BEGIN
                 IF p_auto_ack THEN
                     v_lease := NULL;
                     v_expires := NULL;
+                    v_deliv := v_c.deliveries + 1;
                 ELSE
                     v_lease := gen_random_uuid();
                     v_expires := v_now + p_lease_ms * interval '1 millisecond';
+                    v_deliv := CASE WHEN v_c.committed = v_start - 1 THEN v_c.deliveries + 1 ELSE 1 END;
                 END IF;
 
-                -- The cursor write and the segment read are one statement, so
-                -- one snapshot: retention deletes a prefix and moves log_start
-                -- in one transaction, so the statement either sees the
-                -- segments or the new log_start, never a lease (or an auto-ack)
-                -- over messages it cannot return. The start is re-read here
-                -- for that reason; nothing retained in range, nothing written.
+                -- The segments first, the cursor write after, and only if
+                -- some segment was read: retention committing between the
+                -- claim and the read leaves fewer segments (or none), never
+                -- a lease (or an auto-ack) over messages nobody received.
+                -- The row is locked: nothing else can move it meanwhile.
                 RETURN QUERY
-                WITH w AS (
-                    SELECT greatest(v_c.committed + 1, p.log_start) AS st
-                    FROM {{schema}}.partitions p
-                    WHERE p.id = v_c.partition_id
-                ), u AS (
-                    UPDATE {{schema}}.consumers c SET
-                        committed        = CASE WHEN p_auto_ack THEN v_end ELSE w.st - 1 END,
-                        batch_end        = CASE WHEN p_auto_ack THEN NULL ELSE v_end END,
-                        lease_id         = v_lease,
-                        lease_owner      = CASE WHEN p_auto_ack THEN NULL ELSE p_owner END,
-                        lease_expires_at = v_expires,
-                        deliveries       = CASE WHEN p_auto_ack THEN 0
-                                                WHEN c.committed = w.st - 1 THEN c.deliveries + 1 ELSE 1 END,
-                        attempts         = CASE WHEN NOT p_auto_ack AND c.committed = w.st - 1 THEN c.attempts ELSE 0 END,
-                        delivered_max    = greatest(c.delivered_max, v_end),
-                        updated_at       = v_now
-                    FROM w
-                    WHERE c.partition_id = v_c.partition_id AND c.group_name = p_group AND w.st <= v_end
-                      AND EXISTS (SELECT 1 FROM {{schema}}.segments s
-                                  WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-                                    AND s.end_offset >= w.st)
-                    RETURNING w.st, CASE WHEN p_auto_ack THEN v_c.deliveries + 1 ELSE c.deliveries END AS deliv
-                )
-                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, u.st, v_end, u.deliv, v_c.delivered_max,
+                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
                        s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
-                FROM u
-                JOIN {{schema}}.segments s ON s.partition_id = v_c.partition_id
-                                          AND s.base_offset BETWEEN v_seg_lo AND v_end AND s.end_offset >= u.st
+                FROM {{schema}}.segments s
+                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
                 ORDER BY s.base_offset;
                 IF FOUND THEN
+                    IF p_auto_ack THEN
+                        UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
+                            lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    ELSE
+                        UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
+                            lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
+                            deliveries = v_deliv,
+                            attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    END IF;
                     v_left := v_left - (v_end - v_start + 1)::integer;
                     v_claimed := v_claimed + 1;
                     IF p_auto_ack AND v_end >= v_c.last_offset THEN
@@ -396,10 +387,11 @@ $$;
 -- parse or decrypt (a corrupt segment, a message sealed with another key).
 -- They go to the dead-letter store with their reasons instead of failing
 -- every claim that meets them. Under a lease (p_lease) they must be the
--- lease's head, consecutive from the cursor, which moves past them; the
--- lease is cut to end at p_end (the message before the next undecodable
--- one, which a later claim then finds at its head) and released once
--- nothing of it is left. Returns false, writing nothing, if the lease is no
+-- lease's head (consecutive; any offsets between the cursor and the first
+-- were taken by retention), and the cursor moves past them; the lease is
+-- cut to end at p_end (the message before the next undecodable one, which
+-- a later claim then finds at its head) and released once nothing of it is
+-- left. Returns false, writing nothing, if the lease is no
 -- longer held. With AutoAck (p_lease NULL) the claim already moved the
 -- cursor: only the dead letters are written.
 CREATE FUNCTION {{schema}}.pop_dead_letter(
@@ -439,7 +431,7 @@ BEGIN
         WHERE c.partition_id = p_pid AND c.group_name = p_group
         FOR UPDATE;
         IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-           OR (n > 0 AND (p_offs[1] <> v_c.committed + 1 OR p_offs[n] <> v_c.committed + n
+           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] <> p_offs[1] + n - 1
                           OR p_offs[n] > v_c.batch_end)) THEN
             RETURN false;
         END IF;
