@@ -273,3 +273,48 @@ func BenchmarkConsumeDrain(b *testing.B) {
 		})
 	}
 }
+
+// A Consume worker whose lease was taken over while a handler ran (here by
+// a direct update standing in for another consumer claiming after expiry)
+// must not start handlers for the rest of that batch: the new holder is
+// handling the same partition.
+func TestConsumeStopsBatchWhenLeaseLost(t *testing.T) {
+	var schema string
+	c := open(t, func(cfg *queen.Config) { schema = cfg.Schema })
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: 300 * time.Millisecond})
+	pushN(t, q, "p", "m", 3)
+	var mu sync.Mutex
+	var handled []int64
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 3, Wait: 100 * time.Millisecond}},
+			func(hctx context.Context, m *queen.Message) error {
+				mu.Lock()
+				handled = append(handled, m.Offset)
+				first := len(handled) == 1
+				mu.Unlock()
+				if first {
+					// Someone else now holds the partition.
+					_, err := c.Pool().Exec(hctx, fmt.Sprintf(`UPDATE %q.consumers SET lease_id = gen_random_uuid(),
+						lease_expires_at = now() + interval '1 hour'`, schema))
+					if err != nil {
+						t.Error(err)
+					}
+					time.Sleep(400 * time.Millisecond) // past the lease and a renewal attempt
+				}
+				return nil
+			})
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handled) != 1 {
+		t.Fatalf("handled offsets %v under a lease that was taken over; want only the first", handled)
+	}
+}
