@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -135,12 +136,21 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 		}
 		return
 	}
-	stopRenew := q.renew(msgs[0])
+	var exp atomic.Int64 // the lease's end in Unix ns, 0 once lost
+	exp.Store(msgs[0].LeaseExpiresAt.UnixNano())
+	stopRenew := q.renew(msgs[0], &exp)
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
 		if ctx.Err() != nil {
 			op.act, op.actMsg = actRetry, m
+			break
+		}
+		if time.Now().UnixNano() >= exp.Load() {
+			// The lease ended (the pop was slow, or a renewal found it taken
+			// over): another consumer may hold the partition now, so the rest
+			// of the batch is theirs. Ack what was handled; if the lease was
+			// taken over that ack is refused and the batch redelivered.
 			break
 		}
 		err := fn(ctx, m)
@@ -160,6 +170,9 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	if lastOK >= 0 {
 		op.ok = msgs[lastOK].Offset
 	}
+	if op.ok < 0 && op.act == actNone {
+		return // nothing handled: the lease runs out by itself
+	}
 	st, err := e.settle(ctx, []settleOp{op})
 	if err == nil {
 		err = statusErr(st[0])
@@ -170,9 +183,11 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	}
 }
 
-// renew extends the lease of m's batch each time half of it has passed,
-// until the returned func is called (which waits for the renewer to stop).
-func (q *Queue) renew(m *Message) (stop func()) {
+// renew keeps the lease of m's batch alive: it extends it whenever half of
+// it is left, at once if the pop already took that long, and publishes the
+// current end in exp (0 once the lease is lost) until the returned func is
+// called (which waits for the renewer to stop).
+func (q *Queue) renew(m *Message, exp *atomic.Int64) (stop func()) {
 	d := m.leaseDur
 	if d <= 0 {
 		return func() {}
@@ -180,22 +195,32 @@ func (q *Queue) renew(m *Message) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(d / 2)
-		defer t.Stop()
 		for {
+			wait := time.Until(time.Unix(0, exp.Load())) - d/2
+			t := time.NewTimer(max(wait, 0))
 			select {
 			case <-done:
+				t.Stop()
 				return
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), q.c.e.cfg.StatementTimeout)
-			_, err := q.c.e.extend(ctx, m, d)
+			end, err := q.c.e.extend(ctx, m, d)
 			cancel()
-			if err != nil {
-				q.c.e.log.Warn("queen: consume: lease renewal failed", "queue", q.name, "partition", m.Partition, "err", err)
-				if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrClosed) {
-					return
-				}
+			if err == nil {
+				exp.Store(end.UnixNano())
+				continue
+			}
+			q.c.e.log.Warn("queen: consume: lease renewal failed", "queue", q.name, "partition", m.Partition, "err", err)
+			if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrClosed) {
+				exp.Store(0)
+				return
+			}
+			// A transient error: try again shortly, while the lease lasts.
+			select {
+			case <-done:
+				return
+			case <-time.After(min(d/10, time.Second)):
 			}
 		}
 	})
