@@ -39,7 +39,10 @@ type State struct {
 
 // Violation is one broken promise with the events that prove it.
 type Violation struct {
-	Kind     string
+	Kind string
+	// Queue, Group and Partition locate it, where it has one.
+	Queue, Group, Partition string
+
 	Detail   string
 	Evidence []Event
 }
@@ -134,6 +137,7 @@ type checker struct {
 	limit  int
 	counts map[string]int
 	out    []Violation
+	where  Violation // location of the next report
 }
 
 func (c *checker) report(kind, detail string, ev ...Event) {
@@ -141,7 +145,10 @@ func (c *checker) report(kind, detail string, ev ...Event) {
 	if c.limit > 0 && c.counts[kind] > c.limit {
 		return
 	}
-	c.out = append(c.out, Violation{Kind: kind, Detail: detail, Evidence: ev})
+	v := c.where
+	c.where = Violation{}
+	v.Kind, v.Detail, v.Evidence = kind, detail, ev
+	c.out = append(c.out, v)
 }
 
 // Counts returns how many violations of each kind Check found (including
@@ -216,7 +223,7 @@ func (c *checker) pushes(ops []*Op) {
 		var ev []Event
 		for _, a := range as {
 			switch a.status {
-			case "queued", "buffered":
+			case "queued", "buffered", "committed":
 				definite++
 				ev = append(ev, a.op.evidence()...)
 			case Info:
@@ -326,6 +333,15 @@ func (c *checker) order(ops []*Op) {
 			delete(offsets, k)
 		}
 	}
+	// A transaction id pushed more than once lands where its first push did.
+	pushed := map[qt]int{}
+	for _, o := range ops {
+		if o.Inv.Op == OpPush {
+			for _, it := range o.Inv.Items {
+				pushed[qt{o.Inv.Queue, it.TxID}]++
+			}
+		}
+	}
 	by := map[qp][]placed{}
 	for _, o := range ops {
 		if o.Inv.Op != OpPush || o.Inv.Rollback || o.Phase() != OK || !c.audited(o.Inv.Queue) || o.Done == nil {
@@ -340,7 +356,7 @@ func (c *checker) order(ops []*Op) {
 				continue
 			}
 			s, ok := offsets[qt{o.Inv.Queue, it.TxID}]
-			if !ok || s.Partition != it.Partition {
+			if !ok || s.Partition != it.Partition || pushed[qt{o.Inv.Queue, it.TxID}] > 1 {
 				continue // reported by pushes
 			}
 			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status == "queued"})
@@ -387,7 +403,8 @@ func (c *checker) sweepOrder(k qp, ps []placed, counts func(a, b placed) bool, k
 			j++
 		}
 		for _, a := range best {
-			if a != nil && counts(*a, b) && a.offset >= b.offset {
+			same := a != nil && a.op.Inv.Items[a.item].TxID == b.op.Inv.Items[b.item].TxID // a producer retry
+			if a != nil && !same && counts(*a, b) && a.offset >= b.offset {
 				c.report(kind, fmt.Sprintf("queue %s partition %s: a push completed before another began, yet is stored after it (%d >= %d)",
 					k.queue, k.partition, a.offset, b.offset), append(a.op.evidence(), b.op.evidence()...)...)
 				break
@@ -596,13 +613,35 @@ func (c *checker) eventually(ops []*Op) {
 			got[k][m.ID] = true
 		}
 	}
+	// An AutoAck pop whose outcome is unknown may have consumed up to its
+	// Batch messages nobody saw: at-most-once is AutoAck's contract.
+	unknown := map[string]int{}
+	for _, o := range ops {
+		if o.Inv.Op == OpPop && o.Inv.AutoAck && o.Phase() != OK {
+			unknown[o.Inv.Queue+"\x00"+o.Inv.Group] += max(o.Inv.Batch, 1)
+		}
+	}
+	missing := map[string][]Stored{}
 	for _, s := range c.st.Log {
 		if s.Failures != 0 {
 			continue
 		}
 		for _, g := range c.st.Queues[s.Queue].Groups {
-			if !got[s.Queue+"\x00"+g][s.ID] {
-				c.report("never-delivered", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q was never delivered", s.Queue, g, s.Partition, s.Offset, s.ID, s.TxID))
+			if k := s.Queue + "\x00" + g; !got[k][s.ID] {
+				missing[k] = append(missing[k], s)
+			}
+		}
+	}
+	for k, ss := range missing {
+		if len(ss) <= unknown[k] {
+			continue
+		}
+		g := k[strings.IndexByte(k, 0)+1:]
+		for _, s := range ss {
+			{
+				c.where = Violation{Queue: s.Queue, Group: g, Partition: s.Partition}
+				c.report("never-delivered", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q was never delivered (%d such; AutoAck pops of unknown outcome could explain %d)",
+					s.Queue, g, s.Partition, s.Offset, s.ID, s.TxID, len(ss), unknown[k]))
 			}
 		}
 	}

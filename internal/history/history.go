@@ -65,6 +65,7 @@ type Event struct {
 
 	// Pop: what was delivered. AutoAck deliveries are settled by the pop.
 	AutoAck bool       `json:"autoack,omitempty"`
+	Batch   int        `json:"batch,omitempty"` // the pop's Batch
 	Msgs    []Delivery `json:"msgs,omitempty"`
 
 	// Settle and Handler: one message.
