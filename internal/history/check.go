@@ -29,6 +29,15 @@ type QueueInfo struct {
 	// Groups must each have been delivered every stored message by the end
 	// (the run drains them); "" is queue mode.
 	Groups []string
+	// LateGroups joined with SubscribeNew during the run: each must have
+	// been delivered every message pushed after its first pop completed.
+	LateGroups []string
+	// Retained queues lose messages to Retention and CompletedRetention: a
+	// pushed message missing from the final log is not lost, a delivered
+	// one stands in for its deleted row, and only offsets at or above the
+	// partition's final LogStart must reach every group.
+	Retained bool
+	LogStart map[string]int64 // partition -> oldest retained offset at the end
 }
 
 // State is the final state the history is checked against.
@@ -123,10 +132,12 @@ func Pair(events []Event) []*Op {
 func Check(events []Event, st State, limit int) []Violation {
 	c := &checker{st: st, limit: limit, counts: map[string]int{}}
 	ops := Pair(events)
+	c.reconstruct(ops)
 	c.pushes(ops)
 	c.logShape()
 	c.order(ops)
 	c.deliveries(ops)
+	c.pollSkip(ops)
 	c.holders(ops)
 	c.eventually(ops)
 	return c.out
@@ -232,8 +243,11 @@ func (c *checker) pushes(ops []*Op) {
 			}
 		}
 		ev = clip(ev, 6)
-		deduped := c.st.Queues[k.queue].Deduped
+		qi := c.st.Queues[k.queue]
+		deduped := qi.Deduped
 		switch {
+		case qi.Retained && len(ss) == 0:
+			// Retention may have taken it before anyone read it.
 		case definite > 0 && len(ss) == 0:
 			c.report("lost", fmt.Sprintf("queue %s: transaction %q reported stored (%d times) is not in the log", k.queue, k.tx, definite), ev...)
 		case definite == 0 && unknown == 0 && len(ss) > 0:
@@ -248,6 +262,9 @@ func (c *checker) pushes(ops []*Op) {
 		for _, a := range as {
 			switch a.status {
 			case "queued":
+				if qi.Retained && len(ss) == 0 {
+					continue
+				}
 				if !slices.ContainsFunc(ss, func(s Stored) bool {
 					return s.Offset == a.res.Offset && s.ID == a.res.ID && s.Partition == a.op.Inv.Items[a.item].Partition
 				}) {
@@ -296,7 +313,11 @@ func (c *checker) logShape() {
 	}
 	for k, ss := range by {
 		slices.SortFunc(ss, func(a, b Stored) int { return cmp.Compare(a.Offset, b.Offset) })
+		start := c.st.Queues[k.queue].LogStart[k.partition]
 		for i := 1; i < len(ss); i++ {
+			if c.st.Queues[k.queue].Retained && ss[i].Offset <= start {
+				continue // below the retained range, rows come from deliveries
+			}
 			switch d := ss[i].Offset - ss[i-1].Offset; {
 			case d == 0:
 				c.report("inconsistent-offsets", fmt.Sprintf("queue %s partition %s: offset %d holds %s and %s", k.queue, k.partition, ss[i].Offset, ss[i-1].ID, ss[i].ID))
@@ -621,12 +642,39 @@ func (c *checker) eventually(ops []*Op) {
 			unknown[o.Inv.Queue+"\x00"+o.Inv.Group] += max(o.Inv.Batch, 1)
 		}
 	}
+	// A late group owes only what was pushed after its first contact.
+	joined := map[string]int64{}
+	pushedAt := map[qt]int64{}
+	for _, o := range ops {
+		switch {
+		case o.Inv.Op == OpPush:
+			for _, it := range o.Inv.Items {
+				k := qt{o.Inv.Queue, it.TxID}
+				if t, ok := pushedAt[k]; !ok || o.Start() < t {
+					pushedAt[k] = o.Start()
+				}
+			}
+		case (o.Inv.Op == OpPop || o.Inv.Op == OpHandler) && o.Phase() == OK:
+			k := o.Inv.Queue + "\x00" + o.Inv.Group
+			if t, ok := joined[k]; !ok || o.End() < t {
+				joined[k] = o.End()
+			}
+		}
+	}
 	missing := map[string][]Stored{}
 	for _, s := range c.st.Log {
-		if s.Failures != 0 {
+		qi := c.st.Queues[s.Queue]
+		if s.Failures != 0 || (qi.Retained && s.Offset < qi.LogStart[s.Partition]) {
 			continue
 		}
-		for _, g := range c.st.Queues[s.Queue].Groups {
+		for _, g := range qi.LateGroups {
+			k := s.Queue + "\x00" + g
+			t, ok := joined[k]
+			if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; ok && pushed && at > t && !got[k][s.ID] {
+				missing[k] = append(missing[k], s)
+			}
+		}
+		for _, g := range qi.Groups {
 			if k := s.Queue + "\x00" + g; !got[k][s.ID] {
 				missing[k] = append(missing[k], s)
 			}
@@ -657,4 +705,114 @@ func delivered(o *Op) []Delivery {
 		return o.Inv.Msgs
 	}
 	return nil
+}
+
+// reconstruct adds to the log of retained queues the delivered messages
+// whose rows retention deleted: a delivery proves the row existed.
+func (c *checker) reconstruct(ops []*Op) {
+	have := map[qp]map[int64]bool{}
+	for _, s := range c.st.Log {
+		k := qp{s.Queue, s.Partition}
+		if have[k] == nil {
+			have[k] = map[int64]bool{}
+		}
+		have[k][s.Offset] = true
+	}
+	for _, o := range ops {
+		if !c.st.Queues[o.Inv.Queue].Retained {
+			continue
+		}
+		for _, m := range delivered(o) {
+			k := qp{o.Inv.Queue, m.Partition}
+			if have[k][m.Offset] {
+				continue
+			}
+			if have[k] == nil {
+				have[k] = map[int64]bool{}
+			}
+			have[k][m.Offset] = true
+			c.st.Log = append(c.st.Log, Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID})
+		}
+	}
+}
+
+// pollSkip: a delivery never starts past the cursor. The cursor at a
+// claim is at most the highest offset any commit that may have applied
+// before the claim returned went through: acks, dead letters, fails
+// (lenient: through the failed message), auto-acks and Consume handler
+// completions (a handler's end precedes its batch's settle). An auto-ack
+// pop of unknown outcome could have moved it anywhere, so its group is not
+// checked after it.
+func (c *checker) pollSkip(ops []*Op) {
+	type commit struct {
+		start  int64
+		offset int64
+	}
+	commits := map[qgp][]commit{}
+	blind := map[string]int64{} // queue/group -> start of the first unknown auto-ack pop
+	for _, o := range ops {
+		q := c.st.Queues[o.Inv.Queue]
+		if !c.audited(o.Inv.Queue) || q.Retained {
+			continue
+		}
+		switch o.Inv.Op {
+		case OpSettle:
+			if o.Phase() != Fail && (o.Inv.Kind == "ack" || o.Inv.Kind == "dead" || o.Inv.Kind == "fail") {
+				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+				commits[k] = append(commits[k], commit{o.Start(), o.Inv.Offset})
+			}
+		case OpHandler:
+			if o.Done != nil {
+				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+				commits[k] = append(commits[k], commit{o.End(), o.Inv.Offset})
+			}
+		case OpPop:
+			if !o.Inv.AutoAck {
+				continue
+			}
+			if o.Phase() != OK {
+				k := o.Inv.Queue + "\x00" + o.Inv.Group
+				if t, ok := blind[k]; !ok || o.Start() < t {
+					blind[k] = o.Start()
+				}
+				continue
+			}
+			for _, m := range o.Done.Msgs {
+				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
+			}
+		}
+	}
+	for k := range commits {
+		slices.SortFunc(commits[k], func(a, b commit) int { return cmp.Compare(a.start, b.start) })
+	}
+	for _, o := range ops {
+		if o.Inv.Op != OpPop || o.Phase() != OK || !c.audited(o.Inv.Queue) || c.st.Queues[o.Inv.Queue].Retained {
+			continue
+		}
+		if t, ok := blind[o.Inv.Queue+"\x00"+o.Inv.Group]; ok && t < o.End() {
+			continue
+		}
+		first := map[string]int64{}
+		for _, m := range o.Done.Msgs {
+			if _, ok := first[m.Partition]; !ok {
+				first[m.Partition] = m.Offset
+			}
+		}
+		for p, f := range first {
+			cs := commits[qgp{o.Inv.Queue, o.Inv.Group, p}]
+			bound := int64(-1)
+			for _, cm := range cs {
+				if cm.start >= o.End() {
+					break
+				}
+				bound = max(bound, cm.offset)
+			}
+			if f > bound+1 {
+				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: p}
+				c.report("poll-skip", fmt.Sprintf("queue %s group %q partition %s: a pop started at offset %d, but no commit could have moved the cursor past %d",
+					o.Inv.Queue, o.Inv.Group, p, f, bound), o.evidence()...)
+			}
+		}
+	}
 }
