@@ -256,7 +256,7 @@ func (c *checker) pushes(ops []*Op) {
 			c.report("duplicated", fmt.Sprintf("queue %s: transaction %q stored %d times (%s) within its dedup window", k.queue, k.tx, len(ss), where(ss)), ev...)
 		case !deduped && len(ss) > definite+unknown:
 			c.report("duplicated", fmt.Sprintf("queue %s: transaction %q stored %d times (%s), pushed %d times definitely and %d with unknown outcome", k.queue, k.tx, len(ss), where(ss), definite, unknown), ev...)
-		case !deduped && len(ss) < definite:
+		case !deduped && !qi.Retained && len(ss) < definite:
 			c.report("lost", fmt.Sprintf("queue %s: transaction %q stored %d times, reported stored %d times", k.queue, k.tx, len(ss), definite), ev...)
 		}
 		for _, a := range as {
@@ -780,6 +780,22 @@ func (c *checker) pollSkip(ops []*Op) {
 			for _, m := range o.Done.Msgs {
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
 				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
+			}
+		}
+	}
+	// A late group's cursor starts wherever the tail was at its first
+	// contact: its first delivery of a partition sets the baseline.
+	late := map[qgp]bool{}
+	for _, o := range ops {
+		q := c.st.Queues[o.Inv.Queue]
+		if !slices.Contains(q.LateGroups, o.Inv.Group) {
+			continue
+		}
+		for _, m := range delivered(o) {
+			k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+			if !late[k] {
+				late[k] = true
+				commits[k] = append(commits[k], commit{math.MinInt64, m.Offset - 1})
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
@@ -80,9 +83,28 @@ var queueSpecs = []struct {
 	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true}},
 	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
+	// Retention takes messages whether read or not; CompletedRetention
+	// those every group read.
+	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second, CompletedRetention: time.Second}},
 }
 
-var groups = []string{"", "g1", "g2"}
+// groups read everything; lateGroups join with SubscribeNew at their first
+// pop, which a worker makes some time into the run.
+var (
+	groups     = []string{"", "g1", "g2"}
+	lateGroups = []string{"gnew"}
+)
+
+// secretMarker starts every payload pushed to the encrypted queue: it must
+// never appear on disk, in the database or in a spool file.
+const secretMarker = "secret-payload:"
+
+func payload(q, tx string) []byte {
+	if q == "secret" {
+		return []byte(secretMarker + tx)
+	}
+	return []byte("payload:" + tx)
+}
 
 type run struct {
 	t        *testing.T
@@ -157,16 +179,17 @@ func (r *run) main() {
 		r.spoolDirs = append(r.spoolDirs, ch[i].spool)
 		ch[i].start()
 	}
-	nem := &nemesis{r: r, admin: admin, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17))}
+	wg.Go(func() { r.scanSpools(genCtx) })
+	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17))}
 	wg.Go(func() { nem.loop(genCtx) })
 	wg.Wait()
 
 	// Heal: the server up, maintenance off, children stopped, every spool
 	// drained by a client on it.
-	r.heal(ctx, admin)
 	for _, c := range ch {
 		c.kill()
 	}
+	r.heal(ctx, admin)
 	for _, c := range clients {
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := c.Close(cctx); err != nil {
@@ -198,9 +221,15 @@ func (r *run) main() {
 		events = append(events, evs...)
 	}
 	st := history.State{Queues: map[string]history.QueueInfo{}, Log: r.readLog(ctx, admin)}
+	starts := r.logStarts(ctx, admin)
 	for _, qs := range queueSpecs {
-		st.Queues[qs.name] = history.QueueInfo{Deduped: true, Groups: groups}
+		qi := history.QueueInfo{Deduped: qs.opts.Retention == 0, Groups: groups, LateGroups: lateGroups}
+		if qs.opts.Retention > 0 {
+			qi.Retained, qi.LogStart = true, starts[qs.name]
+		}
+		st.Queues[qs.name] = qi
 	}
+	r.checkSecretLog(ctx, admin)
 	vs := history.Check(events, st, 8)
 	for _, v := range vs {
 		t.Errorf("seed %d: %s", r.seed, v)
@@ -261,6 +290,13 @@ func (r *run) heal(ctx context.Context, admin *queen.Client) {
 	_ = r.cl.Start(ctx) // in case a restart failed half-way; "already running" is the usual answer
 	for {
 		err := admin.SetMaintenance(ctx, false)
+		for _, qs := range queueSpecs {
+			if err == nil {
+				o := qs.opts // DelayedProcessing back to 0, a lease the drain can outwait
+				o.LeaseTime = time.Second
+				err = admin.Queue(qs.name).Configure(ctx, o)
+			}
+		}
 		if err == nil {
 			return
 		}
@@ -279,14 +315,14 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	n := 0
 	for _, qs := range queueSpecs {
 		q := admin.Queue(qs.name)
-		for _, g := range groups {
+		for _, g := range append(slices.Clone(groups), lateGroups...) {
 			empty := 0
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
 				if time.Now().After(deadline) {
 					r.t.Fatalf("final drain of %s/%q did not end", qs.name, g)
 				}
-				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second}
+				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second, Subscription: queen.SubscribeNew}
 				msgs := recordPop(ctx, r.rec, "final", q, o)
 				if len(msgs) == 0 {
 					empty++
@@ -375,11 +411,19 @@ func (c *child) start() {
 	c.cmd = cmd
 }
 
+func (c *child) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		_ = c.cmd.Process.Signal(sig)
+	}
+}
+
 func (c *child) kill() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cmd != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Process.Signal(syscall.SIGKILL) // also ends a SIGSTOP
 		_ = c.cmd.Wait()
 		c.cmd = nil
 	}
@@ -441,6 +485,7 @@ func TestHistoryChild(t *testing.T) {
 type nemesis struct {
 	r        *run
 	admin    *queen.Client
+	clients  []*queen.Client
 	children []*child
 	rng      *rand.Rand
 }
@@ -452,7 +497,8 @@ func (n *nemesis) loop(ctx context.Context) {
 			return
 		case <-time.After(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond):
 		}
-		kind := []string{"restart", "terminate", "lock", "maintenance", "kill-child"}[n.rng.IntN(5)]
+		kinds := []string{"restart", "terminate", "lock", "maintenance", "kill-child", "pause-child", "exhaust"}
+		kind := kinds[n.rng.IntN(len(kinds))]
 		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
 		err := n.inject(ctx, kind)
 		res := history.Event{}
@@ -515,6 +561,34 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		}
 		// Heal turns it off.
 		return nil
+	case "pause-child":
+		// A stopped process (a GC pause, a frozen VM): its leases expire
+		// while it still believes it holds them.
+		if len(n.children) == 0 {
+			return nil
+		}
+		c := n.children[n.rng.IntN(len(n.children))]
+		c.signal(syscall.SIGSTOP)
+		sleep(1000)
+		c.signal(syscall.SIGCONT)
+	case "exhaust":
+		// Every connection of one client's pool taken past the statement
+		// timeout: its pushes must spool, its pops fail and retry.
+		c := n.clients[n.rng.IntN(len(n.clients))]
+		var held []*pgxpool.Conn
+		for range c.Pool().Config().MaxConns {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			conn, err := c.Pool().Acquire(actx)
+			cancel()
+			if err != nil {
+				break
+			}
+			held = append(held, conn)
+		}
+		time.Sleep(statementTimeout + 500*time.Millisecond)
+		for _, conn := range held {
+			conn.Release()
+		}
 	case "kill-child":
 		if len(n.children) == 0 {
 			return nil
@@ -556,8 +630,10 @@ func (w *worker) loop(ctx context.Context) {
 			w.pushTx(opCtx)
 		case x < 44:
 			w.tx(opCtx)
-		case x < 82:
+		case x < 76:
 			w.popSettle(opCtx)
+		case x < 82:
+			w.popAckBatch(opCtx)
 		case x < 92:
 			w.consume(opCtx)
 		case x < 96:
@@ -579,6 +655,7 @@ func (w *worker) options(q string) queen.QueueOptions {
 			o := qs.opts
 			o.RetryLimit = 1 + w.rng.IntN(3)
 			o.LeaseTime = time.Duration(300+w.rng.IntN(1700)) * time.Millisecond
+			o.DelayedProcessing = []time.Duration{0, 0, 150 * time.Millisecond}[w.rng.IntN(3)]
 			return o
 		}
 	}
@@ -603,7 +680,7 @@ func (w *worker) items(q string) []queen.Item {
 		if len(w.recent) > 0 && w.rng.IntN(30) == 0 && w.rqueue[len(w.rqueue)-1] == q {
 			// A producer retry: same transaction id, same partition.
 			it := w.recent[w.rng.IntN(len(w.recent))]
-			items[i] = queen.Item{Partition: it.Partition, TransactionID: it.TxID, Data: []byte(it.TxID)}
+			items[i] = queen.Item{Partition: it.Partition, TransactionID: it.TxID, Data: payload(q, it.TxID)}
 			continue
 		}
 		w.n++
@@ -612,7 +689,7 @@ func (w *worker) items(q string) []queen.Item {
 			p = fmt.Sprintf("k%d", w.rng.IntN(largeKeys))
 		}
 		tx := w.proc + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
-		items[i] = queen.Item{Partition: p, TransactionID: tx, Data: []byte(tx)}
+		items[i] = queen.Item{Partition: p, TransactionID: tx, Data: payload(q, tx)}
 	}
 	return items
 }
@@ -732,6 +809,9 @@ func (w *worker) tx(ctx context.Context) {
 
 func (w *worker) popOptions() queen.PopOptions {
 	o := queen.PopOptions{Group: groups[w.rng.IntN(len(groups))]}
+	if w.rng.IntN(8) == 0 {
+		o.Group, o.Subscription = lateGroups[w.rng.IntN(len(lateGroups))], queen.SubscribeNew
+	}
 	o.Batch = []int{1, 1, 10, 100}[w.rng.IntN(4)]
 	o.Partitions = []int{1, 1, 1, 4}[w.rng.IntN(4)]
 	o.AutoAck = w.rng.IntN(7) == 0
@@ -917,5 +997,119 @@ func (r *run) dumpPartition(ctx context.Context, admin *queen.Client, v history.
 		}
 		r.t.Logf("    db: partition %s id %d last %d start %d pending %v created %s | group %q committed %d lease %v updated %v",
 			v.Partition, id, last, start, pending, created.Format("15:04:05.000"), group, committed, exp, upd)
+	}
+}
+
+// popAckBatch pops and settles the batch with one AckBatch of mixed
+// outcomes, in order.
+func (w *worker) popAckBatch(ctx context.Context) {
+	q := w.queue()
+	o := w.popOptions()
+	o.AutoAck = false
+	msgs := recordPop(ctx, w.rec, w.proc, w.c.Queue(q), o)
+	if len(msgs) == 0 {
+		return
+	}
+	kinds := map[queen.AckStatus]string{queen.AckSuccess: "ack", queen.AckFail: "fail", queen.AckRetry: "retry", queen.AckDeadLetter: "dead"}
+	var reqs []queen.AckRequest
+	var invs []history.Event
+	for _, m := range msgs {
+		st := queen.AckSuccess
+		if x := w.rng.IntN(100); x < 6 {
+			st = queen.AckFail
+		} else if x < 8 {
+			st = queen.AckRetry
+		} else if x < 10 {
+			st = queen.AckDeadLetter
+		}
+		reqs = append(reqs, queen.AckRequest{Message: m, Status: st, Reason: errors.New("history: batch")})
+		invs = append(invs, w.rec.Invoke(settleEvent(w.proc, m, kinds[st])))
+	}
+	errs, err := w.c.Queue(q).AckBatch(ctx, reqs)
+	for i, inv := range invs {
+		switch {
+		case err != nil:
+			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		case errs[i] == nil:
+			w.rec.Done(inv, history.OK, history.Event{})
+		case errors.Is(errs[i], queen.ErrLeaseLost), errors.Is(errs[i], queen.ErrAlreadyAcked), errors.Is(errs[i], queen.ErrAckSkipped):
+			w.rec.Done(inv, history.Fail, history.Event{Err: errs[i].Error(), LeaseLost: errors.Is(errs[i], queen.ErrLeaseLost)})
+		default:
+			w.rec.Done(inv, history.Info, history.Event{Err: errs[i].Error()})
+		}
+	}
+}
+
+// logStarts reads each partition's oldest retained offset.
+func (r *run) logStarts(ctx context.Context, admin *queen.Client) map[string]map[string]int64 {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT q.name, p.name, p.log_start FROM %[1]s.partitions p JOIN %[1]s.queues q ON q.id = p.queue_id`,
+		pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]map[string]int64{}
+	var qn, pn string
+	var start int64
+	_, err = pgx.ForEachRow(rows, []any{&qn, &pn, &start}, func() error {
+		if out[qn] == nil {
+			out[qn] = map[string]int64{}
+		}
+		out[qn][pn] = start
+		return nil
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// checkSecretLog: every stored frame of the encrypted queue is flagged
+// encrypted and holds no plaintext.
+func (r *run) checkSecretLog(ctx context.Context, admin *queen.Client) {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT s.blob FROM %[1]s.segments s JOIN %[1]s.partitions p ON p.id = s.partition_id
+		JOIN %[1]s.queues q ON q.id = p.queue_id WHERE q.name = 'secret'`, pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var blob, raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&blob}, func() error {
+		raw, err = segment.Decompress(raw[:0], blob)
+		if err != nil {
+			return err
+		}
+		return frame.Decode(raw, func(k int, f *frame.Frame) error {
+			if f.Flags&frame.FlagEncrypted == 0 || bytes.Contains(f.Payload, []byte(secretMarker)) {
+				r.t.Errorf("seed %d: plaintext-at-rest: message %s of the encrypted queue is stored in plaintext", r.seed, f.ID)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// scanSpools reads every file of the run's spool directories and reports
+// plaintext of the encrypted queue. It runs while the clients work, since a
+// drained spool file is deleted.
+func (r *run) scanSpools(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, dir := range r.spoolDirs {
+			_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return nil
+				}
+				b, err := os.ReadFile(path)
+				if err == nil && bytes.Contains(b, []byte(secretMarker)) {
+					r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+					return filepath.SkipAll
+				}
+				return nil
+			})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
