@@ -166,6 +166,10 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			h.pop("a", "q", "g", false, d) // so id1 was delivered again; the skip above is the finding
 			return st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t2", 0})
 		}},
+		{"push-error", func(h *hb) State {
+			h.push("a", "q", []Item{{"p", "t1"}}, Info)
+			return st()
+		}},
 		{"never-delivered", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
 			return st(Stored{"q", "p", 0, "id1", "t1", 0})
@@ -256,5 +260,31 @@ func TestCheckLateGroup(t *testing.T) {
 	vs := Check(h.r.Events(), s, 0)
 	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "late" || vs[0].Partition != "p" {
 		t.Fatalf("want id2 owed to the late group only: %v", vs)
+	}
+}
+
+// A CompletedRetention queue may drop a message only after every group
+// read it.
+func TestCheckCompletedQueue(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
+	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id2", "t2", "", 1, 0})
+	h.pop("a", "q", "g2", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
+	s := st(Stored{"q", "p", 1, "id2", "t2", 0})
+	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g", "g2"}, Completed: true}
+	vs := Check(h.r.Events(), s, 0)
+	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "g2" {
+		t.Fatalf("want id2 owed to g2 only: %v", vs)
+	}
+	// Deleted although g2 never read it: the delivery to g stands in for
+	// the row, so g2 is still owed it.
+	s.Log = nil
+	if got := kinds(Check(h.r.Events(), s, 0)); got["never-delivered"] != 1 || len(got) != 1 {
+		t.Fatalf("%v", got)
+	}
+	// Deleted and read by nobody: lost.
+	h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"queued", "id3", 2})
+	if got := kinds(Check(h.r.Events(), s, 0)); got["lost"] != 1 {
+		t.Fatalf("%v", got)
 	}
 }

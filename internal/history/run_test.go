@@ -112,7 +112,12 @@ var queueSpecs = []struct {
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
 	// Retention takes messages whether read or not; CompletedRetention
 	// those every group read.
-	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second, CompletedRetention: time.Second}},
+	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second}},
+	// CompletedRetention alone: only what every group read may go.
+	{"completed", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, CompletedRetention: 500 * time.Millisecond}},
+	// No dedup window: a Buffered item's replay is the only guard against
+	// storing it twice.
+	{"nodedup", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
 }
 
 // groups read everything; lateGroups join with SubscribeNew at their first
@@ -251,9 +256,12 @@ func (r *run) main() (st runStats) {
 	hs := history.State{Queues: map[string]history.QueueInfo{}, Log: r.readLog(ctx, admin)}
 	starts := r.logStarts(ctx, admin)
 	for _, qs := range queueSpecs {
-		qi := history.QueueInfo{Deduped: qs.opts.Retention == 0, Groups: groups, LateGroups: lateGroups}
-		if qs.opts.Retention > 0 {
+		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups}
+		switch {
+		case qs.opts.Retention > 0:
 			qi.Retained, qi.LogStart = true, starts[qs.name]
+		case qs.opts.CompletedRetention > 0:
+			qi.Completed = true
 		}
 		hs.Queues[qs.name] = qi
 	}
@@ -770,7 +778,7 @@ func (w *worker) pushTx(ctx context.Context) {
 	q := w.queue()
 	items := w.items(q)
 	rollback := w.rng.IntN(3) == 0
-	inv := history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items), Rollback: rollback}
+	inv := history.Event{Proc: w.proc, Op: history.OpPush, Kind: "pushtx", Queue: q, Items: histItems(items), Rollback: rollback}
 	inv = w.rec.Invoke(inv)
 	tx, err := w.c.Pool().Begin(ctx)
 	if err != nil {
@@ -814,7 +822,7 @@ func (w *worker) tx(ctx context.Context) {
 	dst := w.queue()
 	items := w.items(dst)
 	sinv := w.rec.Invoke(settleEvent(w.proc, m, "ack"))
-	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: dst, Items: histItems(items)})
+	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(items)})
 	err := w.c.Tx(ctx, func(tx *queen.Tx) error {
 		tx.Ack(m)
 		tx.Push(dst, items)
