@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
@@ -167,11 +169,30 @@ func (m *Message) settleOne(ctx context.Context, op settleOp) error {
 	return statusErr(st[0])
 }
 
+// MaxReasonLen is the longest reason (the text of the error passed to Fail
+// or DeadLetter) a dead letter keeps, in bytes; a longer one is cut at a
+// character boundary.
+const MaxReasonLen = 8 << 10
+
+// reasonText makes err's text storable as PostgreSQL text: invalid UTF-8
+// becomes U+FFFD, NUL bytes are dropped, and it is capped at MaxReasonLen.
+// A reason the database rejected would fail the settlement every time (a
+// message Consume redelivers forever) and every other settlement fused into
+// the same statement.
 func reasonText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return err.Error()
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > MaxReasonLen {
+		cut := MaxReasonLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
 }
 
 // Ack marks the message done and commits its partition's cursor through it:
@@ -180,6 +201,9 @@ func reasonText(err error) string {
 // cursor is already past the message (nothing changed) and ErrLeaseLost when
 // the lease expired or was taken over (the message may be redelivered).
 func (m *Message) Ack(ctx context.Context) error {
+	if m == nil {
+		return ErrUnknownMessage // m.Offset below would panic
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
 }
 

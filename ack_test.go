@@ -3,9 +3,12 @@ package queen_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
 )
@@ -411,5 +414,168 @@ func TestAckFusionVerdicts(t *testing.T) {
 		if got := pop(t, q, queen.PopOptions{Partition: fmt.Sprintf("p%02d", p), Batch: 10}); len(got) != 0 {
 			t.Fatalf("p%02d redelivered %q after its ack", p, datas(got))
 		}
+	}
+}
+
+// A nil *Message is bad input: every settling method, Client.Tx's Ack and
+// Fail, and AckBatch report ErrUnknownMessage instead of panicking.
+func TestNilMessageSettlesWithError(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	ctx := ctxT(t)
+	var m *queen.Message
+	calls := map[string]func() error{
+		"Ack":         func() error { return m.Ack(ctx) },
+		"Fail":        func() error { return m.Fail(ctx, errors.New("x")) },
+		"Retry":       func() error { return m.Retry(ctx) },
+		"DeadLetter":  func() error { return m.DeadLetter(ctx, errors.New("x")) },
+		"ExtendLease": func() error { return m.ExtendLease(ctx, time.Second) },
+		"Tx.Ack":      func() error { return c.Tx(ctx, func(tx *queen.Tx) error { tx.Ack(m); return nil }) },
+		"Tx.Fail":     func() error { return c.Tx(ctx, func(tx *queen.Tx) error { tx.Fail(m, nil); return nil }) },
+	}
+	for name, call := range calls {
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			err = call()
+		}()
+		if !errors.Is(err, queen.ErrUnknownMessage) {
+			t.Errorf("%s on a nil message = %v, want ErrUnknownMessage", name, err)
+		}
+	}
+	pushN(t, q, "", "m", 1)
+	live := pop(t, q, queen.PopOptions{})
+	errs, err := q.AckBatch(ctx, []queen.AckRequest{{Message: nil}, {Message: live[0]}, {Message: nil, Status: queen.AckFail}})
+	if err != nil || len(errs) != 3 || !errors.Is(errs[0], queen.ErrUnknownMessage) || errs[1] != nil ||
+		!errors.Is(errs[2], queen.ErrUnknownMessage) {
+		t.Fatalf("AckBatch with nil entries = %v, %v", errs, err)
+	}
+}
+
+// A lease under a millisecond must still exclude: Configure refuses a
+// queue LeaseTime it would store as 0 (a lease that is over when it starts,
+// so two pops share the partition and no ack applies), and Pop rounds its
+// own LeaseTime up to a millisecond.
+func TestSubMillisecondLeaseTime(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("q")
+	err := q.Configure(ctx, queen.QueueOptions{LeaseTime: 500 * time.Microsecond})
+	if err == nil {
+		pushN(t, q, "", "m", 1)
+		first := pop(t, q, queen.PopOptions{})
+		second := pop(t, q, queen.PopOptions{})
+		t.Fatalf("Configure accepted a 500µs LeaseTime; two pops got %q and %q, first ack: %v",
+			datas(first), datas(second), first[0].Ack(ctx))
+	}
+	if !strings.Contains(err.Error(), "LeaseTime") {
+		t.Fatalf("Configure error %q does not name LeaseTime", err)
+	}
+	if n := countRows(t, c, "queues"); n != 0 {
+		t.Fatalf("a rejected Configure created %d queues", n)
+	}
+
+	pushN(t, q, "", "m", 1)
+	msgs := pop(t, q, queen.PopOptions{LeaseTime: 500 * time.Microsecond})
+	var leaseMs float64
+	if err := c.Pool().QueryRow(ctx, "SELECT extract(epoch FROM lease_expires_at - updated_at) * 1000 FROM "+
+		pgx.Identifier{c.Schema(), "consumers"}.Sanitize()).Scan(&leaseMs); err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || leaseMs < 1 {
+		t.Fatalf("a 500µs pop lease is stored as %vms (popped %q), want at least 1ms", leaseMs, datas(msgs))
+	}
+}
+
+// A transaction id PostgreSQL text cannot hold (invalid UTF-8, NUL) could be
+// pushed but never settled: Fail, Retry and DeadLetter send it back as
+// text. Push rejects it up front, writing nothing.
+func TestUnsettleableTransactionIDRejectedAtPush(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
+	for _, txn := range []string{"bad\xff", "nul\x00"} {
+		res, err := q.Push(ctx, []queen.Item{{Data: []byte("ok")}, {Data: []byte("m"), TransactionID: txn}})
+		if err == nil {
+			msgs := pop(t, q, queen.PopOptions{Batch: 10})
+			t.Fatalf("Push of transaction id %q = %+v; its Fail then = %v", txn, res, msgs[len(msgs)-1].Fail(ctx, nil))
+		}
+		if !errors.Is(err, queen.ErrInvalidName) || res != nil {
+			t.Fatalf("Push of transaction id %q = %v, %v; want ErrInvalidName", txn, res, err)
+		}
+	}
+	if n := countRows(t, c, "segments"); n != 0 {
+		t.Fatalf("rejected pushes stored %d segments", n)
+	}
+}
+
+// A reason is stored as valid text whatever the error says: invalid UTF-8
+// replaced, NUL removed, length capped. Before, such a Fail could never
+// apply and Consume redelivered the message forever.
+func TestFailReasonSanitized(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, RetryLimit: -1})
+	pushN(t, q, "", "m", 3)
+	msgs := pop(t, q, queen.PopOptions{Batch: 3})
+	if err := msgs[0].Fail(ctx, errors.New("bad \xff utf8 and \x00 nul")); err != nil {
+		t.Fatalf("Fail with an invalid reason: %v", err)
+	}
+	msgs = pop(t, q, queen.PopOptions{Batch: 2})
+	if err := msgs[0].DeadLetter(ctx, errors.New(strings.Repeat("long ", 100_000))); err != nil {
+		t.Fatalf("DeadLetter with a 500kB reason: %v", err)
+	}
+	errs, err := q.AckBatch(ctx, []queen.AckRequest{{Message: msgs[1], Status: queen.AckDeadLetter, Reason: errors.New("\x00")}})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("AckBatch with a NUL reason: %v, %v", errs, err)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(dl))
+	}
+	if want := "bad \uFFFD utf8 and  nul"; dl[0].Reason != want {
+		t.Errorf("reason %q, want %q", dl[0].Reason, want)
+	}
+	if r := dl[1].Reason; len(r) != queen.MaxReasonLen || !strings.HasPrefix(r, "long long") {
+		t.Errorf("long reason stored as %d bytes, want its first MaxReasonLen (%d)", len(r), queen.MaxReasonLen)
+	}
+	if dl[2].Reason != "" {
+		t.Errorf("NUL reason stored as %q", dl[2].Reason)
+	}
+}
+
+// Settlements fused into one flush share statements: one that PostgreSQL
+// rejects must not fail the others. Here consumers of four partitions
+// settle in one flush: a Fail with a reason that is not text, a Fail of a
+// message whose TransactionID its handler overwrote with a NUL (not
+// sanitized: it is the stored message's identity), a Retry and an Ack.
+func TestBadSettlementDoesNotFailOthersInFlush(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, RetryLimit: -1})
+	var msgs []*queen.Message
+	for _, p := range []string{"a", "b", "c", "d"} {
+		pushN(t, q, p, p, 2)
+		msgs = append(msgs, pop(t, q, queen.PopOptions{Partition: p})...)
+	}
+	msgs[1].TransactionID = "handler\x00changed"
+	errs := queen.SettleInOneFlush(c, msgs,
+		[]queen.AckStatus{queen.AckFail, queen.AckFail, queen.AckRetry, queen.AckSuccess},
+		[]error{errors.New("\xff\x00"), nil, nil, nil})
+	if errs[0] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("verdicts %v: a bad settlement failed the others of its flush", errs)
+	}
+	if errs[1] == nil {
+		t.Fatalf("a Fail with a NUL transaction id applied")
+	}
+	// The applied ones committed; the rejected one changed nothing.
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "a"}), "a1")
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "c"}), "c0")
+	wantData(t, pop(t, q, queen.PopOptions{Partition: "d"}), "d1")
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].Partition != "a" {
+		t.Fatalf("dead letters %+v, want a0's only", dl)
 	}
 }

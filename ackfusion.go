@@ -1,10 +1,13 @@
 package queen
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen/fusion"
 )
@@ -113,11 +116,28 @@ func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) err
 			ops[i] = it.op
 		}
 		sts, err := a.e.settleSQL(ctx, a.e.pool, ops)
-		for i, it := range general {
-			if err != nil {
-				it.err = err
-			} else {
-				it.st = sts[i]
+		if err != nil && len(ops) > 1 && rejectedByServer(err) {
+			// One statement carried every consumer's settlement, so one
+			// that PostgreSQL rejected failed them all, and nothing was
+			// committed: settle each on its own, in order, so the error
+			// stays with the settlement that caused it.
+			err = nil
+			for i, it := range general {
+				st, oerr := a.e.settleSQL(ctx, a.e.pool, ops[i:i+1])
+				if oerr != nil {
+					it.err = oerr
+					err = cmp.Or(err, oerr)
+				} else {
+					it.st = st[0]
+				}
+			}
+		} else {
+			for i, it := range general {
+				if err != nil {
+					it.err = err
+				} else {
+					it.st = sts[i]
+				}
 			}
 		}
 		if firstErr == nil {
@@ -125,6 +145,22 @@ func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) err
 		}
 	}
 	return firstErr
+}
+
+// rejectedByServer reports whether PostgreSQL refused a statement for
+// something in it (bad data, a constraint, a raised exception), not because
+// the server or the connection is failing, which settling one op at a
+// time would only repeat.
+func rejectedByServer(err error) bool {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || len(pg.Code) < 2 {
+		return false
+	}
+	switch pg.Code[:2] {
+	case "08", "53", "57", "58", "XX": // connection, resources, operator intervention, system, internal
+		return false
+	}
+	return true
 }
 
 // ackManySQL runs the set-based pure-ack statement.

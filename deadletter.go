@@ -90,7 +90,7 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 			d.Reason = *reason
 		}
 		if byte(flags)&frame.FlagEncrypted != 0 {
-			if d.Data, err = e.open(d.Data); err != nil {
+			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.MessageID, d.Data); err != nil {
 				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}

@@ -12,7 +12,8 @@ var (
 	// ErrClosed is returned by every call on a client after Close began.
 	ErrClosed = errors.New("queen: client closed")
 	// ErrInvalidName is returned for an empty, over-long or control-character
-	// queue or partition name, or an invalid Config.Schema.
+	// queue or partition name, a transaction id that is not valid UTF-8 or
+	// holds a NUL byte, or an invalid Config.Schema.
 	ErrInvalidName = errors.New("queen: invalid name")
 	// ErrLeaseLost means the message's lease expired (or was taken over) and
 	// the message may be redelivered to another consumer.
@@ -23,7 +24,11 @@ var (
 	// (MaxTransactionIDLen, MaxPayloadSize).
 	ErrTooLarge = errors.New("queen: too large")
 	// ErrEncryption is returned when a queue has encryption on and the client
-	// has no valid 32-byte Config.EncryptionKey, or a payload fails to decrypt.
+	// has no valid 32-byte Config.EncryptionKey, or a payload fails to
+	// decrypt: its key is neither Config.EncryptionKey nor among
+	// Config.DecryptionKeys, or the ciphertext was altered or does not
+	// belong to this message (it is bound to its tenant, queue, partition
+	// and message id).
 	// Queen never writes plaintext to an encrypted queue.
 	ErrEncryption = errors.New("queen: encryption")
 )

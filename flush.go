@@ -165,7 +165,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			}
 			for _, it := range sp.batch.Items {
 				if it.flags&frame.FlagEncrypted == 0 {
-					it.payload, it.flags = e.seal(it.payload), it.flags|frame.FlagEncrypted
+					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.id, it.payload), it.flags|frame.FlagEncrypted
 				}
 			}
 			sp.batch.Retry = sp.batch.Items

@@ -189,3 +189,108 @@ func TestConsumerLagView(t *testing.T) {
 		t.Fatalf("lag %d messages, %f s; want 2 messages", lag, secs)
 	}
 }
+
+// ageSegments moves every stored segment an hour into the past, so
+// retention finds it due without the test sleeping.
+func ageSegments(t testing.TB, c *queen.Client) {
+	t.Helper()
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
+		" SET created_at = created_at - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every group subscribed to the queue pins completed retention on every
+// partition, also on a partition created after its first contact that it
+// has not popped from yet (it has no cursor row there). Queue mode ("") is
+// such a group too.
+func TestCompletedRetentionKeepsWhatASubscribedGroupHasNotRead(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{CompletedRetention: time.Millisecond})
+	pushN(t, q, "old", "o", 1)
+	for _, g := range []string{"", "g1", "g2"} {
+		msgs := pop(t, q, queen.PopOptions{Group: g, Partition: "old"})
+		wantData(t, msgs, "o0")
+		ack(t, msgs[0])
+	}
+	pushN(t, q, "new", "n", 2)
+	msgs := pop(t, q, queen.PopOptions{Group: "g1", Partition: "new", Batch: 10})
+	wantData(t, msgs, "n0", "n1")
+	ack(t, msgs[1])
+	ageSegments(t, c)
+	// "old" was read by all three groups; "new" by g1 only.
+	if rep := maintain(t, c); rep.SegmentsDeleted != 1 {
+		t.Fatalf("deleted %d segments, want 1 (old's)", rep.SegmentsDeleted)
+	}
+	for _, g := range []string{"", "g2"} {
+		wantData(t, pop(t, q, queen.PopOptions{Group: g, Partition: "new", Batch: 10}), "n0", "n1")
+	}
+}
+
+// A group without a cursor row on a partition older than its subscription
+// (one created concurrently with its first contact) needs only what its
+// subscription would deliver: with SubscribeNew the messages pushed after
+// its first contact, with SubscribeFrom(t) those pushed at or after t.
+// Completed retention may delete the older ones and keeps the rest, and the
+// group's late seeding reads exactly the rest.
+func TestCompletedRetentionUnseededGroupNeedsOnlyItsSubscription(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{CompletedRetention: time.Millisecond})
+	pushN(t, q, "p", "a", 1)
+	time.Sleep(5 * time.Millisecond) // distinct timestamps: a0 < from < first contacts
+	from := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	wantData(t, pop(t, q, queen.PopOptions{Group: "new", Partition: "p", Subscription: queen.SubscribeNew}))
+	wantData(t, pop(t, q, queen.PopOptions{Group: "from", Partition: "p", Subscription: queen.SubscribeFrom(from)}))
+	time.Sleep(5 * time.Millisecond)
+	pushN(t, q, "p", "b", 1)
+	msgs := pop(t, q, queen.PopOptions{Group: "all", Partition: "p", Batch: 10})
+	wantData(t, msgs, "a0", "b0")
+	ack(t, msgs[1])
+	// The state a first contact racing with p's creation leaves: no row.
+	if _, err := c.Pool().Exec(ctxT(t), "DELETE FROM "+pgx.Identifier{c.Schema(), "consumers"}.Sanitize()+
+		" WHERE group_name IN ('new', 'from')"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past CompletedRetention
+	if rep := maintain(t, c); rep.SegmentsDeleted != 1 {
+		t.Fatalf("deleted %d segments, want 1 (a0, older than both subscriptions)", rep.SegmentsDeleted)
+	}
+	for _, g := range []string{"new", "from"} {
+		wantData(t, pop(t, q, queen.PopOptions{Group: g, Partition: "p", Batch: 10}), "b0")
+	}
+}
+
+// The idle-partition purge forgets a partition's hash rows with it, so it
+// must wait until none is inside the queue's DedupWindow: a producer retry
+// after the purge would be stored again.
+func TestIdlePurgeKeepsHashesInsideTheDedupWindow(t *testing.T) {
+	c := open(t, manual, func(c *queen.Config) { c.Maintenance.IdlePartition = 500 * time.Millisecond })
+	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: time.Hour, Retention: time.Millisecond})
+	push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})
+	waitFor(t, 10*time.Second, "retention to empty k", func() bool { return maintain(t, c).SegmentsDeleted == 1 })
+	// k is now empty and looks long unwritten; t1 is minutes inside its window.
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".partitions SET last_write_at = now() - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.PartitionsPurged != 0 {
+		t.Fatalf("purged %d partitions holding hash rows inside the dedup window", rep.PartitionsPurged)
+	}
+	if r := push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})[0]; r.Status != queen.Duplicate {
+		t.Fatalf("retry of t1 inside its window: %s, want duplicate", r.Status)
+	}
+	// Once the window has passed the partition is forgotten.
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".txns SET created_at = created_at - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".partitions SET last_write_at = now() - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.PartitionsPurged != 1 {
+		t.Fatalf("purged %d partitions, want k once its window passed", rep.PartitionsPurged)
+	}
+	if r := push(t, q, queen.Item{Partition: "k", TransactionID: "t1"})[0]; r.Status != queen.Queued || r.Offset != 0 {
+		t.Fatalf("push to the forgotten k: %+v", r)
+	}
+}

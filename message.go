@@ -65,7 +65,8 @@ type PopOptions struct {
 	// AutoAck commits the cursor in the claim itself: no lease, nothing to
 	// ack, and a message is never redelivered. Defaults to false.
 	AutoAck bool
-	// LeaseTime overrides the queue's LeaseTime for this pop. Defaults to 0:
+	// LeaseTime overrides the queue's LeaseTime for this pop; under 1ms it
+	// is rounded up to 1ms (leases are kept in milliseconds). Defaults to 0:
 	// the queue's (5 minutes unless configured).
 	LeaseTime time.Duration
 	// Subscription applies on the group's first contact only. Defaults to

@@ -775,3 +775,56 @@ func TestReadySetStalledGroup(t *testing.T) {
 		ack(t, msgs[0])
 	}
 }
+
+// A group's first contact that has not committed yet (here held open by the
+// test) while a push lands and another group consumes it: that group's pop
+// must not clear the partition from the ready set, because the new group's
+// cursor, once committed, is behind the message. The first contacts that
+// start at the tail: SubscribeNew, SubscribeFrom with nothing newer, and
+// SubscribeAll on a partition retention emptied.
+func TestFirstContactRacingAClearKeepsTheMessageVisible(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode string
+		from       *time.Time
+	}{
+		{"new", "new", nil},
+		{"from", "from", func() *time.Time { t := time.Now().Add(time.Hour); return &t }()},
+		{"all-emptied", "all", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := open(t, manual)
+			ctx := ctxT(t)
+			q := configure(t, c, "q", queen.QueueOptions{Retention: time.Hour})
+			pushN(t, q, "k", "m", 1)
+			wantData(t, pop(t, q, queen.PopOptions{Group: "g1", AutoAck: true}), "m0") // drained: k leaves the set
+			if tc.mode == "all" {
+				ageSegments(t, c)
+				if rep := maintain(t, c); rep.SegmentsDeleted != 1 {
+					t.Fatalf("retention deleted %d segments, want 1", rep.SegmentsDeleted)
+				}
+			}
+
+			tx, err := c.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // committed below
+			s := pgx.Identifier{c.Schema()}.Sanitize()
+			var qid int64
+			if err := tx.QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = 'q'").Scan(&qid); err != nil {
+				t.Fatal(err)
+			}
+			// g2's first contact at the tail, not committed yet.
+			var seeded bool
+			if err := tx.QueryRow(ctx, "SELECT "+s+".seed_consumers($1, 'g2', $2, $3)", qid, tc.mode, tc.from).Scan(&seeded); err != nil || !seeded {
+				t.Fatalf("seed: %v %v", seeded, err)
+			}
+			pushN(t, q, "k", "n", 1)
+			wantData(t, pop(t, q, queen.PopOptions{Group: "g1", AutoAck: true}), "n0")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wantData(t, pop(t, q, queen.PopOptions{Group: "g2", Batch: 10}), "n0")
+		})
+	}
+}

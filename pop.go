@@ -204,7 +204,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			m.stored = append([]byte(nil), f.Payload...)
 			m.Data = m.stored
 			if f.Flags&frame.FlagEncrypted != 0 {
-				plain, err := e.open(f.Payload)
+				plain, err := e.open(q.c.tenant, q.name, pname, f.ID, f.Payload)
 				if err != nil {
 					return fmt.Errorf("partition %q offset %d: %w", pname, off, err)
 				}

@@ -2,11 +2,9 @@ package queen
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +34,7 @@ const (
 type Item struct {
 	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
 	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
-	TransactionID string // "" means the minted message id as a string; the idempotency key
+	TransactionID string // "" means the minted message id as a string; the idempotency key; UTF-8 without NUL
 }
 
 // PushStatus is the outcome of one pushed item.
@@ -121,6 +119,13 @@ func validName(s string) bool {
 	return true
 }
 
+// validTransactionID reports whether PostgreSQL text can hold s: settling
+// a message (Fail, DeadLetter, the skip policy's re-enqueue) sends its
+// transaction id as text, so one it cannot hold could never be settled.
+func validTransactionID(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // Push stores items and returns one result per item, in input order. It
 // returns when every partition it wrote to has committed. Its error is for
 // the call as a whole: a closed client, an invalid name or size (nothing is
@@ -184,6 +189,9 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 		if len(it.TransactionID) > MaxTransactionIDLen {
 			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
 		}
+		if !validTransactionID(it.TransactionID) {
+			return nil, fmt.Errorf("%w: item %d: transaction id %q is not UTF-8 text without NUL", ErrInvalidName, i, it.TransactionID)
+		}
 		if len(it.Data) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
 		}
@@ -241,7 +249,7 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		if meta.encryption {
-			pi.payload = e.seal(it.Data)
+			pi.payload = e.seal(q.c.tenant, q.name, part, id, it.Data)
 			pi.flags = frame.FlagEncrypted
 		}
 		b.groups[part] = append(b.groups[part], pi)
@@ -281,40 +289,3 @@ var (
 	layer1Pool = sync.Pool{New: func() any { return new(dedup.Layer1) }}
 	groupPool  = sync.Pool{New: func() any { return make(map[string][]*pushItem) }}
 )
-
-// seal encrypts with AES-256-GCM: nonce || ciphertext.
-func (e *engine) seal(plain []byte) []byte {
-	ns := e.aead.NonceSize()
-	out := make([]byte, ns, ns+len(plain)+e.aead.Overhead())
-	if _, err := rand.Read(out); err != nil {
-		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
-	}
-	return e.aead.Seal(out, out, plain, nil)
-}
-
-// open decrypts what seal produced.
-func (e *engine) open(sealed []byte) ([]byte, error) {
-	if e.aead == nil {
-		return nil, fmt.Errorf("%w: encrypted message and no Config.EncryptionKey", ErrEncryption)
-	}
-	ns := e.aead.NonceSize()
-	if len(sealed) < ns {
-		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
-	}
-	plain, err := e.aead.Open(nil, sealed[:ns], sealed[ns:], nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
-	}
-	return plain, nil
-}
-
-func newAEAD(key []byte) (cipher.AEAD, error) {
-	if key == nil {
-		return nil, nil
-	}
-	b, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEncryption, err)
-	}
-	return cipher.NewGCM(b)
-}

@@ -45,8 +45,16 @@ type Config struct {
 	// the database, so a restarted process drains what its last run left.
 	SpoolDir string
 	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
-	// on. Defaults to none: pushes to an encrypted queue then fail.
+	// on: it encrypts every new payload and decrypts those it encrypted.
+	// Defaults to none: pushes to an encrypted queue then fail.
 	EncryptionKey []byte
+	// DecryptionKeys are further 32-byte keys used only to decrypt (each
+	// stored payload names its key by an id derived from it). To rotate
+	// with no process ever unable to read: add the new key here in every
+	// process; then make it EncryptionKey and list the old one here; drop
+	// the old one once no retained message or dead letter was encrypted
+	// with it. Defaults to none.
+	DecryptionKeys [][]byte
 	// StatementTimeout bounds each database statement the engine runs.
 	// Defaults to 30s.
 	StatementTimeout time.Duration
@@ -96,6 +104,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.EncryptionKey != nil && len(c.EncryptionKey) != 32 {
 		return c, fmt.Errorf("%w: Config.EncryptionKey must be 32 bytes, have %d", ErrEncryption, len(c.EncryptionKey))
+	}
+	for i, k := range c.DecryptionKeys {
+		if len(k) != 32 {
+			return c, fmt.Errorf("%w: Config.DecryptionKeys[%d] must be 32 bytes, have %d", ErrEncryption, i, len(k))
+		}
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = 30 * time.Second
@@ -155,7 +168,8 @@ type engine struct {
 	ownPool bool
 	sql     *stmt.Set
 	log     *slog.Logger
-	aead    cipher.AEAD // nil without Config.EncryptionKey
+	aead    cipher.AEAD // the sealing key; nil without Config.EncryptionKey
+	keys    keyring
 	meta    metaCache
 
 	// ctx is the engine's own context: background work and shared flushes run
@@ -227,7 +241,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.sql = stmt.New(cfg.Schema)
 	e.csql = stmt.NewConsume(cfg.Schema)
 	e.owner = newOwner()
-	if e.aead, err = newAEAD(cfg.EncryptionKey); err != nil {
+	if err := e.loadKeys(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
 		return fail(err)
 	}
 	e.meter, err = newMeters(cfg.MeterProvider)

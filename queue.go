@@ -30,8 +30,9 @@ func (q *Queue) Name() string { return q.name }
 // next to them, so Configure(ctx, QueueOptions{}) and a first push create
 // the same queue.
 type QueueOptions struct {
-	// LeaseTime is how long a popped batch is owned before redelivery.
-	// Defaults to 5 minutes.
+	// LeaseTime is how long a popped batch is owned before redelivery. It
+	// is stored in whole milliseconds: under 1ms is an error. Defaults to 5
+	// minutes.
 	LeaseTime time.Duration
 	// RetryLimit is how many explicit failures a message gets before it is
 	// dead-lettered (or dropped). Defaults to 3; negative means none (the
@@ -104,6 +105,11 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	if o.LeaseTime == 0 {
 		o.LeaseTime = defaultLeaseTime
 	}
+	if o.LeaseTime < time.Millisecond {
+		// Stored in milliseconds, it would be 0: a lease over when it starts,
+		// so every pop takes the partition and no ack applies.
+		return o, fmt.Errorf("queen: QueueOptions.LeaseTime %s is under the 1ms minimum", o.LeaseTime)
+	}
 	switch o.FailurePolicy {
 	case "":
 		o.FailurePolicy = FailurePause
@@ -144,8 +150,10 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 	return nil
 }
 
-// Delete removes the queue with all its partitions, messages, cursors and
-// dead letters. Pushes racing with it may recreate the queue.
+// Delete removes the queue with all its partitions, messages, cursors,
+// subscriptions and dead letters. It waits for pushes in flight to the
+// queue, whose messages go with it; a push committing after it recreates
+// the queue afresh (default options, offsets from 0, no groups).
 func (q *Queue) Delete(ctx context.Context) error {
 	e := q.c.e
 	if e.isClosed() {

@@ -3,12 +3,15 @@ package queen_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 func TestPushTxCommitted(t *testing.T) {
@@ -212,5 +215,101 @@ func TestTxInterleavedPartitionsAndWindows(t *testing.T) {
 	}
 	if mismatched != 0 {
 		t.Fatalf("%d segments and txns rows disagree", mismatched)
+	}
+}
+
+// longSchema is a fresh schema name of the longest valid length, 63 bytes,
+// dropped when the test ends.
+func longSchema(t *testing.T) string {
+	t.Helper()
+	name := pgtest.Schema(t) // a unique prefix
+	name += strings.Repeat("x", 63-len(name))
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// poll waits until cond holds, failing the test after 10s.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Every valid schema name works, the longest (63 bytes) included: its
+// NOTIFY channel fits PostgreSQL's 63-byte identifiers, so PushTx and Tx
+// pushes commit and another client's waiting pop is woken through LISTEN.
+func TestLongSchemaNameNotifies(t *testing.T) {
+	defer queen.SetPopRescan(time.Hour)()
+	schema := longSchema(t)
+	a := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	b := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	ctx := ctxT(t)
+	ch := queen.NotifyChannel(a)
+	if len(ch) > 63 {
+		t.Errorf("channel %q is %d bytes, over PostgreSQL's 63", ch, len(ch))
+	}
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	listen := "LISTEN " + pgx.Identifier{ch}.Sanitize()
+	if _, err := conn.Exec(ctx, listen); err != nil {
+		t.Fatal(err)
+	}
+	notified := func(what string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil || !strings.Contains(n.Payload, "/outbox") {
+			t.Fatalf("%s: no notification on %q: %+v, %v", what, ch, n, err)
+		}
+	}
+
+	q := a.Queue("outbox")
+	err = pgx.BeginFunc(ctx, a.Pool(), func(tx pgx.Tx) error {
+		res, err := q.PushTx(ctx, tx, []queen.Item{{Data: []byte("tx")}})
+		if err == nil && res[0].Status != queen.Queued {
+			err = fmt.Errorf("PushTx: %+v", res[0])
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("PushTx with a 63-byte schema: %v", err)
+	}
+	notified("PushTx")
+	if err := a.Tx(ctx, func(tx *queen.Tx) error { tx.Push("outbox", []queen.Item{{Data: []byte("Tx")}}); return nil }); err != nil {
+		t.Fatalf("Tx with a push, 63-byte schema: %v", err)
+	}
+	notified("Tx")
+	wantData(t, pop(t, b.Queue("outbox"), queen.PopOptions{Batch: 10, AutoAck: true}), "tx", "Tx")
+
+	// b's waiting pop is woken by a's push through b's LISTEN connection
+	// (the rescan is an hour away). Both clients' listeners and this
+	// test's connection are subscribed first.
+	poll(t, "both clients to LISTEN", func() bool {
+		var n int
+		if err := a.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1", listen).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n >= 3
+	})
+	r := popAsync(b.Queue("outbox"), ctx, queen.PopOptions{Wait: 5 * time.Second, AutoAck: true})
+	poll(t, "b's pop to park", func() bool { return queen.ParkedPops(b) == 1 })
+	pushN(t, a.Queue("outbox"), "", "wake", 1)
+	notified("Push")
+	if got := <-r; got.err != nil || len(got.msgs) != 1 {
+		t.Fatalf("b's waiting pop = %q, %v; want the message a pushed", datas(got.msgs), got.err)
 	}
 }

@@ -5,6 +5,7 @@
 package stmt
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -57,7 +58,7 @@ type Set struct {
 // New renders the statements for schema, which must already be validated.
 func New(schema string) *Set {
 	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
-	s := &Set{Schema: schema, Channel: "queen_" + schema}
+	s := &Set{Schema: schema, Channel: channel(schema)}
 	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
 FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool)`)
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
@@ -73,11 +74,7 @@ ON CONFLICT (tenant, name) DO UPDATE SET
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
     updated_at = now()`)
-	s.QueueDelete = r.Replace(`WITH q AS (DELETE FROM {{s}}.queues WHERE tenant = $1 AND name = $2 RETURNING id),
-p AS (SELECT id FROM {{s}}.partitions WHERE queue_id IN (SELECT id FROM q)),
-s AS (DELETE FROM {{s}}.segments WHERE partition_id IN (SELECT id FROM p)),
-t AS (DELETE FROM {{s}}.txns WHERE partition_id IN (SELECT id FROM p))
-SELECT count(*) FROM q`)
+	s.QueueDelete = r.Replace(`SELECT {{s}}.delete_queue($1, $2)`)
 	s.Notify = `SELECT pg_notify($1, $2)`
 	s.MaintenanceWindow = r.Replace(`SELECT id FROM {{s}}.partitions WHERE id > $1 ORDER BY id LIMIT $2`)
 	s.MaintenanceDue = r.Replace(`SELECT p.id,
@@ -102,4 +99,19 @@ FROM {{s}}.consumer_lag GROUP BY tenant, queue, group_name`)
 	s.SetMaintenance = r.Replace(`UPDATE {{s}}.settings SET maintenance = $1, updated_at = now()`)
 	s.MaintenanceLockKey = int64(xxh3.HashString("queen:maintenance:" + schema))
 	return s
+}
+
+// maxIdentifier is PostgreSQL's identifier limit (NAMEDATALEN - 1): LISTEN
+// truncates a longer channel name and pg_notify rejects it.
+const maxIdentifier = 63
+
+// channel names the schema's LISTEN/NOTIFY channel: "queen_<schema>", or,
+// when that is too long, a prefix of the schema and a hash of all of it.
+// A hash collision only costs spurious wakes (a rescan), never a lost one.
+func channel(schema string) string {
+	if c := "queen_" + schema; len(c) <= maxIdentifier {
+		return c
+	}
+	// 6 + 40 + 1 + 16 = 63 bytes; schema names are ASCII.
+	return fmt.Sprintf("queen_%s_%016x", schema[:40], xxh3.HashString(schema))
 }

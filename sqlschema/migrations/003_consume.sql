@@ -37,16 +37,25 @@ CREATE TYPE {{schema}}.pop_row AS (
 
 -- Clears partition p_pid's pending flag if every group subscribed to its
 -- queue has consumed all of its retained messages. Never waits: a partition
--- someone holds (a push in flight) is skipped. The check is a statement of
--- its own, so its snapshot is taken after the row lock: a push cannot commit
--- in between, and a group seeded before the lock is seen (one seeded after
--- it marks the row again, see seed_consumers).
+-- someone holds (a push in flight) is skipped, and so is every partition of
+-- a queue on which a group's first contact is in progress (it holds the
+-- queue's contact lock exclusively until it commits; its subscription is
+-- not visible yet, but the cursors it is committing may be behind a push
+-- that lands meanwhile). The check is a statement of its own, so its
+-- snapshot is taken after both locks: a push cannot commit in between, and
+-- every committed group is seen.
 CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid bigint;
 BEGIN
-    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
+    SELECT queue_id INTO v_qid FROM {{schema}}.partitions
+    WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
         RETURN false;
     END IF;
     UPDATE {{schema}}.partitions p SET pending = false
@@ -85,10 +94,20 @@ BEGIN
     IF p_group = '' THEN
         p_mode := 'all';
     END IF;
-    INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
-    VALUES (p_qid, p_group, p_mode, p_from)
-    ON CONFLICT DO NOTHING;
-    v_first := FOUND;
+    PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
+    v_first := NOT FOUND;
+    IF v_first THEN
+        -- First contact: no pending flag of the queue is cleared until this
+        -- commits (see clear_pending), so no partition this group ends up
+        -- behind on can leave the ready set unseen: a push landing after
+        -- the snapshot below sets the flag and nobody clears it meanwhile.
+        -- Waits only for clears in flight, which never wait themselves.
+        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
+        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
+        VALUES (p_qid, p_group, p_mode, p_from)
+        ON CONFLICT DO NOTHING;
+        v_first := FOUND;
+    END IF;
     SELECT mode, from_time, created_at INTO v_mode, v_from, v_since
     FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
 
@@ -97,9 +116,14 @@ BEGIN
         SELECT p.id, p_group,
                CASE
                    WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
-                   WHEN v_mode = 'new' THEN p.last_offset
+                   WHEN v_mode = 'new' AND v_first THEN p.last_offset
+                   -- 'from'; and 'new' on a partition older than the
+                   -- subscription that its first contact did not see (one
+                   -- created concurrently): what was pushed since then.
                    ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = p.id AND s.created_at >= v_from), p.last_offset + 1) - 1
+                                  WHERE s.partition_id = p.id
+                                    AND s.created_at >= CASE WHEN v_mode = 'new' THEN v_since ELSE v_from END),
+                                 p.last_offset + 1) - 1
                END
         FROM {{schema}}.partitions p
         WHERE p.queue_id = p_qid
@@ -530,7 +554,7 @@ BEGIN
     FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
-               qq.failure_policy
+               qq.failure_policy, qq.encryption
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -583,7 +607,11 @@ BEGIN
                 v_att := 0;
                 v_dl := v_c.dead_letter;
                 v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
-            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp) THEN
+            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp)
+                  -- push_bundle's check: nothing plaintext is written to an
+                  -- encrypted queue. A message from before encryption was
+                  -- switched on is redelivered in place instead.
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[i], 0) & 1) = 0) THEN
                 -- Out of the way: a copy at the tail, the cursor past it.
                 v_rq := true;
                 v_comm := p_act_off[i];

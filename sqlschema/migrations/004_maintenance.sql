@@ -4,38 +4,66 @@
 
 -- Deletes up to p_max whole segments from the head of partition p_pid that
 -- are due under the queue's rules: older than retention (consumed or not),
--- or older than completed retention and at or below every group's cursor.
+-- or older than completed retention and not needed by any group.
 -- created_at is monotone in offset order, so what is due is a prefix.
 -- Returns the number of segments deleted.
+--
+-- The groups are those with a cursor row on the partition and those
+-- subscribed to the queue (queue mode '' included) that have none here yet:
+-- a partition created after a group's first contact is seeded on its next
+-- pop that sees it. A group with a row needs what is above its cursor. A
+-- group without one needs what its seeding would deliver: everything when
+-- it subscribes to all or the partition is younger than its subscription
+-- (then it is read from its start); else the segments created at or after
+-- its subscription (SubscribeNew) or its from time (SubscribeFrom). A group
+-- pins retention from the commit of its first contact on. With no group at
+-- all, nothing has been consumed and nothing is due.
 CREATE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_qid       bigint;
     v_ret       bigint;
     v_done_ret  bigint;
-    v_last      bigint;
+    v_created   timestamptz;
     v_committed bigint;
+    v_groups    boolean;
+    v_keep_from timestamptz;
     v_now       timestamptz := clock_timestamp();
     v_n         integer;
     v_end       bigint;
 BEGIN
-    SELECT q.retention_ms, q.completed_retention_ms, p.last_offset
-    INTO v_ret, v_done_ret, v_last
+    SELECT q.id, q.retention_ms, q.completed_retention_ms, p.created_at
+    INTO v_qid, v_ret, v_done_ret, v_created
     FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
     WHERE p.id = p_pid
     FOR NO KEY UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
     IF NOT FOUND OR (v_ret <= 0 AND v_done_ret <= 0) THEN
         RETURN 0;
     END IF;
-    -- The slowest group pins completed retention; no group means nothing
-    -- was consumed.
-    SELECT min(committed) INTO v_committed FROM {{schema}}.consumers WHERE partition_id = p_pid;
+    IF v_done_ret > 0 THEN
+        -- The slowest cursor here; then the oldest message some group
+        -- without a cursor here needs (NULL: none does).
+        SELECT min(c.committed), count(*) > 0 INTO v_committed, v_groups
+        FROM {{schema}}.consumers c WHERE c.partition_id = p_pid;
+        SELECT min(CASE WHEN s.mode = 'all' OR v_created >= s.created_at THEN '-infinity'::timestamptz
+                        WHEN s.mode = 'new' THEN s.created_at
+                        ELSE coalesce(s.from_time, '-infinity') END),
+               v_groups OR count(*) > 0
+        INTO v_keep_from, v_groups
+        FROM {{schema}}.subscriptions s
+        WHERE s.queue_id = v_qid
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p_pid AND c.group_name = s.group_name);
+    END IF;
 
     WITH head AS (
         SELECT s.base_offset, s.end_offset,
                bool_and((v_ret > 0 AND s.created_at < v_now - v_ret * interval '1 millisecond')
-                     OR (v_done_ret > 0 AND v_committed IS NOT NULL AND s.end_offset <= v_committed
-                         AND s.created_at < v_now - v_done_ret * interval '1 millisecond'))
+                     OR (v_done_ret > 0 AND v_groups
+                         AND s.created_at < v_now - v_done_ret * interval '1 millisecond'
+                         AND (v_committed IS NULL OR s.end_offset <= v_committed)
+                         AND (v_keep_from IS NULL OR s.created_at < v_keep_from)))
                    OVER (ORDER BY s.base_offset) AS due
         FROM {{schema}}.segments s
         WHERE s.partition_id = p_pid
@@ -92,8 +120,11 @@ END
 $$;
 
 -- Forgets partition p_pid if it has been idle for p_idle_ms, holds no
--- message and no lease. Its offsets start again at 0 if it is pushed to
--- later. Returns whether it was deleted. Skips a partition someone holds.
+-- message, no lease and no hash row inside its queue's dedup window (the
+-- partition's hash rows go with it: a producer retrying a transaction id
+-- still inside the window must stay a duplicate). Its offsets start again
+-- at 0 if it is pushed to later. Returns whether it was deleted. Skips a
+-- partition someone holds.
 CREATE FUNCTION {{schema}}.purge_partition(p_pid bigint, p_idle_ms bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -101,17 +132,59 @@ BEGIN
     PERFORM 1 FROM {{schema}}.partitions p
     WHERE p.id = p_pid
       AND p.last_write_at < clock_timestamp() - p_idle_ms * interval '1 millisecond'
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p.id)
     FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
-               AND c.lease_expires_at > clock_timestamp()) THEN
+    -- A statement of its own: its snapshot follows the lock, so it sees
+    -- everything a push committed before it.
+    IF EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
+                  AND c.lease_expires_at > clock_timestamp())
+       -- created_at is monotone in offset order: the newest hash row decides.
+       OR (SELECT t.created_at FROM {{schema}}.txns t WHERE t.partition_id = p_pid
+           ORDER BY t.base_offset DESC LIMIT 1)
+          > clock_timestamp() - (SELECT q.dedup_window_ms FROM {{schema}}.queues q
+                                 JOIN {{schema}}.partitions p ON p.queue_id = q.id
+                                 WHERE p.id = p_pid) * interval '1 millisecond' THEN
         RETURN false;
     END IF;
     DELETE FROM {{schema}}.txns WHERE partition_id = p_pid;
     DELETE FROM {{schema}}.partitions WHERE id = p_pid;  -- consumers cascade
+    RETURN true;
+END
+$$;
+
+-- Deletes queue (p_tenant, p_name) with everything stored for it; returns
+-- whether it existed. The leaf rows (segments, hash rows) have no foreign
+-- key, so they are deleted explicitly, and only once nothing can add more:
+-- the queue row is locked first (FOR UPDATE conflicts with the key-share
+-- lock a new partition's foreign key check takes, so no push creates a
+-- partition of it meanwhile, and pushes that did have committed), then its
+-- partitions in ascending id (the global order; a push or re-enqueue
+-- holding one commits first, and any that locks one later finds it gone
+-- and re-provisions a new queue). Each statement's snapshot follows those
+-- locks, so every committed row is seen.
+CREATE FUNCTION {{schema}}.delete_queue(p_tenant uuid, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid  bigint;
+    v_pids bigint[];
+BEGIN
+    SELECT id INTO v_qid FROM {{schema}}.queues
+    WHERE tenant = p_tenant AND name = p_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
+    FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid
+          ORDER BY p.id FOR UPDATE) l;
+    DELETE FROM {{schema}}.segments WHERE partition_id = ANY (v_pids);
+    DELETE FROM {{schema}}.txns WHERE partition_id = ANY (v_pids);
+    -- Partitions, cursors, subscriptions and dead letters cascade.
+    DELETE FROM {{schema}}.queues WHERE id = v_qid;
     RETURN true;
 END
 $$;

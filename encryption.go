@@ -1,0 +1,145 @@
+package queen
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+// Payload encryption (queues with Encryption on) is AES-256-GCM, one random
+// 96-bit nonce per message. A stored encrypted payload is an envelope:
+//
+//	u8        envelope version (1)
+//	[4]byte   key id: the first 4 bytes of SHA-256("queen key id\x00" || key)
+//	[12]byte  nonce
+//	bytes     ciphertext and 16-byte tag
+//
+// The GCM additional data is the version, the key id, the tenant, the
+// message id, the queue and the partition, so a ciphertext copied over
+// another message's, or into another partition, queue or tenant, fails to
+// decrypt instead of being delivered as that message. What moves a payload
+// legitimately keeps all four: the skip policy's re-enqueue (same id,
+// partition and queue), spool replay (the original tenant, queue,
+// partition and id), dead letters (a snapshot read with the same ones).
+//
+// The key id names the key that sealed a payload, so keys rotate without
+// rewriting data: new payloads are sealed with Config.EncryptionKey, and
+// Config.DecryptionKeys open what older keys sealed. Random nonces bound a
+// key's use: rotate well before 2^32 encrypted messages.
+const (
+	envelopeV1  byte = 1
+	keyIDLen         = 4
+	envelopeHdr      = 1 + keyIDLen
+)
+
+type keyID [keyIDLen]byte
+
+func keyIDOf(key []byte) keyID {
+	h := sha256.New()
+	h.Write([]byte("queen key id\x00"))
+	h.Write(key)
+	var id keyID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// keyring is the client's keys: one to seal with, any number to open with
+// (the sealing key among them), found by the id in the envelope.
+type keyring struct {
+	sealID keyID
+	open   map[keyID]cipher.AEAD
+}
+
+// loadKeys sets the engine's keys from Config.EncryptionKey (sealKey) and
+// Config.DecryptionKeys (old), both already checked to be 32 bytes each.
+func (e *engine) loadKeys(sealKey []byte, old [][]byte) error {
+	type named struct {
+		key  []byte
+		what string
+	}
+	var keys []named
+	if sealKey != nil {
+		keys = append(keys, named{sealKey, "Config.EncryptionKey"})
+	}
+	for i, k := range old {
+		keys = append(keys, named{k, fmt.Sprintf("Config.DecryptionKeys[%d]", i)})
+	}
+	seen := make(map[keyID][]byte, len(keys))
+	e.keys.open = make(map[keyID]cipher.AEAD, len(keys))
+	for i, k := range keys {
+		id := keyIDOf(k.key)
+		if prev, ok := seen[id]; ok {
+			if string(prev) != string(k.key) {
+				return fmt.Errorf("%w: %s has the key id %x of another configured key; use another key", ErrEncryption, k.what, id)
+			}
+			continue // the same key listed twice
+		}
+		seen[id] = k.key
+		b, err := aes.NewCipher(k.key)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrEncryption, k.what, err)
+		}
+		a, err := cipher.NewGCM(b)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrEncryption, k.what, err)
+		}
+		e.keys.open[id] = a
+		if i == 0 && sealKey != nil {
+			e.aead, e.keys.sealID = a, id
+		}
+	}
+	return nil
+}
+
+// aad is the additional data binding a payload to its place and message.
+func aad(hdr []byte, tenant uuid.UUID, queue, partition string, id uuid.UUID) []byte {
+	b := make([]byte, 0, envelopeHdr+32+binary.MaxVarintLen64+len(queue)+len(partition))
+	b = append(b, hdr...)
+	b = append(b, tenant[:]...)
+	b = append(b, id[:]...)
+	b = binary.AppendUvarint(b, uint64(len(queue)))
+	b = append(b, queue...)
+	return append(b, partition...)
+}
+
+// seal encrypts message id's payload for its tenant, queue and partition
+// with Config.EncryptionKey, which the caller checked is set.
+func (e *engine) seal(tenant uuid.UUID, queue, partition string, id uuid.UUID, plain []byte) []byte {
+	ns := e.aead.NonceSize()
+	out := make([]byte, envelopeHdr+ns, envelopeHdr+ns+len(plain)+e.aead.Overhead())
+	out[0] = envelopeV1
+	copy(out[1:envelopeHdr], e.keys.sealID[:])
+	if _, err := rand.Read(out[envelopeHdr:]); err != nil {
+		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
+	}
+	return e.aead.Seal(out, out[envelopeHdr:], plain, aad(out[:envelopeHdr], tenant, queue, partition, id))
+}
+
+// open decrypts what seal produced for the same tenant, queue, partition
+// and message id, with whichever configured key sealed it.
+func (e *engine) open(tenant uuid.UUID, queue, partition string, id uuid.UUID, sealed []byte) ([]byte, error) {
+	if len(sealed) < envelopeHdr || sealed[0] != envelopeV1 {
+		return nil, fmt.Errorf("%w: unknown envelope", ErrEncryption)
+	}
+	var kid keyID
+	copy(kid[:], sealed[1:envelopeHdr])
+	a := e.keys.open[kid]
+	if a == nil {
+		return nil, fmt.Errorf("%w: sealed with key id %x, which is neither Config.EncryptionKey nor in Config.DecryptionKeys", ErrEncryption, kid)
+	}
+	ns := a.NonceSize()
+	if len(sealed) < envelopeHdr+ns {
+		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
+	}
+	nonce := sealed[envelopeHdr : envelopeHdr+ns]
+	plain, err := a.Open(nil, nonce, sealed[envelopeHdr+ns:], aad(sealed[:envelopeHdr], tenant, queue, partition, id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w (tampered, or not this message's ciphertext)", ErrEncryption, err)
+	}
+	return plain, nil
+}
