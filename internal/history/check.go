@@ -19,6 +19,8 @@ type Stored struct {
 	// Failures is non-zero for the tail copy of a message a FailureSkip
 	// queue re-enqueued; only originals (0) count as stored pushes.
 	Failures int
+	// Reconstructed rows were deleted by retention; a delivery shows them.
+	Reconstructed bool
 }
 
 // QueueInfo is what the checker needs to know of an audited queue.
@@ -686,7 +688,17 @@ func (c *checker) eventually(ops []*Op) {
 			}
 		}
 		for _, g := range qi.Groups {
-			if k := s.Queue + "\x00" + g; !got[k][s.ID] {
+			k := s.Queue + "\x00" + g
+			if s.Reconstructed {
+				// Completed retention owes a deleted message only to the
+				// groups that existed when it was pushed: a group that came
+				// later starts at the oldest message still there.
+				t, ok := joined[k]
+				if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; !ok || !pushed || at < t {
+					continue
+				}
+			}
+			if !got[k][s.ID] {
 				missing[k] = append(missing[k], s)
 			}
 		}
@@ -742,7 +754,7 @@ func (c *checker) reconstruct(ops []*Op) {
 				have[k] = map[int64]bool{}
 			}
 			have[k][m.Offset] = true
-			c.st.Log = append(c.st.Log, Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID})
+			c.st.Log = append(c.st.Log, Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID, Reconstructed: true})
 		}
 	}
 }
@@ -796,10 +808,12 @@ func (c *checker) pollSkip(ops []*Op) {
 	}
 	// A late group's cursor starts wherever the tail was at its first
 	// contact: its first delivery of a partition sets the baseline.
+	// So does any group's on a CompletedRetention queue, where it may
+	// start past messages deleted before it existed.
 	late := map[qgp]bool{}
 	for _, o := range ops {
 		q := c.st.Queues[o.Inv.Queue]
-		if !slices.Contains(q.LateGroups, o.Inv.Group) {
+		if !q.Completed && !slices.Contains(q.LateGroups, o.Inv.Group) {
 			continue
 		}
 		for _, m := range delivered(o) {

@@ -53,8 +53,8 @@ func TestCheckCleanHistory(t *testing.T) {
 	h.settle("a", "q", "g", "ack", d2, OK)
 	h.pop("a", "q", "g", true, Delivery{"p", 2, "id3", "t3", "", 1, 0}, Delivery{"p", 3, "id4", "t4", "", 1, 0})
 	vs := Check(h.r.Events(), st(
-		Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t2", 0},
-		Stored{"q", "p", 2, "id3", "t3", 0}, Stored{"q", "p", 3, "id4", "t4", 0}), 0)
+		Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false},
+		Stored{"q", "p", 2, "id3", "t3", 0, false}, Stored{"q", "p", 3, "id4", "t4", 0, false}), 0)
 	for _, v := range vs {
 		t.Error(v)
 	}
@@ -74,62 +74,62 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"duplicated", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"buffered", "id1", -1})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id1", "t1", 0, false})
 		}},
 		{"phantom", func(h *hb) State {
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "idx", "tx", "", 1, 0})
-			return st(Stored{"q", "p", 0, "idx", "tx", 0})
+			return st(Stored{"q", "p", 0, "idx", "tx", 0, false})
 		}},
 		{"aborted-write", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, Fail)
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"wrong-result", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 5})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"wrong-duplicate", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"duplicate", "id9", -1})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"gap", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"buffered", "id1", -1}, Result{"buffered", "id2", -1})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
 			h.pop("a", "q", "g", true, Delivery{"p", 2, "id2", "t2", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 2, "id2", "t2", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 2, "id2", "t2", 0, false})
 		}},
 		{"client-order", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"buffered", "id1", -1})
 			h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 0})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id2", "t2", "", 1, 0}, Delivery{"p", 1, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id2", "t2", 0}, Stored{"q", "p", 1, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id2", "t2", 0, false}, Stored{"q", "p", 1, "id1", "t1", 0, false})
 		}},
 		{"nonmonotonic-send", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 1})
 			h.push("b", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 0})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id2", "t2", "", 1, 0}, Delivery{"p", 1, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id2", "t2", 0}, Stored{"q", "p", 1, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id2", "t2", 0, false}, Stored{"q", "p", 1, "id1", "t1", 0, false})
 		}},
 		{"int-nonmonotonic-send", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"buffered", "id1", -1}, Result{"buffered", "id2", -1})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id2", "t2", "", 1, 0}, Delivery{"p", 1, "id1", "t1", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id2", "t2", 0}, Stored{"q", "p", 1, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id2", "t2", 0, false}, Stored{"q", "p", 1, "id1", "t1", 0, false})
 		}},
 		{"inconsistent-read", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
 			h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t-other", "", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"int-poll-skip", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}, {"p", "t3"}}, OK,
 				Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
 			h.pop("a", "q", "g", false, Delivery{"p", 0, "id1", "t1", "L1", 1, 0}, Delivery{"p", 2, "id3", "t3", "L1", 1, 0})
 			h.pop("a", "q", "g", false, Delivery{"p", 0, "id1", "t1", "L2", 1, 0}, Delivery{"p", 1, "id2", "t2", "L2", 1, 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t2", 0}, Stored{"q", "p", 2, "id3", "t3", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id3", "t3", 0, false})
 		}},
 		{"acked-redelivered", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
@@ -137,7 +137,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			h.pop("a", "q", "g", false, d)
 			h.settle("a", "q", "g", "ack", d, OK)
 			h.pop("b", "q", "g", false, Delivery{"p", 0, "id1", "t1", "L2", 2, 1e18})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"two-holders", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
@@ -145,7 +145,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			h.pop("a", "q", "g", false, d)
 			h.pop("b", "q", "g", false, Delivery{"p", 0, "id1", "t1", "L2", 1, 1e18})
 			h.settle("a", "q", "g", "ack", d, OK)
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"concurrent-handlers", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
@@ -155,7 +155,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			hb := h.r.Invoke(Event{Proc: "b", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Lease: "L2", Msgs: []Delivery{d2}, T: h.tick()})
 			h.r.Done(ha, OK, Event{T: h.tick()})
 			h.r.Done(hb, OK, Event{T: h.tick()})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 		{"poll-skip", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
@@ -164,7 +164,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			h.settle("a", "q", "g", "retry", d, OK)
 			h.pop("a", "q", "g", false, Delivery{"p", 1, "id2", "t2", "L2", 1, 1e18})
 			h.pop("a", "q", "g", false, d) // so id1 was delivered again; the skip above is the finding
-			return st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t2", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false})
 		}},
 		{"push-error", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, Info)
@@ -172,7 +172,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		}},
 		{"never-delivered", func(h *hb) State {
 			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
-			return st(Stored{"q", "p", 0, "id1", "t1", 0})
+			return st(Stored{"q", "p", 0, "id1", "t1", 0, false})
 		}},
 	}
 	for _, tc := range cases {
@@ -201,12 +201,12 @@ func TestCheckWindowlessCounts(t *testing.T) {
 	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id2", 1})
 	h.pushOpen("b", "q", []Item{{"p", "t1"}})
 	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id2", "t1", "", 1, 0}, Delivery{"p", 2, "id3", "t1", "", 1, 0})
-	s := st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t1", 0}, Stored{"q", "p", 2, "id3", "t1", 0})
+	s := st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t1", 0, false}, Stored{"q", "p", 2, "id3", "t1", 0, false})
 	s.Queues["q"] = QueueInfo{Groups: []string{"g"}}
 	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
 		t.Fatal(vs)
 	}
-	s.Log = append(s.Log, Stored{"q", "p", 3, "id4", "t1", 0})
+	s.Log = append(s.Log, Stored{"q", "p", 3, "id4", "t1", 0, false})
 	if got := kinds(Check(h.r.Events(), s, 0)); got["duplicated"] != 1 {
 		t.Fatalf("4 stored of 2 definite + 1 unknown: %v", got)
 	}
@@ -235,7 +235,7 @@ func TestCheckRetainedQueue(t *testing.T) {
 		Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
 	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
 	h.pop("a", "q", "g", true, Delivery{"p", 2, "id3", "t3", "", 1, 0}) // retention took offset 1
-	s := st(Stored{"q", "p", 2, "id3", "t3", 0})
+	s := st(Stored{"q", "p", 2, "id3", "t3", 0, false})
 	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, Retained: true, LogStart: map[string]int64{"p": 2}}
 	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
 		t.Fatal(vs)
@@ -255,7 +255,7 @@ func TestCheckLateGroup(t *testing.T) {
 	h.pop("a", "q", "late", true) // first contact: nothing
 	h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 1})
 	h.pop("a", "q", "g", true, Delivery{"p", 1, "id2", "t2", "", 1, 0})
-	s := st(Stored{"q", "p", 0, "id1", "t1", 0}, Stored{"q", "p", 1, "id2", "t2", 0})
+	s := st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false})
 	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, LateGroups: []string{"late"}}
 	vs := Check(h.r.Events(), s, 0)
 	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "late" || vs[0].Partition != "p" {
@@ -267,10 +267,12 @@ func TestCheckLateGroup(t *testing.T) {
 // read it.
 func TestCheckCompletedQueue(t *testing.T) {
 	h := newHB()
+	h.pop("a", "q", "g", true) // both groups exist before the pushes
+	h.pop("a", "q", "g2", true)
 	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
 	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id2", "t2", "", 1, 0})
 	h.pop("a", "q", "g2", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
-	s := st(Stored{"q", "p", 1, "id2", "t2", 0})
+	s := st(Stored{"q", "p", 1, "id2", "t2", 0, false})
 	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g", "g2"}, Completed: true}
 	vs := Check(h.r.Events(), s, 0)
 	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "g2" {
