@@ -210,6 +210,15 @@ func TestCheckWindowlessCounts(t *testing.T) {
 	if got := kinds(Check(h.r.Events(), s, 0)); got["duplicated"] != 1 {
 		t.Fatalf("4 stored of 2 definite + 1 unknown: %v", got)
 	}
+	// Two buffered pushes of one id that met in a replay flush are stored once.
+	h = newHB()
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"buffered", "id1", -1})
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"buffered", "id2", -1})
+	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
+	s.Log = s.Log[:1]
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Fatal(vs)
+	}
 }
 
 func TestRecorderRoundTrip(t *testing.T) {
