@@ -67,10 +67,11 @@ type MaintenanceReport struct {
 // maintainer runs passes on a ticker. Its cursors make successive passes
 // walk on through the partitions instead of revisiting the first ones.
 type maintainer struct {
-	e    *engine
-	cfg  MaintenanceConfig
-	stop chan struct{}
-	done chan struct{}
+	e      *engine
+	cfg    MaintenanceConfig
+	ctx    context.Context // ends at close, cutting a pass short
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu           sync.Mutex // one pass at a time in this process
 	cursor       int64      // the last partition id of the previous window
@@ -95,7 +96,8 @@ type lagRow struct {
 const lagEvery = 10 * time.Second
 
 func newMaintainer(e *engine, cfg MaintenanceConfig) (*maintainer, error) {
-	m := &maintainer{e: e, cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &maintainer{e: e, cfg: cfg, done: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancel(e.ctx)
 	meter := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
 	var err error
 	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
@@ -128,25 +130,25 @@ func (m *maintainer) observe(_ context.Context, o metric.Observer) error {
 func (m *maintainer) run() {
 	defer close(m.done)
 	if m.cfg.Interval < 0 {
-		<-m.stop
+		<-m.ctx.Done()
 		return
 	}
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-m.stop:
+		case <-m.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if _, err := m.pass(m.e.ctx); err != nil && m.e.ctx.Err() == nil {
+		if _, err := m.pass(m.ctx); err != nil && m.ctx.Err() == nil {
 			m.e.log.Warn("queen: maintenance pass", "err", err)
 		}
 	}
 }
 
 func (m *maintainer) close() {
-	close(m.stop)
+	m.cancel()
 	<-m.done
 	_ = m.lagReg.Unregister()
 }

@@ -132,6 +132,13 @@ func validTransactionID(s string) bool {
 // written then), or a cancelled context. A cancelled caller only stops
 // waiting: items already handed to the engine may still commit, so retry
 // with the same TransactionIDs on a queue with a DedupWindow.
+//
+// Per partition, one client's pushes are stored in push order (a Push that
+// returned before the next one began is stored first). While a partition
+// has items in the disk spool (reported Buffered and not yet replayed),
+// later pushes to it are spooled behind them and reported Buffered too,
+// rather than overtake them; they are stored when the drain gets there.
+// PushTx and Client.Tx are never spooled, so they can overtake.
 func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
 	b, err := q.prepare(ctx, items)
@@ -144,6 +151,10 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	}
 	if e.maintOn.Load() {
 		e.spoolPush(fusion.Key{Tenant: q.c.tenant, Queue: q.name}, b)
+		return b.finish(), nil
+	}
+	// A partition with spooled items takes new ones behind them.
+	if e.spoolBehind(q.c.tenant, q.name, b); len(b.groups) == 0 {
 		return b.finish(), nil
 	}
 	groups := func(yield func(fusion.Key, []*pushItem) bool) {
@@ -211,6 +222,10 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 	if meta.encryption && e.aead == nil {
 		b.release()
 		return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+	}
+	if err := e.refuseUnreplayable(ctx, q.c.tenant, q.name, meta); err != nil {
+		b.release()
+		return nil, err
 	}
 
 	slab := make([]pushItem, len(items))

@@ -41,8 +41,11 @@ type Config struct {
 	Schema string
 	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
 	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
-	// Defaults to a directory under os.TempDir() named after the schema and
-	// the database, so a restarted process drains what its last run left.
+	// Defaults to a directory under os.TempDir() named after the user, the
+	// schema and the database, so a restarted process drains what its last
+	// run left. It is created 0700; Open fails (spool.ErrUnsafeDir) if it,
+	// a symlink to it or a spool file in it belongs to another user, or if
+	// group or others can write to it.
 	SpoolDir string
 	// EncryptionKey is the 32-byte AES-256-GCM key for queues with Encryption
 	// on: it encrypts every new payload and decrypts those it encrypted.
@@ -283,8 +286,15 @@ func (c *Client) WithTenant(id uuid.UUID) *Client {
 func (c *Client) Tenant() uuid.UUID { return c.tenant }
 
 // Close stops intake, flushes what the engine holds, and stops every
-// goroutine the client started. Calls after the first wait for the first to
-// finish and return its result. It never closes a caller-supplied Pool.
+// goroutine the client started. It returns within ctx. If ctx ends first,
+// Close returns ctx.Err() and the shutdown goes on in the background: what
+// was not flushed is spooled (Buffered) rather than lost, the spool drain
+// starts nothing new, and statements already running are let finish
+// (within Config.StatementTimeout) so that what they store is confirmed and
+// not replayed again; unreplayed records stay in the spool for the next
+// Open. Calls after the first wait for the first to finish and return its
+// result, so a later Close with a longer context waits for that shutdown.
+// It never closes a caller-supplied Pool.
 func (c *Client) Close(ctx context.Context) error {
 	e := c.e
 	e.mu.Lock()
@@ -300,6 +310,17 @@ func (c *Client) Close(ctx context.Context) error {
 	e.closed = true
 	e.mu.Unlock()
 
+	go e.shutdown(ctx)
+	select {
+	case <-e.closeDone:
+		return e.closeErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown is Close's work; it sets closeErr and closes closeDone.
+func (e *engine) shutdown(ctx context.Context) {
 	// Fixed stop order: the spool drain; intake and pending pushes (they
 	// still need the pool; what cannot commit is spooled); background loops;
 	// the spool; the pool.
@@ -321,7 +342,6 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	e.closeErr = err
 	close(e.closeDone)
-	return err
 }
 
 func (e *engine) isClosed() bool {

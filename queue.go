@@ -59,7 +59,9 @@ type QueueOptions struct {
 	// to 0: keep.
 	Retention time.Duration
 	// CompletedRetention deletes messages older than this once every group
-	// consumed them. Defaults to 0: keep.
+	// subscribed to the queue (queue mode included) has consumed them; a
+	// group owes nothing its subscription does not deliver. Defaults to 0:
+	// keep.
 	CompletedRetention time.Duration
 	// FailurePolicy is what a failed message (Message.Fail, a Consume
 	// handler's error) does to the later messages of its partition.

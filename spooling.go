@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zeebo/xxh3"
 	"go.opentelemetry.io/otel/metric"
@@ -20,22 +23,32 @@ import (
 
 // The disk spool takes what PostgreSQL could not: pushes whose bundle failed
 // (reported Buffered instead of Failed), every push while maintenance mode
-// is on, and what Close could not flush. A drain loop replays it through the
-// normal push path, in order per partition. Replay is idempotent on the
-// preserved transaction id within the queue's DedupWindow: give queues that
-// must never duplicate a window longer than any outage you expect.
+// is on, what Close could not flush, and later pushes to a partition that
+// still has spooled items (so they queue behind them). A drain loop replays
+// it through the normal push path, in order per partition, and confirms
+// each partition's records durably as soon as they are stored, so a
+// Buffered item is stored once. The one exception is a crash between a
+// replayed group's commit and its confirmation (or a statement timeout
+// racing with the commit): that group is pushed again, and the queue's
+// DedupWindow on the preserved transaction id absorbs it.
 
 // spoolSlots bounds the directories tried when others are locked: each
 // process needs its own, and a restarted process takes a free slot and
 // drains what a previous run left in it.
 const spoolSlots = 64
 
-// defaultSpoolDir is per schema and per database, so two databases with the
-// same schema name never replay into each other.
+// defaultSpoolDir is per user, schema and database, so two databases with
+// the same schema name never replay into each other, and two users never
+// share one. It lives in the shared temporary directory: spool.Open refuses
+// it unless this user owns it and nobody else can write to it.
 func defaultSpoolDir(schema string, pool *pgxpool.Pool) string {
 	cc := pool.Config().ConnConfig
 	id := fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
-	return filepath.Join(os.TempDir(), fmt.Sprintf("queen-spool-%s-%08x", schema, uint32(xxh3.HashString(id))))
+	user := ""
+	if uid := os.Geteuid(); uid >= 0 {
+		user = fmt.Sprintf("%d-", uid)
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("queen-spool-%s%s-%08x", user, schema, uint32(xxh3.HashString(id))))
 }
 
 func openSpool(e *engine) (*spool.Spool, error) {
@@ -95,15 +108,75 @@ func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
 	e.drain.kick()
 }
 
+// spoolBehind spools the groups of b whose partition still has items in
+// the spool, and takes them out of b: a later push must not overtake them.
+func (e *engine) spoolBehind(tenant uuid.UUID, queue string, b *pushBatch) {
+	for part, g := range b.groups {
+		if e.spool.Pending(tenant, queue, part) {
+			e.spoolItems(g, fusion.Key{Tenant: tenant, Queue: queue, Partition: part}, errBehindSpool)
+			delete(b.groups, part)
+		}
+	}
+}
+
+var errBehindSpool = errors.New("queen: the partition has spooled pushes not yet replayed")
+
+// refuseUnreplayable fails a push that could never be replayed instead of
+// spooling it: in maintenance mode, a client without Config.EncryptionKey
+// that has not seen the queue asks PostgreSQL (once per metaTTL, briefly)
+// whether it is encrypted. If PostgreSQL cannot tell, the push is spooled;
+// should it never succeed, replay quarantines that record alone.
+func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue string, meta queueMeta) error {
+	if e.aead != nil || meta.encryption || !meta.fetched.IsZero() || !e.maintOn.Load() {
+		return nil
+	}
+	d := e.drain
+	k := metaKey{tenant, queue}
+	d.encMu.Lock()
+	c, ok := d.enc[k]
+	d.encMu.Unlock()
+	if !ok || time.Since(c.at) >= metaTTL {
+		qctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
+		err := e.pool.QueryRow(qctx, e.sql.QueueMeta, tenant, queue).Scan(&c.encrypted)
+		cancel()
+		if errors.Is(err, pgx.ErrNoRows) {
+			c.encrypted, err = false, nil
+		}
+		if err != nil {
+			return nil
+		}
+		c.at = time.Now()
+		d.encMu.Lock()
+		if d.enc == nil || len(d.enc) >= 1<<16 {
+			d.enc = make(map[metaKey]encFlag)
+		}
+		d.enc[k] = c
+		d.encMu.Unlock()
+	}
+	if c.encrypted {
+		return fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, queue)
+	}
+	return nil
+}
+
+type encFlag struct {
+	encrypted bool
+	at        time.Time
+}
+
 // drainer replays the spool in the background.
 type drainer struct {
 	e         *engine
+	ctx       context.Context // ends when the drain stops
+	cancel    context.CancelFunc
 	kickCh    chan struct{}
-	stop      chan struct{}
 	done      chan struct{}
 	replayed  atomic.Int64
 	failures  atomic.Int64
 	lastDrain atomic.Int64 // unix nanos of the last pass that emptied the spool
+
+	encMu sync.Mutex
+	enc   map[metaKey]encFlag // refuseUnreplayable's answers
 }
 
 const (
@@ -112,7 +185,8 @@ const (
 )
 
 func newDrainer(e *engine) *drainer {
-	d := &drainer{e: e, kickCh: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	d := &drainer{e: e, kickCh: make(chan struct{}, 1), done: make(chan struct{})}
+	d.ctx, d.cancel = context.WithCancel(e.ctx)
 	go d.run()
 	return d
 }
@@ -124,8 +198,11 @@ func (d *drainer) kick() {
 	}
 }
 
+// close stops the drain: a pass in progress starts nothing new and ends
+// once the groups it handed to fusion are resolved and confirmed (the
+// engine's context bounds that). What it did not replay stays spooled.
 func (d *drainer) close() {
-	close(d.stop)
+	d.cancel()
 	<-d.done
 }
 
@@ -137,7 +214,7 @@ func (d *drainer) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-d.stop:
+		case <-d.ctx.Done():
 			return
 		case <-t.C:
 		case <-d.kickCh:
@@ -145,13 +222,15 @@ func (d *drainer) run() {
 				continue // a failing database is retried on the backoff timer
 			}
 		}
-		e.refreshMaintenance(e.ctx)
+		e.refreshMaintenance(d.ctx)
 		wait := drainEvery
 		if !e.maintOn.Load() && e.spool.Stats().PendingRecords > 0 {
-			n, err := e.spool.Replay(e.ctx, d.replay)
+			n, err := e.spool.Replay(d.ctx, d.replay)
 			d.replayed.Add(int64(n))
 			switch {
-			case err != nil && e.ctx.Err() == nil:
+			case d.ctx.Err() != nil:
+				return
+			case err != nil:
 				d.failures.Add(1)
 				backoff = min(max(2*backoff, 100*time.Millisecond), drainBackoffMax)
 				wait = backoff
@@ -177,7 +256,10 @@ func (d *drainer) run() {
 
 // replay pushes one partition's records through fusion with their original
 // message and transaction ids, and reports how many leading records are
-// stored (Queued or Duplicate).
+// stored (Queued or Duplicate). Once the group is handed to fusion it waits
+// for the verdicts whatever ctx says: fusion resolves every item it takes
+// (committed, or failed when the engine stops), and a commit the spool did
+// not hear of would be pushed again.
 func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error) {
 	e := d.e
 	if len(batch) == 0 {
@@ -200,10 +282,14 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		group[i] = it
 	}
 	key := fusion.Key{Tenant: batch[0].Tenant, Queue: batch[0].Queue, Partition: batch[0].Partition}
-	one := func(yield func(fusion.Key, []*pushItem) bool) { yield(key, group) }
-	if err := submitAndWait(ctx, e.push.fusion, 1, one); err != nil {
+	done := make(chan struct{})
+	if err := e.push.fusion.Submit(ctx, key, group, func() { close(done) }); err != nil {
+		if err == fusion.ErrClosed {
+			err = ErrClosed
+		}
 		return 0, err
 	}
+	<-done
 	for i, r := range results {
 		switch r.Status {
 		case Queued, Duplicate:
@@ -279,9 +365,13 @@ type SpoolStats struct {
 	PendingBytes     int64
 	Appended         int64 // records spooled since Open
 	Replayed         int64 // records replayed since Open
-	QuarantinedFiles int   // files set aside after repeated permanent errors
-	DrainFailures    int64 // drain passes that stopped on an error
-	LastError        error
+	QuarantinedFiles int   // *.spool.quarantine files in Dir: records set aside (see QuarantinedRecords) or corrupt files
+	// QuarantinedRecords counts records set aside on their own since Open
+	// because their replay kept failing permanently (for example, their
+	// queue became encrypted and this client has no key). Each is logged.
+	QuarantinedRecords int64
+	DrainFailures      int64 // drain passes that stopped on an error
+	LastError          error
 }
 
 // SpoolStats reports the spool's depth and the drain's progress.
@@ -290,7 +380,7 @@ func (c *Client) SpoolStats() SpoolStats {
 	s := e.spool.Stats()
 	return SpoolStats{
 		Dir: e.spool.Dir(), Files: s.Files, PendingRecords: s.PendingRecords, PendingBytes: s.PendingBytes,
-		Appended: s.Appended, Replayed: e.drain.replayed.Load(), QuarantinedFiles: s.QuarantinedFiles,
+		Appended: s.Appended, Replayed: e.drain.replayed.Load(), QuarantinedFiles: s.QuarantinedFiles, QuarantinedRecords: s.QuarantinedRecords,
 		DrainFailures: e.drain.failures.Load(), LastError: s.LastError,
 	}
 }
@@ -313,12 +403,18 @@ func registerSpoolMetrics(e *engine) (metric.Registration, error) {
 	if err != nil {
 		return nil, err
 	}
+	qrecords, err := m.Int64ObservableCounter("queen_spool_quarantined_records",
+		metric.WithDescription("Spooled records set aside on their own because their replay kept failing permanently."))
+	if err != nil {
+		return nil, err
+	}
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := e.spool.Stats()
 		o.ObserveInt64(pending, s.PendingRecords)
 		o.ObserveInt64(bytes, s.PendingBytes)
 		o.ObserveInt64(quarantined, int64(s.QuarantinedFiles))
 		o.ObserveInt64(replayed, e.drain.replayed.Load())
+		o.ObserveInt64(qrecords, s.QuarantinedRecords)
 		return nil
-	}, pending, bytes, quarantined, replayed)
+	}, pending, bytes, quarantined, replayed, qrecords)
 }

@@ -49,7 +49,8 @@ type wakeHub struct {
 	pending map[queueKey]map[string]struct{}
 	waiters map[queueKey]map[*waiter]struct{}
 	kick    chan struct{}
-	stop    chan struct{}
+	ctx     context.Context // ends at close, cutting a NOTIFY short
+	stop    context.CancelFunc
 	done    chan struct{}
 }
 
@@ -59,9 +60,9 @@ func newWakeHub(e *engine) *wakeHub {
 		pending: make(map[queueKey]map[string]struct{}),
 		waiters: make(map[queueKey]map[*waiter]struct{}),
 		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	h.ctx, h.stop = context.WithCancel(e.ctx)
 	go h.run()
 	return h
 }
@@ -131,14 +132,14 @@ func (h *wakeHub) run() {
 	var last time.Time
 	for {
 		select {
-		case <-h.stop:
+		case <-h.ctx.Done():
 			return
 		case <-h.kick:
 		}
 		if wait := wakeInterval - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
-			case <-h.stop:
+			case <-h.ctx.Done():
 				t.Stop()
 				return
 			case <-t.C:
@@ -174,7 +175,7 @@ func (h *wakeHub) notify(batch map[queueKey]map[string]struct{}) {
 	if len(payload) > notifyMax {
 		payload = "*" // too many queues: every listener rescans
 	}
-	ctx, cancel := context.WithTimeout(h.e.ctx, h.e.cfg.StatementTimeout)
+	ctx, cancel := context.WithTimeout(h.ctx, h.e.cfg.StatementTimeout)
 	defer cancel()
 	if _, err := h.e.pool.Exec(ctx, h.e.sql.Notify, h.e.sql.Channel, payload); err != nil && ctx.Err() == nil {
 		h.e.log.Warn("queen: notify", "err", err)
@@ -182,6 +183,6 @@ func (h *wakeHub) notify(batch map[queueKey]map[string]struct{}) {
 }
 
 func (h *wakeHub) close() {
-	close(h.stop)
+	h.stop()
 	<-h.done
 }

@@ -2,9 +2,11 @@
 // The push path writes to it when PostgreSQL cannot take a push (maintenance
 // mode, a failed or timed-out bundle) and reports the items Buffered; a
 // background drain replays it through a [ReplayFunc] the caller supplies,
-// which pushes through the normal path. Replay is idempotent because each
-// record keeps its transaction id and the queue deduplicates on it. The
-// package knows nothing about PostgreSQL. It is a building block of queen
+// which pushes through the normal path, and confirms durably, per key, what
+// it stored, so a record is offered again only after a crash between its
+// storing and that confirmation (each record keeps its transaction id, so
+// the queue's deduplication can absorb that). The package knows nothing
+// about PostgreSQL. It is a building block of queen
 // with no stability promise before v1.
 //
 // # Files
@@ -13,9 +15,16 @@
 //
 //	0000000000000007.spool             data: records, append-only
 //	0000000000000007.ack               replay progress of that data file
-//	0000000000000005.spool.quarantine  a data file taken out of replay
-//	0000000000000005.ack.quarantine    ... and its progress when it was
+//	0000000000000005.spool.quarantine  a corrupt data file taken out of replay,
+//	                                   or records quarantined on their own
+//	0000000000000005.ack.quarantine    progress of a quarantined corrupt file
 //	LOCK                               flock'ed by the open Spool
+//
+// Dir must belong to the user running the process and not be writable by
+// group or others, and so must every spool file in it (and a symlink, if
+// Dir is one); Open refuses anything else with [ErrUnsafeDir] and creates a
+// missing Dir 0700. A spool under a shared directory such as /tmp therefore
+// never replays records another user put there.
 //
 // Appends go to one active data file. It is rotated before an Append would
 // take it past Options.MaxFileSize (a single larger Append gets a file of
@@ -49,10 +58,14 @@
 // and transaction id. The benchmark's record (a 200-byte payload, a 36-byte
 // transaction id) takes 293 bytes.
 //
-// An ack file is a sequence of 12-byte entries, each a u64 LE data-file
-// offset and the CRC-32C of those 8 bytes, appended and synced by Replay.
-// The last valid entry counts. A missing file or a torn last entry only
-// means replay repeats more.
+// An ack file is a sequence of 12-byte entries, each a u64 LE value and the
+// CRC-32C of those 8 bytes, written and synced by Replay. A value with the
+// top bit clear is a prefix offset: every record below it is done. A value
+// with the top bit set marks the single record starting at the offset in
+// its other bits as done (stored, or quarantined on its own). Every entry
+// states a fact, so they are only added; reading stops at the first entry
+// that does not check out. A missing file or a torn entry only means
+// replay repeats more.
 //
 // # Durability and group commit
 //
@@ -106,35 +119,44 @@
 //
 // [Spool.Replay] makes one pass: oldest file first, in append order, in
 // chunks of Options.ReplayBatchRecords and ReplayBatchBytes. Each chunk is
-// split by (tenant, queue, partition), keeping append order within a key,
-// and handed to the ReplayFunc one key at a time, up to
+// split by key (tenant, queue, partition), keeping append order within a
+// key, and handed to the ReplayFunc one key at a time, up to
 // Options.ReplayConcurrency keys at once. Records of one key are never in
 // two calls at the same time, and a key's later chunk waits for its earlier
 // one, so per-partition order is kept. The ReplayFunc reports how many
-// leading records of its batch are stored. After each chunk, the offset
-// below which every record of the file is stored (the chunk's confirmed
-// prefix) is synced to the file's ack file, and the next pass resumes
-// there, whether in this process or after a restart. So a crash or failure
-// mid-replay repeats only the unconfirmed part of one chunk, and an
-// unconfirmed record is never skipped. Records of other keys in that part
-// that were stored are offered again, which the queue's dedup absorbs. A
-// file is deleted once all its records are confirmed. For the file being
-// appended to, it is rotated first, so a drained spool leaves no files and
-// its bytes stop counting against MaxTotalSize.
+// leading records of its batch are stored; as soon as it returns, those
+// records are marked done in the file's ack file and synced (calls that
+// return meanwhile share the sync). The next pass, whether in this process
+// or after a restart, skips them. So a stored record is offered again only
+// if the process dies between the ReplayFunc storing it and that sync: at
+// most the batches in flight at the crash, one per concurrent call.
+//
+// A key whose call fails is left alone for the rest of the pass: its
+// remaining records stay pending and none of its later records is offered
+// before them. The other keys go on, so one partition that cannot take its
+// records (a locked row, a poison record) holds up only itself. Calls that
+// keep failing with no success in between (2 × ReplayConcurrency in a row,
+// as when the database is down) end the pass. A file is deleted once all
+// its records are done; the file being appended to is rotated first, so a
+// drained spool leaves no files and its bytes stop counting against
+// MaxTotalSize. [Spool.Pending] tells whether a key has records not yet
+// done, so a caller can queue a key's new records behind them.
 //
 // Replay reads only synced bytes: a pass takes the active file up to its
 // synced size when it gets to it, and Appends may run during a pass.
 //
 // Errors are classified by the caller. A ReplayFunc wraps an error with
-// [Permanent] when retrying cannot help. Any other error is transient. A
-// pass stops at the first failure and returns it, so the caller's loop
-// backs off and retries, and nothing after the failed record is confirmed
-// out of order. When the same record fails permanently in
-// Options.QuarantineAfter passes in a row (default 3), or its file is
-// corrupt, the file is quarantined: it is renamed to *.spool.quarantine
-// (its ack file to *.ack.quarantine, which records where replay stopped),
-// logged, counted in Stats, and the pass continues with the next file, so
-// the rest keeps flowing. A quarantined file is not replayed or counted
-// against MaxTotalSize. An operator can re-drive it by renaming both files
-// back and reopening the spool.
+// [Permanent] when retrying cannot help. Any other error is transient: the
+// key waits for the next pass, and the caller's loop backs off. When a key
+// fails permanently in Options.QuarantineAfter passes (default 3; a stored
+// record of the key starts the count again), the record it failed at is
+// quarantined on its own: appended (and synced) to this run's
+// *.spool.quarantine file, logged, counted in Stats.QuarantinedRecords, and
+// marked done; the key goes on with its next record, and while it keeps
+// failing permanently each further record it fails at is quarantined at
+// once. A corrupt file is quarantined whole (renamed to *.spool.quarantine,
+// its ack file to *.ack.quarantine) once every record before the
+// corruption is done. A quarantined file is not replayed or counted
+// against MaxTotalSize. An operator can re-drive one by renaming it back to
+// *.spool (and its ack file, if any, to *.ack) and reopening the spool.
 package spool

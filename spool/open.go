@@ -57,6 +57,12 @@ func parseName(name string) (seq uint64, ext string, ok bool) {
 // acknowledged) is cut off; corruption anywhere else is kept and reported,
 // and Replay quarantines the file at that point after replaying the records
 // before it. New appends always go to a new file.
+//
+// The directory is created 0700 if missing. Open fails with ErrUnsafeDir
+// when it (or a symlink to it) belongs to another user or is writable by
+// group or others, or when a spool file in it belongs to another user: a
+// spool in a shared directory such as /tmp must not replay records that
+// someone else put there.
 func Open(o Options) (*Spool, error) {
 	if o.Dir == "" {
 		return nil, errors.New("spool: Options.Dir is empty")
@@ -65,11 +71,14 @@ func Open(o Options) (*Spool, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
+	if err := checkDir(o.Dir); err != nil {
+		return nil, err
+	}
 	lock, err := lockDir(filepath.Join(o.Dir, lockName))
 	if err != nil {
 		return nil, err
 	}
-	s := &Spool{opts: o, log: o.Logger, lock: lock}
+	s := &Spool{opts: o, log: o.Logger, lock: lock, keys: make(map[groupKey]int64), keyFails: make(map[groupKey]int)}
 	if err := s.load(); err != nil {
 		unlockDir(lock)
 		return nil, err
@@ -99,6 +108,11 @@ func (s *Spool) load() error {
 		seq, ext, ok := parseName(e.Name())
 		if !ok || !e.Type().IsRegular() {
 			continue
+		}
+		if fi, err := e.Info(); err != nil {
+			return fmt.Errorf("spool: %w", err)
+		} else if err := checkOwner(filepath.Join(s.opts.Dir, e.Name()), fi); err != nil {
+			return err
 		}
 		s.nextSeq = max(s.nextSeq, seq+1)
 		switch ext {
@@ -157,11 +171,34 @@ func (s *Spool) loadFile(seq uint64, newest bool) (keep, changed bool, err error
 	if err != nil {
 		return false, false, err
 	}
-	sc, err := scanFile(s.path(seq, extData), ack)
+	f := &file{seq: seq, sealed: true, marks: make(map[int64]int64), pend: make(map[groupKey]int64), ackSize: ack.size}
+	// Records past the prefix are done if marked, else pending for their key.
+	visit := func(start, end int64, body []byte) {
+		if end <= ack.prefix {
+			return
+		}
+		if _, ok := ack.marks[start]; ok {
+			f.marks[start] = end
+			f.doneRecs++
+			f.doneBytes += end - start
+			return
+		}
+		var r Record
+		if parseBody(body, &r) == nil {
+			f.pend[keyOf(&r)]++
+		}
+	}
+	sc, err := scanFile(s.path(seq, extData), ack.prefix, visit)
 	if err != nil {
 		return false, false, err
 	}
-	f := &file{seq: seq, sealed: true, size: sc.end, records: sc.records, acked: sc.ackEnd, ackedRecs: sc.ackRecs}
+	f.size, f.records, f.acked = sc.end, sc.records, sc.ackEnd
+	f.doneRecs += sc.ackRecs
+	f.doneBytes += max(sc.ackEnd-fileHeaderSize, 0)
+	for e, ok := f.marks[f.acked]; ok; e, ok = f.marks[f.acked] {
+		delete(f.marks, f.acked)
+		f.acked = e
+	}
 	if sc.fault != nil {
 		// Only the newest file can hold an append that was cut short: every
 		// older one was fully synced before its successor was created, and
@@ -193,6 +230,10 @@ func (s *Spool) loadFile(seq uint64, newest bool) (keep, changed bool, err error
 	}
 	s.files = append(s.files, f)
 	s.total += f.size
+	for k, n := range f.pend {
+		s.keys[k] += n
+		s.pendingAll.Add(n)
+	}
 	return true, changed, nil
 }
 
@@ -232,9 +273,10 @@ type scanResult struct {
 	torn    bool  // the fault looks like an append cut short
 }
 
-// scanFile reads a data file through and validates every record. An I/O
+// scanFile reads a data file through and validates every record, calling
+// visit (if not nil) with the bounds and body of each valid one. An I/O
 // error is returned as err; what is wrong with the bytes goes in fault.
-func scanFile(path string, ack int64) (scanResult, error) {
+func scanFile(path string, ack int64, visit func(start, end int64, body []byte)) (scanResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return scanResult{}, fmt.Errorf("spool: %w", err)
@@ -244,7 +286,7 @@ func scanFile(path string, ack int64) (scanResult, error) {
 	if err != nil {
 		return scanResult{}, fmt.Errorf("spool: %w", err)
 	}
-	sc, err := scan(f, fi.Size(), ack)
+	sc, err := scan(f, fi.Size(), ack, visit)
 	if err != nil {
 		err = fmt.Errorf("spool: read %s: %w", path, err)
 	}
@@ -252,7 +294,7 @@ func scanFile(path string, ack int64) (scanResult, error) {
 }
 
 // scan is scanFile on the size bytes of f.
-func scan(f io.ReaderAt, size, ack int64) (sc scanResult, err error) {
+func scan(f io.ReaderAt, size, ack int64, visit func(start, end int64, body []byte)) (sc scanResult, err error) {
 	sc.size = size
 	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), int(min(size, 1<<20)))
 	var hdr [recordHeaderSize]byte
@@ -308,6 +350,9 @@ func scan(f io.ReaderAt, size, ack int64) (sc scanResult, err error) {
 			sc.fault = err
 			return sc, nil
 		}
+		if visit != nil {
+			visit(sc.end, next, body)
+		}
 		sc.end = next
 		sc.records++
 		if sc.end <= ack {
@@ -335,38 +380,65 @@ func allZero(f io.ReaderAt, from, to int64) (bool, error) {
 	return true, nil
 }
 
-// The ack file of a data file records how far Replay got. It is a sequence
-// of 12-byte entries, u64 little-endian offset then u32 CRC-32C of those 8
-// bytes, appended and synced after every confirmed chunk. The last valid
-// entry wins; a torn entry at the end is ignored (replay then repeats a
-// little more, which dedup absorbs).
-const ackEntrySize = 12
+// The ack file of a data file records which of its records are done. It is
+// a sequence of 12-byte entries, a u64 little-endian value then the
+// CRC-32C of those 8 bytes, written and synced by Replay. A value with the
+// top bit clear is a prefix: every record below that offset is done. A
+// value with the top bit set marks the one record starting at the offset in
+// the other bits as done (stored, or quarantined on its own). Every entry
+// states a fact, so entries are only ever added; reading stops at the first
+// entry that does not check out (a torn write), which only means replay
+// repeats more.
+const (
+	ackEntrySize = 12
+	ackMark      = uint64(1) << 63
+)
 
 func appendAckEntry(dst []byte, off int64) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(off))
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[len(dst)-8:], crcTable))
 }
 
-// readAck returns the replay offset recorded in path, or 0.
-func readAck(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("spool: %w", err)
-	}
-	return parseAck(b), nil
+func appendAckMark(dst []byte, off int64) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(off)|ackMark)
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[len(dst)-8:], crcTable))
 }
 
-// parseAck returns the last valid offset in an ack file's bytes, or 0.
-func parseAck(b []byte) int64 {
-	var off int64
+// ackState is what an ack file says.
+type ackState struct {
+	prefix int64              // the highest prefix entry
+	marks  map[int64]struct{} // starts of records marked done
+	size   int64              // bytes of valid entries: new entries go there
+}
+
+// readAck reads the ack file at path; a missing file says nothing is done.
+func readAck(path string) (ackState, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ackState{}, nil
+	}
+	if err != nil {
+		return ackState{}, fmt.Errorf("spool: %w", err)
+	}
+	return parseAckState(b), nil
+}
+
+func parseAckState(b []byte) ackState {
+	st := ackState{marks: map[int64]struct{}{}}
 	for ; len(b) >= ackEntrySize; b = b[ackEntrySize:] {
 		if crc32.Checksum(b[:8], crcTable) != binary.LittleEndian.Uint32(b[8:]) {
 			break
 		}
-		off = int64(binary.LittleEndian.Uint64(b) & (1<<63 - 1))
+		v := binary.LittleEndian.Uint64(b)
+		if v&ackMark != 0 {
+			st.marks[int64(v&^ackMark)] = struct{}{}
+		} else {
+			st.prefix = max(st.prefix, int64(v))
+		}
+		st.size += ackEntrySize
 	}
-	return off
+	return st
 }
+
+// parseAck returns the prefix an ack file's bytes record, or 0.
+func parseAck(b []byte) int64 { return parseAckState(b).prefix }

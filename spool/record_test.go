@@ -145,7 +145,7 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file := bytes.NewReader(append(fileHeader[:], data...))
 		size := int64(file.Len())
-		sc, err := scan(file, size, 0)
+		sc, err := scan(file, size, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

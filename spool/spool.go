@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/gofrs/uuid/v5"
 )
 
 // SyncMode chooses how Append makes records durable.
@@ -70,9 +73,10 @@ type Options struct {
 	// ReplayConcurrency is how many ReplayFunc calls (for distinct keys of
 	// one chunk) may run at once. Default 8.
 	ReplayConcurrency int
-	// QuarantineAfter is how many Replay passes in a row may fail at the
-	// same record with a Permanent error before the file is quarantined.
-	// Default 3.
+	// QuarantineAfter is how many Replay passes may fail with a Permanent
+	// error at the first unreplayed record of a key (tenant, queue,
+	// partition) before that record is quarantined on its own; a record of
+	// the key stored meanwhile starts the count again. Default 3.
 	QuarantineAfter int
 }
 
@@ -113,6 +117,11 @@ var (
 	ErrTooLarge = errors.New("spool: record too large")
 	// ErrLocked is returned by Open when another Spool holds the directory.
 	ErrLocked = errors.New("spool: directory in use")
+	// ErrUnsafeDir is returned (wrapped) by Open when the directory, a
+	// symlink to it, or a spool file in it is owned by another user, or the
+	// directory is writable by group or others: records someone else could
+	// have written are never replayed.
+	ErrUnsafeDir = errors.New("spool: directory not private to this user")
 )
 
 // Stats is a snapshot of a Spool's state.
@@ -126,9 +135,10 @@ type Stats struct {
 	Fsyncs   int64 // data-file syncs since Open (Appended/Fsyncs is the group-commit factor)
 	Replayed int64 // records confirmed by Replay since Open
 
-	QuarantinedFiles int   // *.quarantine files in Dir, including those found by Open
-	QuarantinedBytes int64 // their size
-	TornTails        int   // torn tails cut off by Open (never acknowledged records)
+	QuarantinedFiles   int   // *.spool.quarantine files in Dir, including those found by Open
+	QuarantinedBytes   int64 // their size
+	QuarantinedRecords int64 // records quarantined on their own since Open
+	TornTails          int   // torn tails cut off by Open (never acknowledged records)
 
 	LastError   error // the last I/O error, corruption, quarantine cause or ReplayFunc failure
 	LastErrorAt time.Time
@@ -140,17 +150,32 @@ type Stats struct {
 type file struct {
 	seq uint64
 
-	size      int64 // mu: bytes synced (a record boundary); Replay reads below it
-	records   int64 // mu: records in [fileHeaderSize, size)
-	acked     int64 // mu: replay confirmed every record below this offset
-	ackedRecs int64 // mu
-	sealed    bool  // mu: no more appends
-	corrupt   error // mu: the bytes at size are not a valid record (never torn)
+	size    int64 // mu: bytes synced (a record boundary); Replay reads below it
+	records int64 // mu: records in [fileHeaderSize, size)
+	sealed  bool  // mu: no more appends
+	corrupt error // mu: the bytes at size are not a valid record (never torn)
+
+	// A record is done once replay confirmed it stored, or quarantined it
+	// on its own. acked is the prefix below which every record is done;
+	// marks holds the done records past it (start offset to end offset).
+	acked     int64              // mu
+	marks     map[int64]int64    // mu
+	doneRecs  int64              // mu: done records, below acked or marked
+	doneBytes int64              // mu: their encoded bytes
+	pend      map[groupKey]int64 // mu: records not done, per key
+
+	ackSize int64 // the ack writer (one pass at a time): valid bytes of the ack file
 
 	w *os.File // wmu: open for appends while active
+}
 
-	attempts   int   // replayMu: consecutive permanent failures at attemptsAt
-	attemptsAt int64 // replayMu
+// isDoneLocked reports whether the record starting at off is done.
+func (f *file) isDoneLocked(off int64) bool {
+	if off < f.acked {
+		return true
+	}
+	_, ok := f.marks[off]
+	return ok
 }
 
 // Spool is an append-only, crash-safe on-disk log of push records. Its
@@ -172,6 +197,15 @@ type Spool struct {
 	tornTails int
 	lastErr   error
 	lastErrAt time.Time
+	qRecords  int64
+
+	// keys counts the records not yet done per key over every file;
+	// pendingAll is their sum, read without the lock by Pending.
+	keys       map[groupKey]int64
+	pendingAll atomic.Int64
+	// keyFails counts the passes in a row whose replay of a key failed
+	// permanently at its first record not done.
+	keyFails map[groupKey]int
 
 	// appenders counts Appends between admission and hand-off, so Close can
 	// close reqs only when nobody can send on it any more.
@@ -185,8 +219,12 @@ type Spool struct {
 	reqs       chan *appendReq // GroupCommit only
 	writerDone chan struct{}
 
-	// replayMu serializes Replay passes and Close's final cleanup.
+	// replayMu serializes Replay passes and Close's final cleanup, and
+	// guards the file records are quarantined to.
 	replayMu    sync.Mutex
+	qmu         sync.Mutex // the quarantine file, written by replay workers
+	qfile       *os.File
+	qfileSize   int64
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
 }
@@ -194,8 +232,56 @@ type Spool struct {
 type appendReq struct {
 	data []byte
 	n    int64 // records in data
+	keys []keyCount
 	err  error
 	done chan struct{}
+}
+
+// keyCount is a run of records of one key in an Append.
+type keyCount struct {
+	k groupKey
+	n int64
+}
+
+type groupKey struct {
+	tenant           uuid.UUID
+	queue, partition string
+}
+
+func keyOf(r *Record) groupKey { return groupKey{r.Tenant, r.Queue, r.Partition} }
+
+// addPendLocked changes f's and the spool's count of records not done of k.
+func (s *Spool) addPendLocked(f *file, k groupKey, n int64) {
+	if n == 0 {
+		return
+	}
+	if f.pend == nil {
+		f.pend = make(map[groupKey]int64)
+	}
+	if f.pend[k] += n; f.pend[k] <= 0 {
+		delete(f.pend, k)
+	}
+	if s.keys == nil {
+		s.keys = make(map[groupKey]int64)
+	}
+	if s.keys[k] += n; s.keys[k] <= 0 {
+		delete(s.keys, k)
+		delete(s.keyFails, k)
+	}
+	s.pendingAll.Add(n)
+}
+
+// Pending reports whether records of (tenant, queue, partition) were
+// appended and are not yet done (stored by Replay, or quarantined). A
+// caller that wants per-key order appends a key's new records behind them
+// instead of storing them directly. It is cheap when the spool is empty.
+func (s *Spool) Pending(tenant uuid.UUID, queue, partition string) bool {
+	if s.pendingAll.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[groupKey{tenant, queue, partition}] > 0
 }
 
 // Append makes recs durable: when it returns nil every record is written
@@ -224,8 +310,14 @@ func (s *Spool) Append(ctx context.Context, recs []Record) error {
 		size += recordHeaderSize + n
 	}
 	data := make([]byte, 0, size)
+	var keys []keyCount
 	for i := range recs {
 		data = appendRecord(data, &recs[i])
+		if k := keyOf(&recs[i]); len(keys) > 0 && keys[len(keys)-1].k == k {
+			keys[len(keys)-1].n++
+		} else {
+			keys = append(keys, keyCount{k, 1})
+		}
 	}
 
 	s.mu.Lock()
@@ -243,7 +335,7 @@ func (s *Spool) Append(ctx context.Context, recs []Record) error {
 	s.mu.Unlock()
 	defer s.appenders.Done()
 
-	r := &appendReq{data: data, n: int64(len(recs))}
+	r := &appendReq{data: data, n: int64(len(recs)), keys: keys}
 	if s.opts.Sync == SyncEach {
 		s.wmu.Lock()
 		s.commit([]*appendReq{r})
@@ -318,20 +410,19 @@ func (s *Spool) commit(reqs []*appendReq) {
 			}
 		}
 		f := s.active
-		buf, n, j := s.wbuf[:0], int64(0), i
+		buf, j := s.wbuf[:0], i
 		for ; j < len(reqs); j++ {
 			d := reqs[j].data
 			if used := f.size + int64(len(buf)); used > fileHeaderSize && used+int64(len(d)) > s.opts.MaxFileSize {
 				break
 			}
 			buf = append(buf, reqs[j].data...)
-			n += reqs[j].n
 		}
 		if j == i+1 {
 			buf = reqs[i].data // nothing to gather
 		}
 		if j > i {
-			err = s.writeSync(f, buf, n)
+			err = s.writeSync(f, buf, reqs[i:j])
 			for k := i; k < j; k++ {
 				reqs[k].err = err
 			}
@@ -368,11 +459,11 @@ func (s *Spool) commit(reqs []*appendReq) {
 	s.log.Error("spool: append failed", "dir", s.opts.Dir, "err", err)
 }
 
-// writeSync appends buf (n records) to f and syncs it. On failure it cuts
+// writeSync appends buf (the records of reqs) to f and syncs it. On failure it cuts
 // the file back to its synced size, because a failed sync may have dropped
 // the pages it was meant to write; if even that fails the file is sealed so
 // later appends go to a fresh file.
-func (s *Spool) writeSync(f *file, buf []byte, n int64) error {
+func (s *Spool) writeSync(f *file, buf []byte, reqs []*appendReq) error {
 	off := f.size
 	_, err := f.w.WriteAt(buf, off)
 	if err == nil {
@@ -393,8 +484,13 @@ func (s *Spool) writeSync(f *file, buf []byte, n int64) error {
 	}
 	s.mu.Lock()
 	f.size = off + int64(len(buf))
-	f.records += n
-	s.appended += n
+	for _, r := range reqs {
+		f.records += r.n
+		s.appended += r.n
+		for _, kc := range r.keys {
+			s.addPendLocked(f, kc.k, kc.n)
+		}
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -420,7 +516,7 @@ func (s *Spool) createFile() (*file, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("spool: create %s: %w", filepath.Base(path), err)
 	}
-	f := &file{seq: seq, size: fileHeaderSize, acked: fileHeaderSize, w: w}
+	f := &file{seq: seq, size: fileHeaderSize, acked: fileHeaderSize, w: w, marks: make(map[int64]int64), pend: make(map[groupKey]int64)}
 	s.mu.Lock()
 	s.files = append(s.files, f)
 	s.total += fileHeaderSize
@@ -451,20 +547,21 @@ func (s *Spool) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{
-		Files:            len(s.files),
-		TotalBytes:       s.total,
-		Appended:         s.appended,
-		Fsyncs:           s.fsyncs,
-		Replayed:         s.replayed,
-		QuarantinedFiles: s.qFiles,
-		QuarantinedBytes: s.qBytes,
-		TornTails:        s.tornTails,
-		LastError:        s.lastErr,
-		LastErrorAt:      s.lastErrAt,
+		Files:              len(s.files),
+		TotalBytes:         s.total,
+		Appended:           s.appended,
+		Fsyncs:             s.fsyncs,
+		Replayed:           s.replayed,
+		QuarantinedFiles:   s.qFiles,
+		QuarantinedBytes:   s.qBytes,
+		QuarantinedRecords: s.qRecords,
+		TornTails:          s.tornTails,
+		LastError:          s.lastErr,
+		LastErrorAt:        s.lastErrAt,
 	}
 	for _, f := range s.files {
-		st.PendingRecords += f.records - f.ackedRecs
-		st.PendingBytes += f.size - f.acked
+		st.PendingRecords += f.records - f.doneRecs
+		st.PendingBytes += max(f.size-fileHeaderSize, 0) - f.doneBytes
 	}
 	return st
 }
@@ -509,6 +606,12 @@ func (s *Spool) Close() error {
 			errs = append(errs, s.retire(f))
 		}
 	}
+	s.qmu.Lock()
+	if s.qfile != nil {
+		errs = append(errs, s.qfile.Close())
+		s.qfile = nil
+	}
+	s.qmu.Unlock()
 	errs = append(errs, unlockDir(s.lock))
 	return errors.Join(errs...)
 }
