@@ -761,7 +761,8 @@ func (c *checker) reconstruct(ops []*Op) {
 // pollSkip: a delivery never starts past the cursor. The cursor at a
 // claim is at most the highest offset any commit that may have applied
 // before the claim returned went through: acks, dead letters, fails
-// (lenient: through the failed message), auto-acks and Consume handler
+// (lenient: through the failed message), retries (through the message
+// before), auto-acks and Consume handler
 // completions (a handler's end precedes its batch's settle). An auto-ack
 // pop of unknown outcome could have moved it anywhere, so its group is not
 // checked after it.
@@ -779,9 +780,16 @@ func (c *checker) pollSkip(ops []*Op) {
 		}
 		switch o.Inv.Op {
 		case OpSettle:
-			if o.Phase() != Fail && (o.Inv.Kind == "ack" || o.Inv.Kind == "dead" || o.Inv.Kind == "fail") {
-				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+			if o.Phase() == Fail {
+				continue
+			}
+			k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+			switch o.Inv.Kind {
+			case "ack", "dead", "fail":
 				commits[k] = append(commits[k], commit{o.Start(), o.Inv.Offset})
+			case "retry":
+				// Completes the lease's earlier messages.
+				commits[k] = append(commits[k], commit{o.Start(), o.Inv.Offset - 1})
 			}
 		case OpHandler:
 			if o.Done != nil {
