@@ -183,6 +183,12 @@ func (e *engine) settle(ctx context.Context, ops []settleOp) ([]int16, error) {
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
+	return e.settleFused(ctx, ops)
+}
+
+// settleFused is settle without the closed check, for Consume calls that
+// Close stops before it closes the ack engine.
+func (e *engine) settleFused(ctx context.Context, ops []settleOp) ([]int16, error) {
 	ctx = context.WithoutCancel(ctx)
 	items := make([]ackItem, len(ops))
 	// One submission per op keeps each op's order within its key.

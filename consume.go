@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,30 +13,52 @@ import (
 // ConsumeOptions are the options of Consume.
 type ConsumeOptions struct {
 	PopOptions
-	// Concurrency is how many partitions are processed in parallel, each by
-	// its own pop loop. Defaults to 1.
+	// Concurrency is how many partitions are handled in parallel: each claim
+	// takes up to as many ready partitions as there are free workers,
+	// PopOptions.Batch messages from each. Defaults to 1.
 	Concurrency int
+	// SoftStop is how long running handlers keep an uncancelled context
+	// after Consume's ctx ends (or the client closes). Defaults to 0: their
+	// context is cancelled at once.
+	SoftStop time.Duration
+	// HandlerTimeout is each message's deadline: the handler's context is
+	// cancelled when it passes, and an error it then returns fails the
+	// message (charging its retry budget). Defaults to 0: no deadline.
+	HandlerTimeout time.Duration
 }
 
-// consumeWait is the long-poll of each pop of a Consume loop whose
-// PopOptions.Wait is zero: the loop parks rather than spins.
-const consumeWait = 5 * time.Second
-
-// Consume pops and hands messages to fn until ctx is done. Messages of a
-// partition are handled one at a time in offset order; up to Concurrency
-// partitions are handled in parallel. A nil from fn acks the message; an
-// error fails it (see Message.Fail) and the rest of its batch is left for
+// Consume claims messages and hands them to fn until ctx is done. One fetch
+// loop claims, in one round trip, as many ready partitions as it has free
+// workers, and claims again as soon as a worker frees up or a push arrives.
+// Messages of a partition are handled one at a time in offset order; up to
+// Concurrency partitions are handled in parallel. PopOptions.Wait and
+// PopOptions.Partitions do not apply: Consume waits for pushes by itself
+// and sizes each claim by its free workers. A nil from fn acks the message;
+// an error fails it (see Message.Fail) and the rest of its batch is left for
 // redelivery, unhandled. Each batch is settled in one round trip after its
 // last handler. While a handler runs past half the lease, the lease is
-// renewed. When ctx is done, running handlers finish (they see ctx done),
-// what they completed is acked, the unhandled rest of their batches is
-// released without charging the retry budget (an error returned after ctx
-// is done is treated the same way), and nothing is acked twice. With
-// AutoAck, fn's errors are only logged.
+// renewed. A panic in fn is recovered, logged at Error with its stack, and
+// fails the message with an error wrapping ErrPanic. With AutoAck, fn's
+// errors (and panics) are only logged.
+//
+// When ctx is done, Consume stops claiming and starts no more handlers.
+// Running handlers keep an uncancelled context for up to SoftStop (with 0,
+// the default, it is cancelled at once); what they finish is acked. Every
+// message not finished is handed back at once without charging the retry
+// budget and without counting as a delivery (its next Attempt is unchanged),
+// so another consumer takes it immediately rather than after LeaseTime: the
+// unstarted rest of each batch, and a message whose handler returned an
+// error after its context was cancelled by the stop. Nothing is acked twice.
+// See the graceful shutdown example for the signal.NotifyContext wiring.
+//
+// Client.Close stops every running Consume the same way and waits, within
+// its own ctx, for them to settle; when that ctx ends first it cancels the
+// handlers' contexts and goes on closing (a message settled after that comes
+// back after its lease).
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
-// and an option error at once. Failing pops are logged and retried.
-// PopOptions.Wait defaults to 5s here.
+// and an option error at once. Failing claims are logged and retried with a
+// jittered backoff.
 func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx context.Context, m *Message) error) error {
 	e := q.c.e
 	if e.isClosed() {
@@ -51,85 +74,151 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	if err != nil {
 		return err
 	}
-	if po.Wait == 0 {
-		po.Wait = consumeWait
+	if o.Concurrency < 0 || o.SoftStop < 0 || o.HandlerTimeout < 0 {
+		return fmt.Errorf("queen: ConsumeOptions: Concurrency, SoftStop and HandlerTimeout must not be negative (have %d, %s, %s)",
+			o.Concurrency, o.SoftStop, o.HandlerTimeout)
 	}
-	n := o.Concurrency
-	if n < 0 {
-		return fmt.Errorf("queen: ConsumeOptions.Concurrency must not be negative")
-	}
-	n = max(n, 1)
+	n := max(o.Concurrency, 1)
 
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		fatalErr error
-	)
-	for range n {
-		wg.Go(func() {
-			if err := q.consumeLoop(ctx, &po, fn); err != nil {
-				mu.Lock()
-				fatalErr = cmpOr(fatalErr, err)
-				mu.Unlock()
-			}
-		})
+	c := newConsumer(ctx, q, po, o, fn)
+	defer c.done()
+	if !e.consumes.add(e, c) {
+		return ErrClosed
 	}
-	wg.Wait()
-	return fatalErr
+	defer e.consumes.remove(c)
+	return c.dispatch(n)
 }
 
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+// actInterrupt is settle()'s retry that also takes back the lease's
+// delivery: what a stopping consumer did not finish goes back uncharged,
+// and its next delivery is not counted as a retry.
+const actInterrupt int16 = 4
+
+// consumer is one Consume call's state.
+type consumer struct {
+	q       *Queue
+	po      PopOptions
+	timeout time.Duration
+	fn      func(context.Context, *Message) error
+
+	// stop ends when Consume's ctx does: claim nothing more, start no
+	// handler. work is the handlers' context: it ends with stop, or
+	// SoftStop after it.
+	stop       context.Context
+	cancelStop context.CancelCauseFunc
+	work       context.Context
+	cancelWork context.CancelFunc
+	cleanup    func()
+	finished   chan struct{} // closed when Consume has settled and returns
 }
 
-// consumeLoop is one worker: pop, handle, settle, until ctx ends.
-func (q *Queue) consumeLoop(ctx context.Context, o *PopOptions, fn func(context.Context, *Message) error) error {
-	e := q.c.e
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		msgs, err := q.Pop(ctx, *o)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+// consumeSet is the client's running Consume calls, which Close stops.
+type consumeSet struct {
+	m map[*consumer]struct{} // under engine.mu
+}
+
+// add registers c unless the client is closing.
+func (s *consumeSet) add(e *engine, c *consumer) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	if s.m == nil {
+		s.m = make(map[*consumer]struct{})
+	}
+	s.m[c] = struct{}{}
+	return true
+}
+
+func (s *consumeSet) remove(c *consumer) {
+	e := c.q.c.e
+	e.mu.Lock()
+	delete(s.m, c)
+	e.mu.Unlock()
+	close(c.finished)
+}
+
+// stopConsumes is Close's first step: every running Consume stops
+// claiming and returns ErrClosed once its handlers are done and their
+// batches settled (unfinished messages handed back uncharged), which
+// needs the ack engine and the pool, so it runs before they close. Handlers
+// keep their SoftStop until ctx ends; then they are cancelled and Close
+// goes on without waiting further.
+func (e *engine) stopConsumes(ctx context.Context) {
+	e.mu.Lock()
+	cs := make([]*consumer, 0, len(e.consumes.m))
+	for c := range e.consumes.m {
+		cs = append(cs, c)
+	}
+	e.mu.Unlock()
+	for _, c := range cs {
+		c.cancelStop(ErrClosed)
+	}
+	for _, c := range cs {
+		select {
+		case <-c.finished:
+		case <-ctx.Done():
+			for _, c := range cs {
+				c.cancelWork()
 			}
-			if errors.Is(err, ErrClosed) {
-				return ErrClosed
-			}
-			e.log.Warn("queen: consume: pop failed; retrying", "queue", q.name, "err", err, "backoff", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
+			return
 		}
-		backoff = 50 * time.Millisecond
-		// A pop over several partitions returns each partition's messages
-		// contiguously, in offset order.
-		for len(msgs) > 0 {
-			k := 1
-			for k < len(msgs) && msgs[k].pid == msgs[0].pid {
-				k++
-			}
-			q.handleBatch(ctx, o.AutoAck, msgs[:k], fn)
-			msgs = msgs[k:]
+	}
+}
+
+func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
+	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, fn: fn, finished: make(chan struct{})}
+	c.stop, c.cancelStop = context.WithCancelCause(ctx)
+	if o.SoftStop <= 0 {
+		c.work, c.cancelWork = context.WithCancel(c.stop)
+		c.cleanup = func() {}
+		return c
+	}
+	// Detached from ctx (keeping its values): the soft phase outlives it.
+	c.work, c.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopAF := context.AfterFunc(c.stop, func() {
+		mu.Lock()
+		timer = time.AfterFunc(o.SoftStop, c.cancelWork)
+		mu.Unlock()
+	})
+	c.cleanup = func() {
+		stopAF()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
 		}
+		mu.Unlock()
+	}
+	return c
+}
+
+// done releases the consumer's contexts and timers.
+func (c *consumer) done() {
+	c.cleanup()
+	c.cancelWork()
+	c.cancelStop(nil)
+}
+
+// stopErr is what Consume returns once stopped: ErrClosed when the client
+// closed, else nil.
+func (c *consumer) stopErr() error {
+	if errors.Is(context.Cause(c.stop), ErrClosed) {
+		return ErrClosed
 	}
 	return nil
 }
 
 // handleBatch runs fn over one partition's leased messages and settles them.
-func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, fn func(context.Context, *Message) error) {
+func (c *consumer) handleBatch(msgs []*Message) {
+	q := c.q
 	e := q.c.e
-	if autoAck {
+	if c.po.AutoAck {
+		// Already committed by the claim: stopping cannot give them back.
 		for _, m := range msgs {
-			if err := fn(ctx, m); err != nil {
+			if err := c.call(m); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -142,8 +231,9 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
-		if ctx.Err() != nil {
-			op.act, op.actMsg = actRetry, m
+		if c.stop.Err() != nil {
+			// Stopping: hand back what was not started, uncharged.
+			op.act, op.actMsg = actInterrupt, m
 			break
 		}
 		if time.Now().UnixNano() >= exp.Load() {
@@ -153,14 +243,15 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 			// taken over that ack is refused and the batch redelivered.
 			break
 		}
-		err := fn(ctx, m)
+		err := c.call(m)
 		if err == nil {
 			lastOK = i
 			continue
 		}
-		if ctx.Err() != nil {
-			// Most likely the shutdown itself: do not charge the budget.
-			op.act, op.actMsg = actRetry, m
+		if c.work.Err() != nil && !errors.Is(err, ErrPanic) {
+			// Most likely the shutdown itself cancelled the handler: do not
+			// charge the budget.
+			op.act, op.actMsg = actInterrupt, m
 		} else {
 			op.act, op.actMsg, op.reason = actFail, m, err.Error()
 		}
@@ -173,7 +264,8 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 	if op.ok < 0 && op.act == actNone {
 		return // nothing handled: the lease runs out by itself
 	}
-	st, err := e.settle(ctx, []settleOp{op})
+	// Not e.settle: a Consume stopped by Close settles while it closes.
+	st, err := e.settleFused(context.Background(), []settleOp{op})
 	if err == nil {
 		err = statusErr(st[0])
 	}
@@ -181,6 +273,27 @@ func (q *Queue) handleBatch(ctx context.Context, autoAck bool, msgs []*Message, 
 		e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
 			"queue", q.name, "partition", msgs[0].Partition, "err", err)
 	}
+}
+
+// call runs fn on m with the handlers' context, under the HandlerTimeout
+// deadline if any, and turns a panic into an error wrapping
+// ErrPanic, logged at Error with the stack: one poison message must not take
+// down the process and every lease it holds.
+func (c *consumer) call(m *Message) (err error) {
+	ctx := c.work
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.q.c.e.log.Error("queen: consume: handler panicked", "queue", c.q.name, "partition", m.Partition,
+				"offset", m.Offset, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", ErrPanic, r)
+		}
+	}()
+	return c.fn(ctx, m)
 }
 
 // renew keeps the lease of m's batch alive: it extends it whenever half of

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // consumeUntil runs Consume until stop reports true (checked after each
@@ -316,5 +322,386 @@ func TestConsumeStopsBatchWhenLeaseLost(t *testing.T) {
 	defer mu.Unlock()
 	if len(handled) != 1 {
 		t.Fatalf("handled offsets %v under a lease that was taken over; want only the first", handled)
+	}
+}
+
+// A panicking handler is recovered: the process and the other partitions
+// keep going, the message is failed (charged), comes back with Attempt 2,
+// and at the retry limit its dead letter names ErrPanic.
+func TestConsumeRecoversHandlerPanic(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 2, DeadLetter: true})
+	pushN(t, q, "bad", "b", 1)
+	pushN(t, q, "good", "g", 3)
+	var mu sync.Mutex
+	var badAttempts []int
+	good := 0
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Wait: 100 * time.Millisecond}, Concurrency: 2},
+			func(_ context.Context, m *queen.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.Partition == "bad" {
+					badAttempts = append(badAttempts, m.Attempt)
+					panic("boom")
+				}
+				good++
+				return nil
+			})
+	}()
+	waitFor(t, 20*time.Second, "the dead letter", func() bool { return len(deadLetters(t, q)) == 1 })
+	waitFor(t, 20*time.Second, "the good partition", func() bool { mu.Lock(); defer mu.Unlock(); return good == 3 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(badAttempts) != "[1 2]" {
+		t.Fatalf("panicking message delivered with attempts %v, want [1 2]", badAttempts)
+	}
+	dl := deadLetters(t, q)
+	if !strings.Contains(dl[0].Reason, queen.ErrPanic.Error()) || !strings.Contains(dl[0].Reason, "boom") {
+		t.Fatalf("dead-letter reason %q does not name ErrPanic and the panic value", dl[0].Reason)
+	}
+}
+
+// HandlerTimeout is each message's deadline: a handler that runs past it
+// fails the message (charged), here straight to the dead-letter store.
+func TestConsumeHandlerTimeoutFails(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 1, DeadLetter: true})
+	pushN(t, q, "", "m", 2)
+	var mu sync.Mutex
+	var handled []string
+	var sawDeadline bool
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, HandlerTimeout: 100 * time.Millisecond},
+			func(hctx context.Context, m *queen.Message) error {
+				mu.Lock()
+				handled = append(handled, string(m.Data))
+				mu.Unlock()
+				if string(m.Data) == "m0" {
+					_, ok := hctx.Deadline()
+					<-hctx.Done()
+					mu.Lock()
+					sawDeadline = ok && errors.Is(hctx.Err(), context.DeadlineExceeded)
+					mu.Unlock()
+					return hctx.Err()
+				}
+				return nil
+			})
+	}()
+	waitFor(t, 20*time.Second, "m1 handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !sawDeadline || fmt.Sprint(handled) != "[m0 m1]" {
+		t.Fatalf("handled %v, deadline seen %v", handled, sawDeadline)
+	}
+	dl := deadLetters(t, q)
+	if len(dl) != 1 || string(dl[0].Data) != "m0" || !strings.Contains(dl[0].Reason, "deadline exceeded") {
+		t.Fatalf("dead letters %+v", dl)
+	}
+}
+
+// Negative durations and concurrency are refused at once, before anything
+// is claimed.
+func TestConsumeRejectsBadOptions(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 1)
+	for _, o := range []queen.ConsumeOptions{
+		{SoftStop: -time.Second},
+		{HandlerTimeout: -time.Second},
+		{Concurrency: -1},
+	} {
+		err := q.Consume(ctxT(t), o, func(context.Context, *queen.Message) error {
+			t.Error("handler called")
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "negative") {
+			t.Fatalf("Consume(%+v) = %v, want an error about a negative option", o, err)
+		}
+	}
+	got := pop(t, q, queen.PopOptions{})
+	if len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("after refused Consume calls: %d messages, want the untouched one", len(got))
+	}
+}
+
+// With SoftStop, a handler running when Consume's ctx ends keeps an
+// uncancelled context; what it finishes is acked, and the unstarted rest of
+// its batch is released at once, uncharged: another client (lease 1h)
+// takes it immediately, on its first attempt.
+func TestConsumeSoftStopLetsRunningHandlerFinish(t *testing.T) {
+	a, b, _ := openPair(t)
+	qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, qa, "p", "m", 2)
+	started := make(chan context.Context, 1)
+	release := make(chan struct{})
+	var handled atomic.Int32
+	var errAtEnd atomic.Value
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- qa.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, SoftStop: time.Minute},
+			func(hctx context.Context, m *queen.Message) error {
+				handled.Add(1)
+				started <- hctx
+				<-release
+				errAtEnd.Store(fmt.Sprint(hctx.Err()))
+				return nil
+			})
+	}()
+	hctx := <-started
+	cancel()
+	select {
+	case <-hctx.Done():
+		t.Fatal("the running handler's context was cancelled before SoftStop passed")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != 1 || errAtEnd.Load() != "<nil>" {
+		t.Fatalf("handled %d, handler context at its end: %v", handled.Load(), errAtEnd.Load())
+	}
+	got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+	if len(got) != 1 || string(got[0].Data) != "m1" || got[0].Attempt != 1 {
+		t.Fatalf("second client popped %q (attempt %v), want m1 on attempt 1", datas(got), attempts(got))
+	}
+}
+
+// A handler interrupted by the end of SoftStop (its context is cancelled
+// and it returns that error) is not charged: another client (lease 1h)
+// takes the message at once, on attempt 1.
+func TestConsumeShutdownReleasesInterruptedMessage(t *testing.T) {
+	for _, soft := range []time.Duration{0, 100 * time.Millisecond} {
+		t.Run(fmt.Sprint("softstop=", soft), func(t *testing.T) {
+			a, b, _ := openPair(t)
+			qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour, RetryLimit: 1})
+			pushN(t, qa, "p", "m", 2)
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			err := qa.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, SoftStop: soft},
+				func(hctx context.Context, m *queen.Message) error {
+					cancel()
+					<-hctx.Done()
+					return hctx.Err()
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+			if fmt.Sprint(datas(got), attempts(got)) != "[m0 m1] [1 1]" {
+				t.Fatalf("second client popped %q on attempts %v, want [m0 m1] on [1 1]", datas(got), attempts(got))
+			}
+		})
+	}
+}
+
+func attempts(msgs []*queen.Message) []int {
+	out := make([]int, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Attempt
+	}
+	return out
+}
+
+// Close stops a running Consume: the handler's context is cancelled, the
+// message it was interrupted on is handed back uncharged (another client,
+// lease 1h, takes it at once on attempt 1), Consume returns ErrClosed,
+// Close returns within its ctx, and no goroutine is left behind.
+func TestCloseStopsRunningConsume(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	a, b, _ := openPair(t)
+	qa := configure(t, a, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, qa, "p", "m", 2)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- qa.Consume(ctxT(t), queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}},
+			func(hctx context.Context, m *queen.Message) error {
+				close(started)
+				<-hctx.Done()
+				return hctx.Err()
+			})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	defer cancel()
+	if err := a.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, queen.ErrClosed) {
+			t.Fatalf("Consume = %v, want ErrClosed", err)
+		}
+	default:
+		t.Fatal("Consume still running after Close returned")
+	}
+	got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
+	if fmt.Sprint(datas(got), attempts(got)) != "[m0 m1] [1 1]" {
+		t.Fatalf("second client popped %q on attempts %v, want [m0 m1] on [1 1]", datas(got), attempts(got))
+	}
+	if err := b.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
+}
+
+// A handler that ignores its context cannot hold Close past Close's ctx.
+func TestCloseReturnsWithinCtxDespiteStuckHandler(t *testing.T) {
+	// Not open(): this Close is expected to report its ctx.
+	c, err := queen.Open(ctxT(t), queen.Config{
+		DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Logger: pgtest.Logger(t), SpoolDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queue("q")
+	pushN(t, q, "p", "m", 1)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctxT(t), queen.ConsumeOptions{SoftStop: time.Hour},
+			func(context.Context, *queen.Message) error {
+				close(started)
+				<-release
+				return nil
+			})
+	}()
+	<-started
+	cctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if err := c.Close(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close = %v, want its ctx's error: a handler did not finish", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("Close took %s with a 300ms ctx", d)
+	}
+	close(release)
+	if err := <-done; !errors.Is(err, queen.ErrClosed) {
+		t.Fatalf("Consume = %v, want ErrClosed", err)
+	}
+}
+
+// Four Consume calls (two per client) over 100 partitions: no partition is
+// ever handled by two handlers at once, each message is handled once and
+// in order, and partitions do run in parallel.
+func TestConsumeDispatcherOnePartitionOneHandler(t *testing.T) {
+	const parts, per = 100, 20
+	c1, c2, _ := openPair(t)
+	items := make([]queen.Item, 0, parts*per)
+	for i := range per {
+		for p := range parts {
+			items = append(items, queen.Item{Partition: fmt.Sprintf("p%03d", p), Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, c1.Queue("q"), items...)
+	g := newKeyGuard()
+	var mu sync.Mutex
+	next := map[string]int{}
+	var handled atomic.Int64
+	var bad atomic.Value
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		q := []*queen.Queue{c1.Queue("q"), c2.Queue("q")}[i%2]
+		wg.Go(func() {
+			err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 3}, Concurrency: 4},
+				func(_ context.Context, m *queen.Message) error {
+					g.enter(m.Partition)
+					defer g.leave(m.Partition)
+					mu.Lock()
+					if want := strconv.Itoa(next[m.Partition]); string(m.Data) != want {
+						bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
+					}
+					next[m.Partition]++
+					mu.Unlock()
+					runtime.Gosched()
+					if handled.Add(1) == parts*per {
+						cancel()
+					}
+					return nil
+				})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if n := handled.Load(); n != parts*per {
+		t.Fatalf("handled %d of %d", n, parts*per)
+	}
+	if g.overlaps.Load() != 0 {
+		t.Fatalf("%d times two handlers held one partition at once", g.overlaps.Load())
+	}
+	if g.maxAct.Load() < 2 {
+		t.Fatalf("at most %d handlers at once: partitions did not run in parallel", g.maxAct.Load())
+	}
+}
+
+// A partition pushed to while every other one has a backlog is not starved
+// behind that backlog.
+func TestConsumeDispatcherDoesNotStarveNewPartition(t *testing.T) {
+	const parts, per = 50, 40
+	c := open(t)
+	q := c.Queue("q")
+	items := make([]queen.Item, 0, parts*per)
+	for i := range per {
+		for p := range parts {
+			items = append(items, queen.Item{Partition: fmt.Sprintf("p%03d", p), Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, q, items...)
+	var handled atomic.Int64
+	var lateAt atomic.Int64
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2}, Concurrency: 4},
+			func(_ context.Context, m *queen.Message) error {
+				n := handled.Add(1)
+				if n == 100 {
+					// The backlog is being worked on: now a new partition.
+					go func() {
+						if _, err := q.Push(ctx, []queen.Item{{Partition: "late", Data: []byte("x")}}); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				if m.Partition == "late" {
+					lateAt.Store(n)
+				}
+				if handled.Load() >= parts*per+1 {
+					cancel()
+				}
+				return nil
+			})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if at := lateAt.Load(); at == 0 || at > parts*per/2 {
+		t.Fatalf("the new partition's message was handled %dth of %d: starved behind the backlog", at, parts*per+1)
 	}
 }

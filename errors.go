@@ -31,4 +31,8 @@ var (
 	// and message id).
 	// Queen never writes plaintext to an encrypted queue.
 	ErrEncryption = errors.New("queen: encryption")
+	// ErrPanic is wrapped by the error Consume fails a message with when its
+	// handler panicked; the message's retry budget is charged as for any
+	// handler error.
+	ErrPanic = errors.New("queen: handler panicked")
 )

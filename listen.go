@@ -46,8 +46,9 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.e.log.Warn("queen: listen connection lost; reconnecting", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
+		wait := backoffJitter(backoff)
+		l.e.log.Warn("queen: listen connection lost; reconnecting", "err", err, "backoff", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

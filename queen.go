@@ -200,11 +200,12 @@ type engine struct {
 	// The consumption side: its statements, the lease owner this client
 	// writes, and the LISTEN loop that wakes parked pops for other
 	// processes' pushes.
-	csql   *stmt.Consume
-	owner  string
-	listen *listener
-	claims claimFusion
-	segs   segCache
+	csql     *stmt.Consume
+	owner    string
+	listen   *listener
+	claims   claimFusion
+	segs     segCache
+	consumes consumeSet // running Consume calls, stopped first by Close
 }
 
 // Open connects, applies the embedded migrations and starts the engine.
@@ -321,6 +322,9 @@ func (c *Client) Close(ctx context.Context) error {
 
 // shutdown is Close's work; it sets closeErr and closes closeDone.
 func (e *engine) shutdown(ctx context.Context) {
+	// Running Consume calls first: they stop claiming and settle what
+	// their handlers finish, bounded by ctx.
+	e.stopConsumes(ctx)
 	// Fixed stop order: the spool drain; intake and pending pushes (they
 	// still need the pool; what cannot commit is spooled); background loops;
 	// the spool; the pool.

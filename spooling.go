@@ -233,7 +233,7 @@ func (d *drainer) run() {
 			case err != nil:
 				d.failures.Add(1)
 				backoff = min(max(2*backoff, 100*time.Millisecond), drainBackoffMax)
-				wait = backoff
+				wait = backoffJitter(backoff)
 				e.log.Warn("queen: spool drain", "replayed", n, "retry_in", backoff, "err", err)
 			default:
 				backoff = 0

@@ -476,7 +476,9 @@ $$;
 -- through it; the result is status 0 (applied) as for any Fail. The
 -- partition rows of those inputs are locked first, in ascending id, before
 -- any consumer row: the global order (see the lock below for settle() inside
--- a larger transaction).
+-- a larger transaction). Actions: 0 none, 1 fail, 2 retry, 3 dead letter,
+-- 4 interrupt (a retry that also takes back the lease's delivery: a consumer
+-- shutting down hands back what it did not finish, uncharged and uncounted).
 CREATE FUNCTION {{schema}}.settle(
     p_pids       bigint[],
     p_groups     text[],
@@ -591,7 +593,7 @@ BEGIN
             WHERE s.end_offset >= p_act_off[i];
             v_prior := coalesce(v_prior, 0);
         END IF;
-        IF p_act[i] IN (1, 2) THEN
+        IF p_act[i] IN (1, 2, 4) THEN
             v_comm := greatest(v_comm, p_act_off[i] - 1);
             v_rel := true;
         END IF;
@@ -630,7 +632,11 @@ BEGIN
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
-            deliveries       = CASE WHEN v_comm = v_c.committed THEN deliveries
+            -- An interrupt (4) takes back this lease's delivery of the
+            -- message at the new cursor, so its next one is not a retry.
+            deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
+                                    WHEN p_act[i] = 4 THEN 0
+                                    WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
             batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
             lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,

@@ -1,0 +1,114 @@
+package queen
+
+import (
+	"sync"
+	"time"
+)
+
+// dispatch is one Consume call's fetch loop: it claims, in one round trip,
+// as many ready partitions as it has free workers (up to n), hands each
+// partition's batch to a worker, and claims again as soon as a worker frees
+// up or a wake arrives. Wakes coalesce (a one-slot channel plus collected
+// hints) and a claim that found fewer partitions than it asked for waits for
+// the next wake, freed worker or rescan tick: it never spins. A partition is
+// handled by one worker at a time, in order: the lease guarantees it across
+// consumers, and a local queue behind the running batch guarantees it for a
+// partition claimed again here while still in hand (after its lease was
+// lost, or with AutoAck, which holds no lease).
+func (c *consumer) dispatch(n int) error {
+	q := c.q
+	e := q.c.e
+	w := e.wake.subscribe(q.c.tenant, q.name)
+	defer e.wake.unsubscribe(w)
+	rescan := time.NewTicker(popRescan)
+	defer rescan.Stop()
+
+	var (
+		mu    sync.Mutex
+		busy  = map[int64][][]*Message{} // partitions in hand: the batches queued behind the running one
+		inUse int                        // batches in hand: running or queued
+		freed = make(chan struct{}, 1)
+		wg    sync.WaitGroup
+	)
+	defer wg.Wait()
+	worker := func(pid int64, batch []*Message) {
+		for batch != nil {
+			c.handleBatch(batch)
+			mu.Lock()
+			inUse--
+			if next := busy[pid]; len(next) > 0 {
+				batch, busy[pid] = next[0], next[1:]
+			} else {
+				delete(busy, pid)
+				batch = nil
+			}
+			mu.Unlock()
+			select {
+			case freed <- struct{}{}:
+			default:
+			}
+		}
+	}
+
+	po := c.po
+	po.Partitions = 1 // claim(n) then takes up to n partitions, po.Batch from each
+	const backoffMin = 50 * time.Millisecond
+	backoff := backoffMin
+	var hints []string
+	want := true // claim at once: there may be work, and no wake says so
+	for c.stop.Err() == nil {
+		mu.Lock()
+		free := n - inUse
+		mu.Unlock()
+		if want && free > 0 {
+			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats
+			groups, err := q.claim(c.stop, &po, hints, free)
+			hints = nil
+			if err != nil {
+				if e.isClosed() {
+					return ErrClosed
+				}
+				wait := backoffJitter(backoff)
+				e.log.Warn("queen: consume: claim failed; retrying", "queue", q.name, "err", err, "backoff", wait)
+				t := time.NewTimer(wait)
+				select {
+				case <-c.stop.Done():
+					t.Stop()
+				case <-t.C:
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+			backoff = backoffMin
+			// Every claimed batch goes to a worker, even when stopping: the
+			// worker hands back what it does not start.
+			mu.Lock()
+			for _, g := range groups {
+				pid := g[0].pid
+				inUse++
+				if queued, ok := busy[pid]; ok {
+					busy[pid] = append(queued, g)
+					continue
+				}
+				busy[pid] = nil
+				wg.Go(func() { worker(pid, g) })
+			}
+			mu.Unlock()
+			// All it asked for was there: more may be ready. Otherwise the
+			// ready set was exhausted a moment ago; a push since then wakes.
+			want = len(groups) == free
+			continue
+		}
+		select {
+		case <-c.stop.Done():
+		case <-w.ch:
+			hints = append(hints, w.takeHints()...)
+			want = true
+		case <-freed:
+			want = true
+		case <-rescan.C:
+			want = true
+		}
+	}
+	return c.stopErr()
+}
