@@ -69,14 +69,19 @@ func TestEncryptedPayloadBoundToMessage(t *testing.T) {
 	push(t, ox, queen.Item{Data: []byte("o0"), Partition: "p"})
 	_, x0 := segmentBlob(t, c, queen.DefaultTenant, "x", "p", 0)
 
-	expectRejected := func(what string, q *queen.Queue, partition string) {
+	// A ciphertext that does not open is never delivered as the message:
+	// the pop goes on without it and it is dead-lettered for its reason.
+	expectRejected := func(what string, cl *queen.Client, q *queen.Queue, partition string) {
 		t.Helper()
 		msgs, err := q.Pop(ctxT(t), queen.PopOptions{Partition: partition})
-		if err == nil {
+		if err != nil {
+			t.Fatalf("%s: Pop = %v, want the message dead-lettered", what, err)
+		}
+		if len(msgs) != 0 {
 			t.Fatalf("%s: Pop accepted the swapped ciphertext: %q", what, datas(msgs))
 		}
-		if !errors.Is(err, queen.ErrEncryption) {
-			t.Fatalf("%s: Pop = %v, want ErrEncryption", what, err)
+		if r := deadReason(t, cl, q, partition); !strings.Contains(r, "undecodable") || !strings.Contains(r, "encryption") {
+			t.Fatalf("%s: dead-letter reason %q, want an undecodable message and its encryption error", what, r)
 		}
 	}
 
@@ -86,19 +91,19 @@ func TestEncryptedPayloadBoundToMessage(t *testing.T) {
 	f.Payload = onlyFrame(t, x0).Payload
 	setSegmentBlob(t, c, pid, 1, segment.Compress(nil, frame.Append(nil, &f)))
 	wantData(t, pop(t, x, queen.PopOptions{Partition: "p", AutoAck: true}), "x0")
-	expectRejected("payload swapped between messages", x, "p")
+	expectRejected("payload swapped between messages", c, x, "p")
 
 	// x0's whole segment (its id too) in another partition, another queue,
 	// another tenant.
 	pid, _ = segmentBlob(t, c, queen.DefaultTenant, "x", "q", 0)
 	setSegmentBlob(t, c, pid, 0, x0)
-	expectRejected("moved to another partition", x, "q")
+	expectRejected("moved to another partition", c, x, "q")
 	pid, _ = segmentBlob(t, c, queen.DefaultTenant, "y", "p", 0)
 	setSegmentBlob(t, c, pid, 0, x0)
-	expectRejected("moved to another queue", y, "p")
+	expectRejected("moved to another queue", c, y, "p")
 	pid, _ = segmentBlob(t, c, other.Tenant(), "x", "p", 0)
 	setSegmentBlob(t, c, pid, 0, x0)
-	expectRejected("moved to another tenant", ox, "p")
+	expectRejected("moved to another tenant", other, ox, "p")
 }
 
 // Under FailureSkip a failed message is re-enqueued as a copy of its stored
@@ -171,11 +176,13 @@ func TestEncryptionKeyRotation(t *testing.T) {
 		t.Fatalf("both messages name the same key: %x, %x", f[0].Payload[:5], f[1].Payload[:5])
 	}
 
-	// Without the old key its messages fail with ErrEncryption naming it.
+	// Without the old key its messages do not open: dead-lettered with a
+	// reason naming the key id, the new key's message delivered.
 	newOnly := open(t, func(cfg *queen.Config) { cfg.Schema, cfg.EncryptionKey = before.Schema(), newKey })
-	if _, err := newOnly.Queue("q").Pop(ctx, queen.PopOptions{Group: "n"}); !errors.Is(err, queen.ErrEncryption) ||
-		!strings.Contains(err.Error(), "key id") {
-		t.Fatalf("Pop of an old-key message without the old key = %v, want ErrEncryption naming its key id", err)
+	nq := newOnly.Queue("q")
+	wantData(t, pop(t, nq, queen.PopOptions{Group: "n", Batch: 10}), "new0")
+	if r := deadReason(t, newOnly, nq, "Default"); !strings.Contains(r, "key id") {
+		t.Fatalf("dead-letter reason of an old-key message without the old key: %q, want its key id", r)
 	}
 
 	for name, cfg := range map[string]queen.Config{
@@ -229,4 +236,18 @@ func TestSpoolReplayEncryptedDecrypts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deadReason is the reason of the newest dead letter of q's partition, read
+// straight from the table: listing them decrypts, and these do not open.
+func deadReason(t *testing.T, c *queen.Client, q *queen.Queue, partition string) string {
+	t.Helper()
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var r string
+	err := c.Pool().QueryRow(ctxT(t), "SELECT coalesce(d.reason, '') FROM "+s+".dead_letters d JOIN "+s+".queues q ON q.id = d.queue_id"+
+		" WHERE q.tenant = $1 AND q.name = $2 AND d.partition_name = $3 ORDER BY d.id DESC LIMIT 1", c.Tenant(), q.Name(), partition).Scan(&r)
+	if err != nil {
+		t.Fatalf("dead letter of %s/%s: %v", q.Name(), partition, err)
+	}
+	return r
 }

@@ -22,6 +22,8 @@ type pusher struct {
 	e      *engine
 	fusion *fusion.Engine[*pushItem]
 	known  knownParts
+	// cleanups are the timed-out bundles' cancel requests in flight.
+	cleanups sync.WaitGroup
 
 	// bundle summary, logged about every 10s
 	sumMu       sync.Mutex
@@ -34,9 +36,10 @@ type pusher struct {
 func newPusher(e *engine) *pusher {
 	p := &pusher{e: e, sumAt: time.Now()}
 	p.fusion = fusion.New(fusion.Config{
-		Shards:    e.cfg.Fusion.Shards,
-		BundleMax: e.cfg.Fusion.BundleMax,
-		Hold:      e.cfg.Fusion.Hold,
+		Shards:           e.cfg.Fusion.Shards,
+		BundleMax:        e.cfg.Fusion.BundleMax,
+		Hold:             e.cfg.Fusion.Hold,
+		MaxBufferedBytes: e.cfg.Fusion.MaxBufferedBytes,
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		},
@@ -47,11 +50,24 @@ func newPusher(e *engine) *pusher {
 // close flushes what fusion holds; what it cannot flush before ctx ends is
 // spooled (Buffered), or failed with ErrClosed if the spool fails too.
 func (p *pusher) close(ctx context.Context) error {
-	return p.fusion.Close(ctx, func(bundle []*fusion.Batch[*pushItem]) {
-		for _, b := range bundle {
-			p.e.spoolItems(b.Items, b.Key, ErrClosed)
-		}
+	err := p.fusion.Close(ctx, func(bundle []*fusion.Batch[*pushItem]) {
+		p.spoolBundle(bundle, nil, ErrClosed)
 	})
+	p.cleanups.Wait() // each at most 5s
+	return err
+}
+
+// spoolBundle spools the items of a bundle that could not commit (Buffered;
+// spoolItems seals them if the client has a key); batches in skip are
+// already resolved.
+func (p *pusher) spoolBundle(bundle []*fusion.Batch[*pushItem], skip map[*fusion.Batch[*pushItem]]bool, cause error) {
+	for _, b := range bundle {
+		b.Retry = nil // resolved here, never sent again
+		if skip[b] {
+			continue
+		}
+		p.e.spoolItems(b.Items, b.Key, cause)
+	}
 }
 
 // flushScratch is per-flush working memory, pooled.
@@ -70,7 +86,22 @@ type flushScratch struct {
 type segPlan struct {
 	batch  *fusion.Batch[*pushItem]
 	frames []*pushItem // leaders in frame order
+	n      int         // the segment holds batch.Items[:n]; the rest waits
 }
+
+// maxBundleBytes bounds the frame bytes of one push_bundle call.
+// PostgreSQL refuses a protocol message of 1 GiB or more, and a bytea[]
+// value that large, so a bigger bundle could only fail whole (and its
+// replay from the spool the same way). 64 MiB keeps a call far below that
+// (a blob is at most its frames and a codec byte; the other arrays add 16
+// bytes a frame and the names) and bounds the memory one call costs the
+// server, which holds the message, the array and the rows at once. The
+// first frame of a bundle always goes, and MaxPayloadSize is 16 MiB, so no
+// call is over the bound. A variable so tests can lower it.
+var maxBundleBytes = 64 << 20
+
+// frameBytes over-estimates the item's frame and hash in a bundle.
+func (it *pushItem) frameBytes() int { return len(it.payload) + len(it.txn) + 64 }
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
@@ -96,8 +127,42 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	// The arenas back the previous bundle's blobs, which are done with.
 	s.blobs, s.hashes = s.blobs[:0], s.hashes[:0]
 
+	var skip map[*fusion.Batch[*pushItem]]bool
+	if live {
+		var err error
+		if skip, err = p.openSpooled(ctx, bundle); err != nil {
+			err = fmt.Errorf("queen: push bundle: %w", err)
+			p.spoolBundle(bundle, skip, err)
+			return err
+		}
+	}
+	// What does not fit under maxBundleBytes waits for its key's next
+	// flush (Batch.Retry): a whole batch, or the rest of one from the first
+	// item that does not fit. Order within a key is kept.
+	room, first, sent := maxBundleBytes, true, 0
 	for _, b := range bundle {
-		s.segs = append(s.segs, p.buildSegment(s, b))
+		if skip[b] {
+			continue
+		}
+		n := len(b.Items)
+		for i, it := range b.Items {
+			sz := it.frameBytes()
+			if sz > room && !first {
+				n = i
+				break
+			}
+			room -= sz
+			first = false
+		}
+		if n == 0 {
+			b.Retry = b.Items
+			continue
+		}
+		s.segs = append(s.segs, p.buildSegment(s, b, n))
+		sent += n
+	}
+	if len(s.segs) == 0 {
+		return nil
 	}
 
 	start := time.Now()
@@ -112,14 +177,12 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			return fmt.Errorf("queen: push: %w", err)
 		}
 	} else {
-		e.meter.bundle(ctx, len(bundle), countItems(bundle), err, time.Since(start))
+		e.meter.bundle(ctx, len(s.segs), sent, err, time.Since(start))
 		if err != nil {
 			// Nothing of the bundle committed: spool its items (Buffered)
 			// so a caller checking only for errors loses nothing.
 			err = fmt.Errorf("queen: push bundle: %w", err)
-			for _, b := range bundle {
-				e.spoolItems(b.Items, b.Key, err)
-			}
+			p.spoolBundle(bundle, skip, err)
 			return err
 		}
 	}
@@ -131,6 +194,9 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		case alloc.Queued:
 			for k, it := range sp.frames {
 				it.resolve(PushResult{Status: Queued, MessageID: it.id, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
+			}
+			if sp.n < len(sp.batch.Items) {
+				sp.batch.Retry = sp.batch.Items[sp.n:]
 			}
 			if live {
 				e.wake.pushed(sp.batch.Key)
@@ -145,7 +211,8 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 				it.resolve(PushResult{Status: Duplicate, MessageID: id, Offset: -1, CreatedAt: created})
 			}
 			// Frames that were not duplicates go back to the head of the
-			// partition and are sent again in the next segment.
+			// partition and are sent again in the next segment, before the
+			// items that did not fit this bundle.
 			var retry []*pushItem
 			for _, it := range sp.batch.Items {
 				if !it.resolved {
@@ -176,27 +243,83 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		}
 	}
 	if live {
-		p.summary(len(bundle), countItems(bundle))
+		p.summary(len(s.segs), sent)
 	}
 	return nil
 }
 
-// buildSegment does layer-2 dedup over the batch and packs its leaders into
-// frames, the hash blob and the compressed payload blob.
-func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem]) segPlan {
+// openSpooled readies the items the drain replays that were sealed only for
+// the spool (flagSpoolSealed): an encrypted queue takes the ciphertext as it
+// is, any other queue its plaintext, so a queue stores what its setting
+// says. It returns the batches whose items it had to fail (the key cannot
+// open them), and an error if the queue's setting could not be read, which
+// fails the bundle.
+func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (map[*fusion.Batch[*pushItem]]bool, error) {
+	e := p.e
+	var skip map[*fusion.Batch[*pushItem]]bool
+	for _, b := range bundle {
+		sealed := false
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed != 0 {
+				sealed = true
+				break
+			}
+		}
+		if !sealed {
+			continue
+		}
+		meta, err := e.queueMeta(ctx, b.Key.Tenant, b.Key.Queue)
+		if err != nil {
+			return skip, err
+		}
+		var failed error
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed == 0 {
+				continue
+			}
+			it.flags &^= flagSpoolSealed
+			if meta.encryption {
+				continue
+			}
+			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.id, it.payload)
+			if err != nil {
+				failed = err
+				break
+			}
+			it.payload, it.flags = plain, it.flags&^frame.FlagEncrypted
+		}
+		if failed != nil {
+			for _, it := range b.Items {
+				resolveFailed(it, failed)
+			}
+			if skip == nil {
+				skip = make(map[*fusion.Batch[*pushItem]]bool)
+			}
+			skip[b] = true
+		}
+	}
+	return skip, nil
+}
+
+// buildSegment does layer-2 dedup over the batch's first n items and packs
+// their leaders into frames, the hash blob and the compressed payload blob.
+func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int) segPlan {
 	s.hs = s.hs[:0]
 	for _, it := range b.Items {
 		it.followers, it.resolved = it.followers[:0], false
+	}
+	items := b.Items[:n]
+	for _, it := range items {
 		s.hs = append(s.hs, it.hash)
 	}
 	s.leaders = dedup.Leaders(s.hs, s.leaders)
-	frames := make([]*pushItem, 0, len(b.Items))
+	frames := make([]*pushItem, 0, len(items))
 	hashStart := len(s.hashes)
 	s.raw = s.raw[:0]
 	var flags int32 = alloc.FlagEncrypted
-	for k, it := range b.Items {
+	for k, it := range items {
 		if l := s.leaders[k]; l != k {
-			leader := b.Items[l]
+			leader := items[l]
 			leader.followers = append(leader.followers, it)
 			continue
 		}
@@ -220,7 +343,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem]) segPl
 		Blob:      s.blobs[blobStart:len(s.blobs):len(s.blobs)],
 		Flags:     flags,
 	})
-	return segPlan{batch: b, frames: frames}
+	return segPlan{batch: b, frames: frames, n: n}
 }
 
 type segKey struct {
@@ -284,10 +407,18 @@ func resolveFailed(it *pushItem, err error) {
 // the connection is discarded rather than returned to the pool.
 func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict, error) {
 	e := p.e
+	if err := e.downErr(); err != nil {
+		return s.verdicts, err
+	}
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return s.verdicts, fmt.Errorf("acquire connection: %w", err)
+		err = fmt.Errorf("acquire connection: %w", err)
+		if e.ctx.Err() == nil {
+			e.noteDown(err)
+		}
+		return s.verdicts, err
 	}
+	e.noteUp()
 	s.bundle.Known = p.known.all(s.segs)
 	v, err := s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
 	if isCode(err, codePartitionGone) {
@@ -302,13 +433,24 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		p.known.add(s.segs)
 	}
 	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
-		pc := conn.Conn().PgConn()
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if cerr := pc.CancelRequest(cctx); cerr != nil {
-			e.log.Warn("queen: cancel request for a timed-out bundle", "err", cerr)
+		if e.ctx.Err() == nil {
+			// Bundles queued behind this one would time out the same way.
+			e.noteDown(err)
 		}
-		cancel()
-		_ = conn.Conn().Close(context.Background())
+		// The cancel request can take as long as the trouble it is for, so
+		// it runs in the background and the items are spooled meanwhile.
+		p.cleanups.Add(1)
+		go func() {
+			defer p.cleanups.Done()
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if cerr := conn.Conn().PgConn().CancelRequest(cctx); cerr != nil {
+				e.log.Warn("queen: cancel request for a timed-out bundle", "err", cerr)
+			}
+			cancel()
+			_ = conn.Conn().Close(context.Background())
+			conn.Release()
+		}()
+		return v, err
 	}
 	conn.Release()
 	return v, err
@@ -361,14 +503,6 @@ const codePartitionGone = "QN001"
 func isCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == code
-}
-
-func countItems(bundle []*fusion.Batch[*pushItem]) int {
-	n := 0
-	for _, b := range bundle {
-		n += len(b.Items)
-	}
-	return n
 }
 
 // summary logs commits, segments and segments_per_commit about every 10s:

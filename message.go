@@ -82,10 +82,13 @@ type Message struct {
 	Queue         string
 	Partition     string
 	Offset        int64
-	Data          []byte // the plaintext, also for encrypted queues
-	CreatedAt     time.Time
-	Group         string
-	LeaseID       string // "" for AutoAck
+	// Data is the payload (the plaintext, also for encrypted queues). It is
+	// the caller's own copy: writing to it changes nothing else (not the
+	// dead-letter snapshot, a re-enqueued copy, or another pop's message).
+	Data      []byte
+	CreatedAt time.Time
+	Group     string
+	LeaseID   string // "" for AutoAck
 	// Attempt is 1 on first delivery. On a redelivery it counts the leases
 	// that started at this partition's cursor since the cursor last moved.
 	Attempt int

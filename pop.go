@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -64,6 +65,20 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) ([]*Message, error) {
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if e.aead == nil {
+		// Fail before claiming: a client without a key would otherwise
+		// dead-letter every message it takes (see deadLetterUndecodable).
+		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+		if err != nil {
+			if e.isClosed() {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+		if meta.encryption {
+			return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+		}
 	}
 	if o.Wait <= 0 {
 		return q.popOnce(ctx, &o, nil)
@@ -141,10 +156,9 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	}
 	defer rows.Close()
 	var (
-		groups  [][]*Message
-		msgs    []*Message
+		parts   []*popPart
+		p       *popPart
 		scratch []byte
-		decErr  error
 		pid     int64
 		pname   string
 		lease   *uuid.UUID
@@ -164,69 +178,205 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob, &fails); err != nil {
 			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
-		if decErr != nil {
-			continue // drain the rows; the claim has committed anyway
+		if p == nil || p.pid != pid {
+			p = &popPart{pid: pid, name: pname}
+			if lease != nil {
+				p.lease = *lease
+			}
+			parts = append(parts, p)
 		}
-		if len(msgs) > 0 && msgs[0].pid != pid {
-			groups = append(groups, msgs)
-			msgs = nil
-		}
-		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
-		if decErr = err; decErr != nil {
-			continue
-		}
-		if owned {
-			scratch = frames
-		}
-		var leaseID uuid.UUID
 		var leaseStr string
 		var exp time.Time
 		var dur time.Duration
 		if lease != nil {
-			leaseID, leaseStr = *lease, lease.String()
+			leaseStr = p.lease.String()
 		}
 		if expires != nil {
 			exp = *expires
 			dur = time.Duration(leaseMs) * time.Millisecond
 		}
-		decErr = frame.DecodeRange(frames, int(max(first-base, 0)), int(last-base), func(k int, f *frame.Frame) error {
-			off := base + int64(k)
+		msg := func(off int64) *Message {
 			m := &Message{
-				ID: f.ID, TransactionID: f.TransactionID, Queue: q.name, Partition: pname, Offset: off,
-				CreatedAt: created, Group: o.Group, LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-				q: q, pid: pid, lease: leaseID, leaseDur: dur, flags: f.Flags,
+				Queue: q.name, Partition: pname, Offset: off, CreatedAt: created, Group: o.Group,
+				LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
+				q: q, pid: pid, lease: p.lease, leaseDur: dur,
 			}
 			if off <= dmax && deliv > 1 {
 				m.Attempt = int(deliv)
 			}
 			// A message the skip policy re-enqueued carries its failures.
 			m.Attempt += int(fails)
-			m.stored = append([]byte(nil), f.Payload...)
-			m.Data = m.stored
+			return m
+		}
+		lo, hi := max(first, base), min(last, end)
+		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
+		if err != nil {
+			p.undecodable(msg, lo, hi, err)
+			continue
+		}
+		if owned {
+			scratch = frames
+		}
+		next := lo
+		err = frame.DecodeRange(frames, int(lo-base), int(hi-base), func(k int, f *frame.Frame) error {
+			m := msg(base + int64(k))
+			next = m.Offset + 1
+			m.ID, m.TransactionID, m.flags = f.ID, f.TransactionID, f.Flags
 			if f.Flags&frame.FlagEncrypted != 0 {
+				m.stored = append([]byte(nil), f.Payload...)
 				plain, err := e.open(q.c.tenant, q.name, pname, f.ID, f.Payload)
 				if err != nil {
-					return fmt.Errorf("partition %q offset %d: %w", pname, off, err)
+					p.dead = append(p.dead, deadMsg{m, err})
+					return nil
 				}
 				m.Data = plain
+			} else {
+				// Data is the caller's to write to; stored, the snapshot a
+				// dead letter or a re-enqueue takes, must not change with it.
+				// One allocation for both.
+				n := len(f.Payload)
+				buf := make([]byte, 2*n)
+				copy(buf, f.Payload)
+				copy(buf[n:], f.Payload)
+				m.Data, m.stored = buf[:n:n], buf[n:]
 			}
-			msgs = append(msgs, m)
+			p.msgs = append(p.msgs, m)
 			return nil
 		})
+		if err == nil && next <= hi {
+			err = fmt.Errorf("%w: segment %d-%d has no frame for offset %d", frame.ErrCorrupt, base, end, next)
+		}
+		if err != nil {
+			p.undecodable(msg, next, hi, err)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
-	if decErr != nil {
-		// The lease stands: the messages come back after it expires, which
-		// is the right outcome for a key that appears later or a transient
-		// fault; a permanently corrupt segment needs an operator.
-		return nil, fmt.Errorf("queen: pop %q: %w", q.name, decErr)
-	}
-	if len(msgs) > 0 {
-		groups = append(groups, msgs)
+	groups := make([][]*Message, 0, len(parts))
+	for _, p := range parts {
+		msgs := p.msgs
+		if len(p.dead) > 0 {
+			msgs = q.deadLetterUndecodable(ctx, o, p)
+		}
+		if len(msgs) > 0 {
+			groups = append(groups, msgs)
+		}
 	}
 	return groups, nil
+}
+
+// popPart is one claimed partition's share of a claim: the messages
+// decoded, in offset order, and those that could not be.
+type popPart struct {
+	pid   int64
+	name  string
+	lease uuid.UUID
+	msgs  []*Message
+	dead  []deadMsg // in offset order
+}
+
+// deadMsg is a claimed message that cannot be delivered: its segment or
+// frame is corrupt, or it does not decrypt. m carries what could be read
+// (at least its offset).
+type deadMsg struct {
+	m   *Message
+	err error
+}
+
+// undecodable records offsets lo..hi as unreadable for err.
+func (p *popPart) undecodable(msg func(off int64) *Message, lo, hi int64, err error) {
+	for off := lo; off <= hi; off++ {
+		p.dead = append(p.dead, deadMsg{msg(off), err})
+	}
+}
+
+// deadLetterUndecodable moves what p's claim could not decode to the
+// dead-letter store and returns the messages of p that may be delivered. A
+// message that cannot be decoded once never will be (a corrupt blob, a key
+// this client does not have): redelivering it would fail every claim that
+// takes it, and with AutoAck it is already consumed.
+//
+// With AutoAck every decoded message is delivered. Under a lease a dead
+// letter commits the cursor through it, which would complete the lease's
+// earlier messages unseen, so only the lease's head can go at once: the
+// undecodable messages there are dead-lettered, the decoded run after them
+// is delivered, and the lease is cut before the next undecodable message,
+// which a later claim then finds at its head.
+func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *popPart) []*Message {
+	e := q.c.e
+	dead, deliver := p.dead, p.msgs
+	var leaseID *uuid.UUID
+	var cut *int64
+	if !o.AutoAck {
+		leaseID = &p.lease
+		firstOK := int64(math.MaxInt64)
+		if len(p.msgs) > 0 {
+			firstOK = p.msgs[0].Offset
+		}
+		h := 0
+		for h < len(dead) && dead[h].m.Offset < firstOK {
+			h++
+		}
+		if h < len(dead) {
+			c := dead[h].m.Offset - 1
+			cut = &c
+			k := 0
+			for k < len(deliver) && deliver[k].Offset <= c {
+				k++
+			}
+			deliver = deliver[:k]
+		}
+		dead = dead[:h]
+	}
+	n := len(dead)
+	var (
+		offs     = make([]int64, n)
+		ids      = make([]uuid.UUID, n)
+		txns     = make([]string, n)
+		flags    = make([]int32, n)
+		payloads = make([][]byte, n)
+		created  = make([]time.Time, n)
+		reasons  = make([]string, n)
+	)
+	for i, d := range dead {
+		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
+		reasons[i] = "queen: undecodable message: " + d.err.Error()
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+	defer cancel()
+	var ok bool
+	err := e.pool.QueryRow(dctx, e.csql.PopDeadLetter, p.pid, o.Group, leaseID, cut,
+		offs, ids, txns, flags, payloads, created, reasons).Scan(&ok)
+	if err == nil && !ok {
+		err = ErrLeaseLost
+		if o.AutoAck {
+			err = ErrUnknownMessage // the partition is gone
+		}
+	}
+	for i, d := range dead {
+		attrs := []any{"queue", q.name, "partition", p.name, "group", o.Group, "offset", d.m.Offset,
+			"id", d.m.ID, "reason", reasons[i]}
+		if err == nil {
+			e.log.Warn("queen: pop: undecodable message moved to the dead-letter store", attrs...)
+		} else {
+			e.log.Error("queen: pop: undecodable message could not be dead-lettered", append(attrs, "err", err)...)
+		}
+	}
+	switch {
+	case err == nil, o.AutoAck:
+		return deliver
+	case n == 0:
+		// Only the cut failed: the lease now ends at its expiry, not
+		// after the delivered messages.
+		e.log.Warn("queen: pop: could not shorten a lease before an undecodable message", "queue", q.name,
+			"partition", p.name, "group", o.Group, "err", err)
+		return deliver
+	default:
+		// The head is still there: a later message's ack would commit past
+		// it unseen. The partition comes back when the lease ends.
+		return nil
+	}
 }
 
 // newOwner names this client in lease_owner: host, process and a random

@@ -28,6 +28,9 @@ const (
 	MaxPayloadSize = 16 << 20
 	// DefaultPartition is the partition of an Item with an empty Partition.
 	DefaultPartition = "Default"
+	// DefaultMaxBufferedBytes is the default of
+	// FusionConfig.MaxBufferedBytes: 256 MiB.
+	DefaultMaxBufferedBytes = fusion.DefaultMaxBufferedBytes
 )
 
 // Item is one message to push.
@@ -76,6 +79,13 @@ type pushItem struct {
 	// (the drain retries) instead of spooling them again.
 	noSpool bool
 }
+
+// pushItemOverhead approximates what an item holds besides its payload and
+// transaction id: itself, its result and its share of the batch.
+const pushItemOverhead = 256
+
+// Bytes is what the item holds, for FusionConfig.MaxBufferedBytes.
+func (it *pushItem) Bytes() int { return len(it.payload) + len(it.txn) + pushItemOverhead }
 
 // submitAndWait hands n groups to a fusion engine and returns once every
 // one of them has been flushed, or when ctx ends. Each group's items carry
@@ -139,9 +149,18 @@ func validTransactionID(s string) bool {
 // later pushes to it are spooled behind them and reported Buffered too,
 // rather than overtake them; they are stored when the drain gets there.
 // PushTx and Client.Tx are never spooled, so they can overtake.
+//
+// When PostgreSQL is down, or in maintenance mode, items go to the disk
+// spool and are Buffered, after at most about Config.StatementTimeout. A
+// client with Config.EncryptionKey encrypts everything it spools; the replay
+// stores it in plaintext again if its queue is not encrypted. A client
+// without one spools plaintext only for a queue it knows is not encrypted
+// (it read the setting, within the last 5 seconds or before the outage): a
+// push to a queue whose setting the database cannot tell it fails with
+// ErrEncryption instead.
 func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
-	b, err := q.prepare(ctx, items)
+	b, err := q.prepareFor(ctx, items, true)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +168,20 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	if len(b.groups) == 0 { // no items
 		return b.results, nil
 	}
+	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
 	if e.maintOn.Load() {
-		e.spoolPush(fusion.Key{Tenant: q.c.tenant, Queue: q.name}, b)
+		e.spoolPush(key, b)
+		return b.finish(), nil
+	}
+	if b.unknown != nil {
+		// The database did not tell the queue's settings within
+		// StatementTimeout: a bundle would fail the same way after waiting
+		// as long again, so the items go to the spool now.
+		for part, g := range b.groups {
+			k := key
+			k.Partition = part
+			e.spoolItems(g, k, b.unknown)
+		}
 		return b.finish(), nil
 	}
 	// A partition with spooled items takes new ones behind them.
@@ -177,11 +208,20 @@ type pushBatch struct {
 	groups  map[string][]*pushItem
 	// leaderOf[i] >= 0 marks a layer-1 follower of that index.
 	leaderOf []int
+	// unknown is why the queue's settings are unknown (the database did not
+	// answer); set only for a push that may go to the spool.
+	unknown error
 }
 
 // prepare validates everything first, so bad input writes nothing, then does
-// the handler's work for one queue.
+// the handler's work for one queue, for a push inside a transaction.
 func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
+	return q.prepareFor(ctx, items, false)
+}
+
+// prepareFor is prepare. spool says the push may go to the disk spool, so
+// settings the database cannot tell do not fail it (see pushBatch.unknown).
+func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*pushBatch, error) {
 	e := q.c.e
 	if e.isClosed() {
 		return nil, ErrClosed
@@ -213,11 +253,23 @@ func (q *Queue) prepare(ctx context.Context, items []Item) (*pushBatch, error) {
 	}
 	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
-		b.release()
-		if e.isClosed() {
-			return nil, ErrClosed
+		switch {
+		case e.isClosed():
+			err = ErrClosed
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		case spool && e.aead == nil:
+			// Spooling a payload in plaintext is only safe for a queue known
+			// not to be encrypted.
+			err = fmt.Errorf("%w: whether queue %q is encrypted is unknown (%w), and without Config.EncryptionKey its payloads could only be spooled in plaintext", ErrEncryption, q.name, err)
+		case spool:
+			// Spooled sealed, whatever the queue turns out to be.
+			b.unknown, err = err, nil
 		}
-		return nil, err
+		if err != nil {
+			b.release()
+			return nil, err
+		}
 	}
 	if meta.encryption && e.aead == nil {
 		b.release()
@@ -297,6 +349,29 @@ func (b *pushBatch) release() {
 		clear(b.groups)
 		groupPool.Put(b.groups)
 		b.groups = nil
+	}
+}
+
+// flagSpoolSealed marks, in a spool record's flags only, a payload that was
+// encrypted for the spool rather than for its queue: the replay restores the
+// plaintext unless the queue is encrypted. Frames never carry it.
+const flagSpoolSealed byte = 1 << 7
+
+// sealForSpool encrypts the plaintext payloads of items about to be spooled,
+// when the client has a key. The queue's setting may be stale or unknown
+// when the database is away, and the spool must never hold an encrypted
+// queue's payload in plaintext. Items the drain replays are never spooled
+// again and are left alone.
+func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
+	if e.aead == nil {
+		return
+	}
+	for _, it := range items {
+		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
+			continue
+		}
+		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.id, it.payload)
+		it.flags |= frame.FlagEncrypted | flagSpoolSealed
 	}
 }
 

@@ -89,6 +89,12 @@ type FusionConfig struct {
 	// Hold is the liveness backstop tick, not a batching window. Defaults to
 	// 15ms (QUEEN_V2_FUSION_HOLD_MS).
 	Hold time.Duration
+	// MaxBufferedBytes bounds the payload bytes the engine holds for pushes
+	// not yet committed (or spooled). A Push blocks while it is full, until
+	// its context ends (it then returns ctx.Err()) or a flush frees room; a
+	// push larger than the bound goes through alone. Defaults to
+	// DefaultMaxBufferedBytes.
+	MaxBufferedBytes int64
 }
 
 // withDefaults works on a copy and validates, naming the bad field.
@@ -137,6 +143,12 @@ func (c Config) withDefaults() (Config, error) {
 	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 16)
 	if f.Hold == 0 {
 		f.Hold = time.Duration(envDefault(0, "QUEEN_V2_FUSION_HOLD_MS", 15)) * time.Millisecond
+	}
+	if f.MaxBufferedBytes < 0 {
+		return c, errors.New("queen: Config.Fusion.MaxBufferedBytes must not be negative")
+	}
+	if f.MaxBufferedBytes == 0 {
+		f.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if f.Shards < 1 || f.BundleMax < 1 || f.Hold < 0 {
 		return c, fmt.Errorf("queen: Config.Fusion: Shards and BundleMax must be >= 1, Hold >= 0 (have %d, %d, %s)", f.Shards, f.BundleMax, f.Hold)

@@ -77,6 +77,9 @@ func openSpool(e *engine) (*spool.Spool, error) {
 // spool fails too they are Failed with both causes. Items from the drain
 // itself are never re-spooled: they fail, and the drain retries them.
 func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
+	// Every way into the spool seals here: maintenance, an outage, a failed
+	// bundle, a partition queued behind its spooled items.
+	e.sealForSpool(key, items)
 	recs := make([]spool.Record, 0, len(items))
 	var keep []*pushItem
 	for _, it := range items {

@@ -56,6 +56,14 @@ type Config struct {
 	// shard. Share one between engines that write to the same database.
 	// Defaults to NewVegas(VegasConfig{}).
 	Limiter *Vegas
+	// MaxBufferedBytes bounds the bytes of the unresolved items (pending or
+	// in flight) of the whole engine, as items implementing [Sizer] report
+	// them; other items count nothing. Submit blocks while a submission
+	// would take the engine over it, until ctx ends or a flush frees room.
+	// A submission is admitted whole when nothing is buffered, so one larger
+	// than the bound still goes through, alone. Defaults to
+	// DefaultMaxBufferedBytes.
+	MaxBufferedBytes int64
 	// MaxBuffered bounds the unresolved items (pending or in flight) of one
 	// shard: Submit blocks while its shard holds MaxBuffered or more, so
 	// memory stays bounded when the database falls behind. Up to 64
@@ -69,6 +77,16 @@ type Config struct {
 	// Shards is the number of shards, each one goroutine owning a disjoint
 	// set of keys. Defaults to 8.
 	Shards int
+}
+
+// DefaultMaxBufferedBytes is the default of Config.MaxBufferedBytes.
+const DefaultMaxBufferedBytes = 256 << 20
+
+// Sizer is implemented by items that count toward Config.MaxBufferedBytes.
+type Sizer interface {
+	// Bytes is the memory the item holds while the engine owns it. It is
+	// read once, at Submit.
+	Bytes() int
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +106,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBuffered <= 0 {
 		c.MaxBuffered = 1 << 20
+	}
+	if c.MaxBufferedBytes <= 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 4
@@ -109,6 +130,8 @@ type Engine[T comparable] struct {
 	cfg    Config
 	flush  FlushFunc[T]
 	shards []*shard[T]
+	sized  bool // T implements Sizer
+	bytes  budget
 
 	// closing is closed when Close begins, releasing blocked submitters.
 	// Shards learn of it, and of abandon, from the flags and a wake, which
@@ -132,6 +155,10 @@ func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
 		flush:   flush,
 		closing: make(chan struct{}),
 	}
+	var zero T
+	_, e.sized = any(zero).(Sizer)
+	e.bytes.max = e.cfg.MaxBufferedBytes
+	e.bytes.freed = make(chan struct{})
 	e.shards = make([]*shard[T], e.cfg.Shards)
 	for i := range e.shards {
 		e.shards[i] = newShard(e)
@@ -150,8 +177,9 @@ func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
 // particular it must not call Submit. The engine owns items until done.
 //
 // An empty submission is done at once. Submit returns ErrClosed once Close
-// has begun. While the shard is over Config.MaxBuffered it blocks until there
-// is room or ctx ends; then it returns ctx.Err() and done is never called.
+// has begun. While the shard is over Config.MaxBuffered, or the engine would
+// be over Config.MaxBufferedBytes, it blocks until there is room or ctx ends;
+// then it returns ctx.Err() and done is never called.
 func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func()) error {
 	select {
 	case <-e.closing:
@@ -164,15 +192,25 @@ func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func())
 		}
 		return nil
 	}
+	var n int64
+	if e.sized {
+		for _, it := range items {
+			n += int64(any(it).(Sizer).Bytes())
+		}
+		if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
+			return err
+		}
+	}
 	s := e.shards[key.hash()%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
+	sub.bytes, sub.budget = n, &e.bytes
 	a := arrival[T]{key: key, items: items, sub: sub}
 
 	// The read lock orders this send before Close closes the channel.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		sub.recycle()
+		sub.refuse()
 		return ErrClosed
 	}
 	select {
@@ -184,11 +222,78 @@ func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func())
 	case s.in <- a:
 		return nil
 	case <-ctx.Done():
-		sub.recycle()
+		sub.refuse()
 		return ctx.Err()
 	case <-e.closing:
-		sub.recycle()
+		sub.refuse()
 		return ErrClosed
+	}
+}
+
+// bufferedBytes is what the unresolved submissions hold.
+func (e *Engine[T]) bufferedBytes() int64 { return e.bytes.used.Load() }
+
+// budget is a byte semaphore that admits an acquisition whole when it is
+// empty, so no single acquisition can wait forever.
+type budget struct {
+	max  int64
+	used atomic.Int64
+	// waiters is read without mu by release, which closes and replaces
+	// freed under mu only when someone waits.
+	waiters atomic.Int32
+	mu      sync.Mutex
+	freed   chan struct{}
+}
+
+func (b *budget) tryAcquire(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u != 0 && u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// acquire takes n bytes, waiting for room until ctx ends or closing is
+// closed.
+func (b *budget) acquire(ctx context.Context, n int64, closing <-chan struct{}) error {
+	if n == 0 || b.tryAcquire(n) {
+		return nil
+	}
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	for {
+		b.mu.Lock()
+		freed := b.freed
+		b.mu.Unlock()
+		// After registering: a release from now on closes freed, and one
+		// before shows in used.
+		if b.tryAcquire(n) {
+			return nil
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closing:
+			return ErrClosed
+		}
+	}
+}
+
+func (b *budget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.used.Add(-n)
+	if b.waiters.Load() > 0 {
+		b.mu.Lock()
+		close(b.freed)
+		b.freed = make(chan struct{})
+		b.mu.Unlock()
 	}
 }
 
@@ -289,11 +394,14 @@ type Stats struct {
 	Failed uint64
 	// Limit is the limiter's current number of push permits.
 	Limit int
+	// BufferedBytes is what the unresolved items hold now, as [Sizer]
+	// reports it.
+	BufferedBytes int64
 }
 
 // Stats returns the engine's counters.
 func (e *Engine[T]) Stats() Stats {
-	st := Stats{Limit: e.cfg.Limiter.Limit()}
+	st := Stats{Limit: e.cfg.Limiter.Limit(), BufferedBytes: e.bufferedBytes()}
 	for _, s := range e.shards {
 		st.Bundles += s.bundles.Load()
 		st.Segments += s.segments.Load()
@@ -344,6 +452,8 @@ func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
 type submission struct {
 	done      func()
 	remaining int
+	bytes     int64 // held in budget until the last item is resolved
+	budget    *budget
 }
 
 // Submissions are pooled because the common submission is one item, and the
@@ -357,14 +467,25 @@ func newSubmission(done func(), n int) *submission {
 }
 
 func (sub *submission) recycle() {
-	sub.done = nil
+	sub.done, sub.budget, sub.bytes = nil, nil, 0
 	submissions.Put(sub)
+}
+
+// refuse gives back a submission Submit did not hand over.
+func (sub *submission) refuse() {
+	if sub.budget != nil {
+		sub.budget.release(sub.bytes)
+	}
+	sub.recycle()
 }
 
 func (sub *submission) resolve(n int) {
 	sub.remaining -= n
 	if sub.remaining > 0 {
 		return
+	}
+	if sub.budget != nil {
+		sub.budget.release(sub.bytes) // before done, whose caller may submit again
 	}
 	done := sub.done
 	sub.recycle()

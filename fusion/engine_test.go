@@ -23,8 +23,11 @@ func TestMain(m *testing.M) {
 // item is what the tests push; the fake flush writes its verdict into it.
 type item struct {
 	src, seq int
+	size     int // bytes, for Config.MaxBufferedBytes
 	resolved atomic.Int32
 }
+
+func (it *item) Bytes() int { return it.size }
 
 var tenant = uuid.Must(uuid.FromString("0190a6a4-8c1a-7000-8000-000000000001"))
 
@@ -847,4 +850,73 @@ func TestNoGoroutinesAfterClose(t *testing.T) {
 	}
 	closeNow(t, e)
 	goleak.VerifyNone(t, before)
+}
+
+func sized(seq, size int) []*item { return []*item{{seq: seq, size: size}} }
+
+// Submit blocks while the engine's unresolved items hold MaxBufferedBytes,
+// across shards and however few items that is, until ctx ends or a flush
+// frees room. A submission larger than the bound is admitted alone.
+func TestMaxBufferedBytesBlocksSubmit(t *testing.T) {
+	flush, calls := manual(t)
+	e := New(Config{Shards: 2, MaxBufferedBytes: 100}, flush)
+	ctx := context.Background()
+	ks := keysOnShards(2)
+
+	if err := e.Submit(ctx, ks[0], sized(0, 60), nil); err != nil {
+		t.Fatal(err)
+	}
+	c1 := next(t, calls)
+	// 60 + 60 > 100, even on the other shard.
+	refused := new(atomic.Bool)
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := e.Submit(tctx, ks[1], sized(1, 60), func() { refused.Store(true) })
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit of 60 bytes with 60 of 100 buffered: %v, want it blocked until ctx ended", err)
+	}
+	// 60 + 40 fits.
+	if err := e.Submit(ctx, ks[1], sized(2, 40), nil); err != nil {
+		t.Fatal(err)
+	}
+	c2 := next(t, calls)
+
+	unblocked := make(chan error, 1)
+	go func() { unblocked <- e.Submit(ctx, ks[0], sized(3, 60), nil) }()
+	select {
+	case err := <-unblocked:
+		t.Fatalf("Submit returned %v with the engine full", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c2.release(nil) // frees 40: 60 + 60 still does not fit
+	select {
+	case err := <-unblocked:
+		t.Fatalf("Submit returned %v with 60 of 100 bytes buffered", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c1.release(nil)
+	if err := <-unblocked; err != nil {
+		t.Fatalf("blocked Submit: %v", err)
+	}
+	next(t, calls).release(nil)
+
+	// Alone, a submission over the bound goes through.
+	waitEmpty := time.Now().Add(5 * time.Second)
+	for e.bufferedBytes() != 0 {
+		if time.Now().After(waitEmpty) {
+			t.Fatalf("%d bytes still buffered", e.bufferedBytes())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := e.Submit(ctx, ks[1], sized(4, 500), nil); err != nil {
+		t.Fatal(err)
+	}
+	next(t, calls).release(nil)
+	closeNow(t, e)
+	if refused.Load() {
+		t.Fatal("done called for a submission refused with ctx.Err()")
+	}
+	if n := e.bufferedBytes(); n != 0 {
+		t.Fatalf("%d bytes still counted after Close", n)
+	}
 }

@@ -15,6 +15,12 @@ type Consume struct {
 	// row per delivered segment, with the failures a re-enqueued segment's
 	// message carries.
 	Pop string
+	// PopDeadLetter dead-letters messages a pop claimed but cannot decode:
+	// $1 partition id, $2 group, $3 lease (NULL: auto-acked), $4 the
+	// lease's new last offset (NULL: unchanged), then per message $5
+	// offsets, $6 ids, $7 transaction ids, $8 flags, $9 payloads, $10
+	// created at, $11 reasons. One boolean: false if the lease is lost.
+	PopDeadLetter string
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.
 	Settle string
@@ -43,6 +49,8 @@ func NewConsume(schema string) *Consume {
     deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
     $10::text, $11::text, $12::timestamptz, $13::int4)`)
+	c.PopDeadLetter = r.Replace(`SELECT {{s}}.pop_dead_letter($1::int8, $2::text, $3::uuid, $4::int8, $5::int8[], $6::uuid[],
+    $7::text[], $8::int4[], $9::bytea[], $10::timestamptz[], $11::text[])`)
 	c.AckMany = r.Replace(`SELECT ord, status, committed FROM {{s}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])`)
 	c.Settle = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],

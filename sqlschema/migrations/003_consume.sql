@@ -203,6 +203,7 @@ DECLARE
     v_vis      bigint;
     v_lease    uuid;
     v_expires  timestamptz;
+    v_try      integer;
     v_deliv    integer;
     v_drained  bigint[] := '{}';
     v_caught   bigint[] := '{}';
@@ -302,60 +303,74 @@ BEGIN
         -- waits), re-checking the lease on the locked row.
         FOREACH v_pid IN ARRAY v_cand LOOP
             EXIT WHEN v_left <= 0 OR v_claimed >= p_partitions;
-            SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-                   p.last_offset, p.log_start
-            INTO v_c
-            FROM {{schema}}.consumers cc
-            JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-            WHERE cc.partition_id = v_pid AND cc.group_name = p_group
-              AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
-              AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-            FOR UPDATE OF cc SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;
-            v_start := greatest(v_c.committed + 1, v_c.log_start);
-            v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
-            v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
-            IF v_q.delayed_processing_ms > 0 THEN
-                -- created_at is monotone in offset order: the visible part is a prefix.
-                SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
-                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-                  AND s.created_at <= v_cutoff;
-                v_end := least(v_end, coalesce(v_vis, v_start - 1));
-            END IF;
-            CONTINUE WHEN v_end < v_start;
-            v_left := v_left - (v_end - v_start + 1)::integer;
-            v_claimed := v_claimed + 1;
-
-            IF p_auto_ack THEN
-                UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
-                    lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
-                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                WHERE partition_id = v_c.partition_id AND group_name = p_group;
-                v_lease := NULL;
-                v_expires := NULL;
-                v_deliv := v_c.deliveries + 1;
-                IF v_end >= v_c.last_offset THEN
-                    v_drained := v_drained || v_c.partition_id;
+            -- A second try only if retention took the claimed messages
+            -- between the lock and the read (see below).
+            FOR v_try IN 1 .. 2 LOOP
+                SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
+                       p.last_offset, p.log_start
+                INTO v_c
+                FROM {{schema}}.consumers cc
+                JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+                WHERE cc.partition_id = v_pid AND cc.group_name = p_group
+                  AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                  AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                FOR UPDATE OF cc SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+                v_start := greatest(v_c.committed + 1, v_c.log_start);
+                v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
+                v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                                      WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
+                IF v_q.delayed_processing_ms > 0 THEN
+                    -- created_at is monotone in offset order: the visible part is a prefix.
+                    SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+                    WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                      AND s.created_at <= v_cutoff;
+                    v_end := least(v_end, coalesce(v_vis, v_start - 1));
                 END IF;
-            ELSE
-                v_lease := gen_random_uuid();
-                v_expires := v_now + p_lease_ms * interval '1 millisecond';
-                UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
-                    lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
-                    deliveries = CASE WHEN committed = v_start - 1 THEN deliveries + 1 ELSE 1 END,
-                    attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
-                    delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                WHERE partition_id = v_c.partition_id AND group_name = p_group
-                RETURNING deliveries INTO v_deliv;
-            END IF;
+                EXIT WHEN v_end < v_start;
+                IF p_auto_ack THEN
+                    v_lease := NULL;
+                    v_expires := NULL;
+                    v_deliv := v_c.deliveries + 1;
+                ELSE
+                    v_lease := gen_random_uuid();
+                    v_expires := v_now + p_lease_ms * interval '1 millisecond';
+                    v_deliv := CASE WHEN v_c.committed = v_start - 1 THEN v_c.deliveries + 1 ELSE 1 END;
+                END IF;
 
-            RETURN QUERY
-            SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
-                   s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
-            FROM {{schema}}.segments s
-            WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-            ORDER BY s.base_offset;
+                -- The segments first, the cursor write after, and only if
+                -- some segment was read: retention committing between the
+                -- claim and the read leaves fewer segments (or none), never
+                -- a lease (or an auto-ack) over messages nobody received.
+                -- The row is locked: nothing else can move it meanwhile.
+                RETURN QUERY
+                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
+                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
+                FROM {{schema}}.segments s
+                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                ORDER BY s.base_offset;
+                IF FOUND THEN
+                    IF p_auto_ack THEN
+                        UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
+                            lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    ELSE
+                        UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
+                            lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
+                            deliveries = v_deliv,
+                            attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    END IF;
+                    v_left := v_left - (v_end - v_start + 1)::integer;
+                    v_claimed := v_claimed + 1;
+                    IF p_auto_ack AND v_end >= v_c.last_offset THEN
+                        v_drained := v_drained || v_c.partition_id;
+                    END IF;
+                    EXIT;
+                END IF;
+            END LOOP;
         END LOOP;
         EXIT WHEN v_claimed > 0 OR p_partition IS NOT NULL OR cardinality(v_pend) < v_win;
         v_pend := ARRAY(SELECT p.id FROM {{schema}}.partitions p
@@ -389,6 +404,82 @@ BEGIN
             PERFORM {{schema}}.clear_pending(v_x.id);
         END LOOP;
     END IF;
+END
+$$;
+
+-- What a pop claimed but cannot hand over: messages Go cannot decompress,
+-- parse or decrypt (a corrupt segment, a message sealed with another key).
+-- They go to the dead-letter store with their reasons instead of failing
+-- every claim that meets them. Under a lease (p_lease) they must be the
+-- lease's head (consecutive; any offsets between the cursor and the first
+-- were taken by retention), and the cursor moves past them; the lease is
+-- cut to end at p_end (the message before the next undecodable one, which
+-- a later claim then finds at its head) and released once nothing of it is
+-- left. Returns false, writing nothing, if the lease is no
+-- longer held. With AutoAck (p_lease NULL) the claim already moved the
+-- cursor: only the dead letters are written.
+CREATE FUNCTION {{schema}}.pop_dead_letter(
+    p_pid      bigint,
+    p_group    text,
+    p_lease    uuid,
+    p_end      bigint,
+    p_offs     bigint[],
+    p_ids      uuid[],
+    p_txns     text[],
+    p_flags    integer[],
+    p_payloads bytea[],
+    p_created  timestamptz[],
+    p_reasons  text[]
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    n      integer := coalesce(cardinality(p_offs), 0);
+    v_c    record;
+    v_p    record;
+    v_comm bigint;
+    v_end  bigint;
+    v_now  timestamptz := clock_timestamp();
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_txns), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
+       OR coalesce(cardinality(p_created), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n THEN
+        RAISE EXCEPTION 'queen: pop_dead_letter arrays are not aligned';
+    END IF;
+    SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at INTO v_c
+        FROM {{schema}}.consumers c
+        WHERE c.partition_id = p_pid AND c.group_name = p_group
+        FOR UPDATE;
+        IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
+           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] <> p_offs[1] + n - 1
+                          OR p_offs[n] > v_c.batch_end)) THEN
+            RETURN false;
+        END IF;
+        v_comm := CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END;
+        v_end := least(v_c.batch_end, coalesce(p_end, v_c.batch_end));
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = CASE WHEN v_comm > committed THEN 0 ELSE attempts END,
+            deliveries       = CASE WHEN v_comm = committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
+            lease_id         = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+        msg_offset, message_id, transaction_id, flags, payload, message_created_at, attempts, reason)
+    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, x.flags, x.payload, x.created, 0, x.reason
+    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons)
+         AS x(off, id, txn, flags, payload, created, reason)
+    ORDER BY x.off;
+    RETURN true;
 END
 $$;
 

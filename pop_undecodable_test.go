@@ -1,0 +1,217 @@
+package queen_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen"
+)
+
+func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
+func withKey(key []byte) func(*queen.Config) {
+	return func(cfg *queen.Config) { cfg.EncryptionKey = key }
+}
+
+// openOn opens a second client on c's schema, as another process would.
+func openOn(t testing.TB, c *queen.Client, mod ...func(*queen.Config)) *queen.Client {
+	t.Helper()
+	return open(t, append([]func(*queen.Config){func(cfg *queen.Config) { cfg.Schema = c.Schema() }}, mod...)...)
+}
+
+// sortedData is the messages' payloads, sorted: partitions come in claim
+// order, which a test should not depend on.
+func sortedData(msgs []*queen.Message) []string {
+	out := datas(msgs)
+	slices.Sort(out)
+	return out
+}
+
+func wantSorted(t testing.TB, msgs []*queen.Message, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	if got := sortedData(msgs); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func ackAll(t testing.TB, msgs []*queen.Message) {
+	t.Helper()
+	last := map[string]*queen.Message{}
+	for _, m := range msgs {
+		last[m.Partition] = m
+	}
+	for _, m := range last {
+		ack(t, m)
+	}
+}
+
+// undecryptableSetup: queue "q" encrypted with k1; partition "bad" holds b0
+// (k1), then x (sealed with another key by another client), then b2 (k1);
+// partitions "a" and "c" hold healthy messages.
+func undecryptableSetup(t *testing.T) (c1, c2 *queen.Client, q1 *queen.Queue, xID string) {
+	t.Helper()
+	c1 = open(t, withKey(testKey(1)))
+	c2 = openOn(t, c1, withKey(testKey(2)))
+	q1 = configure(t, c1, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+	pushN(t, q1, "a", "a", 2)
+	pushN(t, q1, "c", "c", 1)
+	push(t, q1, queen.Item{Partition: "bad", Data: []byte("b0")})
+	x := push(t, c2.Queue("q"), queen.Item{Partition: "bad", Data: []byte("x")})
+	push(t, q1, queen.Item{Partition: "bad", Data: []byte("b2")})
+	return c1, c2, q1, x[0].MessageID.String()
+}
+
+// wantDeadLetter checks, through c (which can decrypt it), that the queue's
+// only dead letter is the message with id and payload data.
+func wantDeadLetter(t testing.TB, c *queen.Client, id, data, reason string) {
+	t.Helper()
+	dl, err := c.Queue("q").DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+	if err != nil {
+		t.Fatalf("DeadLetters: %v", err)
+	}
+	if len(dl) != 1 || dl[0].MessageID.String() != id || string(dl[0].Data) != data ||
+		!strings.Contains(dl[0].Reason, reason) {
+		t.Fatalf("dead letters %+v, want message %s (%q) with a reason mentioning %q", dl, id, data, reason)
+	}
+}
+
+// A pop over several partitions, one of which holds a message this client
+// cannot decrypt, delivers the healthy partitions and the healthy prefix of
+// the bad one; the undecryptable message goes to the dead-letter store when
+// it reaches the head of its partition, and the rest follows at once (no
+// lease is left waiting for expiry).
+func TestPopUndecryptableMessageIsDeadLetteredAndOthersDelivered(t *testing.T) {
+	_, c2, q, xID := undecryptableSetup(t)
+	msgs, err := q.Pop(ctxT(t), queen.PopOptions{Batch: 10, Partitions: 3})
+	if err != nil {
+		t.Fatalf("Pop: %v", err)
+	}
+	wantSorted(t, msgs, "a0", "a1", "c0", "b0")
+	ackAll(t, msgs)
+	// The lease on "bad" ended with b0: x is next, at the head.
+	msgs = pop(t, q, queen.PopOptions{Batch: 10, Partitions: 3})
+	wantData(t, msgs, "b2")
+	if msgs[0].Offset != 2 {
+		t.Fatalf("b2 at offset %d, want 2", msgs[0].Offset)
+	}
+	ack(t, msgs[0])
+	wantDeadLetter(t, c2, xID, "x", "encryption")
+	if got := pop(t, q, queen.PopOptions{Batch: 10, Partitions: 3}); len(got) != 0 {
+		t.Fatalf("left over: %q", datas(got))
+	}
+}
+
+// With AutoAck the cursor moves in the claim itself: the undecryptable
+// message must end in the dead-letter store, and every healthy message of
+// the claim must be delivered.
+func TestPopAutoAckUndecryptableMessageEndsInDeadLetters(t *testing.T) {
+	_, c2, q, xID := undecryptableSetup(t)
+	msgs, err := q.Pop(ctxT(t), queen.PopOptions{Batch: 10, Partitions: 3, AutoAck: true})
+	if err != nil {
+		t.Fatalf("Pop: %v", err)
+	}
+	wantSorted(t, msgs, "a0", "a1", "c0", "b0", "b2")
+	wantDeadLetter(t, c2, xID, "x", "encryption")
+	if got := pop(t, q, queen.PopOptions{Batch: 10, Partitions: 3, AutoAck: true}); len(got) != 0 {
+		t.Fatalf("left over: %q", datas(got))
+	}
+}
+
+// A segment whose blob cannot be decompressed: its messages are
+// dead-lettered (without a snapshot: none can be read) and everything else
+// is delivered, including later segments of the same partition.
+func TestPopCorruptSegmentIsDeadLetteredAndOthersDelivered(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, q, "a", "a", 1)
+	pushN(t, q, "bad", "m", 2) // one segment: offsets 0 and 1
+	push(t, q, queen.Item{Partition: "bad", Data: []byte("m2")})
+	tag, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
+		` s SET blob = '\x01deadbeef' FROM `+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+		` p WHERE p.id = s.partition_id AND p.name = 'bad' AND s.base_offset = 0`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("corrupting the segment: %v, %v", tag, err)
+	}
+	for _, autoAck := range []bool{false, true} {
+		g := fmt.Sprint("auto-ack-", autoAck)
+		msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: g, Batch: 10, Partitions: 2, AutoAck: autoAck})
+		if err != nil {
+			t.Fatalf("%s: Pop: %v", g, err)
+		}
+		wantSorted(t, msgs, "a0", "m2")
+		if !autoAck {
+			ackAll(t, msgs)
+		}
+		if got := pop(t, q, queen.PopOptions{Group: g, Batch: 10, Partitions: 2}); len(got) != 0 {
+			t.Fatalf("%s: left over: %q", g, datas(got))
+		}
+		dl, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{Groups: []string{g}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dl) != 2 || dl[0].Offset != 0 || dl[1].Offset != 1 || dl[0].Partition != "bad" ||
+			!strings.Contains(dl[0].Reason, "undecodable") {
+			t.Fatalf("%s: dead letters %+v, want offsets 0 and 1 of bad", g, dl)
+		}
+	}
+}
+
+// Consume goes on past a message it cannot decrypt: it is dead-lettered,
+// every healthy message is handled once, and nothing loops.
+func TestConsumeGoesOnPastAnUndecryptableMessage(t *testing.T) {
+	_, c2, q, xID := undecryptableSetup(t)
+	var mu sync.Mutex
+	var seen []string
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	defer cancel()
+	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Wait: 100 * time.Millisecond}, Concurrency: 2},
+		func(_ context.Context, m *queen.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, string(m.Data))
+			if len(seen) >= 5 {
+				cancel()
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	slices.Sort(seen)
+	got := fmt.Sprint(seen)
+	mu.Unlock()
+	if want := fmt.Sprint([]string{"a0", "a1", "b0", "b2", "c0"}); got != want {
+		t.Fatalf("handled %s, want %s", got, want)
+	}
+	wantDeadLetter(t, c2, xID, "x", "encryption")
+}
+
+// A client without a key cannot read an encrypted queue at all: its pop
+// fails with ErrEncryption before claiming anything, so nothing is leased,
+// consumed or dead-lettered by the misconfigured consumer.
+func TestPopWithoutKeyOnEncryptedQueueClaimsNothing(t *testing.T) {
+	c1 := open(t, withKey(testKey(1)))
+	q1 := configure(t, c1, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+	pushN(t, q1, "", "m", 2)
+	keyless := openOn(t, c1)
+	for _, autoAck := range []bool{false, true} {
+		if _, err := keyless.Queue("q").Pop(ctxT(t), queen.PopOptions{Batch: 10, AutoAck: autoAck}); !errors.Is(err, queen.ErrEncryption) {
+			t.Fatalf("Pop without a key (AutoAck %v) = %v, want ErrEncryption", autoAck, err)
+		}
+	}
+	wantData(t, pop(t, q1, queen.PopOptions{Batch: 10}), "m0", "m1")
+	if n := countRows(t, c1, "dead_letters"); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}

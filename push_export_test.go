@@ -1,0 +1,51 @@
+package queen
+
+import "time"
+
+// ExpireQueueMeta makes every cached queue setting of c's engine look older
+// than its time to live, and forgets that a read failed recently, as if the
+// cache had not been used for a while.
+func ExpireQueueMeta(c *Client) {
+	e := c.e
+	e.meta.mu.Lock()
+	defer e.meta.mu.Unlock()
+	for k, m := range e.meta.m {
+		e.meta.m[k] = &metaEntry{meta: queueMeta{encryption: m.meta.encryption}}
+	}
+	e.meta.downUntil = time.Time{}
+}
+
+// SetMetaCacheMax sets the bound on cached queue settings and returns a
+// func restoring it. Tests that use it must not run in parallel with others.
+func SetMetaCacheMax(n int) (restore func()) {
+	old := metaCacheMax
+	metaCacheMax = n
+	return func() { metaCacheMax = old }
+}
+
+// MetaCacheLen is the number of queue settings c's engine has cached.
+func MetaCacheLen(c *Client) int {
+	c.e.meta.mu.RLock()
+	defer c.e.meta.mu.RUnlock()
+	return len(c.e.meta.m)
+}
+
+// MetaCached reports whether c's engine has the queue's settings cached.
+func MetaCached(c *Client, queue string) bool {
+	c.e.meta.mu.RLock()
+	defer c.e.meta.mu.RUnlock()
+	_, ok := c.e.meta.m[metaKey{c.tenant, queue}]
+	return ok
+}
+
+// FusionBufferedBytes is what c's push engine holds for unresolved pushes.
+func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }
+
+// SetMaxBundleBytes sets the bound on one push_bundle call's frames and
+// returns a func restoring it. Tests that use it must not run in parallel
+// with others.
+func SetMaxBundleBytes(n int) (restore func()) {
+	old := maxBundleBytes
+	maxBundleBytes = n
+	return func() { maxBundleBytes = old }
+}
