@@ -438,6 +438,7 @@ func (c *checker) sweepOrder(k qp, ps []placed, counts func(a, b placed) bool, k
 		for _, a := range best {
 			same := a != nil && a.op.Inv.Items[a.item].TxID == b.op.Inv.Items[b.item].TxID // a producer retry
 			if a != nil && !same && counts(*a, b) && a.offset >= b.offset {
+				c.where = Violation{Queue: k.queue, Partition: k.partition}
 				c.report(kind, fmt.Sprintf("queue %s partition %s: a push completed before another began, yet is stored after it (%d >= %d)",
 					k.queue, k.partition, a.offset, b.offset), append(a.op.evidence(), b.op.evidence()...)...)
 				break

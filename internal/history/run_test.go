@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -275,6 +276,7 @@ func (r *run) main() (st runStats) {
 		t.Errorf("seed %d: %s", r.seed, v)
 		if v.Partition != "" {
 			r.dumpPartition(ctx, admin, v)
+			r.dumpLog(hs.Log, v)
 		}
 	}
 	ops := len(history.Pair(events))
@@ -1152,4 +1154,21 @@ func (r *run) scanSpools(ctx context.Context) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// dumpLog logs the stored messages of a violation's partition, in offset
+// order, with the transaction ids that name their pushers.
+func (r *run) dumpLog(log []history.Stored, v history.Violation) {
+	var ss []history.Stored
+	for _, s := range log {
+		if s.Queue == v.Queue && s.Partition == v.Partition {
+			ss = append(ss, s)
+		}
+	}
+	slices.SortFunc(ss, func(a, b history.Stored) int { return int(a.Offset - b.Offset) })
+	var b strings.Builder
+	for _, s := range ss {
+		fmt.Fprintf(&b, " %d:%s", s.Offset, s.TxID)
+	}
+	r.t.Logf("    log of %s/%s:%s", v.Queue, v.Partition, b.String())
 }
