@@ -1,0 +1,878 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Stored is one message of the final log, read from the database.
+type Stored struct {
+	Queue     string
+	Partition string
+	Offset    int64
+	ID        string
+	TxID      string
+	// Failures is non-zero for the tail copy of a message a FailureSkip
+	// queue re-enqueued; only originals (0) count as stored pushes.
+	Failures int
+	// Reconstructed rows were deleted by retention; a delivery shows them.
+	Reconstructed bool
+}
+
+// QueueInfo is what the checker needs to know of an audited queue.
+type QueueInfo struct {
+	// DedupWindow longer than the run: a transaction id is stored at most
+	// once. Zero: every definite push of it is stored.
+	Deduped bool
+	// Groups must each have been delivered every stored message by the end
+	// (the run drains them); "" is queue mode.
+	Groups []string
+	// LateGroups joined with SubscribeNew during the run: each must have
+	// been delivered every message pushed after its first pop completed.
+	LateGroups []string
+	// Retained queues lose messages to Retention and CompletedRetention: a
+	// pushed message missing from the final log is not lost, a delivered
+	// one stands in for its deleted row, and only offsets at or above the
+	// partition's final LogStart must reach every group.
+	Retained bool
+	LogStart map[string]int64 // partition -> oldest retained offset at the end
+	// Completed queues have CompletedRetention only: a message may leave
+	// the log once every group has read it, so a delivery stands in for a
+	// deleted row and everything else is checked as usual.
+	Completed bool
+}
+
+// State is the final state the history is checked against.
+type State struct {
+	Queues map[string]QueueInfo
+	Log    []Stored
+}
+
+// Violation is one broken promise with the events that prove it.
+type Violation struct {
+	Kind string
+	// Queue, Group and Partition locate it, where it has one.
+	Queue, Group, Partition string
+
+	Detail   string
+	Evidence []Event
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", v.Kind, v.Detail)
+	for _, e := range v.Evidence {
+		fmt.Fprintf(&b, "\n    %s#%d %s %s at %s queue=%s group=%q", e.Proc, e.Seq, e.Op, e.Phase,
+			time.Unix(0, e.T).Format("15:04:05.000000"), e.Queue, e.Group)
+		if e.Partition != "" || e.Kind != "" {
+			fmt.Fprintf(&b, " %s %s@%d lease=%s", e.Kind, e.Partition, e.Offset, e.Lease)
+		}
+		if e.Err != "" {
+			fmt.Fprintf(&b, " err=%q", e.Err)
+		}
+	}
+	return b.String()
+}
+
+// Op is an invoke paired with its completion.
+type Op struct {
+	Inv  Event
+	Done *Event // nil: never completed (the process died)
+}
+
+// Phase is the completion's phase; Info when there is none.
+func (o *Op) Phase() string {
+	if o.Done == nil {
+		return Info
+	}
+	return o.Done.Phase
+}
+
+// Start and End bound when the operation took effect; End is MaxInt64 for
+// an operation that never completed.
+func (o *Op) Start() int64 { return o.Inv.T }
+func (o *Op) End() int64 {
+	if o.Done == nil {
+		return math.MaxInt64
+	}
+	return o.Done.T
+}
+
+func (o *Op) evidence() []Event {
+	if o.Done == nil {
+		return []Event{o.Inv}
+	}
+	return []Event{o.Inv, *o.Done}
+}
+
+// Pair groups a history's events into operations, in invoke order.
+func Pair(events []Event) []*Op {
+	type key struct {
+		proc string
+		seq  int64
+	}
+	open := map[key]*Op{}
+	var ops []*Op
+	for i := range events {
+		e := events[i]
+		k := key{e.Proc, e.Seq}
+		if e.Phase == Invoke {
+			o := &Op{Inv: e}
+			open[k] = o
+			ops = append(ops, o)
+			continue
+		}
+		if o, ok := open[k]; ok && o.Done == nil {
+			o.Done = &e
+		}
+	}
+	return ops
+}
+
+// Check returns every violation of the history against the final state,
+// at most limit per kind (0: no limit).
+func Check(events []Event, st State, limit int) []Violation {
+	c := &checker{st: st, limit: limit, counts: map[string]int{}}
+	ops := Pair(events)
+	c.reconstruct(ops)
+	c.pushes(ops)
+	c.pushErrors(ops)
+	c.logShape()
+	c.order(ops)
+	c.deliveries(ops)
+	c.pollSkip(ops)
+	c.holders(ops)
+	c.eventually(ops)
+	return c.out
+}
+
+type checker struct {
+	st     State
+	limit  int
+	counts map[string]int
+	out    []Violation
+	where  Violation // location of the next report
+}
+
+func (c *checker) report(kind, detail string, ev ...Event) {
+	c.counts[kind]++
+	if c.limit > 0 && c.counts[kind] > c.limit {
+		return
+	}
+	v := c.where
+	c.where = Violation{}
+	v.Kind, v.Detail, v.Evidence = kind, detail, ev
+	c.out = append(c.out, v)
+}
+
+// Counts returns how many violations of each kind Check found (including
+// those over the limit). Only valid for the checker that produced them.
+func Counts(vs []Violation) map[string]int {
+	m := map[string]int{}
+	for _, v := range vs {
+		m[v.Kind]++
+	}
+	return m
+}
+
+type qp struct{ queue, partition string }
+type qt struct{ queue, tx string }
+
+// attempt is one pushed item's fate as the client saw it.
+type attempt struct {
+	op     *Op
+	item   int
+	status string // queued, buffered, duplicate, failed, info, rollback
+	res    Result
+}
+
+func (c *checker) audited(queue string) bool {
+	_, ok := c.st.Queues[queue]
+	return ok
+}
+
+// pushes: every Queued or Buffered item is stored, exactly once on deduped
+// queues; without a window, at most once per push (the pushes of one
+// transaction id that meet in one flush are stored once), give or take the
+// outcome-unknown calls; nothing failed or rolled back is stored; a
+// Queued result names the stored offset and id; a Duplicate names the
+// stored original.
+func (c *checker) pushes(ops []*Op) {
+	attempts := map[qt][]attempt{}
+	for _, o := range ops {
+		if o.Inv.Op != OpPush || !c.audited(o.Inv.Queue) {
+			continue
+		}
+		for i, it := range o.Inv.Items {
+			a := attempt{op: o, item: i}
+			switch {
+			case o.Inv.Rollback:
+				a.status = "rollback"
+			case o.Phase() == OK && o.Done != nil && i < len(o.Done.Results):
+				a.res = o.Done.Results[i]
+				a.status = a.res.Status
+			case o.Phase() == Fail:
+				a.status = "failed"
+			default:
+				a.status = Info
+			}
+			k := qt{o.Inv.Queue, it.TxID}
+			attempts[k] = append(attempts[k], a)
+		}
+	}
+	stored := map[qt][]Stored{}
+	for _, s := range c.st.Log {
+		if s.Failures == 0 {
+			k := qt{s.Queue, s.TxID}
+			stored[k] = append(stored[k], s)
+		}
+	}
+	for k, ss := range stored {
+		if _, ok := attempts[k]; !ok {
+			c.report("phantom", fmt.Sprintf("queue %s: transaction %q stored at %s@%d was never pushed", k.queue, k.tx, ss[0].Partition, ss[0].Offset))
+		}
+	}
+	for k, as := range attempts {
+		ss := stored[k]
+		var definite, unknown, buffered int
+		var ev []Event
+		for _, a := range as {
+			switch a.status {
+			case "queued", "buffered", "committed":
+				definite++
+				if a.status == "buffered" {
+					buffered++
+				}
+				ev = append(ev, a.op.evidence()...)
+			case Info:
+				unknown++
+				ev = append(ev, a.op.evidence()...)
+			}
+		}
+		ev = clip(ev, 6)
+		qi := c.st.Queues[k.queue]
+		deduped := qi.Deduped
+		switch {
+		case qi.Retained && len(ss) == 0:
+			// Retention may have taken it before anyone read it.
+		case definite > 0 && len(ss) == 0:
+			c.report("lost", fmt.Sprintf("queue %s: transaction %q reported stored (%d times) is not in the log", k.queue, k.tx, definite), ev...)
+		case definite == 0 && unknown == 0 && len(ss) > 0:
+			c.report("aborted-write", fmt.Sprintf("queue %s: transaction %q was only failed or rolled back, yet is stored at %s@%d", k.queue, k.tx, ss[0].Partition, ss[0].Offset), clip(evidenceOf(as), 6)...)
+		case deduped && len(ss) > 1:
+			c.report("duplicated", fmt.Sprintf("queue %s: transaction %q stored %d times (%s) within its dedup window", k.queue, k.tx, len(ss), where(ss)), ev...)
+		case !deduped && len(ss) > definite+unknown+buffered:
+			// Without a window a Buffered item whose flush committed unseen
+			// (a lost commit reply) is stored again by its replay: once more.
+			c.report("duplicated", fmt.Sprintf("queue %s: transaction %q stored %d times (%s), pushed %d times definitely (%d buffered) and %d with unknown outcome",
+				k.queue, k.tx, len(ss), where(ss), definite, buffered, unknown), ev...)
+		}
+		for _, a := range as {
+			switch a.status {
+			case "queued":
+				if qi.Retained && len(ss) == 0 {
+					continue
+				}
+				if !slices.ContainsFunc(ss, func(s Stored) bool {
+					return s.Offset == a.res.Offset && s.ID == a.res.ID && s.Partition == a.op.Inv.Items[a.item].Partition
+				}) {
+					c.report("wrong-result", fmt.Sprintf("queue %s: transaction %q reported queued as %s@%d id %s; the log has %s", k.queue, k.tx,
+						a.op.Inv.Items[a.item].Partition, a.res.Offset, a.res.ID, where(ss)), a.op.evidence()...)
+				}
+			case "duplicate":
+				if deduped && len(ss) == 1 && a.res.ID != ss[0].ID && a.res.ID != zeroUUID {
+					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; the stored original is %s", k.queue, k.tx, a.res.ID, ss[0].ID), a.op.evidence()...)
+				}
+			}
+		}
+	}
+}
+
+const zeroUUID = "00000000-0000-0000-0000-000000000000"
+
+func evidenceOf(as []attempt) []Event {
+	var ev []Event
+	for _, a := range as {
+		ev = append(ev, a.op.evidence()...)
+	}
+	return ev
+}
+
+func where(ss []Stored) string {
+	var parts []string
+	for _, s := range ss {
+		parts = append(parts, fmt.Sprintf("%s@%d id %s", s.Partition, s.Offset, s.ID))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func clip(ev []Event, n int) []Event {
+	if len(ev) > n {
+		return ev[:n]
+	}
+	return ev
+}
+
+// logShape: per partition, one message per offset and no gaps.
+func (c *checker) logShape() {
+	by := map[qp][]Stored{}
+	for _, s := range c.st.Log {
+		by[qp{s.Queue, s.Partition}] = append(by[qp{s.Queue, s.Partition}], s)
+	}
+	for k, ss := range by {
+		slices.SortFunc(ss, func(a, b Stored) int { return cmp.Compare(a.Offset, b.Offset) })
+		start := c.st.Queues[k.queue].LogStart[k.partition]
+		for i := 1; i < len(ss); i++ {
+			if c.st.Queues[k.queue].Retained && ss[i].Offset <= start {
+				continue // below the retained range, rows come from deliveries
+			}
+			switch d := ss[i].Offset - ss[i-1].Offset; {
+			case d == 0:
+				c.report("inconsistent-offsets", fmt.Sprintf("queue %s partition %s: offset %d holds %s and %s", k.queue, k.partition, ss[i].Offset, ss[i-1].ID, ss[i].ID))
+			case d > 1:
+				c.report("gap", fmt.Sprintf("queue %s partition %s: offsets %d..%d are missing", k.queue, k.partition, ss[i-1].Offset+1, ss[i].Offset-1))
+			}
+		}
+	}
+}
+
+type placed struct {
+	op     *Op
+	item   int
+	offset int64
+	queued bool // Queued rather than Buffered
+}
+
+// order: one client's pushes to a partition are stored in call order
+// (Buffered ones included); across clients, a push queued before another
+// was invoked is stored before it; items of one call keep input order.
+func (c *checker) order(ops []*Op) {
+	// Only transaction ids stored once say where their push landed.
+	offsets := map[qt]Stored{}
+	seen := map[qt]int{}
+	for _, s := range c.st.Log {
+		if s.Failures == 0 {
+			k := qt{s.Queue, s.TxID}
+			offsets[k] = s
+			seen[k]++
+		}
+	}
+	for k, n := range seen {
+		if n > 1 {
+			delete(offsets, k)
+		}
+	}
+	// A transaction id pushed more than once lands where its first push did.
+	pushed := map[qt]int{}
+	for _, o := range ops {
+		if o.Inv.Op == OpPush {
+			for _, it := range o.Inv.Items {
+				pushed[qt{o.Inv.Queue, it.TxID}]++
+			}
+		}
+	}
+	by := map[qp][]placed{}
+	for _, o := range ops {
+		if o.Inv.Op != OpPush || o.Inv.Rollback || o.Phase() != OK || !c.audited(o.Inv.Queue) || o.Done == nil {
+			continue
+		}
+		for i, it := range o.Inv.Items {
+			if i >= len(o.Done.Results) {
+				break
+			}
+			r := o.Done.Results[i]
+			if r.Status != "queued" && r.Status != "buffered" {
+				continue
+			}
+			s, ok := offsets[qt{o.Inv.Queue, it.TxID}]
+			if !ok || s.Partition != it.Partition || pushed[qt{o.Inv.Queue, it.TxID}] > 1 {
+				continue // reported by pushes
+			}
+			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status == "queued"})
+		}
+	}
+	for k, ps := range by {
+		// Within one call: input order.
+		for i := 1; i < len(ps); i++ {
+			if ps[i].op == ps[i-1].op && ps[i].offset <= ps[i-1].offset {
+				c.report("int-nonmonotonic-send", fmt.Sprintf("queue %s partition %s: items %d and %d of one call stored at %d and %d", k.queue, k.partition,
+					ps[i-1].item, ps[i].item, ps[i-1].offset, ps[i].offset), ps[i].op.evidence()...)
+			}
+		}
+		// Across calls: sweep in invoke order, with the highest offset of
+		// every call that had completed before.
+		c.sweepOrder(k, ps, func(a, b placed) bool { return a.queued && b.queued }, "nonmonotonic-send")
+		byProc := map[string][]placed{}
+		for _, p := range ps {
+			byProc[p.op.Inv.Proc] = append(byProc[p.op.Inv.Proc], p)
+		}
+		for _, pp := range byProc {
+			c.sweepOrder(k, pp, func(a, b placed) bool { return true }, "client-order")
+		}
+	}
+}
+
+func (c *checker) sweepOrder(k qp, ps []placed, counts func(a, b placed) bool, kind string) {
+	starts := slices.Clone(ps)
+	slices.SortStableFunc(starts, func(a, b placed) int { return cmp.Compare(a.op.Start(), b.op.Start()) })
+	ends := slices.Clone(ps)
+	slices.SortStableFunc(ends, func(a, b placed) int { return cmp.Compare(a.op.End(), b.op.End()) })
+	// Only the "queued" flag varies counts here; track the best of each.
+	var best [2]*placed // [0]: any, [1]: queued
+	j := 0
+	for _, b := range starts {
+		for j < len(ends) && ends[j].op.End() < b.op.Start() {
+			a := ends[j]
+			if best[0] == nil || a.offset > best[0].offset {
+				best[0] = &ends[j]
+			}
+			if a.queued && (best[1] == nil || a.offset > best[1].offset) {
+				best[1] = &ends[j]
+			}
+			j++
+		}
+		for _, a := range best {
+			same := a != nil && a.op.Inv.Items[a.item].TxID == b.op.Inv.Items[b.item].TxID // a producer retry
+			if a != nil && !same && counts(*a, b) && a.offset >= b.offset {
+				c.where = Violation{Queue: k.queue, Partition: k.partition}
+				c.report(kind, fmt.Sprintf("queue %s partition %s: a push completed before another began, yet is stored after it (%d >= %d)",
+					k.queue, k.partition, a.offset, b.offset), append(a.op.evidence(), b.op.evidence()...)...)
+				break
+			}
+		}
+	}
+}
+
+type qgp struct{ queue, group, partition string }
+
+// deliveries: every delivered message is the stored one at its offset;
+// one pop's messages of a partition are consecutive; nothing acked (or
+// auto-acked, or dead-lettered) is delivered again to the same group.
+func (c *checker) deliveries(ops []*Op) {
+	log := map[qp]map[int64]Stored{}
+	for _, s := range c.st.Log {
+		k := qp{s.Queue, s.Partition}
+		if log[k] == nil {
+			log[k] = map[int64]Stored{}
+		}
+		log[k][s.Offset] = s
+	}
+	type commit struct {
+		op     *Op
+		offset int64
+	}
+	commits := map[qgp][]commit{}
+	type read struct {
+		op  *Op
+		msg Delivery
+	}
+	reads := map[qgp][]read{}
+	for _, o := range ops {
+		if !c.audited(o.Inv.Queue) {
+			continue
+		}
+		msgs := delivered(o)
+		switch o.Inv.Op {
+		case OpPop, OpHandler:
+			last := map[string]int64{}
+			for _, m := range msgs {
+				s, ok := log[qp{o.Inv.Queue, m.Partition}][m.Offset]
+				if !ok || s.ID != m.ID || s.TxID != m.TxID {
+					c.report("inconsistent-read", fmt.Sprintf("queue %s: delivered %s@%d id %s tx %q; the log has id %s tx %q there",
+						o.Inv.Queue, m.Partition, m.Offset, m.ID, m.TxID, s.ID, s.TxID), o.evidence()...)
+				}
+				if p, ok := last[m.Partition]; ok && m.Offset != p+1 {
+					c.report("int-poll-skip", fmt.Sprintf("queue %s group %q: one pop delivered %s@%d right after @%d",
+						o.Inv.Queue, o.Inv.Group, m.Partition, m.Offset, p), o.evidence()...)
+				}
+				last[m.Partition] = m.Offset
+				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+				reads[k] = append(reads[k], read{o, m})
+				if o.Inv.AutoAck {
+					commits[k] = append(commits[k], commit{o, m.Offset})
+				}
+			}
+		case OpSettle:
+			if o.Phase() == OK && (o.Inv.Kind == "ack" || o.Inv.Kind == "dead") {
+				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+				commits[k] = append(commits[k], commit{o, o.Inv.Offset})
+			}
+		}
+	}
+	for k, rs := range reads {
+		cs := commits[k]
+		slices.SortFunc(cs, func(a, b commit) int { return cmp.Compare(a.op.End(), b.op.End()) })
+		slices.SortStableFunc(rs, func(a, b read) int { return cmp.Compare(a.op.Start(), b.op.Start()) })
+		var best *commit
+		j := 0
+		for _, r := range rs {
+			for j < len(cs) && cs[j].op.End() < r.op.Start() {
+				if best == nil || cs[j].offset > best.offset {
+					best = &cs[j]
+				}
+				j++
+			}
+			if best != nil && r.msg.Offset <= best.offset {
+				c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after the cursor was committed through %d",
+					k.queue, k.group, k.partition, r.msg.Offset, best.offset), append(best.op.evidence(), r.op.evidence()...)...)
+			}
+		}
+	}
+}
+
+// holders: no two leases on one (partition, group) at once. A lease that
+// settled successfully after another lease was claimed on the same key
+// (the claim wholly between the first claim and that settle) means both
+// were held together. Consume handlers of two leases must not overlap
+// while the first lease was surely live.
+func (c *checker) holders(ops []*Op) {
+	type lease struct {
+		pop      *Op
+		id       string
+		settled  []*Op // successful settles
+		handlers []*Op
+		exp      int64
+	}
+	leases := map[qgp]map[string]*lease{}
+	get := func(k qgp, id string) *lease {
+		if leases[k] == nil {
+			leases[k] = map[string]*lease{}
+		}
+		l := leases[k][id]
+		if l == nil {
+			l = &lease{id: id}
+			leases[k][id] = l
+		}
+		return l
+	}
+	for _, o := range ops {
+		if !c.audited(o.Inv.Queue) {
+			continue
+		}
+		switch o.Inv.Op {
+		case OpPop:
+			if o.Done == nil || o.Done.Phase != OK || o.Inv.AutoAck {
+				continue
+			}
+			for _, m := range o.Done.Msgs {
+				if m.Lease == "" {
+					continue
+				}
+				l := get(qgp{o.Inv.Queue, o.Inv.Group, m.Partition}, m.Lease)
+				l.pop = o
+				l.exp = max(l.exp, m.LeaseExpires)
+			}
+		case OpSettle:
+			if o.Done != nil && o.Done.Phase == OK && o.Inv.Lease != "" {
+				l := get(qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}, o.Inv.Lease)
+				l.settled = append(l.settled, o)
+			}
+		case OpHandler:
+			if o.Inv.Lease != "" {
+				l := get(qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}, o.Inv.Lease)
+				l.handlers = append(l.handlers, o)
+				for _, m := range o.Inv.Msgs {
+					l.exp = max(l.exp, m.LeaseExpires)
+				}
+			}
+		}
+	}
+	const slop = int64(50 * time.Millisecond)
+	type handler struct {
+		l *lease
+		o *Op
+	}
+	for k, ls := range leases {
+		var claimed []*lease
+		var hs []handler
+		for _, l := range ls {
+			if l.pop != nil {
+				claimed = append(claimed, l)
+			}
+			for _, h := range l.handlers {
+				hs = append(hs, handler{l, h})
+			}
+		}
+		slices.SortFunc(claimed, func(a, b *lease) int { return cmp.Compare(a.pop.Start(), b.pop.Start()) })
+		for i, a := range claimed {
+			var last *Op
+			for _, s := range a.settled {
+				if last == nil || s.Start() > last.Start() {
+					last = s
+				}
+			}
+			if last == nil {
+				continue
+			}
+			for _, b := range claimed[i+1:] {
+				if b.pop.Start() >= last.Start() {
+					break
+				}
+				if b.pop.Start() > a.pop.End() && b.pop.End() < last.Start() {
+					c.report("two-holders", fmt.Sprintf("queue %s group %q partition %s: lease %s was claimed while lease %s was held, and %s then settled",
+						k.queue, k.group, k.partition, b.id, a.id, a.id), append(append(a.pop.evidence(), b.pop.evidence()...), last.evidence()...)...)
+					break
+				}
+			}
+		}
+		slices.SortFunc(hs, func(a, b handler) int { return cmp.Compare(a.o.Start(), b.o.Start()) })
+		for i, ha := range hs {
+			for _, hb := range hs[i+1:] {
+				if hb.o.Start() >= ha.o.End() {
+					break
+				}
+				if hb.l != ha.l && hb.o.Start()+slop < ha.l.exp {
+					c.report("concurrent-handlers", fmt.Sprintf("queue %s group %q partition %s: a handler of lease %s started while one of lease %s ran, before that lease could expire",
+						k.queue, k.group, k.partition, hb.l.id, ha.l.id), append(ha.o.evidence(), hb.o.evidence()...)...)
+				}
+			}
+		}
+	}
+}
+
+// eventually: every stored message was delivered to every group the run
+// drained.
+func (c *checker) eventually(ops []*Op) {
+	got := map[string]map[string]bool{} // queue/group -> ids
+	for _, o := range ops {
+		k := o.Inv.Queue + "\x00" + o.Inv.Group
+		if got[k] == nil {
+			got[k] = map[string]bool{}
+		}
+		for _, m := range delivered(o) {
+			got[k][m.ID] = true
+		}
+	}
+	// An AutoAck pop whose outcome is unknown may have consumed up to its
+	// Batch messages nobody saw: at-most-once is AutoAck's contract.
+	unknown := map[string]int{}
+	for _, o := range ops {
+		if o.Inv.Op == OpPop && o.Inv.AutoAck && o.Phase() != OK {
+			unknown[o.Inv.Queue+"\x00"+o.Inv.Group] += max(o.Inv.Batch, 1)
+		}
+	}
+	// A late group owes only what was pushed after its first contact.
+	joined := map[string]int64{}
+	pushedAt := map[qt]int64{}
+	for _, o := range ops {
+		switch {
+		case o.Inv.Op == OpPush:
+			for _, it := range o.Inv.Items {
+				k := qt{o.Inv.Queue, it.TxID}
+				if t, ok := pushedAt[k]; !ok || o.Start() < t {
+					pushedAt[k] = o.Start()
+				}
+			}
+		case (o.Inv.Op == OpPop || o.Inv.Op == OpHandler) && o.Phase() == OK:
+			k := o.Inv.Queue + "\x00" + o.Inv.Group
+			if t, ok := joined[k]; !ok || o.End() < t {
+				joined[k] = o.End()
+			}
+		}
+	}
+	missing := map[string][]Stored{}
+	for _, s := range c.st.Log {
+		qi := c.st.Queues[s.Queue]
+		if s.Failures != 0 || (qi.Retained && s.Offset < qi.LogStart[s.Partition]) {
+			continue
+		}
+		for _, g := range qi.LateGroups {
+			k := s.Queue + "\x00" + g
+			t, ok := joined[k]
+			if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; ok && pushed && at > t && !got[k][s.ID] {
+				missing[k] = append(missing[k], s)
+			}
+		}
+		for _, g := range qi.Groups {
+			k := s.Queue + "\x00" + g
+			if s.Reconstructed {
+				// Completed retention owes a deleted message only to the
+				// groups that existed when it was pushed: a group that came
+				// later starts at the oldest message still there.
+				t, ok := joined[k]
+				if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; !ok || !pushed || at < t {
+					continue
+				}
+			}
+			if !got[k][s.ID] {
+				missing[k] = append(missing[k], s)
+			}
+		}
+	}
+	for k, ss := range missing {
+		if len(ss) <= unknown[k] {
+			continue
+		}
+		g := k[strings.IndexByte(k, 0)+1:]
+		for _, s := range ss {
+			{
+				c.where = Violation{Queue: s.Queue, Group: g, Partition: s.Partition}
+				c.report("never-delivered", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q was never delivered (%d such; AutoAck pops of unknown outcome could explain %d)",
+					s.Queue, g, s.Partition, s.Offset, s.ID, s.TxID, len(ss), unknown[k]))
+			}
+		}
+	}
+}
+
+// delivered is what an operation handed to the application: a completed
+// pop's messages, or the message a Consume handler was started with.
+func delivered(o *Op) []Delivery {
+	switch {
+	case o.Inv.Op == OpPop && o.Done != nil && o.Done.Phase == OK:
+		return o.Done.Msgs
+	case o.Inv.Op == OpHandler:
+		return o.Inv.Msgs
+	}
+	return nil
+}
+
+// reconstruct adds to the log of retained queues the delivered messages
+// whose rows retention deleted: a delivery proves the row existed.
+func (c *checker) reconstruct(ops []*Op) {
+	have := map[qp]map[int64]bool{}
+	for _, s := range c.st.Log {
+		k := qp{s.Queue, s.Partition}
+		if have[k] == nil {
+			have[k] = map[int64]bool{}
+		}
+		have[k][s.Offset] = true
+	}
+	for _, o := range ops {
+		if q := c.st.Queues[o.Inv.Queue]; !q.Retained && !q.Completed {
+			continue
+		}
+		for _, m := range delivered(o) {
+			k := qp{o.Inv.Queue, m.Partition}
+			if have[k][m.Offset] {
+				continue
+			}
+			if have[k] == nil {
+				have[k] = map[int64]bool{}
+			}
+			have[k][m.Offset] = true
+			c.st.Log = append(c.st.Log, Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID, Reconstructed: true})
+		}
+	}
+}
+
+// pollSkip: a delivery never starts past the cursor. The cursor at a
+// claim is at most the highest offset any commit that may have applied
+// before the claim returned went through: acks, dead letters, fails
+// (lenient: through the failed message), retries (through the message
+// before), auto-acks and Consume handler
+// completions (a handler's end precedes its batch's settle). An auto-ack
+// pop of unknown outcome could have moved it anywhere, so its group is not
+// checked after it.
+func (c *checker) pollSkip(ops []*Op) {
+	type commit struct {
+		start  int64
+		offset int64
+	}
+	commits := map[qgp][]commit{}
+	blind := map[string]int64{} // queue/group -> start of the first unknown auto-ack pop
+	for _, o := range ops {
+		q := c.st.Queues[o.Inv.Queue]
+		if !c.audited(o.Inv.Queue) || q.Retained {
+			continue
+		}
+		switch o.Inv.Op {
+		case OpSettle:
+			if o.Phase() == Fail {
+				continue
+			}
+			k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+			switch o.Inv.Kind {
+			case "ack", "dead", "fail":
+				commits[k] = append(commits[k], commit{o.Start(), o.Inv.Offset})
+			case "retry":
+				// Completes the lease's earlier messages.
+				commits[k] = append(commits[k], commit{o.Start(), o.Inv.Offset - 1})
+			}
+		case OpHandler:
+			if o.Done != nil {
+				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+				commits[k] = append(commits[k], commit{o.End(), o.Inv.Offset})
+			}
+		case OpPop:
+			if !o.Inv.AutoAck {
+				continue
+			}
+			if o.Phase() != OK {
+				k := o.Inv.Queue + "\x00" + o.Inv.Group
+				if t, ok := blind[k]; !ok || o.Start() < t {
+					blind[k] = o.Start()
+				}
+				continue
+			}
+			for _, m := range o.Done.Msgs {
+				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
+			}
+		}
+	}
+	// A late group's cursor starts wherever the tail was at its first
+	// contact: its first delivery of a partition sets the baseline.
+	// So does any group's on a CompletedRetention queue, where it may
+	// start past messages deleted before it existed.
+	late := map[qgp]bool{}
+	for _, o := range ops {
+		q := c.st.Queues[o.Inv.Queue]
+		if !q.Completed && !slices.Contains(q.LateGroups, o.Inv.Group) {
+			continue
+		}
+		for _, m := range delivered(o) {
+			k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+			if !late[k] {
+				late[k] = true
+				commits[k] = append(commits[k], commit{math.MinInt64, m.Offset - 1})
+			}
+		}
+	}
+	for k := range commits {
+		slices.SortFunc(commits[k], func(a, b commit) int { return cmp.Compare(a.start, b.start) })
+	}
+	for _, o := range ops {
+		if o.Inv.Op != OpPop || o.Phase() != OK || !c.audited(o.Inv.Queue) || c.st.Queues[o.Inv.Queue].Retained {
+			continue
+		}
+		if t, ok := blind[o.Inv.Queue+"\x00"+o.Inv.Group]; ok && t < o.End() {
+			continue
+		}
+		first := map[string]int64{}
+		for _, m := range o.Done.Msgs {
+			if _, ok := first[m.Partition]; !ok {
+				first[m.Partition] = m.Offset
+			}
+		}
+		for p, f := range first {
+			cs := commits[qgp{o.Inv.Queue, o.Inv.Group, p}]
+			bound := int64(-1)
+			for _, cm := range cs {
+				if cm.start >= o.End() {
+					break
+				}
+				bound = max(bound, cm.offset)
+			}
+			if f > bound+1 {
+				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: p}
+				c.report("poll-skip", fmt.Sprintf("queue %s group %q partition %s: a pop started at offset %d, but no commit could have moved the cursor past %d",
+					o.Inv.Queue, o.Inv.Group, p, f, bound), o.evidence()...)
+			}
+		}
+	}
+}
+
+// pushErrors: Push never fails for want of the database; during an outage
+// it returns Buffered. (PushTx and Client.Tx report the caller's
+// transaction and may fail.)
+func (c *checker) pushErrors(ops []*Op) {
+	for _, o := range ops {
+		if o.Inv.Op == OpPush && o.Inv.Kind == "" && c.audited(o.Inv.Queue) && o.Done != nil && o.Done.Phase == Info {
+			c.report("push-error", fmt.Sprintf("queue %s: Push returned an error instead of Buffered: %s", o.Inv.Queue, o.Done.Err), o.evidence()...)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+// Package history records what clients of a queue did and saw, and checks the
+// record against the queue's promises: every item reported stored is stored
+// exactly once, offsets are gapless, a client's pushes to a partition keep
+// their order, deliveries agree with the log and come in order, one holder per
+// (partition, group) at a time, and every stored message reaches every group.
+//
+// The recorder and the checker know nothing about how the operations were
+// run; the randomized runner that drives real clients against a real
+// PostgreSQL with injected faults lives in this package's tests.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Kinds of operation.
+const (
+	OpPush    = "push"    // Queue.Push, Queue.PushTx or Tx.Push
+	OpPop     = "pop"     // Queue.Pop (and each batch a Consume worker got)
+	OpSettle  = "settle"  // Ack, Fail, Retry, DeadLetter, ExtendLease
+	OpHandler = "handler" // one Consume handler run
+	OpFault   = "fault"   // an injected fault, for the report
+)
+
+// Phases of an operation, as in Jepsen: an invoke, then ok (it happened),
+// fail (it certainly did not) or info (unknown: an error, a timeout, a killed
+// process).
+const (
+	Invoke = "invoke"
+	OK     = "ok"
+	Fail   = "fail"
+	Info   = "info"
+)
+
+// Event is one line of a history. An operation is an Invoke event followed by
+// at most one completion with the same Proc and Seq; a process that dies
+// leaves its open operations without one, and the checker treats those as
+// Info.
+type Event struct {
+	// Proc names the client (one Client: its process and spool), e.g.
+	// "main-0" or "child-1.3" (child 1, third incarnation).
+	Proc string `json:"proc"`
+	// Seq numbers the operations of one Proc; invoke and completion share it.
+	Seq   int64  `json:"seq"`
+	Op    string `json:"op"`
+	Phase string `json:"phase"`
+	// T is the wall clock in Unix nanoseconds: every process of a run shares
+	// the machine's clock.
+	T     int64  `json:"t"`
+	Queue string `json:"queue,omitempty"`
+	Group string `json:"group,omitempty"`
+
+	// Push: the items on invoke, their results on completion (input order).
+	Items   []Item   `json:"items,omitempty"`
+	Results []Result `json:"results,omitempty"`
+	// Tx is set for pushes inside a transaction the caller rolled back on
+	// purpose (Rollback: nothing may be stored).
+	Rollback bool `json:"rollback,omitempty"`
+
+	// Pop: what was delivered. AutoAck deliveries are settled by the pop.
+	AutoAck bool       `json:"autoack,omitempty"`
+	Batch   int        `json:"batch,omitempty"` // the pop's Batch
+	Msgs    []Delivery `json:"msgs,omitempty"`
+
+	// Settle and Handler: one message.
+	Kind      string `json:"kind,omitempty"` // ack, fail, retry, dead, extend
+	Partition string `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
+	Lease     string `json:"lease,omitempty"`
+	ID        string `json:"id,omitempty"`
+
+	// Err is the error text of a fail or info completion.
+	Err string `json:"err,omitempty"`
+	// LeaseLost marks a settle refused because the lease was gone.
+	LeaseLost bool `json:"lease_lost,omitempty"`
+}
+
+// Item is one pushed item.
+type Item struct {
+	Partition string `json:"p"`
+	TxID      string `json:"tx"`
+}
+
+// Result is one item's push result.
+type Result struct {
+	Status string `json:"s"` // queued, duplicate, buffered, failed
+	ID     string `json:"id,omitempty"`
+	Offset int64  `json:"o"`
+}
+
+// Delivery is one delivered message.
+type Delivery struct {
+	Partition string `json:"p"`
+	Offset    int64  `json:"o"`
+	ID        string `json:"id"`
+	TxID      string `json:"tx"`
+	Lease     string `json:"lease,omitempty"`
+	Attempt   int    `json:"a"`
+	// LeaseExpires is the lease's end in Unix nanoseconds (0 for AutoAck).
+	LeaseExpires int64 `json:"exp,omitempty"`
+}
+
+// Recorder appends events, from any goroutine, as JSON lines.
+type Recorder struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	events []Event // kept in memory when no writer, or always for the parent
+	seq    map[string]int64
+	keep   bool
+	err    error
+}
+
+// NewRecorder records into w (nil: memory only). keep also keeps every event
+// in memory for Events.
+func NewRecorder(w io.Writer, keep bool) *Recorder {
+	r := &Recorder{seq: map[string]int64{}, keep: keep}
+	if w != nil {
+		r.w = bufio.NewWriter(w)
+	}
+	return r
+}
+
+// Invoke records the start of an operation and returns it; complete it with
+// Done.
+func (r *Recorder) Invoke(e Event) Event {
+	r.mu.Lock()
+	r.seq[e.Proc]++
+	e.Seq = r.seq[e.Proc]
+	r.mu.Unlock()
+	e.Phase = Invoke
+	r.add(e)
+	return e
+}
+
+// Done records the completion of inv: phase OK, Fail or Info with the
+// fields of res (Results, Msgs, Err, LeaseLost) filled in by the caller.
+func (r *Recorder) Done(inv Event, phase string, res Event) {
+	res.Proc, res.Seq, res.Op, res.Phase = inv.Proc, inv.Seq, inv.Op, phase
+	if res.Queue == "" {
+		res.Queue = inv.Queue
+	}
+	if res.Group == "" {
+		res.Group = inv.Group
+	}
+	r.add(res)
+}
+
+// Add records a finished event as is (e.g. one read from a child's file).
+func (r *Recorder) Add(e Event) { r.add(e) }
+
+func (r *Recorder) add(e Event) {
+	if e.T == 0 {
+		e.T = time.Now().UnixNano()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keep {
+		r.events = append(r.events, e)
+	}
+	if r.w != nil && r.err == nil {
+		b, err := json.Marshal(e)
+		if err == nil {
+			b = append(b, '\n')
+			_, err = r.w.Write(b)
+		}
+		if err == nil {
+			// A child may be killed at any instant: what it saw must already
+			// be in the pipe.
+			err = r.w.Flush()
+		}
+		r.err = err
+	}
+}
+
+// Err is the first write error.
+func (r *Recorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Events returns a copy of the kept events.
+func (r *Recorder) Events() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
+
+// ReadFile reads a history written by a Recorder. A torn last line (the
+// writer was killed mid-write) is dropped.
+func ReadFile(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Read(f)
+}
+
+// Read reads JSON lines; a torn last line is dropped.
+func Read(rd io.Reader) ([]Event, error) {
+	var out []Event
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var bad error
+	for sc.Scan() {
+		if bad != nil {
+			return out, bad // a bad line that was not the last
+		}
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			bad = fmt.Errorf("history: bad line after %d events: %w", len(out), err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,1174 @@
+package history_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/history"
+	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/internal/segment"
+)
+
+var (
+	flagSeed     = flag.Uint64("seed", 0, "history: run this one seed (default: the CI seeds)")
+	flagDuration = flag.Duration("duration", 0, "history: how long each seed generates operations (default 8s)")
+	flagChildren = flag.Int("children", 0, "history: child processes (default 1)")
+)
+
+// ciSeeds run in CI; each is a different draw of knobs, operations and
+// faults. Interleavings are not reproducible (real PostgreSQL, real
+// scheduler): a seed fixes the choices, not the timing.
+var ciSeeds = []uint64{1, 2, 3}
+
+const (
+	defaultDuration  = 8 * time.Second
+	statementTimeout = 2 * time.Second
+)
+
+// TestHistory drives clients in this process and in child processes against
+// one schema with injected faults, then checks the recorded history against
+// the final log (see package history). Soak: go test ./internal/history
+// -run 'TestHistory$' -seed N -duration 30m.
+func TestHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("history checker")
+	}
+	seeds, dur, children := ciSeeds, defaultDuration, 1
+	if *flagSeed != 0 {
+		seeds = []uint64{*flagSeed}
+	}
+	if *flagDuration != 0 {
+		dur = *flagDuration
+	}
+	if *flagChildren != 0 {
+		children = *flagChildren
+	}
+	cl := pgtest.NewCluster(t, pgcluster.Options{Settings: map[string]string{"max_connections": "200"}})
+	if *flagSeed == 0 {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				(&run{t: t, seed: seed, cl: cl, dur: dur, children: children}).main()
+			})
+		}
+		return
+	}
+	// A soak: rounds of at most soakRound on fresh schemas (bounded memory
+	// and database size), seeds derived from the given one.
+	var total runStats
+	for round := uint64(0); total.elapsed < dur; round++ {
+		d := min(dur-total.elapsed, soakRound)
+		seed := *flagSeed*1000 + round
+		start := time.Now()
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			st := (&run{t: t, seed: seed, cl: cl, dur: d, children: children}).main()
+			total.ops += st.ops
+			total.faults += st.faults
+			total.deliveries += st.deliveries
+			total.violations += st.violations
+		})
+		total.elapsed += time.Since(start)
+	}
+	fmt.Printf("history: %d ops, %d faults, %d deliveries, %d violations\n", total.ops, total.faults, total.deliveries, total.violations)
+}
+
+// soakRound bounds one round of a soak.
+const soakRound = 2 * time.Minute
+
+type runStats struct {
+	ops, faults, deliveries, violations int
+	elapsed                             time.Duration
+}
+
+// Queues of a run. Every one is audited; each has a dedup window longer
+// than any run, so a transaction id is stored at most once.
+var queueSpecs = []struct {
+	name string
+	opts queen.QueueOptions
+}{
+	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true}},
+	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
+	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
+	// Retention takes messages whether read or not; CompletedRetention
+	// those every group read.
+	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second}},
+	// CompletedRetention alone: only what every group read may go.
+	{"completed", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, CompletedRetention: 500 * time.Millisecond}},
+	// No dedup window: a Buffered item's replay is the only guard against
+	// storing it twice.
+	{"nodedup", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
+}
+
+// groups read everything; lateGroups join with SubscribeNew at their first
+// pop, which a worker makes some time into the run.
+var (
+	groups     = []string{"", "g1", "g2"}
+	lateGroups = []string{"gnew"}
+)
+
+// secretMarker starts every payload pushed to the encrypted queue: it must
+// never appear on disk, in the database or in a spool file.
+const secretMarker = "secret-payload:"
+
+func payload(q, tx string) []byte {
+	if q == "secret" {
+		return []byte(secretMarker + tx)
+	}
+	return []byte("payload:" + tx)
+}
+
+type run struct {
+	t        *testing.T
+	seed     uint64
+	cl       *pgcluster.Cluster
+	dur      time.Duration
+	children int
+
+	schema string
+	key    []byte
+	rec    *history.Recorder
+	dir    string
+
+	faults     atomic.Int64
+	plaintext  atomic.Int64 // plaintext-at-rest findings
+	childFiles []string
+	spoolDirs  []string
+}
+
+func (r *run) main() (st runStats) {
+	t := r.t
+	rng := rand.New(rand.NewPCG(r.seed, 0x6869))
+	var err error
+	r.schema = fmt.Sprintf("hist_%d_%d", r.seed, time.Now().UnixNano()%1e9)
+	r.key = make([]byte, 32)
+	for i := range r.key {
+		r.key[i] = byte(rng.IntN(256))
+	}
+	r.dir, err = os.MkdirTemp("", "queen-history-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if !t.Failed() {
+			os.RemoveAll(r.dir)
+		}
+	}()
+	f, err := os.Create(filepath.Join(r.dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r.rec = history.NewRecorder(f, true)
+	ctx, cancel := context.WithTimeout(context.Background(), r.dur+3*time.Minute)
+	defer cancel()
+
+	admin := r.open(ctx, "admin", t.TempDir())
+	for _, qs := range queueSpecs {
+		o := qs.opts
+		o.LeaseTime = time.Duration(300+rng.IntN(1700)) * time.Millisecond
+		if err := admin.Queue(qs.name).Configure(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	genCtx, stopGen := context.WithTimeout(ctx, r.dur)
+	defer stopGen()
+	var wg sync.WaitGroup
+	var clients []*queen.Client
+	for i := range 2 {
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		c := r.open(ctx, fmt.Sprintf("main-%d", i), dir)
+		clients = append(clients, c)
+		for w := range 3 {
+			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1)))}
+			wg.Go(func() { wk.loop(genCtx) })
+		}
+	}
+	ch := make([]*child, r.children)
+	for i := range ch {
+		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
+		r.spoolDirs = append(r.spoolDirs, ch[i].spool)
+		ch[i].start()
+	}
+	wg.Go(func() { r.scanSpools(genCtx) })
+	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17))}
+	wg.Go(func() { nem.loop(genCtx) })
+	wg.Wait()
+
+	// Heal: the server up, maintenance off, children stopped, every spool
+	// drained by a client on it.
+	for _, c := range ch {
+		c.kill()
+	}
+	r.heal(ctx, admin)
+	for _, c := range clients {
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := c.Close(cctx); err != nil {
+			t.Logf("close: %v", err)
+		}
+		ccancel()
+	}
+	for i, dir := range r.spoolDirs {
+		c := r.open(ctx, fmt.Sprintf("drain-%d", i), dir)
+		deadline := time.Now().Add(90 * time.Second)
+		for c.SpoolStats().PendingRecords > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("spool %s not drained: %+v", dir, c.SpoolStats())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliveries := r.finalDrain(ctx, admin)
+
+	events := r.rec.Events()
+	for _, p := range r.childFiles {
+		evs, err := history.ReadFile(p)
+		if err != nil {
+			t.Fatalf("child history %s: %v", p, err)
+		}
+		events = append(events, evs...)
+	}
+	hs := history.State{Queues: map[string]history.QueueInfo{}, Log: r.readLog(ctx, admin)}
+	starts := r.logStarts(ctx, admin)
+	for _, qs := range queueSpecs {
+		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups}
+		switch {
+		case qs.opts.Retention > 0:
+			qi.Retained, qi.LogStart = true, starts[qs.name]
+		case qs.opts.CompletedRetention > 0:
+			qi.Completed = true
+		}
+		hs.Queues[qs.name] = qi
+	}
+	r.checkSecretLog(ctx, admin)
+	vs := history.Check(events, hs, 0)
+	shown := map[string]int{}
+	for _, v := range vs {
+		if shown[v.Kind]++; shown[v.Kind] > 8 {
+			continue
+		}
+		t.Errorf("seed %d: %s", r.seed, v)
+		if v.Partition != "" {
+			r.dumpPartition(ctx, admin, v)
+			r.dumpLog(hs.Log, v)
+		}
+	}
+	ops := len(history.Pair(events))
+	line := fmt.Sprintf("history: %d ops, %d faults, %d deliveries, %d violations", ops, r.faults.Load(), deliveries+countDeliveries(events), len(vs)+int(r.plaintext.Load()))
+	if len(vs) > 0 {
+		t.Logf("seed %d: history kept in %s (timing is not reproducible; rerun the seed)", r.seed, r.dir)
+	}
+	t.Log(line)
+	if err := admin.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	return runStats{ops: ops, faults: int(r.faults.Load()), deliveries: deliveries + countDeliveries(events), violations: len(vs) + int(r.plaintext.Load())}
+}
+
+func countDeliveries(evs []history.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Phase == history.OK && e.Op == history.OpPop {
+			n += len(e.Msgs)
+		}
+		if e.Phase == history.Invoke && e.Op == history.OpHandler {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *run) url() string { return r.cl.URL }
+
+func (r *run) open(ctx context.Context, name, spool string) *queen.Client {
+	r.t.Helper()
+	var c *queen.Client
+	var err error
+	for range 50 { // the server may be restarting
+		c, err = queen.Open(ctx, r.config(spool))
+		if err == nil {
+			return c
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.t.Fatalf("open %s: %v", name, err)
+	return nil
+}
+
+func (r *run) config(spool string) queen.Config {
+	return queen.Config{DatabaseURL: r.url(), Schema: r.schema, SpoolDir: spool, EncryptionKey: r.key,
+		StatementTimeout: statementTimeout, Logger: slog.New(slog.DiscardHandler)}
+}
+
+func (r *run) heal(ctx context.Context, admin *queen.Client) {
+	_ = r.cl.Start(ctx) // in case a restart failed half-way; "already running" is the usual answer
+	for {
+		err := admin.SetMaintenance(ctx, false)
+		for _, qs := range queueSpecs {
+			if err == nil {
+				o := qs.opts // DelayedProcessing back to 0, a lease the drain can outwait
+				o.LeaseTime = time.Second
+				err = admin.Queue(qs.name).Configure(ctx, o)
+			}
+		}
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			r.t.Fatalf("maintenance off: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// finalDrain reads every group of every queue to its end, acking as it
+// goes, recording pops and acks like any consumer.
+func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
+	// Past every lease a worker could have left behind (at most 3s).
+	time.Sleep(3100 * time.Millisecond)
+	n := 0
+	for _, qs := range queueSpecs {
+		q := admin.Queue(qs.name)
+		for _, g := range append(slices.Clone(groups), lateGroups...) {
+			empty := 0
+			deadline := time.Now().Add(90 * time.Second)
+			for empty < 2 {
+				if time.Now().After(deadline) {
+					r.t.Fatalf("final drain of %s/%q did not end", qs.name, g)
+				}
+				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second, Subscription: queen.SubscribeNew}
+				msgs := recordPop(ctx, r.rec, "final", q, o)
+				if len(msgs) == 0 {
+					empty++
+					continue
+				}
+				empty = 0
+				n += len(msgs)
+				last := map[string]*queen.Message{}
+				for _, m := range msgs {
+					last[m.Partition] = m
+				}
+				for _, m := range last {
+					recordSettle(ctx, r.rec, "final", m, "ack", nil)
+				}
+			}
+		}
+	}
+	return n
+}
+
+// readLog decodes every stored segment of the run's queues.
+func (r *run) readLog(ctx context.Context, admin *queen.Client) []history.Stored {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT q.name, p.name, s.base_offset, s.failures, s.blob
+		FROM %[1]s.segments s JOIN %[1]s.partitions p ON p.id = s.partition_id JOIN %[1]s.queues q ON q.id = p.queue_id`,
+		pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []history.Stored
+	var raw []byte
+	for rows.Next() {
+		var qn, pn string
+		var base int64
+		var failures int
+		var blob []byte
+		if err := rows.Scan(&qn, &pn, &base, &failures, &blob); err != nil {
+			r.t.Fatal(err)
+		}
+		raw, err = segment.Decompress(raw[:0], blob)
+		if err != nil {
+			r.t.Fatalf("%s/%s@%d: %v", qn, pn, base, err)
+		}
+		err = frame.Decode(raw, func(k int, f *frame.Frame) error {
+			out = append(out, history.Stored{Queue: qn, Partition: pn, Offset: base + int64(k), ID: f.ID.String(), TxID: f.TransactionID, Failures: failures})
+			return nil
+		})
+		if err != nil {
+			r.t.Fatalf("%s/%s@%d: %v", qn, pn, base, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// child is one OS process running workers, killed and restarted on the
+// same spool directory by the nemesis.
+type child struct {
+	r     *run
+	idx   int
+	spool string
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	inc   int
+}
+
+func (c *child) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inc++
+	proc := fmt.Sprintf("child-%d.%d", c.idx, c.inc)
+	hist := filepath.Join(c.r.dir, proc+".jsonl")
+	c.r.childFiles = append(c.r.childFiles, hist)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHistoryChild$")
+	cmd.Env = append(os.Environ(), "QUEEN_HISTORY_CHILD="+string(mustJSON(childSpec{
+		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Proc: proc, History: hist,
+		Seed: c.r.seed*1000 + uint64(c.idx*100+c.inc), Deadline: time.Now().Add(c.r.dur + time.Minute).UnixNano(),
+	})))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		c.r.t.Errorf("start child: %v", err)
+		return
+	}
+	c.cmd = cmd
+}
+
+func (c *child) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		_ = c.cmd.Process.Signal(sig)
+	}
+}
+
+func (c *child) kill() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL) // also ends a SIGSTOP
+		_ = c.cmd.Wait()
+		c.cmd = nil
+	}
+}
+
+type childSpec struct {
+	URL, Schema, Spool, Proc, History string
+	Key                               []byte
+	Seed                              uint64
+	Deadline                          int64
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestHistoryChild is the process body of a child of TestHistory.
+func TestHistoryChild(t *testing.T) {
+	env := os.Getenv("QUEEN_HISTORY_CHILD")
+	if env == "" {
+		t.Skip("child process of TestHistory")
+	}
+	var s childSpec
+	if err := json.Unmarshal([]byte(env), &s); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(s.History, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := history.NewRecorder(f, false)
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, s.Deadline))
+	defer cancel()
+	cfg := queen.Config{DatabaseURL: s.URL, Schema: s.Schema, SpoolDir: s.Spool, EncryptionKey: s.Key,
+		StatementTimeout: statementTimeout, Logger: slog.New(slog.DiscardHandler)}
+	var c *queen.Client
+	for c == nil {
+		if c, err = queen.Open(ctx, cfg); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wk := &worker{c: c, rec: rec, proc: s.Proc, rng: rand.New(rand.NewPCG(s.Seed, uint64(w)))}
+		wg.Go(func() { wk.loop(ctx) })
+	}
+	wg.Wait() // until killed, or the deadline if the parent died
+	_ = c.Close(context.Background())
+}
+
+// nemesis injects faults at random moments until ctx ends.
+type nemesis struct {
+	r        *run
+	admin    *queen.Client
+	clients  []*queen.Client
+	children []*child
+	rng      *rand.Rand
+}
+
+func (n *nemesis) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond):
+		}
+		kinds := []string{"restart", "terminate", "lock", "maintenance", "kill-child", "pause-child", "exhaust"}
+		kind := kinds[n.rng.IntN(len(kinds))]
+		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
+		err := n.inject(ctx, kind)
+		res := history.Event{}
+		if err != nil {
+			res.Err = err.Error()
+		}
+		n.r.rec.Done(inv, history.OK, res)
+		n.r.faults.Add(1)
+	}
+}
+
+func (n *nemesis) inject(ctx context.Context, kind string) error {
+	sleep := func(ms int) { time.Sleep(time.Duration(ms+n.rng.IntN(ms+1)) * time.Millisecond) }
+	switch kind {
+	case "restart":
+		if err := n.r.cl.Stop("immediate"); err != nil {
+			return err
+		}
+		sleep(300)
+		return n.r.cl.Start(context.Background())
+	case "terminate":
+		conn, err := pgx.Connect(ctx, n.r.url())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY random() LIMIT 3`)
+		return err
+	case "lock":
+		// A partition row held past the statement timeout: the pushes and
+		// claims that need it time out, spool or skip it.
+		conn, err := pgx.Connect(ctx, n.r.url())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background())
+		_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s.partitions WHERE name = $1 FOR NO KEY UPDATE`, pgx.Identifier{n.r.schema}.Sanitize()),
+			fmt.Sprintf("s%d", n.rng.IntN(smallKeys)))
+		if err != nil {
+			return err
+		}
+		time.Sleep(statementTimeout + 500*time.Millisecond)
+		return nil
+	case "maintenance":
+		if err := n.admin.SetMaintenance(ctx, true); err != nil {
+			return err
+		}
+		sleep(400)
+		for ctx.Err() == nil {
+			if err := n.admin.SetMaintenance(context.Background(), false); err == nil {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Heal turns it off.
+		return nil
+	case "pause-child":
+		// A stopped process (a GC pause, a frozen VM): its leases expire
+		// while it still believes it holds them.
+		if len(n.children) == 0 {
+			return nil
+		}
+		c := n.children[n.rng.IntN(len(n.children))]
+		c.signal(syscall.SIGSTOP)
+		sleep(1000)
+		c.signal(syscall.SIGCONT)
+	case "exhaust":
+		// Every connection of one client's pool taken past the statement
+		// timeout: its pushes must spool, its pops fail and retry.
+		c := n.clients[n.rng.IntN(len(n.clients))]
+		var held []*pgxpool.Conn
+		for range c.Pool().Config().MaxConns {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			conn, err := c.Pool().Acquire(actx)
+			cancel()
+			if err != nil {
+				break
+			}
+			held = append(held, conn)
+		}
+		time.Sleep(statementTimeout + 500*time.Millisecond)
+		for _, conn := range held {
+			conn.Release()
+		}
+	case "kill-child":
+		if len(n.children) == 0 {
+			return nil
+		}
+		c := n.children[n.rng.IntN(len(n.children))]
+		c.kill()
+		sleep(100)
+		if ctx.Err() == nil {
+			c.start()
+		}
+	}
+	return nil
+}
+
+const (
+	smallKeys = 8
+	largeKeys = 2000
+)
+
+// worker draws operations at random and records each.
+type worker struct {
+	c    *queen.Client
+	rec  *history.Recorder
+	proc string
+	rng  *rand.Rand
+	n    int
+	// recent transaction ids of this worker, for deliberate retries.
+	recent []history.Item
+	rqueue []string
+}
+
+func (w *worker) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		switch x := w.rng.IntN(100); {
+		case x < 35:
+			w.push(opCtx)
+		case x < 40:
+			w.pushTx(opCtx)
+		case x < 44:
+			w.tx(opCtx)
+		case x < 76:
+			w.popSettle(opCtx)
+		case x < 82:
+			w.popAckBatch(opCtx)
+		case x < 92:
+			w.consume(opCtx)
+		case x < 96:
+			_, _ = w.c.Maintain(opCtx)
+		default:
+			q := w.queue()
+			_ = w.c.Queue(q).Configure(opCtx, w.options(q))
+		}
+		cancel()
+	}
+}
+
+func (w *worker) queue() string { return queueSpecs[w.rng.IntN(len(queueSpecs))].name }
+
+// options keeps a queue's fixed settings and redraws RetryLimit and lease.
+func (w *worker) options(q string) queen.QueueOptions {
+	for _, qs := range queueSpecs {
+		if qs.name == q {
+			o := qs.opts
+			o.RetryLimit = 1 + w.rng.IntN(3)
+			o.LeaseTime = time.Duration(300+w.rng.IntN(1700)) * time.Millisecond
+			o.DelayedProcessing = []time.Duration{0, 0, 150 * time.Millisecond}[w.rng.IntN(3)]
+			return o
+		}
+	}
+	panic(q)
+}
+
+func (w *worker) items(q string) []queen.Item {
+	n := 1
+	switch x := w.rng.IntN(100); {
+	case x < 50:
+		n = 1 + w.rng.IntN(3)
+	case x < 90:
+		n = 1 + w.rng.IntN(50)
+	case x < 99:
+		n = 1 + w.rng.IntN(300)
+	default:
+		n = 1 + w.rng.IntN(1000)
+	}
+	large := w.rng.IntN(4) == 0
+	items := make([]queen.Item, n)
+	for i := range items {
+		if len(w.recent) > 0 && w.rng.IntN(30) == 0 && w.rqueue[len(w.rqueue)-1] == q {
+			// A producer retry: same transaction id, same partition.
+			it := w.recent[w.rng.IntN(len(w.recent))]
+			items[i] = queen.Item{Partition: it.Partition, TransactionID: it.TxID, Data: payload(q, it.TxID)}
+			continue
+		}
+		w.n++
+		p := fmt.Sprintf("s%d", w.rng.IntN(smallKeys))
+		if large {
+			p = fmt.Sprintf("k%d", w.rng.IntN(largeKeys))
+		}
+		tx := w.proc + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
+		items[i] = queen.Item{Partition: p, TransactionID: tx, Data: payload(q, tx)}
+	}
+	return items
+}
+
+func (w *worker) remember(q string, items []queen.Item) {
+	if len(w.rqueue) == 0 || w.rqueue[len(w.rqueue)-1] != q {
+		w.recent, w.rqueue = w.recent[:0], append(w.rqueue[:0], q)
+	}
+	for _, it := range items {
+		w.recent = append(w.recent, history.Item{Partition: it.Partition, TxID: it.TransactionID})
+	}
+	if len(w.recent) > 64 {
+		w.recent = w.recent[len(w.recent)-64:]
+	}
+}
+
+func histItems(items []queen.Item) []history.Item {
+	out := make([]history.Item, len(items))
+	for i, it := range items {
+		out[i] = history.Item{Partition: it.Partition, TxID: it.TransactionID}
+	}
+	return out
+}
+
+func histResults(rs []queen.PushResult) []history.Result {
+	out := make([]history.Result, len(rs))
+	for i, r := range rs {
+		out[i] = history.Result{Status: string(r.Status), ID: r.MessageID.String(), Offset: r.Offset}
+	}
+	return out
+}
+
+func (w *worker) push(ctx context.Context) {
+	q := w.queue()
+	items := w.items(q)
+	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
+	res, err := w.c.Queue(q).Push(ctx, items)
+	if err != nil {
+		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		return
+	}
+	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	w.remember(q, items)
+}
+
+// pushTx pushes inside the caller's transaction, then commits or rolls back.
+func (w *worker) pushTx(ctx context.Context) {
+	q := w.queue()
+	items := w.items(q)
+	rollback := w.rng.IntN(3) == 0
+	inv := history.Event{Proc: w.proc, Op: history.OpPush, Kind: "pushtx", Queue: q, Items: histItems(items), Rollback: rollback}
+	inv = w.rec.Invoke(inv)
+	tx, err := w.c.Pool().Begin(ctx)
+	if err != nil {
+		w.rec.Done(inv, history.Fail, history.Event{Err: err.Error()})
+		return
+	}
+	defer tx.Rollback(context.Background())
+	res, err := w.c.Queue(q).PushTx(ctx, tx, items)
+	if err != nil || rollback {
+		_ = tx.Rollback(ctx)
+		phase := history.Fail
+		if rollback && err == nil {
+			phase = history.OK
+		}
+		w.rec.Done(inv, phase, history.Event{Err: errText(err)})
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		return
+	}
+	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// tx acks one popped message and pushes items in one Client.Tx.
+func (w *worker) tx(ctx context.Context) {
+	q := w.queue()
+	g := groups[w.rng.IntN(len(groups))]
+	msgs := recordPop(ctx, w.rec, w.proc, w.c.Queue(q), queen.PopOptions{Group: g})
+	if len(msgs) == 0 {
+		return
+	}
+	m := msgs[0]
+	dst := w.queue()
+	items := w.items(dst)
+	sinv := w.rec.Invoke(settleEvent(w.proc, m, "ack"))
+	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(items)})
+	err := w.c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Ack(m)
+		tx.Push(dst, items)
+		return nil
+	})
+	switch {
+	case err == nil:
+		w.rec.Done(sinv, history.OK, history.Event{})
+		res := make([]history.Result, len(items))
+		for i := range res {
+			res[i] = history.Result{Status: "committed", Offset: -1}
+		}
+		w.rec.Done(pinv, history.OK, history.Event{Results: res})
+	case errors.Is(err, queen.ErrTxAborted):
+		w.rec.Done(sinv, history.Fail, history.Event{Err: err.Error(), LeaseLost: errors.Is(err, queen.ErrLeaseLost)})
+		w.rec.Done(pinv, history.Fail, history.Event{Err: err.Error()})
+	default:
+		w.rec.Done(sinv, history.Info, history.Event{Err: err.Error()})
+		w.rec.Done(pinv, history.Info, history.Event{Err: err.Error()})
+	}
+}
+
+func (w *worker) popOptions() queen.PopOptions {
+	o := queen.PopOptions{Group: groups[w.rng.IntN(len(groups))]}
+	if w.rng.IntN(8) == 0 {
+		o.Group, o.Subscription = lateGroups[w.rng.IntN(len(lateGroups))], queen.SubscribeNew
+	}
+	o.Batch = []int{1, 1, 10, 100}[w.rng.IntN(4)]
+	o.Partitions = []int{1, 1, 1, 4}[w.rng.IntN(4)]
+	o.AutoAck = w.rng.IntN(7) == 0
+	if w.rng.IntN(4) == 0 {
+		o.Wait = 200 * time.Millisecond
+	}
+	o.LeaseTime = []time.Duration{0, 0, 500 * time.Millisecond, 3 * time.Second}[w.rng.IntN(4)]
+	if w.rng.IntN(10) == 0 {
+		o.Partition = fmt.Sprintf("s%d", w.rng.IntN(smallKeys))
+	}
+	return o
+}
+
+func delivery(m *queen.Message) history.Delivery {
+	d := history.Delivery{Partition: m.Partition, Offset: m.Offset, ID: m.ID.String(), TxID: m.TransactionID, Lease: m.LeaseID, Attempt: m.Attempt}
+	if !m.LeaseExpiresAt.IsZero() {
+		d.LeaseExpires = m.LeaseExpiresAt.UnixNano()
+	}
+	return d
+}
+
+func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) []*queen.Message {
+	inv := rec.Invoke(history.Event{Proc: proc, Op: history.OpPop, Queue: q.Name(), Group: o.Group, AutoAck: o.AutoAck, Batch: o.Batch})
+	msgs, err := q.Pop(ctx, o)
+	if err != nil {
+		rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		return nil
+	}
+	ds := make([]history.Delivery, len(msgs))
+	for i, m := range msgs {
+		ds[i] = delivery(m)
+	}
+	rec.Done(inv, history.OK, history.Event{Msgs: ds})
+	return msgs
+}
+
+func settleEvent(proc string, m *queen.Message, kind string) history.Event {
+	return history.Event{Proc: proc, Op: history.OpSettle, Queue: m.Queue, Group: m.Group, Kind: kind,
+		Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, ID: m.ID.String()}
+}
+
+// recordSettle applies one verdict and records it: ok when it applied,
+// fail when it certainly did not (lease lost, already acked), info else.
+func recordSettle(ctx context.Context, rec *history.Recorder, proc string, m *queen.Message, kind string, rng *rand.Rand) error {
+	inv := rec.Invoke(settleEvent(proc, m, kind))
+	var err error
+	switch kind {
+	case "ack":
+		err = m.Ack(ctx)
+	case "fail":
+		err = m.Fail(ctx, errors.New("history: failed on purpose"))
+	case "retry":
+		err = m.Retry(ctx)
+	case "dead":
+		err = m.DeadLetter(ctx, errors.New("history: dead on purpose"))
+	case "extend":
+		err = m.ExtendLease(ctx, time.Duration(200+rng.IntN(2000))*time.Millisecond)
+	}
+	switch {
+	case err == nil:
+		rec.Done(inv, history.OK, history.Event{})
+	case errors.Is(err, queen.ErrLeaseLost), errors.Is(err, queen.ErrAlreadyAcked):
+		rec.Done(inv, history.Fail, history.Event{Err: err.Error(), LeaseLost: errors.Is(err, queen.ErrLeaseLost)})
+	default:
+		rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+	}
+	return err
+}
+
+// popSettle pops, then handles the batch in order the way a consumer
+// would: ack each or only the last, fail, retry, dead-letter, extend, or
+// walk away and let the lease expire.
+func (w *worker) popSettle(ctx context.Context) {
+	q := w.queue()
+	o := w.popOptions()
+	msgs := recordPop(ctx, w.rec, w.proc, w.c.Queue(q), o)
+	if len(msgs) == 0 || o.AutoAck {
+		return
+	}
+	byPart := map[string][]*queen.Message{}
+	var order []string
+	for _, m := range msgs {
+		if _, ok := byPart[m.Partition]; !ok {
+			order = append(order, m.Partition)
+		}
+		byPart[m.Partition] = append(byPart[m.Partition], m)
+	}
+	for _, p := range order {
+		ms := byPart[p]
+		if w.rng.IntN(2) == 0 {
+			// Ack only the last: completes the batch.
+			if w.rng.IntN(15) != 0 {
+				_ = recordSettle(ctx, w.rec, w.proc, ms[len(ms)-1], "ack", w.rng)
+			}
+			continue
+		}
+	each:
+		for _, m := range ms {
+			switch x := w.rng.IntN(100); {
+			case x < 80:
+				if recordSettle(ctx, w.rec, w.proc, m, "ack", w.rng) != nil {
+					break each
+				}
+			case x < 88:
+				_ = recordSettle(ctx, w.rec, w.proc, m, "fail", w.rng)
+				break each
+			case x < 92:
+				_ = recordSettle(ctx, w.rec, w.proc, m, "retry", w.rng)
+				break each
+			case x < 95:
+				if recordSettle(ctx, w.rec, w.proc, m, "dead", w.rng) != nil {
+					break each
+				}
+			case x < 98:
+				if recordSettle(ctx, w.rec, w.proc, m, "extend", w.rng) != nil {
+					break each
+				}
+			default:
+				break each // abandoned: the lease expires
+			}
+		}
+	}
+}
+
+// consume runs Consume for a moment with a handler that sometimes fails or
+// outlives its lease.
+func (w *worker) consume(ctx context.Context) {
+	q := w.queue()
+	o := queen.ConsumeOptions{PopOptions: w.popOptions(), Concurrency: 1 + w.rng.IntN(4)}
+	// AutoAck is at-most-once: a Consume pop that commits and then loses
+	// its connection, or a process killed before its handler ran, drops
+	// messages nobody saw, and Consume's pops are not in the history to
+	// account for them. Recorded pops exercise AutoAck instead.
+	o.Partition, o.Wait, o.AutoAck = "", 200*time.Millisecond, false
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(300+w.rng.IntN(1500))*time.Millisecond)
+	defer cancel()
+	var mu sync.Mutex
+	seed := w.rng.Uint64()
+	hrng := rand.New(rand.NewPCG(seed, 7))
+	_ = w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
+		d := delivery(m)
+		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
+			Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}})
+		mu.Lock()
+		x := hrng.IntN(100)
+		mu.Unlock()
+		var err error
+		switch {
+		case x < 8:
+			err = errors.New("history: handler failed on purpose")
+		case x < 10:
+			select { // outlive the lease (Consume renews it)
+			case <-time.After(time.Until(m.LeaseExpiresAt) + 100*time.Millisecond):
+			case <-hctx.Done():
+			}
+		}
+		w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
+		return err
+	})
+}
+
+// dumpPartition logs the database's view of a violation's partition.
+func (r *run) dumpPartition(ctx context.Context, admin *queen.Client, v history.Violation) {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT p.id, p.last_offset, p.log_start, p.pending, p.created_at,
+		coalesce(c.group_name, '-'), coalesce(c.committed, -2), c.lease_expires_at, c.updated_at
+		FROM %[1]s.partitions p JOIN %[1]s.queues q ON q.id = p.queue_id
+		LEFT JOIN %[1]s.consumers c ON c.partition_id = p.id
+		WHERE q.name = $1 AND p.name = $2 ORDER BY 6`, pgx.Identifier{r.schema}.Sanitize()), v.Queue, v.Partition)
+	if err != nil {
+		r.t.Log(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, last, start, committed int64
+		var pending bool
+		var created time.Time
+		var group string
+		var exp, upd *time.Time
+		if err := rows.Scan(&id, &last, &start, &pending, &created, &group, &committed, &exp, &upd); err != nil {
+			r.t.Log(err)
+			return
+		}
+		r.t.Logf("    db: partition %s id %d last %d start %d pending %v created %s | group %q committed %d lease %v updated %v",
+			v.Partition, id, last, start, pending, created.Format("15:04:05.000"), group, committed, exp, upd)
+	}
+}
+
+// popAckBatch pops and settles the batch with one AckBatch of mixed
+// outcomes, in order.
+func (w *worker) popAckBatch(ctx context.Context) {
+	q := w.queue()
+	o := w.popOptions()
+	o.AutoAck = false
+	msgs := recordPop(ctx, w.rec, w.proc, w.c.Queue(q), o)
+	if len(msgs) == 0 {
+		return
+	}
+	kinds := map[queen.AckStatus]string{queen.AckSuccess: "ack", queen.AckFail: "fail", queen.AckRetry: "retry", queen.AckDeadLetter: "dead"}
+	var reqs []queen.AckRequest
+	var invs []history.Event
+	for _, m := range msgs {
+		st := queen.AckSuccess
+		if x := w.rng.IntN(100); x < 6 {
+			st = queen.AckFail
+		} else if x < 8 {
+			st = queen.AckRetry
+		} else if x < 10 {
+			st = queen.AckDeadLetter
+		}
+		reqs = append(reqs, queen.AckRequest{Message: m, Status: st, Reason: errors.New("history: batch")})
+		invs = append(invs, w.rec.Invoke(settleEvent(w.proc, m, kinds[st])))
+	}
+	errs, err := w.c.Queue(q).AckBatch(ctx, reqs)
+	for i, inv := range invs {
+		switch {
+		case err != nil:
+			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		case errs[i] == nil:
+			w.rec.Done(inv, history.OK, history.Event{})
+		case errors.Is(errs[i], queen.ErrLeaseLost), errors.Is(errs[i], queen.ErrAlreadyAcked), errors.Is(errs[i], queen.ErrAckSkipped):
+			w.rec.Done(inv, history.Fail, history.Event{Err: errs[i].Error(), LeaseLost: errors.Is(errs[i], queen.ErrLeaseLost)})
+		default:
+			w.rec.Done(inv, history.Info, history.Event{Err: errs[i].Error()})
+		}
+	}
+}
+
+// logStarts reads each partition's oldest retained offset.
+func (r *run) logStarts(ctx context.Context, admin *queen.Client) map[string]map[string]int64 {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT q.name, p.name, p.log_start FROM %[1]s.partitions p JOIN %[1]s.queues q ON q.id = p.queue_id`,
+		pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]map[string]int64{}
+	var qn, pn string
+	var start int64
+	_, err = pgx.ForEachRow(rows, []any{&qn, &pn, &start}, func() error {
+		if out[qn] == nil {
+			out[qn] = map[string]int64{}
+		}
+		out[qn][pn] = start
+		return nil
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// checkSecretLog: every stored frame of the encrypted queue is flagged
+// encrypted and holds no plaintext.
+func (r *run) checkSecretLog(ctx context.Context, admin *queen.Client) {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT s.blob FROM %[1]s.segments s JOIN %[1]s.partitions p ON p.id = s.partition_id
+		JOIN %[1]s.queues q ON q.id = p.queue_id WHERE q.name = 'secret'`, pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var blob, raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&blob}, func() error {
+		raw, err = segment.Decompress(raw[:0], blob)
+		if err != nil {
+			return err
+		}
+		return frame.Decode(raw, func(k int, f *frame.Frame) error {
+			if f.Flags&frame.FlagEncrypted == 0 || bytes.Contains(f.Payload, []byte(secretMarker)) {
+				r.plaintext.Add(1)
+				r.t.Errorf("seed %d: plaintext-at-rest: message %s of the encrypted queue is stored in plaintext", r.seed, f.ID)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// scanSpools reads every file of the run's spool directories and reports
+// plaintext of the encrypted queue. It runs while the clients work, since a
+// drained spool file is deleted.
+func (r *run) scanSpools(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, dir := range r.spoolDirs {
+			_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return nil
+				}
+				b, err := os.ReadFile(path)
+				if err == nil && bytes.Contains(b, []byte(secretMarker)) {
+					r.plaintext.Add(1)
+					r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+					return filepath.SkipAll
+				}
+				return nil
+			})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// dumpLog logs the stored messages of a violation's partition, in offset
+// order, with the transaction ids that name their pushers.
+func (r *run) dumpLog(log []history.Stored, v history.Violation) {
+	var ss []history.Stored
+	for _, s := range log {
+		if s.Queue == v.Queue && s.Partition == v.Partition {
+			ss = append(ss, s)
+		}
+	}
+	slices.SortFunc(ss, func(a, b history.Stored) int { return int(a.Offset - b.Offset) })
+	var b strings.Builder
+	for _, s := range ss {
+		fmt.Fprintf(&b, " %d:%s", s.Offset, s.TxID)
+	}
+	r.t.Logf("    log of %s/%s:%s", v.Queue, v.Partition, b.String())
+}
