@@ -34,6 +34,9 @@ type QueueInfo struct {
 	// LateGroups joined with SubscribeNew during the run: each must have
 	// been delivered every message pushed after its first pop completed.
 	LateGroups []string
+	// FromGroups joined with SubscribeFrom(t) (Unix ns): each must have been
+	// delivered every message whose push began after t.
+	FromGroups map[string]int64
 	// Retained queues lose messages to Retention and CompletedRetention: a
 	// pushed message missing from the final log is not lost, a delivered
 	// one stands in for its deleted row, and only offsets at or above the
@@ -680,6 +683,12 @@ func (c *checker) eventually(ops []*Op) {
 		if s.Failures != 0 || (qi.Retained && s.Offset < qi.LogStart[s.Partition]) {
 			continue
 		}
+		for g, from := range qi.FromGroups {
+			k := s.Queue + "\x00" + g
+			if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; pushed && at > from && !got[k][s.ID] {
+				missing[k] = append(missing[k], s)
+			}
+		}
 		for _, g := range qi.LateGroups {
 			k := s.Queue + "\x00" + g
 			t, ok := joined[k]
@@ -821,7 +830,8 @@ func (c *checker) pollSkip(ops []*Op) {
 	late := map[qgp]bool{}
 	for _, o := range ops {
 		q := c.st.Queues[o.Inv.Queue]
-		if !q.Completed && !slices.Contains(q.LateGroups, o.Inv.Group) {
+		_, from := q.FromGroups[o.Inv.Group]
+		if !q.Completed && !from && !slices.Contains(q.LateGroups, o.Inv.Group) {
 			continue
 		}
 		for _, m := range delivered(o) {

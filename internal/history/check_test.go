@@ -2,6 +2,7 @@ package history
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -297,5 +298,20 @@ func TestCheckCompletedQueue(t *testing.T) {
 	h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"queued", "id3", 2})
 	if got := kinds(Check(h.r.Events(), s, 0)); got["lost"] != 1 {
 		t.Fatalf("%v", got)
+	}
+}
+
+// A SubscribeFrom group owes what was pushed after its time, nothing before.
+func TestCheckFromGroup(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	from := h.tick()
+	h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 1})
+	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id2", "t2", "", 1, 0})
+	s := st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false})
+	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, FromGroups: map[string]int64{"from": from}}
+	vs := Check(h.r.Events(), s, 0)
+	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "from" || !strings.Contains(vs[0].Detail, "id2") {
+		t.Fatalf("want id2 owed to the from group only: %v", vs)
 	}
 }

@@ -126,7 +126,11 @@ var queueSpecs = []struct {
 var (
 	groups     = []string{"", "g1", "g2"}
 	lateGroups = []string{"gnew"}
+	// fromGroup joins with SubscribeFrom(the run's start + fromDelay).
+	fromGroup = "gfrom"
 )
+
+const fromDelay = 2 * time.Second
 
 // secretMarker starts every payload pushed to the encrypted queue: it must
 // never appear on disk, in the database or in a spool file.
@@ -145,6 +149,7 @@ type run struct {
 	cl       *pgcluster.Cluster
 	dur      time.Duration
 	children int
+	from     time.Time // the SubscribeFrom group's start
 
 	schema string
 	key    []byte
@@ -193,6 +198,7 @@ func (r *run) main() (st runStats) {
 		}
 	}
 
+	r.from = time.Now().Add(min(fromDelay, r.dur/3))
 	genCtx, stopGen := context.WithTimeout(ctx, r.dur)
 	defer stopGen()
 	var wg sync.WaitGroup
@@ -203,7 +209,7 @@ func (r *run) main() (st runStats) {
 		c := r.open(ctx, fmt.Sprintf("main-%d", i), dir)
 		clients = append(clients, c)
 		for w := range 3 {
-			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1)))}
+			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1))), from: r.from}
 			wg.Go(func() { wk.loop(genCtx) })
 		}
 	}
@@ -257,7 +263,8 @@ func (r *run) main() (st runStats) {
 	hs := history.State{Queues: map[string]history.QueueInfo{}, Log: r.readLog(ctx, admin)}
 	starts := r.logStarts(ctx, admin)
 	for _, qs := range queueSpecs {
-		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups}
+		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups,
+			FromGroups: map[string]int64{fromGroup: r.from.UnixNano()}}
 		switch {
 		case qs.opts.Retention > 0:
 			qi.Retained, qi.LogStart = true, starts[qs.name]
@@ -355,7 +362,7 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	n := 0
 	for _, qs := range queueSpecs {
 		q := admin.Queue(qs.name)
-		for _, g := range append(slices.Clone(groups), lateGroups...) {
+		for _, g := range append(append(slices.Clone(groups), lateGroups...), fromGroup) {
 			empty := 0
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
@@ -363,6 +370,9 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 					r.t.Fatalf("final drain of %s/%q did not end", qs.name, g)
 				}
 				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second, Subscription: queen.SubscribeNew}
+				if g == fromGroup {
+					o.Subscription = queen.SubscribeFrom(r.from)
+				}
 				msgs := recordPop(ctx, r.rec, "final", q, o)
 				if len(msgs) == 0 {
 					empty++
@@ -441,7 +451,7 @@ func (c *child) start() {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHistoryChild$")
 	cmd.Env = append(os.Environ(), "QUEEN_HISTORY_CHILD="+string(mustJSON(childSpec{
 		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Proc: proc, History: hist,
-		Seed: c.r.seed*1000 + uint64(c.idx*100+c.inc), Deadline: time.Now().Add(c.r.dur + time.Minute).UnixNano(),
+		Seed: c.r.seed*1000 + uint64(c.idx*100+c.inc), Deadline: time.Now().Add(c.r.dur + time.Minute).UnixNano(), From: c.r.from.UnixNano(),
 	})))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -473,7 +483,7 @@ type childSpec struct {
 	URL, Schema, Spool, Proc, History string
 	Key                               []byte
 	Seed                              uint64
-	Deadline                          int64
+	Deadline, From                    int64
 }
 
 func mustJSON(v any) []byte {
@@ -514,7 +524,7 @@ func TestHistoryChild(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for w := range 3 {
-		wk := &worker{c: c, rec: rec, proc: s.Proc, rng: rand.New(rand.NewPCG(s.Seed, uint64(w)))}
+		wk := &worker{c: c, rec: rec, proc: s.Proc, rng: rand.New(rand.NewPCG(s.Seed, uint64(w))), from: time.Unix(0, s.From)}
 		wg.Go(func() { wk.loop(ctx) })
 	}
 	wg.Wait() // until killed, or the deadline if the parent died
@@ -654,6 +664,7 @@ type worker struct {
 	rec  *history.Recorder
 	proc string
 	rng  *rand.Rand
+	from time.Time
 	n    int
 	// recent transaction ids of this worker, for deliberate retries.
 	recent []history.Item
@@ -696,6 +707,21 @@ func (w *worker) options(q string) queen.QueueOptions {
 			o.RetryLimit = 1 + w.rng.IntN(3)
 			o.LeaseTime = time.Duration(300+w.rng.IntN(1700)) * time.Millisecond
 			o.DelayedProcessing = []time.Duration{0, 0, 150 * time.Millisecond}[w.rng.IntN(3)]
+			// Settings that change what is kept move within what the
+			// checker assumes of the queue: windows longer than any run,
+			// retention on only where it was on.
+			if o.DedupWindow > 0 {
+				o.DedupWindow = []time.Duration{time.Hour, 2 * time.Hour}[w.rng.IntN(2)]
+			}
+			if o.Retention > 0 {
+				o.Retention = []time.Duration{3 * time.Second, 5 * time.Second}[w.rng.IntN(2)]
+			}
+			if o.CompletedRetention > 0 {
+				o.CompletedRetention = []time.Duration{300 * time.Millisecond, time.Second}[w.rng.IntN(2)]
+			}
+			if q == "pause" || q == "skip" {
+				o.FailurePolicy = []queen.FailurePolicy{queen.FailurePause, queen.FailureSkip}[w.rng.IntN(2)]
+			}
 			return o
 		}
 	}
@@ -851,6 +877,9 @@ func (w *worker) popOptions() queen.PopOptions {
 	o := queen.PopOptions{Group: groups[w.rng.IntN(len(groups))]}
 	if w.rng.IntN(8) == 0 {
 		o.Group, o.Subscription = lateGroups[w.rng.IntN(len(lateGroups))], queen.SubscribeNew
+		if w.rng.IntN(2) == 0 {
+			o.Group, o.Subscription = fromGroup, queen.SubscribeFrom(w.from)
+		}
 	}
 	o.Batch = []int{1, 1, 10, 100}[w.rng.IntN(4)]
 	o.Partitions = []int{1, 1, 1, 4}[w.rng.IntN(4)]
@@ -1007,6 +1036,11 @@ func (w *worker) consume(ctx context.Context) {
 			case <-time.After(time.Until(m.LeaseExpiresAt) + 100*time.Millisecond):
 			case <-hctx.Done():
 			}
+		case x < 12:
+			// Return only once Consume's context ended, with an error: a
+			// shutdown, not a failure.
+			<-hctx.Done()
+			err = hctx.Err()
 		}
 		w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
 		return err
