@@ -53,6 +53,10 @@ type QueueInfo struct {
 type State struct {
 	Queues map[string]QueueInfo
 	Log    []Stored
+	// Destroyed messages were stored, then their segment was corrupted on
+	// purpose: they count as stored, and nobody owes their delivery (they
+	// end in the dead-letter store).
+	Destroyed []Stored
 }
 
 // Violation is one broken promise with the events that prove it.
@@ -139,7 +143,15 @@ func Pair(events []Event) []*Op {
 // Check returns every violation of the history against the final state,
 // at most limit per kind (0: no limit).
 func Check(events []Event, st State, limit int) []Violation {
-	c := &checker{st: st, limit: limit, counts: map[string]int{}}
+	c := &checker{st: st, limit: limit, counts: map[string]int{}, destroyed: map[qp]map[int64]bool{}}
+	for _, d := range st.Destroyed {
+		k := qp{d.Queue, d.Partition}
+		if c.destroyed[k] == nil {
+			c.destroyed[k] = map[int64]bool{}
+		}
+		c.destroyed[k][d.Offset] = true
+	}
+	c.st.Log = append(slices.Clone(st.Log), st.Destroyed...)
 	ops := Pair(events)
 	c.reconstruct(ops)
 	c.pushes(ops)
@@ -159,6 +171,8 @@ type checker struct {
 	counts map[string]int
 	out    []Violation
 	where  Violation // location of the next report
+	// destroyed offsets per partition, owed to nobody
+	destroyed map[qp]map[int64]bool
 }
 
 func (c *checker) report(kind, detail string, ev ...Event) {
@@ -680,7 +694,7 @@ func (c *checker) eventually(ops []*Op) {
 	missing := map[string][]Stored{}
 	for _, s := range c.st.Log {
 		qi := c.st.Queues[s.Queue]
-		if s.Failures != 0 || (qi.Retained && s.Offset < qi.LogStart[s.Partition]) {
+		if s.Failures != 0 || (qi.Retained && s.Offset < qi.LogStart[s.Partition]) || c.destroyed[qp{s.Queue, s.Partition}][s.Offset] {
 			continue
 		}
 		for g, from := range qi.FromGroups {

@@ -315,3 +315,16 @@ func TestCheckFromGroup(t *testing.T) {
 		t.Fatalf("want id2 owed to the from group only: %v", vs)
 	}
 }
+
+// A message whose segment was destroyed on purpose counts as stored and is
+// owed to nobody; the others of the pop still are.
+func TestCheckDestroyed(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}, {"o", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 0})
+	s := st(Stored{"q", "o", 0, "id2", "t2", 0, false})
+	s.Destroyed = []Stored{{"q", "p", 0, "id1", "t1", 0, false}}
+	vs := Check(h.r.Events(), s, 0)
+	if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Partition != "o" {
+		t.Fatalf("want only id2 owed: %v", vs)
+	}
+}

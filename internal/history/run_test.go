@@ -157,7 +157,9 @@ type run struct {
 	dir    string
 
 	faults     atomic.Int64
-	plaintext  atomic.Int64 // plaintext-at-rest findings
+	destroyMu  sync.Mutex
+	destroyed  []history.Stored // messages of segments the nemesis corrupted
+	plaintext  atomic.Int64     // plaintext-at-rest findings
 	childFiles []string
 	spoolDirs  []string
 }
@@ -261,6 +263,16 @@ func (r *run) main() (st runStats) {
 		events = append(events, evs...)
 	}
 	hs := history.State{Queues: map[string]history.QueueInfo{}, Log: r.readLog(ctx, admin)}
+	// A corruption whose write did not apply left its messages in the log.
+	inLog := map[string]bool{}
+	for _, s := range hs.Log {
+		inLog[fmt.Sprint(s.Queue, "/", s.Partition, "@", s.Offset)] = true
+	}
+	for _, d := range r.destroyed {
+		if !inLog[fmt.Sprint(d.Queue, "/", d.Partition, "@", d.Offset)] {
+			hs.Destroyed = append(hs.Destroyed, d)
+		}
+	}
 	starts := r.logStarts(ctx, admin)
 	for _, qs := range queueSpecs {
 		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups,
@@ -413,6 +425,9 @@ func (r *run) readLog(ctx context.Context, admin *queen.Client) []history.Stored
 			r.t.Fatal(err)
 		}
 		raw, err = segment.Decompress(raw[:0], blob)
+		if err != nil && r.isDestroyed(qn, pn, base) {
+			continue
+		}
 		if err != nil {
 			r.t.Fatalf("%s/%s@%d: %v", qn, pn, base, err)
 		}
@@ -547,7 +562,7 @@ func (n *nemesis) loop(ctx context.Context) {
 			return
 		case <-time.After(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond):
 		}
-		kinds := []string{"restart", "terminate", "lock", "maintenance", "kill-child", "pause-child", "exhaust"}
+		kinds := []string{"restart", "terminate", "lock", "maintenance", "kill-child", "pause-child", "exhaust", "corrupt"}
 		kind := kinds[n.rng.IntN(len(kinds))]
 		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
 		err := n.inject(ctx, kind)
@@ -611,6 +626,12 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		}
 		// Heal turns it off.
 		return nil
+	case "corrupt":
+		// A segment of the strict-order queue overwritten with garbage (a
+		// bad disk, a bad restore): its messages must go to the dead
+		// letters alone, never take the rest of a pop with them or block
+		// their partition.
+		return n.r.corrupt(ctx)
 	case "pause-child":
 		// A stopped process (a GC pause, a frozen VM): its leases expire
 		// while it still believes it holds them.
@@ -1205,4 +1226,58 @@ func (r *run) dumpLog(log []history.Stored, v history.Violation) {
 		fmt.Fprintf(&b, " %d:%s", s.Offset, s.TxID)
 	}
 	r.t.Logf("    log of %s/%s:%s", v.Queue, v.Partition, b.String())
+}
+
+// corrupt overwrites one random segment of the "pause" queue with bytes no
+// codec accepts and remembers its messages as destroyed.
+func (r *run) corrupt(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, r.url())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	s := pgx.Identifier{r.schema}.Sanitize()
+	var pid, base int64
+	var pname string
+	var blob []byte
+	var failures int
+	err = conn.QueryRow(ctx, fmt.Sprintf(`SELECT s.partition_id, s.base_offset, p.name, s.blob, s.failures FROM %[1]s.segments s
+		JOIN %[1]s.partitions p ON p.id = s.partition_id JOIN %[1]s.queues q ON q.id = p.queue_id
+		WHERE q.name = 'pause' ORDER BY random() LIMIT 1`, s)).Scan(&pid, &base, &pname, &blob, &failures)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw, err := segment.Decompress(nil, blob)
+	if err != nil {
+		return err // already destroyed
+	}
+	var msgs []history.Stored
+	err = frame.Decode(raw, func(k int, f *frame.Frame) error {
+		msgs = append(msgs, history.Stored{Queue: "pause", Partition: pname, Offset: base + int64(k), ID: f.ID.String(), TxID: f.TransactionID, Failures: failures})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Recorded before the write: a write whose reply is lost may have
+	// happened.
+	r.destroyMu.Lock()
+	r.destroyed = append(r.destroyed, msgs...)
+	r.destroyMu.Unlock()
+	_, err = conn.Exec(ctx, fmt.Sprintf(`UPDATE %s.segments SET blob = '\xff00deadbeef'::bytea WHERE partition_id = $1 AND base_offset = $2`, s), pid, base)
+	return err
+}
+
+func (r *run) isDestroyed(queue, partition string, base int64) bool {
+	r.destroyMu.Lock()
+	defer r.destroyMu.Unlock()
+	for _, d := range r.destroyed {
+		if d.Queue == queue && d.Partition == partition && d.Offset == base {
+			return true
+		}
+	}
+	return false
 }
