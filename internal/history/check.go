@@ -365,7 +365,8 @@ type placed struct {
 }
 
 // order: one client's pushes to a partition are stored in call order
-// (Buffered ones included); across clients, a push queued before another
+// (Buffered ones included, though PushTx and Client.Tx, never spooled, may
+// overtake a Buffered item); across clients, a push queued before another
 // was invoked is stored before it; items of one call keep input order.
 func (c *checker) order(ops []*Op) {
 	// Only transaction ids stored once say where their push landed.
@@ -428,7 +429,7 @@ func (c *checker) order(ops []*Op) {
 			byProc[p.op.Inv.Proc] = append(byProc[p.op.Inv.Proc], p)
 		}
 		for _, pp := range byProc {
-			c.sweepOrder(k, pp, func(a, b placed) bool { return true }, "client-order")
+			c.sweepOrder(k, pp, func(a, b placed) bool { return a.queued || b.op.Inv.Kind == "" }, "client-order")
 		}
 	}
 }
@@ -438,7 +439,7 @@ func (c *checker) sweepOrder(k qp, ps []placed, counts func(a, b placed) bool, k
 	slices.SortStableFunc(starts, func(a, b placed) int { return cmp.Compare(a.op.Start(), b.op.Start()) })
 	ends := slices.Clone(ps)
 	slices.SortStableFunc(ends, func(a, b placed) int { return cmp.Compare(a.op.End(), b.op.End()) })
-	// Only the "queued" flag varies counts here; track the best of each.
+	// counts looks at a only through its "queued" flag; track the best of each.
 	var best [2]*placed // [0]: any, [1]: queued
 	j := 0
 	for _, b := range starts {

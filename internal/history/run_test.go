@@ -813,7 +813,12 @@ func (w *worker) push(ctx context.Context) {
 	q := w.queue()
 	items := w.items(q)
 	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
-	res, err := w.c.Queue(q).Push(ctx, items)
+	// The end of the run must not cut a Push short: an error from a caller
+	// giving up is not the push-error the checker looks for, a Push that
+	// takes 10 s is.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	res, err := w.c.Queue(q).Push(pctx, items)
 	if err != nil {
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return
