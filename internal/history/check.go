@@ -700,7 +700,15 @@ func (c *checker) eventually(ops []*Op) {
 		}
 		for g, from := range qi.FromGroups {
 			k := s.Queue + "\x00" + g
-			if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; pushed && at > from && !got[k][s.ID] {
+			at, pushed := pushedAt[qt{s.Queue, s.TxID}]
+			if s.Reconstructed {
+				// As below: a deleted message is owed only by a group
+				// that existed when it was pushed.
+				if t, ok := joined[k]; !ok || at < t {
+					continue
+				}
+			}
+			if pushed && at > from && !got[k][s.ID] {
 				missing[k] = append(missing[k], s)
 			}
 		}

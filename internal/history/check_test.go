@@ -328,3 +328,19 @@ func TestCheckDestroyed(t *testing.T) {
 		t.Fatalf("want only id2 owed: %v", vs)
 	}
 }
+
+// On a CompletedRetention queue, a SubscribeFrom group that first popped
+// after a message was deleted does not owe it.
+func TestCheckCompletedQueueFromGroupJoiningLate(t *testing.T) {
+	h := newHB()
+	from := h.tick()
+	h.pop("a", "q", "g", true)
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0})
+	h.pop("a", "q", "from", true) // first contact after the deletion
+	s := st()
+	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, Completed: true, FromGroups: map[string]int64{"from": from}}
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+}
