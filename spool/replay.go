@@ -513,19 +513,8 @@ func (s *Spool) quarantineRecord(f *file, aw *ackWriter, k groupKey, r *Record, 
 		seq := s.nextSeq
 		s.nextSeq++
 		s.wmu.Unlock()
-		path := s.path(seq, extData+extQuar)
-		w, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		w, err := s.newDataFile(s.path(seq, extData+extQuar))
 		if err != nil {
-			return s.ioErr(err)
-		}
-		if _, err = w.Write(fileHeader[:]); err == nil {
-			if err = datasync(w); err == nil {
-				err = syncDir(s.opts.Dir)
-			}
-		}
-		if err != nil {
-			w.Close()
-			os.Remove(path)
 			return s.ioErr(err)
 		}
 		s.qfile, s.qfileSize = w, fileHeaderSize

@@ -495,16 +495,12 @@ func (s *Spool) writeSync(f *file, buf []byte, reqs []*appendReq) error {
 	return nil
 }
 
-// createFile starts the next data file. Its header and directory entry are
-// synced before any record goes in, so an acknowledged record's file cannot
-// vanish in a crash. The caller holds wmu.
-func (s *Spool) createFile() (*file, error) {
-	seq := s.nextSeq
-	s.nextSeq++
-	path := s.path(seq, extData)
+// newDataFile creates path (which must not exist) with the file header,
+// and syncs it and its directory entry; on failure it leaves nothing.
+func (s *Spool) newDataFile(path string) (*os.File, error) {
 	w, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("spool: create data file: %w", err)
+		return nil, err
 	}
 	if _, err = w.Write(fileHeader[:]); err == nil {
 		if err = datasync(w); err == nil {
@@ -514,6 +510,20 @@ func (s *Spool) createFile() (*file, error) {
 	if err != nil {
 		w.Close()
 		os.Remove(path)
+		return nil, err
+	}
+	return w, nil
+}
+
+// createFile starts the next data file. Its header and directory entry are
+// synced before any record goes in, so an acknowledged record's file cannot
+// vanish in a crash. The caller holds wmu.
+func (s *Spool) createFile() (*file, error) {
+	seq := s.nextSeq
+	s.nextSeq++
+	path := s.path(seq, extData)
+	w, err := s.newDataFile(path)
+	if err != nil {
 		return nil, fmt.Errorf("spool: create %s: %w", filepath.Base(path), err)
 	}
 	f := &file{seq: seq, size: fileHeaderSize, acked: fileHeaderSize, w: w, marks: make(map[int64]int64), pend: make(map[groupKey]int64)}

@@ -471,14 +471,7 @@ type qgp struct{ queue, group, partition string }
 // one pop's messages of a partition are consecutive; nothing acked (or
 // auto-acked, or dead-lettered) is delivered again to the same group.
 func (c *checker) deliveries(ops []*Op) {
-	log := map[qp]map[int64]Stored{}
-	for _, s := range c.st.Log {
-		k := qp{s.Queue, s.Partition}
-		if log[k] == nil {
-			log[k] = map[int64]Stored{}
-		}
-		log[k][s.Offset] = s
-	}
+	log := c.index()
 	type commit struct {
 		op     *Op
 		offset int64
@@ -762,31 +755,38 @@ func delivered(o *Op) []Delivery {
 	return nil
 }
 
+// index maps the log by partition and offset.
+func (c *checker) index() map[qp]map[int64]Stored {
+	log := map[qp]map[int64]Stored{}
+	for _, s := range c.st.Log {
+		k := qp{s.Queue, s.Partition}
+		if log[k] == nil {
+			log[k] = map[int64]Stored{}
+		}
+		log[k][s.Offset] = s
+	}
+	return log
+}
+
 // reconstruct adds to the log of retained queues the delivered messages
 // whose rows retention deleted: a delivery proves the row existed.
 func (c *checker) reconstruct(ops []*Op) {
-	have := map[qp]map[int64]bool{}
-	for _, s := range c.st.Log {
-		k := qp{s.Queue, s.Partition}
-		if have[k] == nil {
-			have[k] = map[int64]bool{}
-		}
-		have[k][s.Offset] = true
-	}
+	have := c.index()
 	for _, o := range ops {
 		if q := c.st.Queues[o.Inv.Queue]; !q.Retained && !q.Completed {
 			continue
 		}
 		for _, m := range delivered(o) {
 			k := qp{o.Inv.Queue, m.Partition}
-			if have[k][m.Offset] {
+			if _, ok := have[k][m.Offset]; ok {
 				continue
 			}
+			s := Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID, Reconstructed: true}
 			if have[k] == nil {
-				have[k] = map[int64]bool{}
+				have[k] = map[int64]Stored{}
 			}
-			have[k][m.Offset] = true
-			c.st.Log = append(c.st.Log, Stored{Queue: o.Inv.Queue, Partition: m.Partition, Offset: m.Offset, ID: m.ID, TxID: m.TxID, Reconstructed: true})
+			have[k][m.Offset] = s
+			c.st.Log = append(c.st.Log, s)
 		}
 	}
 }
