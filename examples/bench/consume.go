@@ -103,20 +103,23 @@ func parseE2E(s string) ([]e2eCase, error) {
 type e2eRecorder struct {
 	total   int64
 	lat     []int64 // ns; 0: not handled yet
+	start   []int64 // handler start, Unix ns
+	sent    []int64 // when the send call returned, Unix ns
 	handled atomic.Int64
 	allIn   chan struct{}
 }
 
 func newE2ERecorder(total int64) *e2eRecorder {
-	return &e2eRecorder{total: total, lat: make([]int64, total), allIn: make(chan struct{})}
+	return &e2eRecorder{total: total, lat: make([]int64, total), start: make([]int64, total), sent: make([]int64, total), allIn: make(chan struct{})}
 }
 
 // record is called at the start of a handler (worker).
 func (r *e2eRecorder) record(seq, sched int64) {
-	d := max(time.Now().UnixNano()-sched, 1)
-	if seq < 0 || seq >= r.total || !atomic.CompareAndSwapInt64(&r.lat[seq], 0, d) {
+	now := time.Now().UnixNano()
+	if seq < 0 || seq >= r.total || !atomic.CompareAndSwapInt64(&r.lat[seq], 0, max(now-sched, 1)) {
 		return
 	}
+	r.start[seq] = now
 	if r.handled.Add(1) == r.total {
 		close(r.allIn)
 	}
@@ -126,11 +129,12 @@ func (r *e2eRecorder) record(seq, sched int64) {
 // goroutines: send gets each message's sequence number and scheduled time
 // (Unix ns), so a late send counts against the latency. It returns when every
 // send has returned, with the sorted durations of the send calls.
-func openLoop(ctx context.Context, rate int, total int64, start time.Time, send func(seq, sched int64) error) ([]time.Duration, error) {
+func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, send func(seq, sched int64) error) ([]time.Duration, error) {
 	const pushers = 500
 	sends := make(chan int64, rate)
 	var sendErr atomic.Value
 	var wg sync.WaitGroup
+	total := rec.total
 	callLat := newLatencies(pushers, int(total/pushers)+1)
 	interval := time.Second / time.Duration(rate)
 	for g := range pushers {
@@ -140,7 +144,9 @@ func openLoop(ctx context.Context, rate int, total int64, start time.Time, send 
 				if err := send(seq, start.Add(time.Duration(seq)*interval).UnixNano()); err != nil {
 					sendErr.CompareAndSwap(nil, err)
 				}
-				callLat.add(g, time.Since(t))
+				now := time.Now()
+				rec.sent[seq] = now.UnixNano()
+				callLat.add(g, now.Sub(t))
 			}
 		})
 	}
@@ -186,7 +192,7 @@ func runE2E(ctx context.Context, name string, c e2eCase, rec *e2eRecorder,
 	time.Sleep(500 * time.Millisecond) // let the consumer park in its long-poll / LISTEN
 
 	start := time.Now()
-	callLat, err := openLoop(ctx, c.rate, rec.total, start, send)
+	callLat, err := openLoop(ctx, c.rate, rec, start, send)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +230,16 @@ func runE2E(ctx context.Context, name string, c e2eCase, rec *e2eRecorder,
 		l[i] = time.Duration(d)
 	}
 	slices.Sort(l)
+	// The consumer's share: from the send call's return (the message is
+	// committed) to its handler's start. Negative when the handler started
+	// before the sender got the answer.
+	var side []time.Duration
+	for i, st := range rec.start {
+		if st != 0 && rec.sent[i] != 0 {
+			side = append(side, time.Duration(st-rec.sent[i]))
+		}
+	}
+	slices.Sort(side)
 	lag := time.Duration(last - offerEnd.UnixNano())
 	if capped {
 		lag = end.Sub(offerEnd)
@@ -237,8 +253,10 @@ func runE2E(ctx context.Context, name string, c e2eCase, rec *e2eRecorder,
 		Name: name, Msgs: got, Target: rec.total, Seconds: time.Duration(max(last-start.UnixNano(), 1)).Seconds(), Capped: capped,
 		Offered: float64(c.rate), LatencyOf: "scheduled send to handler start", P50ms: ms(pct(l, 50)), P99ms: ms(pct(l, 99)),
 		KeptUp: &kept, LagMs: ms(lag),
-		Note: fmt.Sprintf("%s: last handler start %s after the last scheduled send; p99.9 %s, max %s; the send calls alone: p50 %s, p99 %s", keptS,
-			fmtMs(ms(lag)), fmtMs(ms(pct(l, 99.9))), fmtMs(ms(pct(l, 100))), fmtMs(ms(pct(callLat, 50))), fmtMs(ms(pct(callLat, 99)))),
+		Note: fmt.Sprintf("%s: last handler start %s after the last scheduled send; p99.9 %s, max %s; the send calls alone: p50 %s, p99 %s; "+
+			"send returned → handler start: p50 %s, p99 %s", keptS,
+			fmtMs(ms(lag)), fmtMs(ms(pct(l, 99.9))), fmtMs(ms(pct(l, 100))), fmtMs(ms(pct(callLat, 50))), fmtMs(ms(pct(callLat, 99))),
+			fmtMsSigned(ms(pct(side, 50))), fmtMsSigned(ms(pct(side, 99)))),
 	}, nil
 }
 
@@ -288,6 +306,13 @@ func (b *bench) queenE2E(c e2eCase) func(context.Context) (*result, error) {
 		}
 		return r, err
 	}
+}
+
+func fmtMsSigned(v float64) string {
+	if v < 0 {
+		return "-" + fmtMs(-v)
+	}
+	return fmtMs(v)
 }
 
 func plural(n int) string {
