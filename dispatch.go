@@ -31,11 +31,27 @@ func (c *consumer) dispatch(n int) error {
 		wg    sync.WaitGroup
 	)
 	defer wg.Wait()
+	signal := func() {
+		select {
+		case freed <- struct{}{}:
+		default:
+		}
+	}
 	worker := func(pid int64, batch []*Message) {
 		for batch != nil {
-			c.handleBatch(batch)
+			settle := c.handleBatch(batch)
+			// The handler slot is free once the handlers are done: the
+			// settle round trip holds only the partition (its lease, and its
+			// place in busy), so other partitions are claimed and handled
+			// meanwhile instead of waiting for the commit.
 			mu.Lock()
 			inUse--
+			mu.Unlock()
+			if settle != nil {
+				signal()
+				settle()
+			}
+			mu.Lock()
 			if next := busy[pid]; len(next) > 0 {
 				batch, busy[pid] = next[0], next[1:]
 			} else {
@@ -43,10 +59,7 @@ func (c *consumer) dispatch(n int) error {
 				batch = nil
 			}
 			mu.Unlock()
-			select {
-			case freed <- struct{}{}:
-			default:
-			}
+			signal() // the partition is free again: claim it if it has more
 		}
 	}
 
