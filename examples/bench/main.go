@@ -63,6 +63,7 @@ type config struct {
 	popParts    int
 	riverWork   int
 	riverFetch  time.Duration
+	riverE2EFC  time.Duration
 	queenConns  int
 	out         string
 	cpuProfile  string
@@ -87,7 +88,9 @@ func parseFlags() *config {
 	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen ConsumeOptions.Concurrency in the drain scenario")
 	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions in the drain scenario")
 	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain and end-to-end scenarios")
-	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain and end-to-end scenarios (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s and delays a job by up to that)")
+	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain scenario (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s)")
+	flag.DurationVar(&c.riverE2EFC, "river-e2e-fetch-cooldown", 10*time.Millisecond,
+		"River FetchCooldown for the end-to-end scenarios (River's default is 100ms; in a sweep at 2,000 msgs/s, 10ms gave the lowest latency, and 1ms and 100ms fell behind)")
 	flag.IntVar(&c.queenConns, "queen-conns", 0, "queen's pool size (0: queen's own pool with pgx's default size)")
 	flag.StringVar(&c.out, "out", "results", "directory for bench.json and bench.png (empty: write nothing)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each scenario run to this file, with the scenario's name inserted before the extension")
@@ -399,8 +402,8 @@ func (b *bench) measure(ctx context.Context, key string, fn func(context.Context
 }
 
 func (b *bench) printTopStatements(ctx context.Context) {
-	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8`)
+	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 150), '\s+', ' ', 'g')
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 16`)
 	if err != nil {
 		fmt.Println("  pg_stat_statements:", err)
 		return

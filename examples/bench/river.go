@@ -197,15 +197,15 @@ const riverE2EConns = 64
 
 // riverE2E: River Insert of one job per call, at the scheduled send times of
 // the same open-loop schedule as queen's, into a River client that works
-// them (MaxWorkers -river-workers, FetchCooldown -river-fetch-cooldown, the
-// rest River's defaults); latency is scheduled send to worker start. The
+// them (MaxWorkers -river-workers, FetchCooldown -river-e2e-fetch-cooldown,
+// the rest River's defaults); latency is scheduled send to worker start. The
 // same client inserts and works, so its insert notifications are throttled
 // by the same FetchCooldown.
 func (b *bench) riverE2E(c e2eCase) func(context.Context) (*result, error) {
 	return func(ctx context.Context) (*result, error) {
 		total := int64(float64(c.rate) * b.cfg.e2eDur.Seconds())
 		name := fmt.Sprintf("River v0.51.2: end to end at %s msgs/s, MaxWorkers %d, FetchCooldown %s",
-			fmtInt(float64(c.rate)), b.cfg.riverWork, b.cfg.riverFetch)
+			fmtInt(float64(c.rate)), b.cfg.riverWork, b.cfg.riverE2EFC)
 		if total <= 0 {
 			return &result{Name: name, Unavailable: "-e2e-time is zero"}, nil
 		}
@@ -228,7 +228,7 @@ func (b *bench) riverE2E(c e2eCase) func(context.Context) (*result, error) {
 			Schema:        riverSchema,
 			Workers:       workers,
 			Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: b.cfg.riverWork}},
-			FetchCooldown: b.cfg.riverFetch,
+			FetchCooldown: b.cfg.riverE2EFC,
 			Logger:        quietLogger(),
 		})
 		if err != nil {
