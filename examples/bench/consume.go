@@ -127,8 +127,11 @@ func (r *e2eRecorder) record(seq, sched int64) {
 
 // openLoop offers total sends at a fixed rate (open loop) from a pool of 500
 // goroutines: send gets each message's sequence number and scheduled time
-// (Unix ns), so a late send counts against the latency. It returns when every
-// send has returned, with the sorted durations of the send calls.
+// (Unix ns), so a late send counts against the latency. Sends not started
+// by e2eGrace after the last scheduled time are dropped (they count as
+// never handled): a side whose sends cannot keep up does not stretch the
+// scenario without end. It returns when every send has returned, with the
+// sorted durations of the send calls.
 func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, send func(seq, sched int64) error) ([]time.Duration, error) {
 	const pushers = 500
 	sends := make(chan int64, rate)
@@ -137,9 +140,13 @@ func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, 
 	total := rec.total
 	callLat := newLatencies(pushers, int(total/pushers)+1)
 	interval := time.Second / time.Duration(rate)
+	cutoff := start.Add(time.Duration(total-1)*interval + e2eGrace)
 	for g := range pushers {
 		wg.Go(func() {
 			for seq := range sends {
+				if time.Now().After(cutoff) {
+					continue
+				}
 				t := time.Now()
 				if err := send(seq, start.Add(time.Duration(seq)*interval).UnixNano()); err != nil {
 					sendErr.CompareAndSwap(nil, err)
