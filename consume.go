@@ -15,7 +15,10 @@ type ConsumeOptions struct {
 	PopOptions
 	// Concurrency is how many partitions are handled in parallel: each claim
 	// takes up to as many ready partitions as there are free workers,
-	// PopOptions.Batch messages from each. Defaults to 1.
+	// PopOptions.Batch messages from each. A worker is free again once its
+	// handlers have returned; the batch's settle round trip that follows
+	// holds only its partition, so up to Concurrency more partitions may be
+	// leased while settles are in flight. Defaults to 1.
 	Concurrency int
 	// SoftStop is how long running handlers keep an uncancelled context
 	// after Consume's ctx ends (or the client closes). Defaults to 0: their
