@@ -15,7 +15,10 @@ type ConsumeOptions struct {
 	PopOptions
 	// Concurrency is how many partitions are handled in parallel: each claim
 	// takes up to as many ready partitions as there are free workers,
-	// PopOptions.Batch messages from each. Defaults to 1.
+	// PopOptions.Batch messages from each. A worker is free again once its
+	// handlers have returned; the batch's settle round trip that follows
+	// holds only its partition, so up to Concurrency more partitions may be
+	// leased while settles are in flight. Defaults to 1.
 	Concurrency int
 	// SoftStop is how long running handlers keep an uncancelled context
 	// after Consume's ctx ends (or the client closes). Defaults to 0: their
@@ -211,8 +214,11 @@ func (c *consumer) stopErr() error {
 	return nil
 }
 
-// handleBatch runs fn over one partition's leased messages and settles them.
-func (c *consumer) handleBatch(msgs []*Message) {
+// handleBatch runs fn over one partition's leased messages and returns the
+// settlement of what it did (nil when there is nothing to settle), for the
+// caller to run once it has released the worker: the settle round trip holds
+// the partition's lease, not a handler slot.
+func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	q := c.q
 	e := q.c.e
 	if c.po.AutoAck {
@@ -223,7 +229,7 @@ func (c *consumer) handleBatch(msgs []*Message) {
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
 		}
-		return
+		return nil
 	}
 	var exp atomic.Int64 // the lease's end in Unix ns, 0 once lost
 	exp.Store(msgs[0].LeaseExpiresAt.UnixNano())
@@ -262,16 +268,18 @@ func (c *consumer) handleBatch(msgs []*Message) {
 		op.ok = msgs[lastOK].Offset
 	}
 	if op.ok < 0 && op.act == actNone {
-		return // nothing handled: the lease runs out by itself
+		return nil // nothing handled: the lease runs out by itself
 	}
-	// Not e.settle: a Consume stopped by Close settles while it closes.
-	st, err := e.settleFused(context.Background(), []settleOp{op})
-	if err == nil {
-		err = statusErr(st[0])
-	}
-	if err != nil {
-		e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
-			"queue", q.name, "partition", msgs[0].Partition, "err", err)
+	return func() {
+		// Not e.settle: a Consume stopped by Close settles while it closes.
+		st, err := e.settleFused(context.Background(), []settleOp{op})
+		if err == nil {
+			err = statusErr(st[0])
+		}
+		if err != nil {
+			e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
+				"queue", q.name, "partition", msgs[0].Partition, "err", err)
+		}
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 // dispatch is one Consume call's fetch loop: it claims, in one round trip,
 // as many ready partitions as it has free workers (up to n), hands each
 // partition's batch to a worker, and claims again as soon as a worker frees
-// up or a wake arrives. Wakes coalesce (a one-slot channel plus collected
+// up or a wake arrives, even while a claim is still in flight (at most two
+// are: each reserves the workers it asked for). Wakes coalesce (a one-slot channel plus collected
 // hints) and a claim that found fewer partitions than it asked for waits for
 // the next wake, freed worker or rescan tick: it never spins. A partition is
 // handled by one worker at a time, in order: the lease guarantees it across
@@ -31,11 +32,27 @@ func (c *consumer) dispatch(n int) error {
 		wg    sync.WaitGroup
 	)
 	defer wg.Wait()
+	signal := func() {
+		select {
+		case freed <- struct{}{}:
+		default:
+		}
+	}
 	worker := func(pid int64, batch []*Message) {
 		for batch != nil {
-			c.handleBatch(batch)
+			settle := c.handleBatch(batch)
+			// The handler slot is free once the handlers are done: the
+			// settle round trip holds only the partition (its lease, and its
+			// place in busy), so other partitions are claimed and handled
+			// meanwhile instead of waiting for the commit.
 			mu.Lock()
 			inUse--
+			mu.Unlock()
+			if settle != nil {
+				signal()
+				settle()
+			}
+			mu.Lock()
 			if next := busy[pid]; len(next) > 0 {
 				batch, busy[pid] = next[0], next[1:]
 			} else {
@@ -43,63 +60,90 @@ func (c *consumer) dispatch(n int) error {
 				batch = nil
 			}
 			mu.Unlock()
-			select {
-			case freed <- struct{}{}:
-			default:
-			}
+			signal() // the partition is free again: claim it if it has more
 		}
 	}
+
+	// A claim reserves the workers it asks for until it returns; the slots
+	// freed meanwhile can start a second claim, so a round trip in flight
+	// does not leave the workers that finished during it idle until it
+	// returns (with fast handlers, about half of them).
+	type claimed struct {
+		groups [][]*Message
+		asked  int
+		err    error
+	}
+	const maxInFlight = 2
+	results := make(chan claimed, maxInFlight)
+	inFlight := 0
+	// hand releases a claim's reservation and gives every claimed batch to
+	// a worker, even when stopping: the worker hands back what it does not
+	// start.
+	hand := func(r claimed) {
+		mu.Lock()
+		defer mu.Unlock()
+		inUse -= r.asked
+		for _, g := range r.groups {
+			pid := g[0].pid
+			inUse++
+			if queued, ok := busy[pid]; ok {
+				busy[pid] = append(queued, g)
+				continue
+			}
+			busy[pid] = nil
+			wg.Go(func() { worker(pid, g) })
+		}
+	}
+	defer func() {
+		for ; inFlight > 0; inFlight-- {
+			hand(<-results)
+		}
+	}()
 
 	po := c.po
 	po.Partitions = 1 // claim(n) then takes up to n partitions, po.Batch from each
 	const backoffMin = 50 * time.Millisecond
 	backoff := backoffMin
+	var retry <-chan time.Time // set while backing off after a failed claim
 	var hints []string
 	want := true // claim at once: there may be work, and no wake says so
 	for c.stop.Err() == nil {
 		mu.Lock()
 		free := n - inUse
-		mu.Unlock()
-		if want && free > 0 {
+		if want && free > 0 && inFlight < maxInFlight && retry == nil {
+			inUse += free
+			mu.Unlock()
 			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats
-			groups, err := q.claim(c.stop, &po, hints, free)
-			hints = nil
-			if err != nil {
+			h := hints
+			hints, want = nil, false
+			inFlight++
+			go func() {
+				groups, err := q.claim(c.stop, &po, h, free)
+				results <- claimed{groups, free, err}
+			}()
+			continue
+		}
+		mu.Unlock()
+		select {
+		case r := <-results:
+			inFlight--
+			hand(r)
+			if r.err != nil {
 				if e.isClosed() {
 					return ErrClosed
 				}
 				wait := backoffJitter(backoff)
-				e.log.Warn("queen: consume: claim failed; retrying", "queue", q.name, "err", err, "backoff", wait)
-				t := time.NewTimer(wait)
-				select {
-				case <-c.stop.Done():
-					t.Stop()
-				case <-t.C:
-				}
+				e.log.Warn("queen: consume: claim failed; retrying", "queue", q.name, "err", r.err, "backoff", wait)
+				retry = time.After(wait)
 				backoff = min(2*backoff, 5*time.Second)
 				continue
 			}
 			backoff = backoffMin
-			// Every claimed batch goes to a worker, even when stopping: the
-			// worker hands back what it does not start.
-			mu.Lock()
-			for _, g := range groups {
-				pid := g[0].pid
-				inUse++
-				if queued, ok := busy[pid]; ok {
-					busy[pid] = append(queued, g)
-					continue
-				}
-				busy[pid] = nil
-				wg.Go(func() { worker(pid, g) })
-			}
-			mu.Unlock()
 			// All it asked for was there: more may be ready. Otherwise the
 			// ready set was exhausted a moment ago; a push since then wakes.
-			want = len(groups) == free
-			continue
-		}
-		select {
+			want = want || len(r.groups) == r.asked
+		case <-retry:
+			retry, want = nil, true
 		case <-c.stop.Done():
 		case <-w.ch:
 			hints = append(hints, w.takeHints()...)

@@ -76,7 +76,12 @@ func writeChart(path, title, subtitle string, rs []*result) error {
 			h += 30 + n*rowH + panelGap
 		}
 	}
-	h += 60
+	h += 20
+	for _, r := range rs {
+		if r.Offered > 0 && r.Unavailable == "" {
+			h += 14
+		}
+	}
 	img := image.NewRGBA(image.Rect(0, 0, chartW, h))
 	draw.Draw(img, img.Bounds(), &image.Uniform{colBG}, image.Point{}, draw.Src)
 	drawText(img, 20, 16, title, 1, colText)
@@ -127,9 +132,20 @@ func writeChart(path, title, subtitle string, rs []*result) error {
 		}
 		y += panelGap
 	}
-	if r := by["e2e"]; r != nil && r.Unavailable == "" {
-		drawText(img, 20, y, fmt.Sprintf("end to end at %s msgs/s offered: p50 %s, p99 %s (scheduled push to Consume handler)",
-			humanRate(r.Offered), fmtMs(r.P50ms), fmtMs(r.P99ms)), scale, colText)
+	for _, r := range rs {
+		if r.Offered == 0 || r.Unavailable != "" {
+			continue
+		}
+		who := "River, worker"
+		if r.Queen {
+			who = "queen, Consume handler"
+		}
+		kept := ""
+		if r.KeptUp != nil && !*r.KeptUp {
+			kept = ", fell behind"
+		}
+		drawText(img, 20, y, fmt.Sprintf("end to end at %s msgs/s (%s): p50 %s, p99 %s%s", humanRate(r.Offered), who, fmtMs(r.P50ms), fmtMs(r.P99ms), kept), 1, colText)
+		y += 14
 	}
 	f, err := os.Create(path)
 	if err != nil {

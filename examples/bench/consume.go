@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,104 +72,259 @@ func (b *bench) queenDrain(ctx context.Context) (*result, error) {
 	}, nil
 }
 
-// endToEnd: single-item pushes at a fixed offered rate (open loop: each
-// message carries its scheduled send time, so a late push counts against
-// the latency) while Consume handles them; latency is scheduled push to
-// handler.
-func (b *bench) endToEnd(ctx context.Context) (*result, error) {
-	rate := b.cfg.e2eRate
-	total := int64(float64(rate) * b.cfg.e2eDur.Seconds())
-	name := fmt.Sprintf("queen: end to end, push → Consume handler at %s msgs/s offered", fmtInt(float64(rate)))
-	if total <= 0 {
-		return &result{Name: name, Queen: true, Unavailable: "-rate or -e2e-time is zero"}, nil
-	}
-	q := b.client.Queue("e2e")
-	parts := partNames(narrowParts)
-	lat := make([]time.Duration, total)
-	var handled atomic.Int64
-	allIn := make(chan struct{})
-	var once sync.Once
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	consumeErr := make(chan error, 1)
-	go func() {
-		consumeErr <- q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 1000, Partitions: b.cfg.popParts}, Concurrency: b.cfg.concurrency},
-			func(_ context.Context, m *queen.Message) error {
-				now := time.Now().UnixNano()
-				if len(m.Data) < 8 {
-					return errors.New("short payload")
-				}
-				sched := int64(binary.LittleEndian.Uint64(m.Data))
-				if i := handled.Add(1) - 1; i < total {
-					lat[i] = time.Duration(now - sched)
-					if i == total-1 {
-						once.Do(func() { close(allIn) })
-					}
-				}
-				return nil
-			})
-	}()
-	time.Sleep(200 * time.Millisecond) // let the consumers park in their long-poll
+// e2eCase is one row of the end-to-end matrix: an offered rate and how
+// queen consumes it (River takes the same rate with its own settings).
+type e2eCase struct {
+	rate, parts, concurrency, batch int
+}
 
-	// Producers: a bounded pool takes scheduled send times from a queue.
+// parseE2E reads -e2e: comma-separated rate:partitions:concurrency:batch.
+func parseE2E(s string) ([]e2eCase, error) {
+	var out []e2eCase
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		var c e2eCase
+		if _, err := fmt.Sscanf(f, "%d:%d:%d:%d", &c.rate, &c.parts, &c.concurrency, &c.batch); err != nil {
+			return nil, fmt.Errorf("-e2e: %q is not rate:partitions:concurrency:batch", f)
+		}
+		if c.rate <= 0 || c.parts <= 0 || c.concurrency <= 0 || c.batch <= 0 {
+			return nil, fmt.Errorf("-e2e: %q: every field must be positive", f)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// e2eRecorder collects, per message (by its sequence number in the
+// schedule), the latency from its scheduled send time to the start of its
+// handler. A redelivered message counts once, at its first start.
+type e2eRecorder struct {
+	total   int64
+	lat     []int64 // ns; 0: not handled yet
+	start   []int64 // handler start, Unix ns
+	sent    []int64 // when the send call returned, Unix ns
+	handled atomic.Int64
+	allIn   chan struct{}
+}
+
+func newE2ERecorder(total int64) *e2eRecorder {
+	return &e2eRecorder{total: total, lat: make([]int64, total), start: make([]int64, total), sent: make([]int64, total), allIn: make(chan struct{})}
+}
+
+// record is called at the start of a handler (worker).
+func (r *e2eRecorder) record(seq, sched int64) {
+	now := time.Now().UnixNano()
+	if seq < 0 || seq >= r.total || !atomic.CompareAndSwapInt64(&r.lat[seq], 0, max(now-sched, 1)) {
+		return
+	}
+	r.start[seq] = now
+	if r.handled.Add(1) == r.total {
+		close(r.allIn)
+	}
+}
+
+// openLoop offers total sends at a fixed rate (open loop) from a pool of 500
+// goroutines: send gets each message's sequence number and scheduled time
+// (Unix ns), so a late send counts against the latency. Sends not started
+// by e2eGrace after the last scheduled time are dropped (they count as
+// never handled): a side whose sends cannot keep up does not stretch the
+// scenario without end. It returns when every send has returned, with the
+// sorted durations of the send calls.
+func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, send func(seq, sched int64) error) ([]time.Duration, error) {
 	const pushers = 500
 	sends := make(chan int64, rate)
-	var pushErr atomic.Value
+	var sendErr atomic.Value
 	var wg sync.WaitGroup
-	var seq atomic.Int64
-	pushLat := newLatencies(pushers, int(total/pushers)+1)
+	total := rec.total
+	callLat := newLatencies(pushers, int(total/pushers)+1)
+	interval := time.Second / time.Duration(rate)
+	cutoff := start.Add(time.Duration(total-1)*interval + e2eGrace)
 	for g := range pushers {
 		wg.Go(func() {
-			for sched := range sends {
-				t := time.Now()
-				i := seq.Add(1) - 1
-				data := make([]byte, payloadSize)
-				copy(data, b.payloads[i%int64(len(b.payloads))])
-				binary.LittleEndian.PutUint64(data, uint64(sched))
-				if err := checkPush(q.Push(ctx, []queen.Item{{Data: data, Partition: parts[i%narrowParts]}})); err != nil {
-					pushErr.CompareAndSwap(nil, err)
+			for seq := range sends {
+				if time.Now().After(cutoff) {
+					continue
 				}
-				pushLat.add(g, time.Since(t))
+				t := time.Now()
+				if err := send(seq, start.Add(time.Duration(seq)*interval).UnixNano()); err != nil {
+					sendErr.CompareAndSwap(nil, err)
+				}
+				now := time.Now()
+				rec.sent[seq] = now.UnixNano()
+				callLat.add(g, now.Sub(t))
 			}
 		})
 	}
-	start := time.Now()
-	interval := time.Second / time.Duration(rate)
 	for sent := int64(0); sent < total && ctx.Err() == nil; {
 		due := min(total, int64(time.Since(start)/interval)+1)
 		for ; sent < due; sent++ {
-			sends <- start.Add(time.Duration(sent) * interval).UnixNano()
+			sends <- sent
 		}
 		time.Sleep(time.Millisecond)
 	}
 	close(sends)
 	wg.Wait()
-	if err, _ := pushErr.Load().(error); err != nil {
+	if err, _ := sendErr.Load().(error); err != nil {
 		return nil, err
 	}
+	return callLat.sorted(), ctx.Err()
+}
+
+// e2eGrace is how long a scenario waits, after the last scheduled send, for
+// the rest to be handled; a scenario that needs more is marked capped.
+const e2eGrace = 10 * time.Second
+
+// e2eKeptUpLag: a side kept up when every message was handled and the last
+// handler started within this long after the last scheduled send.
+const e2eKeptUpLag = time.Second
+
+// runE2E drives one end-to-end scenario: it starts the consumer side
+// (started returns a stop function), waits for it to settle, offers the
+// load with send, waits for the messages (up to e2eGrace after the offer
+// window) and builds the row.
+func runE2E(ctx context.Context, name string, c e2eCase, rec *e2eRecorder,
+	startConsumer func() (stop func() error, err error), send func(seq, sched int64) error) (*result, error) {
+	stop, err := startConsumer()
+	if err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = stop()
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // let the consumer park in its long-poll / LISTEN
+
+	start := time.Now()
+	callLat, err := openLoop(ctx, c.rate, rec, start, send)
+	if err != nil {
+		return nil, err
+	}
+	// The last message's scheduled send time.
+	offerEnd := start.Add(time.Duration(rec.total-1) * (time.Second / time.Duration(c.rate)))
 	capped := false
 	select {
-	case <-allIn:
-	case <-time.After(10 * time.Second):
+	case <-rec.allIn:
+	case <-time.After(time.Until(offerEnd.Add(e2eGrace))):
 		capped = true
 	case <-ctx.Done():
-	}
-	el := time.Since(start)
-	cancel()
-	if err := <-consumeErr; err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	got := min(handled.Load(), total)
-	pl := pushLat.sorted()
-	l := slices.Clone(lat[:got])
+	end := time.Now()
+	var last int64
+	for i, d := range rec.lat {
+		if d > 0 {
+			last = max(last, start.UnixNano()+int64(i)*int64(time.Second/time.Duration(c.rate))+d)
+		}
+	}
+	stopped = true
+	if err := stop(); err != nil {
+		return nil, err
+	}
+	got := rec.handled.Load()
+	// A message never handled counts with the time it had waited when the
+	// scenario ended: a lower bound, so a side that fell behind is not
+	// flattered by leaving out its slowest messages.
+	l := make([]time.Duration, rec.total)
+	interval := time.Second / time.Duration(c.rate)
+	for i, d := range rec.lat {
+		if d == 0 {
+			d = int64(end.Sub(start.Add(time.Duration(i) * interval)))
+		}
+		l[i] = time.Duration(d)
+	}
 	slices.Sort(l)
+	// The consumer's share: from the send call's return (the message is
+	// committed) to its handler's start. Negative when the handler started
+	// before the sender got the answer.
+	var side []time.Duration
+	for i, st := range rec.start {
+		if st != 0 && rec.sent[i] != 0 {
+			side = append(side, time.Duration(st-rec.sent[i]))
+		}
+	}
+	slices.Sort(side)
+	lag := time.Duration(last - offerEnd.UnixNano())
+	if capped {
+		lag = end.Sub(offerEnd)
+	}
+	kept := got == rec.total && lag <= e2eKeptUpLag
+	keptS := "kept up"
+	if !kept {
+		keptS = fmt.Sprintf("FELL BEHIND (%s of %s handled)", fmtInt(float64(got)), fmtInt(float64(rec.total)))
+	}
 	return &result{
-		Name: name, Queen: true, Msgs: got, Target: total, Seconds: el.Seconds(), Capped: capped, Offered: float64(rate),
-		LatencyOf: "scheduled push to handler", P50ms: ms(pct(l, 50)), P99ms: ms(pct(l, 99)),
-		Note: fmt.Sprintf("p99.9 %s, max %s; the push calls alone: p50 %s, p99 %s", fmtMs(ms(pct(l, 99.9))), fmtMs(ms(pct(l, 100))),
-			fmtMs(ms(pct(pl, 50))), fmtMs(ms(pct(pl, 99)))),
+		Name: name, Msgs: got, Target: rec.total, Seconds: time.Duration(max(last-start.UnixNano(), 1)).Seconds(), Capped: capped,
+		Offered: float64(c.rate), LatencyOf: "scheduled send to handler start", P50ms: ms(pct(l, 50)), P99ms: ms(pct(l, 99)),
+		KeptUp: &kept, LagMs: ms(lag),
+		Note: fmt.Sprintf("%s: last handler start %s after the last scheduled send; p99.9 %s, max %s; the send calls alone: p50 %s, p99 %s; "+
+			"send returned → handler start: p50 %s, p99 %s", keptS,
+			fmtMs(ms(lag)), fmtMs(ms(pct(l, 99.9))), fmtMs(ms(pct(l, 100))), fmtMs(ms(pct(callLat, 50))), fmtMs(ms(pct(callLat, 99))),
+			fmtMsSigned(ms(pct(side, 50))), fmtMsSigned(ms(pct(side, 99)))),
 	}, nil
+}
+
+// e2eData is a queen message of the end-to-end scenarios: the schedule's
+// sequence number and the scheduled send time ahead of the usual payload.
+func (b *bench) e2eData(seq, sched int64) []byte {
+	data := make([]byte, payloadSize)
+	copy(data, b.payloads[seq%int64(len(b.payloads))])
+	binary.LittleEndian.PutUint64(data, uint64(seq))
+	binary.LittleEndian.PutUint64(data[8:], uint64(sched))
+	return data
+}
+
+// queenE2E: single-item pushes at a fixed offered rate over c.parts
+// partitions while Consume (c.concurrency, c.batch) handles them; latency is
+// scheduled push to handler start.
+func (b *bench) queenE2E(c e2eCase) func(context.Context) (*result, error) {
+	return func(ctx context.Context) (*result, error) {
+		total := int64(float64(c.rate) * b.cfg.e2eDur.Seconds())
+		name := fmt.Sprintf("queen: end to end at %s msgs/s, %d partition%s, Concurrency %d, Batch %d",
+			fmtInt(float64(c.rate)), c.parts, plural(c.parts), c.concurrency, c.batch)
+		if total <= 0 {
+			return &result{Name: name, Queen: true, Unavailable: "-e2e-time is zero"}, nil
+		}
+		q := b.client.Queue(fmt.Sprintf("e2e-%d", c.rate))
+		parts := partNames(c.parts)
+		rec := newE2ERecorder(total)
+		r, err := runE2E(ctx, name, c, rec, func() (func() error, error) {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: c.batch}, Concurrency: c.concurrency},
+					func(_ context.Context, m *queen.Message) error {
+						if len(m.Data) < 16 {
+							return errors.New("short payload")
+						}
+						rec.record(int64(binary.LittleEndian.Uint64(m.Data)), int64(binary.LittleEndian.Uint64(m.Data[8:])))
+						return nil
+					})
+			}()
+			return func() error { cancel(); return <-done }, nil
+		}, func(seq, sched int64) error {
+			return checkPush(q.Push(ctx, []queen.Item{{Data: b.e2eData(seq, sched), Partition: parts[seq%int64(c.parts)]}}))
+		})
+		if r != nil {
+			r.Queen = true
+		}
+		return r, err
+	}
+}
+
+func fmtMsSigned(v float64) string {
+	if v < 0 {
+		return "-" + fmtMs(-v)
+	}
+	return fmtMs(v)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

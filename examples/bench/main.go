@@ -43,7 +43,7 @@ import (
 // Scenario keys, in run order.
 var allScenarios = []string{
 	"single", "insert", "batch", "copy", "river-insert", "wide",
-	"drain", "river-drain", "e2e",
+	"drain", "river-drain", "e2e", "river-e2e",
 }
 
 type config struct {
@@ -56,12 +56,14 @@ type config struct {
 	nWide       int
 	nDrain      int
 	maxTime     time.Duration
-	e2eRate     int
+	e2e         string
+	e2eCases    []e2eCase
 	e2eDur      time.Duration
 	concurrency int
 	popParts    int
 	riverWork   int
 	riverFetch  time.Duration
+	riverE2EFC  time.Duration
 	queenConns  int
 	out         string
 	cpuProfile  string
@@ -80,12 +82,15 @@ func parseFlags() *config {
 	flag.IntVar(&c.nWide, "n-wide", 0, "messages for the 1000-item pushes over 100,000 partitions (default 2,000,000; quick 300,000)")
 	flag.IntVar(&c.nDrain, "n-drain", 0, "messages drained by queen Consume and by River workers (default 1,000,000; quick 200,000)")
 	flag.DurationVar(&c.maxTime, "max-time", 0, "cap on each load scenario; a capped scenario reports what it did (default 90s; quick 12s)")
-	flag.IntVar(&c.e2eRate, "rate", 10000, "offered rate of the end-to-end latency scenario, msgs/s")
-	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of the end-to-end latency scenario (default 30s; quick 6s)")
-	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen Consume loops (ConsumeOptions.Concurrency) in the drain and e2e scenarios")
-	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions of each queen pop in the drain and e2e scenarios")
-	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain scenario")
+	flag.StringVar(&c.e2e, "e2e", "100:1:1:1,2000:100:16:100,10000:100:16:100",
+		"end-to-end scenarios (queen and River at each offered rate), comma-separated rate:partitions:concurrency:batch; partitions, concurrency and batch are queen's")
+	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of each end-to-end scenario (default 30s; quick 6s)")
+	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen ConsumeOptions.Concurrency in the drain scenario")
+	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions in the drain scenario")
+	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain and end-to-end scenarios")
 	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain scenario (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s)")
+	flag.DurationVar(&c.riverE2EFC, "river-e2e-fetch-cooldown", 10*time.Millisecond,
+		"River FetchCooldown for the end-to-end scenarios (River's default is 100ms; in a sweep at 2,000 msgs/s, 10ms gave the lowest latency, and 1ms and 100ms fell behind)")
 	flag.IntVar(&c.queenConns, "queen-conns", 0, "queen's pool size (0: queen's own pool with pgx's default size)")
 	flag.StringVar(&c.out, "out", "results", "directory for bench.json and bench.png (empty: write nothing)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each scenario run to this file, with the scenario's name inserted before the extension")
@@ -124,6 +129,10 @@ func parseFlags() *config {
 
 func main() {
 	cfg := parseFlags()
+	var err error
+	if cfg.e2eCases, err = parseE2E(cfg.e2e); err != nil {
+		log.Fatal(err)
+	}
 	if cfg.syncCommit != "on" && cfg.syncCommit != "off" {
 		log.Fatalf("-sync-commit must be on or off, not %q", cfg.syncCommit)
 	}
@@ -196,19 +205,18 @@ func run(ctx context.Context, cfg *config) error {
 
 	url := cfg.url
 	if url == "" {
-		settings := map[string]string{
-			"shared_buffers":     "1GB",
-			"max_wal_size":       "8GB",
-			"checkpoint_timeout": "30min",
-			"synchronous_commit": cfg.syncCommit,
-		}
+		// A production-like server: fsync, full_page_writes and
+		// synchronous_commit on, shared_buffers 512MB, wal_buffers 16MB,
+		// max_wal_size 4GB, min_wal_size 512MB, checkpoint_timeout 15min.
+		opts := pgcluster.Production()
+		opts.Settings["synchronous_commit"] = cfg.syncCommit
+		opts.Settings["max_connections"] = "300"
 		if cfg.pgStat {
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-			settings["pg_stat_statements.track"] = "all"
+			opts.Settings["shared_preload_libraries"] = "pg_stat_statements"
+			opts.Settings["pg_stat_statements.track"] = "all"
 		}
-		fmt.Println("starting PostgreSQL (fsync on) ...")
-		settings["max_connections"] = "300"
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: settings})
+		fmt.Println("starting PostgreSQL (production-like profile, fsync on) ...")
+		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -240,7 +248,7 @@ func run(ctx context.Context, cfg *config) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	b.meta.Settings = map[string]string{}
-	for _, s := range []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "wal_level", "max_wal_size"} {
+	for _, s := range []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "wal_buffers", "wal_level", "max_wal_size", "min_wal_size", "checkpoint_timeout"} {
 		var v string
 		if err := b.base.QueryRow(ctx, "SELECT current_setting($1)", s).Scan(&v); err == nil {
 			b.meta.Settings[s] = v
@@ -293,18 +301,36 @@ func run(ctx context.Context, cfg *config) error {
 		"wide":         b.queenWide,
 		"drain":        b.queenDrain,
 		"river-drain":  b.riverDrain,
-		"e2e":          b.endToEnd,
 	}
+	type step struct {
+		key string
+		fn  func(context.Context) (*result, error)
+	}
+	var plan []step
 	for _, key := range allScenarios {
-		if !b.want(key) {
-			continue
+		switch {
+		case key == "e2e":
+			// Each offered rate: queen, then River beside it.
+			for _, c := range cfg.e2eCases {
+				if b.want("e2e") {
+					plan = append(plan, step{fmt.Sprintf("e2e-%d", c.rate), b.queenE2E(c)})
+				}
+				if b.want("river-e2e") {
+					plan = append(plan, step{fmt.Sprintf("river-e2e-%d", c.rate), b.riverE2E(c)})
+				}
+			}
+		case key == "river-e2e":
+		case b.want(key):
+			plan = append(plan, step{key, steps[key]})
 		}
+	}
+	for _, s := range plan {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r, err := b.measure(ctx, key, steps[key])
+		r, err := b.measure(ctx, s.key, s.fn)
 		if err != nil {
-			return fmt.Errorf("scenario %s: %w", key, err)
+			return fmt.Errorf("scenario %s: %w", s.key, err)
 		}
 		b.results = append(b.results, r)
 		printRow(r)
@@ -315,6 +341,8 @@ func run(ctx context.Context, cfg *config) error {
 	printTable(os.Stdout, b.results)
 	fmt.Println()
 	printRatios(os.Stdout, b.results)
+	fmt.Println()
+	printE2E(os.Stdout, b.results)
 	if cfg.out != "" {
 		if err := b.write(cfg.out); err != nil {
 			return err
@@ -374,8 +402,8 @@ func (b *bench) measure(ctx context.Context, key string, fn func(context.Context
 }
 
 func (b *bench) printTopStatements(ctx context.Context) {
-	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8`)
+	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 150), '\s+', ' ', 'g')
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 16`)
 	if err != nil {
 		fmt.Println("  pg_stat_statements:", err)
 		return

@@ -32,7 +32,12 @@ type result struct {
 	Capped     bool    `json:"capped"` // -max-time stopped it before Target
 	// Offered is the fixed offered rate (msgs/s) of an open-loop scenario.
 	Offered float64 `json:"offered_msgs_per_sec,omitempty"`
-	Note    string  `json:"note,omitempty"`
+	// KeptUp (open-loop scenarios): every message was handled and the last
+	// handler started within a second of the last scheduled send, LagMs
+	// after it.
+	KeptUp *bool   `json:"kept_up,omitempty"`
+	LagMs  float64 `json:"lag_ms,omitempty"`
+	Note   string  `json:"note,omitempty"`
 	// Unavailable says why the scenario has no numbers.
 	Unavailable string `json:"unavailable,omitempty"`
 }
@@ -82,6 +87,9 @@ func printRow(r *result) {
 	capped := ""
 	if r.Capped {
 		capped = " (capped by -max-time)"
+		if r.Offered > 0 {
+			capped = " (capped: not all handled 10 s after the last send)"
+		}
 	}
 	lat := ""
 	if r.P50ms > 0 {
@@ -169,5 +177,48 @@ func printRatios(w io.Writer, rs []*result) {
 			cpu = fmt.Sprintf("%.2f×", r.CPURatio)
 		}
 		fmt.Fprintf(w, "| %s | %.2f× | %s |\n", r.What, r.Ratio, cpu)
+	}
+}
+
+// printE2E writes the end-to-end rows as a Markdown table, queen and River
+// side by side at each offered rate.
+func printE2E(w io.Writer, rs []*result) {
+	type pair struct{ q, r *result }
+	var rates []float64
+	by := map[float64]*pair{}
+	for _, r := range rs {
+		if r.Offered == 0 || r.Unavailable != "" {
+			continue
+		}
+		p := by[r.Offered]
+		if p == nil {
+			p = &pair{}
+			by[r.Offered] = p
+			rates = append(rates, r.Offered)
+		}
+		if r.Queen {
+			p.q = r
+		} else {
+			p.r = r
+		}
+	}
+	if len(rates) == 0 {
+		return
+	}
+	cell := func(r *result) string {
+		if r == nil {
+			return "- | - | -"
+		}
+		kept := "yes"
+		if r.KeptUp != nil && !*r.KeptUp {
+			kept = fmt.Sprintf("no (%s of %s handled, %s behind)", fmtInt(float64(r.Msgs)), fmtInt(float64(r.Target)), fmtMs(r.LagMs))
+		}
+		return fmt.Sprintf("%s | %s | %s", fmtMs(r.P50ms), fmtMs(r.P99ms), kept)
+	}
+	fmt.Fprintln(w, "| offered msgs/s | queen p50 | queen p99 | queen kept up | River p50 | River p99 | River kept up |")
+	fmt.Fprintln(w, "|---:|---:|---:|---|---:|---:|---|")
+	for _, rate := range rates {
+		p := by[rate]
+		fmt.Fprintf(w, "| %s | %s | %s |\n", fmtInt(rate), cell(p.q), cell(p.r))
 	}
 }

@@ -54,6 +54,22 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
+// riverMigrate creates River's schema and tables (rivermigrate), if not
+// there yet.
+func riverMigrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+riverSchema); err != nil {
+		return err
+	}
+	mig, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: riverSchema, Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("rivermigrate: %w", err)
+	}
+	return nil
+}
+
 // riverInsert: River InsertMany of 1000 no-op jobs per call from 8
 // goroutines, after migrating River's schema with rivermigrate.
 func (b *bench) riverInsert(ctx context.Context) (*result, error) {
@@ -62,17 +78,10 @@ func (b *bench) riverInsert(ctx context.Context) (*result, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+riverSchema); err != nil {
+	if err := riverMigrate(ctx, pool); err != nil {
 		return nil, err
 	}
 	driver := riverpgxv5.New(pool)
-	mig, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: riverSchema, Logger: quietLogger()})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("rivermigrate: %w", err)
-	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
 	// No Queues: an insert-only client.
@@ -159,4 +168,87 @@ func (b *bench) riverDrain(ctx context.Context) (*result, error) {
 		Name: name, Msgs: done, Target: target, Seconds: el.Seconds(), Capped: capped,
 		Note: fmt.Sprintf("%d jobs in state completed after Stop", completed),
 	}, nil
+}
+
+// e2eArgs is a River job of the end-to-end scenarios: the schedule's
+// sequence number and scheduled send time, and the usual payload.
+type e2eArgs struct {
+	Seq     int64           `json:"seq"`
+	Sched   int64           `json:"sched"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+func (e2eArgs) Kind() string { return "e2e" }
+
+// e2eWorker records when each job starts.
+type e2eWorker struct {
+	river.WorkerDefaults[e2eArgs]
+	rec *e2eRecorder
+}
+
+func (w *e2eWorker) Work(_ context.Context, j *river.Job[e2eArgs]) error {
+	w.rec.record(j.Args.Seq, j.Args.Sched)
+	return nil
+}
+
+// riverE2EConns is the River pool size of the end-to-end scenarios: each
+// Insert is its own transaction, so the 500 senders need connections.
+const riverE2EConns = 64
+
+// riverE2E: River Insert of one job per call, at the scheduled send times of
+// the same open-loop schedule as queen's, into a River client that works
+// them (MaxWorkers -river-workers, FetchCooldown -river-e2e-fetch-cooldown,
+// the rest River's defaults); latency is scheduled send to worker start. The
+// same client inserts and works, so its insert notifications are throttled
+// by the same FetchCooldown.
+func (b *bench) riverE2E(c e2eCase) func(context.Context) (*result, error) {
+	return func(ctx context.Context) (*result, error) {
+		total := int64(float64(c.rate) * b.cfg.e2eDur.Seconds())
+		name := fmt.Sprintf("River v0.51.2: end to end at %s msgs/s, MaxWorkers %d, FetchCooldown %s",
+			fmtInt(float64(c.rate)), b.cfg.riverWork, b.cfg.riverE2EFC)
+		if total <= 0 {
+			return &result{Name: name, Unavailable: "-e2e-time is zero"}, nil
+		}
+		pool, err := b.riverPool(ctx, riverE2EConns)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		if err := riverMigrate(ctx, pool); err != nil {
+			return nil, err
+		}
+		// Start empty: no jobs of earlier scenarios (of other kinds) in the way.
+		if _, err := pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{riverSchema, "river_job"}.Sanitize()); err != nil {
+			return nil, err
+		}
+		rec := newE2ERecorder(total)
+		workers := river.NewWorkers()
+		river.AddWorker(workers, &e2eWorker{rec: rec})
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+			Schema:        riverSchema,
+			Workers:       workers,
+			Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: b.cfg.riverWork}},
+			FetchCooldown: b.cfg.riverE2EFC,
+			Logger:        quietLogger(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return runE2E(ctx, name, c, rec, func() (func() error, error) {
+			if err := client.Start(ctx); err != nil {
+				return nil, err
+			}
+			return func() error {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := client.Stop(sctx); err != nil {
+					return fmt.Errorf("river stop: %w", err)
+				}
+				return nil
+			}, nil
+		}, func(seq, sched int64) error {
+			_, err := client.Insert(ctx, e2eArgs{Seq: seq, Sched: sched, Payload: b.payloads[seq%int64(len(b.payloads))]}, nil)
+			return err
+		})
+	}
 }

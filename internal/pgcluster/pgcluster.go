@@ -61,6 +61,22 @@ type Options struct {
 	BinDir string
 }
 
+// Production returns Options for a production-like server, for benchmarks
+// whose figures should carry over to a real deployment: fsync,
+// full_page_writes and synchronous_commit on, and memory and WAL settings
+// of a modest dedicated server rather than the small defaults tests use.
+// Callers may add to or override its Settings.
+func Production() Options {
+	return Options{Fsync: true, Settings: map[string]string{
+		"shared_buffers":     "512MB",
+		"wal_buffers":        "16MB",
+		"max_wal_size":       "4GB",
+		"min_wal_size":       "512MB",
+		"checkpoint_timeout": "15min",
+		"synchronous_commit": "on",
+	}}
+}
+
 // Cluster is a PostgreSQL cluster owned by this process. Its methods are
 // safe for concurrent use.
 type Cluster struct {

@@ -195,3 +195,22 @@ func TestStopBadMode(t *testing.T) {
 		t.Fatal("Stop(smart) succeeded")
 	}
 }
+
+// TestProductionProfileApplies: a cluster started with Production runs with
+// the production-like settings, crash-safe I/O included.
+func TestProductionProfileApplies(t *testing.T) {
+	needBinaries(t)
+	c, err := pgcluster.Start(t.Context(), pgcluster.Production())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for name, want := range map[string]string{
+		"shared_buffers": "512MB", "wal_buffers": "16MB", "max_wal_size": "4GB", "min_wal_size": "512MB",
+		"checkpoint_timeout": "15min", "fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
+	} {
+		if got := show(t, c.URL, name); got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
+	}
+}
