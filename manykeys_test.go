@@ -1,0 +1,152 @@
+package queen_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen"
+)
+
+// wideQueue gives queue name of c n partitions ("k0" .. "k<n-1>"), each
+// holding one message at offset 0, and returns the queue's id. Only k0 is
+// pushed; the rest are written in SQL (a raw-codec segment each), which
+// takes seconds instead of the minutes n pushes would.
+func wideQueue(t testing.TB, c *queen.Client, name string, n int) int64 {
+	t.Helper()
+	ctx := ctxT(t)
+	q := c.Queue(name)
+	push(t, q, queen.Item{Partition: "k0", Data: []byte("m")})
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var qid int64
+	if err := c.Pool().QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = $1", name).Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctx, `
+INSERT INTO `+s+`.partitions (queue_id, name, last_offset)
+SELECT $1, 'k' || i, 0 FROM generate_series(1, $2 - 1) AS i`, qid, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctx, `
+INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob)
+SELECT p.id, 0, 0, clock_timestamp(), `+s+`.raw_segment(gen_random_uuid(), 0, 't' || p.id, '\x6d'::bytea)
+FROM `+s+`.partitions p WHERE p.queue_id = $1 AND p.name <> 'k0'`, qid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pool().Exec(ctx, "ANALYZE "+s+".partitions, "+s+".segments"); err != nil {
+		t.Fatal(err)
+	}
+	return qid
+}
+
+// popWork runs one pop in a transaction of its own on conn and returns the
+// messages it delivered and the rows it read or wrote in partitions,
+// consumers and the per-group backlog (from the transaction's own
+// statistics counters, so other sessions do not count).
+func popWork(ctx context.Context, conn *pgx.Conn, schema, queue, group string, batch, partitions int, autoAck bool) (msgs int, rows int64, err error) {
+	s := pgx.Identifier{schema}.Sanitize()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	err = tx.QueryRow(ctx, `
+SELECT coalesce(sum(last_offset - first_offset + 1) FILTER (WHERE base_offset <= first_offset), 0)::int
+FROM `+s+`.pop('00000000-0000-0000-0000-000000000000', $1, $2, NULL, '{}', $3, $4, 0, $5, 'test', 'all', NULL, NULL)`,
+		queue, group, batch, partitions, autoAck).Scan(&msgs)
+	if err != nil {
+		return 0, 0, err
+	}
+	err = tx.QueryRow(ctx, `
+SELECT coalesce(sum(coalesce(pg_stat_get_xact_tuples_returned(i.indexrelid), 0)), 0)
+     + (SELECT coalesce(sum(t.seq_tup_read + t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)
+        FROM pg_stat_xact_user_tables t
+        WHERE t.schemaname = $1 AND t.relname IN ('partitions', 'consumers', 'backlog'))
+FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname IN ('partitions', 'consumers', 'backlog')`, schema).Scan(&rows)
+	if err != nil {
+		return 0, 0, err
+	}
+	return msgs, rows, tx.Commit(ctx)
+}
+
+// A new group's first contact on a queue of 100,000 partitions: 16 first
+// pops at once (Partitions 10) all deliver, and none does work that grows
+// with the number of partitions; the first contact seeds in bounded steps.
+func TestFirstContactOnManyPartitionsIsBoundedPerPop(t *testing.T) {
+	const (
+		keys    = 100_000
+		workers = 16
+		// A pop looks at a window of at most 256 partitions (plus the
+		// hinted ones) and seeds at most a chunk of 1024; anything near
+		// the number of partitions means a pop walked all of them.
+		maxRows = 12_000
+	)
+	c := open(t, manual)
+	ctx := ctxT(t)
+	wideQueue(t, c, "wide", keys)
+
+	conns := make([]*pgx.Conn, workers)
+	for i := range conns {
+		pc, err := c.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Release()
+		conns[i] = pc.Conn()
+	}
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		msgs  = make([]int, workers)
+		rows  = make([]int64, workers)
+		errs  = make([]error, workers)
+	)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			msgs[i], rows[i], errs[i] = popWork(ctx, conns[i], c.Schema(), "wide", "fresh", 10, 10, false)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range workers {
+		if errs[i] != nil {
+			t.Fatalf("pop %d: %v", i, errs[i])
+		}
+	}
+	for i := range workers {
+		if msgs[i] == 0 || rows[i] > maxRows {
+			t.Errorf("first pop %d of a new group: %d messages, %d rows touched (want > 0 messages, <= %d rows)",
+				i, msgs[i], rows[i], maxRows)
+		}
+	}
+	if t.Failed() {
+		t.Logf("messages %v\nrows %v", msgs, rows)
+	}
+	// The group goes on seeding in bounded steps and reaches every key.
+	total := 0
+	for _, m := range msgs {
+		total += m
+	}
+	for total < keys {
+		n, r, err := popWork(ctx, conns[0], c.Schema(), "wide", "fresh", 1000, 1000, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("after %d of %d messages a pop found nothing", total, keys)
+		}
+		if r > 10*maxRows {
+			t.Fatalf("a later pop of %d messages touched %d rows", n, r)
+		}
+		total += n
+	}
+	if total != keys {
+		t.Fatalf("group got %d messages, want %d", total, keys)
+	}
+}
