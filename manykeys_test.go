@@ -41,10 +41,23 @@ FROM `+s+`.partitions p WHERE p.queue_id = $1 AND p.name <> 'k0'`, qid); err != 
 	return qid
 }
 
+// workCounter sums, for the tables a pop's window reads and writes
+// (partitions, consumers and the per-group backlog), the rows their indexes
+// returned and the rows read by sequential scans, inserted, updated or
+// deleted, as counted by this backend. The counters include work not yet
+// reported by earlier transactions of the session, so callers take a
+// difference within one transaction.
+const workCounter = `
+SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_inserted(c.oid)
+                    + pg_stat_get_xact_tuples_updated(c.oid) + pg_stat_get_xact_tuples_deleted(c.oid)), 0)::int8
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_index i ON i.indexrelid = c.oid
+LEFT JOIN pg_class t ON t.oid = i.indrelid
+WHERE n.nspname = $1 AND coalesce(t.relname, c.relname) IN ('partitions', 'consumers', 'backlog')`
+
 // popWork runs one pop in a transaction of its own on conn and returns the
-// messages it delivered and the rows it read or wrote in partitions,
-// consumers and the per-group backlog (from the transaction's own
-// statistics counters, so other sessions do not count).
+// messages it delivered and the rows it touched (see workCounter).
 func popWork(ctx context.Context, conn *pgx.Conn, schema, queue, group string, batch, partitions int, autoAck bool) (msgs int, rows int64, err error) {
 	s := pgx.Identifier{schema}.Sanitize()
 	tx, err := conn.Begin(ctx)
@@ -52,6 +65,10 @@ func popWork(ctx context.Context, conn *pgx.Conn, schema, queue, group string, b
 		return 0, 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	var before, after int64
+	if err := tx.QueryRow(ctx, workCounter, schema).Scan(&before); err != nil {
+		return 0, 0, err
+	}
 	err = tx.QueryRow(ctx, `
 SELECT coalesce(sum(last_offset - first_offset + 1) FILTER (WHERE base_offset <= first_offset), 0)::int
 FROM `+s+`.pop('00000000-0000-0000-0000-000000000000', $1, $2, NULL, '{}', $3, $4, 0, $5, 'test', 'all', NULL, NULL)`,
@@ -59,17 +76,10 @@ FROM `+s+`.pop('00000000-0000-0000-0000-000000000000', $1, $2, NULL, '{}', $3, $
 	if err != nil {
 		return 0, 0, err
 	}
-	err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(coalesce(pg_stat_get_xact_tuples_returned(i.indexrelid), 0)), 0)
-     + (SELECT coalesce(sum(t.seq_tup_read + t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)
-        FROM pg_stat_xact_user_tables t
-        WHERE t.schemaname = $1 AND t.relname IN ('partitions', 'consumers', 'backlog'))
-FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname IN ('partitions', 'consumers', 'backlog')`, schema).Scan(&rows)
-	if err != nil {
+	if err := tx.QueryRow(ctx, workCounter, schema).Scan(&after); err != nil {
 		return 0, 0, err
 	}
-	return msgs, rows, tx.Commit(ctx)
+	return msgs, after - before, tx.Commit(ctx)
 }
 
 // A new group's first contact on a queue of 100,000 partitions: 16 first
