@@ -70,86 +70,144 @@ BEGIN
 END
 $$;
 
--- 4. Seeding, as in 003, plus: p_pids (not NULL) seeds only those
--- partitions (pop passes the window it looked at); after first contact only
--- pending partitions can lack the group's row (a partition is created pending, and is cleared
--- only once every subscribed group, this one included, has drained it), so
--- only those are looked at; and the partitions the new rows are behind on
--- join the ready set. Those rows are locked in ascending id (the global
--- order) and marked by a later statement, whose snapshot sees any clear that
--- committed before the lock.
+-- Seeding. A group's first contact is bounded work: it records the
+-- subscription (and its time) and nothing per partition. Cursor rows are
+-- created lazily, by the pops that meet a partition lacking the group's row
+-- in their window (seed_consumers with p_pids), at the offset seed_offset
+-- gives. What a first contact must still find per partition (a partition
+-- no group is behind on any more, so out of the ready set, holding messages
+-- the new group is to read) is marked by seed_chunk, 1024 partitions of the
+-- queue at a time, one step per pop of the group until the queue's
+-- partitions are covered (a partition created after the first contact is
+-- created pending, so needs no step).
+ALTER TABLE {{schema}}.subscriptions
+    -- The partition name the next seed_chunk step starts at (inclusive);
+    -- NULL once every partition that existed at first contact is covered.
+    ADD COLUMN seed_after text;
+
+-- Where a new cursor of a group with subscription (p_mode, p_since, p_from)
+-- starts on partition p_pid: 'all', or a partition created since the
+-- subscription, everything retained; 'new', what was pushed at or after the
+-- subscription; 'from', what was pushed at or after the earlier of p_from
+-- and the subscription (a from time in the future still gets what is pushed
+-- after first contact). created_at is monotone in offset order, so the
+-- newest segment before that time ends where the cursor starts.
+CREATE FUNCTION {{schema}}.seed_offset(p_pid bigint, p_log_start bigint, p_created timestamptz,
+                                       p_mode text, p_since timestamptz, p_from timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN p_mode = 'all' OR p_created >= p_since THEN p_log_start - 1
+        ELSE greatest(p_log_start - 1, coalesce(
+            (SELECT s.end_offset FROM {{schema}}.segments s
+             WHERE s.partition_id = p_pid
+               AND s.created_at < CASE WHEN p_mode = 'new' THEN p_since ELSE least(p_from, p_since) END
+             ORDER BY s.base_offset DESC LIMIT 1), p_log_start - 1))
+    END
+$$;
+
+-- One step of a group's first-contact marking: the next 1024 partitions of
+-- the queue by name. Those out of the ready set that the group is behind on
+-- are locked in ascending id (the global order; a first contact may wait)
+-- and marked by a later statement. The caller holds the group's seed lock.
+CREATE FUNCTION {{schema}}.seed_chunk(p_qid bigint, p_group text)
+RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v      record;
+    v_last text;
+    v_n    integer;
+    v_ids  bigint[];
+BEGIN
+    SELECT s.mode, s.from_time, s.created_at, s.seed_after INTO v
+    FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+    IF NOT FOUND OR v.seed_after IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*), max(c.name),
+           array_agg(c.id ORDER BY c.id) FILTER (
+               WHERE NOT c.pending AND c.last_offset >= c.log_start AND NOT EXISTS (
+                   SELECT 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = c.id AND cc.group_name = p_group LIMIT 1)
+                 AND {{schema}}.seed_offset(c.id, c.log_start, c.created_at, v.mode, v.created_at, v.from_time)
+                     < c.last_offset)
+    INTO v_n, v_last, v_ids
+    FROM (SELECT p.id, p.name, p.pending, p.last_offset, p.log_start, p.created_at
+          FROM {{schema}}.partitions p
+          WHERE p.queue_id = p_qid AND p.name >= v.seed_after
+          ORDER BY p.name LIMIT 1025) c;
+    IF v_ids IS NOT NULL THEN
+        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE;
+        UPDATE {{schema}}.partitions SET pending = true WHERE id = ANY (v_ids) AND NOT pending;
+    END IF;
+    -- The step re-reads the name it ended at (>=): one row means done.
+    UPDATE {{schema}}.subscriptions SET seed_after = CASE WHEN v_n <= 1 THEN NULL ELSE v_last END
+    WHERE queue_id = p_qid AND group_name = p_group;
+END
+$$;
+
+-- A group's first contact: the subscription, under the queue's contact lock
+-- (no pending flag of the queue is cleared until this commits, see
+-- clear_pending: a push landing after the subscription time sets the flag
+-- and nobody clears it before the group is seen), then a first seed_chunk
+-- step. Concurrent first pops of the group wait for the one doing it (the
+-- group's seed lock), which is bounded work, and then go on as later pops.
+-- The subscription time is read after the contact lock: a message created
+-- at or after it cannot have been cleared from the ready set unseen.
+-- With p_pids (not NULL): cursor rows for those partitions that lack one
+-- (pop passes its window), in ascending id, without any lock of its own:
+-- pops of the group seed concurrently.
 CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz, p_pids bigint[])
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 DECLARE
-    v_mode  text;
-    v_from  timestamptz;
-    v_since timestamptz;
-    v_first boolean;
-    v_ids   bigint[];
+    v record;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0)) THEN
-        RETURN false;
+    IF p_pids IS NOT NULL THEN
+        SELECT s.mode, s.from_time, s.created_at INTO v
+        FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
+        SELECT p.id, p_group, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, v.mode, v.created_at, v.from_time)
+        FROM {{schema}}.partitions p
+        WHERE p.id = ANY (p_pids) AND p.queue_id = p_qid
+          -- A keyed probe per partition (LIMIT keeps it a subplan): as an
+          -- anti-join it read every cursor of the group.
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p.id AND c.group_name = p_group LIMIT 1)
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+        RETURN true;
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0));
     IF p_group = '' THEN
         p_mode := 'all';
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
-    v_first := NOT FOUND;
-    IF v_first THEN
-        -- First contact: no pending flag of the queue is cleared until this
-        -- commits (see clear_pending), so no partition this group ends up
-        -- behind on can leave the ready set unseen: a push landing after
-        -- the snapshot below sets the flag and nobody clears it meanwhile.
+    IF NOT FOUND THEN
         -- Waits only for clears in flight, which never wait themselves.
         PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
-        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
-        VALUES (p_qid, p_group, p_mode, p_from)
+        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time, created_at, seed_after)
+        VALUES (p_qid, p_group, p_mode, p_from, clock_timestamp(), CASE WHEN p_mode = 'new' THEN NULL ELSE '' END)
         ON CONFLICT DO NOTHING;
-        v_first := FOUND;
     END IF;
-    SELECT mode, from_time, created_at INTO v_mode, v_from, v_since
-    FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
-
-    WITH ins AS (
-        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
-        SELECT p.id, p_group,
-               CASE
-                   WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
-                   WHEN v_mode = 'new' AND v_first THEN p.last_offset
-                   -- 'from'; and 'new' on a partition older than the
-                   -- subscription that its first contact did not see (one
-                   -- created concurrently): what was pushed since then.
-                   ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = p.id
-                                    AND s.created_at >= CASE WHEN v_mode = 'new' THEN v_since ELSE v_from END),
-                                 p.last_offset + 1) - 1
-               END
-        FROM {{schema}}.partitions p
-        WHERE p.queue_id = p_qid
-          AND (v_first OR (p_pids IS NULL AND p.pending) OR p.id = ANY (p_pids))
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                          WHERE c.partition_id = p.id AND c.group_name = p_group)
-        ORDER BY p.id
-        ON CONFLICT DO NOTHING
-        RETURNING partition_id, committed
-    )
-    SELECT array_agg(ins.partition_id) INTO v_ids
-    FROM ins JOIN {{schema}}.partitions p ON p.id = ins.partition_id
-    WHERE ins.committed < p.last_offset AND p.last_offset >= p.log_start;
-
-    -- Only a first contact marks: later, the group's committed subscription
-    -- already keeps clear_pending from clearing a partition it has not read
-    -- (a missing row counts as behind), so pops never wait here.
-    IF v_first AND v_ids IS NOT NULL THEN
-        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE;
-        UPDATE {{schema}}.partitions SET pending = true WHERE id = ANY (v_ids) AND NOT pending;
-    END IF;
+    PERFORM {{schema}}.seed_chunk(p_qid, p_group);
     RETURN true;
 END
 $$;
 
--- The 003 signature: every partition that may lack the group's row.
+-- The first-contact signature.
 CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz)
 RETURNS boolean
 LANGUAGE sql AS $$
@@ -210,6 +268,7 @@ DECLARE
     v_missing  boolean;
     v_seed     integer;
     v_pid      bigint;
+    v_after    text;
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
@@ -222,9 +281,15 @@ BEGIN
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
-    IF NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s WHERE s.queue_id = v_q.id AND s.group_name = p_group) THEN
-        -- First contact: rows for every partition.
+    -- First contact (bounded, see seed_consumers), or one more step of its
+    -- marking when no other pop of the group is taking one.
+    SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
+    WHERE s.queue_id = v_q.id AND s.group_name = p_group;
+    IF NOT FOUND THEN
         PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from);
+    ELSIF v_after IS NOT NULL
+          AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || v_q.id || '/' || p_group, 0)) THEN
+        PERFORM {{schema}}.seed_chunk(v_q.id, p_group);
     END IF;
 
     -- The window of the ready set this pop looks at: hinted partitions, then
