@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -158,5 +159,53 @@ func TestFirstContactOnManyPartitionsIsBoundedPerPop(t *testing.T) {
 	}
 	if total != keys {
 		t.Fatalf("group got %d messages, want %d", total, keys)
+	}
+}
+
+// A caught-up group's pop does not read another group's backlog: with a
+// stalled group behind on 5,000 partitions, the live group finds a new
+// message touching a bounded number of rows (a pop's window is 256
+// partitions; the backlog is 20 times that).
+func TestCaughtUpGroupDoesNotReadAnotherGroupsBacklog(t *testing.T) {
+	const (
+		keys    = 5000
+		maxRows = 2000
+	)
+	c := open(t, manual)
+	ctx := ctxT(t)
+	q := c.Queue("fan")
+	wideQueue(t, c, "fan", keys)
+	pc, err := c.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	// The stalled group subscribes and reads one message.
+	if n, _, err := popWork(ctx, conn, c.Schema(), "fan", "stalled", 1, 1, true); err != nil || n != 1 {
+		t.Fatalf("stalled group's pop: %d messages, %v", n, err)
+	}
+	// The live group drains everything.
+	for got := 0; got < keys; {
+		n, _, err := popWork(ctx, conn, c.Schema(), "fan", "live", 1000, 1000, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("live group stopped after %d of %d messages", got, keys)
+		}
+		got += n
+	}
+	for i := range 5 {
+		key := fmt.Sprintf("k%d", 997*i+13)
+		push(t, q, queen.Item{Partition: key, Data: []byte("y")})
+		n, rows, err := popWork(ctx, conn, c.Schema(), "fan", "live", 1, 1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || rows > maxRows {
+			t.Fatalf("round %d: the caught-up group's pop delivered %d messages touching %d rows (want 1 message, <= %d rows)",
+				i, n, rows, maxRows)
+		}
 	}
 }
