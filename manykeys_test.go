@@ -209,3 +209,49 @@ func TestCaughtUpGroupDoesNotReadAnotherGroupsBacklog(t *testing.T) {
 		}
 	}
 }
+
+// A pop's statements are planned once per session and the plans kept: a
+// session whose first pops ran while the group had few cursor rows must
+// stay keyed once it has many (a plan cached on an empty table and then
+// kept made the same setup drain several times slower in some runs).
+func TestPopStaysKeyedAfterTheTablesGrow(t *testing.T) {
+	const (
+		keys    = 40_000
+		rowsIn  = 30_000 // cursor rows other sessions create
+		maxRows = 8_000
+	)
+	c := open(t, manual)
+	ctx := ctxT(t)
+	qid := wideQueue(t, c, "grow", keys)
+	pc, err := c.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	// Plans are cached by this session's first pops, while the group has
+	// (almost) no cursor rows.
+	for range 3 {
+		if n, _, err := popWork(ctx, conn, c.Schema(), "grow", "g", 1, 1, true); err != nil || n != 1 {
+			t.Fatalf("first pops: %d messages, %v", n, err)
+		}
+	}
+	// Other sessions give the group cursor rows on 3 in 4 partitions.
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if _, err := c.Pool().Exec(ctx, `
+INSERT INTO `+s+`.consumers (partition_id, group_name, committed)
+SELECT p.id, 'g', -1 FROM `+s+`.partitions p WHERE p.queue_id = $1 AND p.id % 4 <> 0
+ON CONFLICT DO NOTHING`, qid); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		n, rows, err := popWork(ctx, conn, c.Schema(), "grow", "g", 10, 10, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || rows > maxRows {
+			t.Fatalf("pop %d after the group has %d cursor rows: %d messages, %d rows touched (want > 0, <= %d)",
+				i, rowsIn, n, rows, maxRows)
+		}
+	}
+}
