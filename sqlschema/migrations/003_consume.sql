@@ -134,7 +134,8 @@ BEGIN
     WHERE b.queue_id = v_qid AND b.group_name = p_group AND b.partition_id = p_pid AND p.id = p_pid
       AND (p.last_offset < p.log_start
            OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset LIMIT 1));
+                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset
+                      OFFSET 0));
     RETURN v_done OR FOUND;
 END
 $$;
@@ -176,7 +177,7 @@ BEGIN
     SELECT count(*), max(c.name),
            array_agg(c.id ORDER BY c.id) FILTER (
                WHERE NOT c.pending AND c.last_offset >= c.log_start AND NOT EXISTS (
-                   SELECT 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = c.id AND cc.group_name = p_group LIMIT 1)
+                   SELECT 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = c.id AND cc.group_name = p_group OFFSET 0)
                  AND {{schema}}.seed_offset(c.id, c.log_start, c.created_at, v.mode, v.created_at, v.from_time)
                      < c.last_offset)
     INTO v_n, v_last, v_ids
@@ -232,10 +233,11 @@ BEGIN
         SELECT p.id, p_group, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, v.mode, v.created_at, v.from_time)
         FROM {{schema}}.partitions p
         WHERE p.id = ANY (p_pids) AND p.queue_id = p_qid
-          -- A keyed probe per partition (LIMIT keeps it a subplan): as an
-          -- anti-join it read every cursor of the group.
+          -- A keyed probe per partition: OFFSET 0 keeps it a subplan. As an
+          -- anti-join, a generic plan cached while the table was empty
+          -- read every cursor of the group for every partition.
           AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                          WHERE c.partition_id = p.id AND c.group_name = p_group LIMIT 1)
+                          WHERE c.partition_id = p.id AND c.group_name = p_group OFFSET 0)
         ORDER BY p.id
         ON CONFLICT DO NOTHING;
         RETURN true;
@@ -359,7 +361,7 @@ BEGIN
         WHERE p.queue_id = v_q.id AND p.name = ANY (p_hints)
           AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
                                     WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
-                                    LIMIT 1));
+                                    OFFSET 0));
         -- queue_id as a range, ordered by (queue_id, id): only the partial
         -- index gives that order. With queue_id = a parameter the order is
         -- by id alone, and a generic plan walked the primary key filtering
