@@ -25,21 +25,30 @@ func wideQueue(t testing.TB, c *queen.Client, name string, n int) int64 {
 	if err := c.Pool().QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = $1", name).Scan(&qid); err != nil {
 		t.Fatal(err)
 	}
+	addPartitions(t, c, qid, 1, n)
+	return qid
+}
+
+// addPartitions adds partitions "k<from>" .. "k<to-1>" to queue qid of c,
+// each holding one message at offset 0, written in SQL.
+func addPartitions(t testing.TB, c *queen.Client, qid int64, from, to int) {
+	t.Helper()
+	ctx := ctxT(t)
+	s := pgx.Identifier{c.Schema()}.Sanitize()
 	if _, err := c.Pool().Exec(ctx, `
-INSERT INTO `+s+`.partitions (queue_id, name, last_offset)
-SELECT $1, 'k' || i, 0 FROM generate_series(1, $2 - 1) AS i`, qid, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Pool().Exec(ctx, `
+WITH p AS (
+    INSERT INTO `+s+`.partitions (queue_id, name, last_offset)
+    SELECT $1, 'k' || i, 0 FROM generate_series($2::int, $3::int - 1) AS i
+    RETURNING id
+)
 INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob)
 SELECT p.id, 0, 0, clock_timestamp(), `+s+`.raw_segment(gen_random_uuid(), 0, 't' || p.id, '\x6d'::bytea)
-FROM `+s+`.partitions p WHERE p.queue_id = $1 AND p.name <> 'k0'`, qid); err != nil {
+FROM p`, qid, from, to); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Pool().Exec(ctx, "ANALYZE "+s+".partitions, "+s+".segments"); err != nil {
 		t.Fatal(err)
 	}
-	return qid
 }
 
 // workCounter sums, for the tables a pop's window reads and writes
@@ -211,8 +220,8 @@ func TestCaughtUpGroupDoesNotReadAnotherGroupsBacklog(t *testing.T) {
 }
 
 // A pop's statements are planned once per session and the plans kept: a
-// session whose first pops ran while the group had few cursor rows must
-// stay keyed once it has many (a plan cached on an empty table and then
+// session whose first pops ran while the queue had few partitions and the
+// group few cursor rows must stay keyed once they are many (a plan cached on an empty table and then
 // kept made the same setup drain several times slower in some runs).
 func TestPopStaysKeyedAfterTheTablesGrow(t *testing.T) {
 	const (
@@ -222,7 +231,7 @@ func TestPopStaysKeyedAfterTheTablesGrow(t *testing.T) {
 	)
 	c := open(t, manual)
 	ctx := ctxT(t)
-	qid := wideQueue(t, c, "grow", keys)
+	qid := wideQueue(t, c, "grow", 300)
 	pc, err := c.Pool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +245,9 @@ func TestPopStaysKeyedAfterTheTablesGrow(t *testing.T) {
 			t.Fatalf("first pops: %d messages, %v", n, err)
 		}
 	}
-	// Other sessions give the group cursor rows on 3 in 4 partitions.
+	// The queue grows, and other sessions give the group cursor rows on 3 in
+	// 4 partitions.
+	addPartitions(t, c, qid, 300, keys)
 	s := pgx.Identifier{c.Schema()}.Sanitize()
 	if _, err := c.Pool().Exec(ctx, `
 INSERT INTO `+s+`.consumers (partition_id, group_name, committed)
