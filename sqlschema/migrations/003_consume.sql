@@ -232,7 +232,10 @@ BEGIN
         INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
         SELECT p.id, p_group, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, v.mode, v.created_at, v.from_time)
         FROM {{schema}}.partitions p
-        WHERE p.id = ANY (p_pids) AND p.queue_id = p_qid
+        -- queue_id + 0: only a filter. As an index condition, a generic plan
+        -- cached while the queue was small ANDed a bitmap of every partition
+        -- of the queue with the window's.
+        WHERE p.id = ANY (p_pids) AND p.queue_id + 0 = p_qid
           -- A keyed probe per partition: OFFSET 0 keeps it a subplan. As an
           -- anti-join, a generic plan cached while the table was empty
           -- read every cursor of the group for every partition.
