@@ -143,6 +143,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if lc.on { // the lifecycle workload runs on its own (lifecycle.go)
+		if err := runLifecycle(ctx, cfg); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if err := run(ctx, cfg); err != nil {
 		log.Fatal(err)
 	}

@@ -59,17 +59,24 @@ FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6
 SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
 WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
 RETURNING lease_expires_at`)
+	// A subscribed group has a cursor row on a partition only once one of
+	// its pops met it; until then its position is where that row would
+	// start (seed_offset).
 	c.Status = r.Replace(`SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
-    c.group_name, c.committed, c.batch_end, c.lease_owner, c.lease_expires_at, c.attempts,
+    sub.group_name, k.committed, c.batch_end, c.lease_owner, c.lease_expires_at, coalesce(c.attempts, 0),
     (SELECT s.created_at FROM {{s}}.segments s
-     WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
+     WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
      ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
     now()
 FROM {{s}}.queues q
 JOIN {{s}}.partitions p ON p.queue_id = q.id
-LEFT JOIN {{s}}.consumers c ON c.partition_id = p.id
+LEFT JOIN {{s}}.subscriptions sub ON sub.queue_id = q.id
+LEFT JOIN {{s}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{s}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
+                                                                  sub.created_at, sub.from_time)) AS committed) k
+    ON sub.group_name IS NOT NULL
 WHERE q.tenant = $1 AND q.name = $2
-ORDER BY p.name, c.group_name`)
+ORDER BY p.name, sub.group_name`)
 	c.DeadLetters = r.Replace(`SELECT d.id, d.partition_name, d.group_name, d.msg_offset, d.message_id, d.transaction_id,
     d.flags, d.payload, d.message_created_at, d.attempts, d.reason, d.created_at
 FROM {{s}}.dead_letters d

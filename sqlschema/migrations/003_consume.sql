@@ -35,121 +35,234 @@ CREATE TYPE {{schema}}.pop_row AS (
     failures         integer
 );
 
--- Clears partition p_pid's pending flag if every group subscribed to its
--- queue has consumed all of its retained messages. Never waits: a partition
--- someone holds (a push in flight) is skipped, and so is every partition of
--- a queue on which a group's first contact is in progress (it holds the
--- queue's contact lock exclusively until it commits; its subscription is
--- not visible yet, but the cursors it is committing may be behind a push
--- that lands meanwhile). The check is a statement of its own, so its
--- snapshot is taken after both locks: a push cannot commit in between, and
--- every committed group is seen.
-CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint)
+ALTER TABLE {{schema}}.subscriptions
+    -- The partition name the next seed_chunk step starts at (inclusive);
+    -- NULL once every partition that existed at first contact is covered.
+    ADD COLUMN seed_after text;
+
+-- Where a new cursor of a group with subscription (p_mode, p_since, p_from)
+-- starts on partition p_pid: 'all', or a partition created since the
+-- subscription, everything retained; 'new', what was pushed at or after the
+-- subscription; 'from', what was pushed at or after the earlier of p_from
+-- and the subscription (a from time in the future still gets what is pushed
+-- after first contact). created_at is monotone in offset order, so the
+-- newest segment before that time ends where the cursor starts.
+CREATE FUNCTION {{schema}}.seed_offset(p_pid bigint, p_log_start bigint, p_created timestamptz,
+                                       p_mode text, p_since timestamptz, p_from timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN p_mode = 'all' OR p_created >= p_since THEN p_log_start - 1
+        ELSE greatest(p_log_start - 1, coalesce(
+            (SELECT s.end_offset FROM {{schema}}.segments s
+             WHERE s.partition_id = p_pid
+               AND s.created_at < CASE WHEN p_mode = 'new' THEN p_since ELSE least(p_from, p_since) END
+             ORDER BY s.base_offset DESC LIMIT 1), p_log_start - 1))
+    END
+$$;
+
+-- The per-group part of the ready set. partitions.pending is the shared
+-- part: set by every push (HOT while already set), so it holds what was
+-- pushed since some pop last looked. A pop that has consumed a pending
+-- partition takes it out of the shared part and gives each subscribed group
+-- still behind there a row here (clear_pending), so a group that lags does
+-- not keep partitions in the set every other group reads: a pop reads a
+-- window of the shared part and one of its own group's rows, never another
+-- group's backlog. Pushes never touch this table, so they cost the same
+-- whatever the number of groups. Rows of a partition are written only under
+-- its row lock (FOR NO KEY UPDATE), so writers never wait on each other's
+-- rows here.
+CREATE TABLE {{schema}}.backlog (
+    queue_id     bigint NOT NULL,
+    group_name   text   NOT NULL,
+    partition_id bigint NOT NULL REFERENCES {{schema}}.partitions (id) ON DELETE CASCADE,
+    PRIMARY KEY (queue_id, group_name, partition_id)
+) WITH (vacuum_truncate = false);
+-- For the cascade when a partition is forgotten or its queue deleted.
+CREATE INDEX backlog_partition_idx ON {{schema}}.backlog (partition_id);
+
+-- Upkeep of the ready set for partition p_pid after a pop of group p_group
+-- consumed it. If it is pending: every subscribed group behind on it (a
+-- group without a cursor row there counts from where that row would start)
+-- gets a backlog row, and the flag is cleared. Then p_group's own backlog
+-- row goes if p_group has consumed everything retained. Never waits: a
+-- partition someone holds (a push in flight) is skipped, and so is every
+-- pending partition of a queue on which a group's first contact is in
+-- progress (it holds the queue's contact lock exclusively until it commits;
+-- its subscription is not visible yet, so it would get no backlog row).
+-- Each check is a statement of its own, so its snapshot is taken after the
+-- locks: a push cannot commit in between, and every committed group is
+-- seen.
+CREATE FUNCTION {{schema}}.clear_pending(p_pid bigint, p_group text)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 DECLARE
-    v_qid bigint;
+    v_qid     bigint;
+    v_pending boolean;
+    v_done    boolean := false;
 BEGIN
-    SELECT queue_id INTO v_qid FROM {{schema}}.partitions
-    WHERE id = p_pid AND pending FOR NO KEY UPDATE SKIP LOCKED;
+    SELECT queue_id, pending INTO v_qid, v_pending FROM {{schema}}.partitions
+    WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
-        RETURN false;
+    IF v_pending THEN
+        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
+            RETURN false;
+        END IF;
+        INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
+        SELECT s.queue_id, s.group_name, p.id
+        FROM {{schema}}.partitions p
+        JOIN {{schema}}.subscriptions s ON s.queue_id = p.queue_id
+        LEFT JOIN LATERAL (SELECT c.committed FROM {{schema}}.consumers c
+                           WHERE c.partition_id = p.id AND c.group_name = s.group_name LIMIT 1) c ON true
+        WHERE p.id = p_pid AND p.last_offset >= p.log_start
+          AND coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, s.mode, s.created_at,
+                                                           s.from_time)) < p.last_offset
+        ORDER BY s.group_name
+        ON CONFLICT DO NOTHING;
+        UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
+        v_done := true;
     END IF;
-    UPDATE {{schema}}.partitions p SET pending = false
-    WHERE p.id = p_pid
+    DELETE FROM {{schema}}.backlog b
+    USING {{schema}}.partitions p
+    WHERE b.queue_id = v_qid AND b.group_name = p_group AND b.partition_id = p_pid AND p.id = p_pid
       AND (p.last_offset < p.log_start
-           OR NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s
-                          WHERE s.queue_id = p.queue_id
-                            AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                                            WHERE c.partition_id = p.id AND c.group_name = s.group_name
-                                              AND c.committed >= p.last_offset)));
-    RETURN FOUND;
+           OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset
+                      OFFSET 0));
+    RETURN v_done OR FOUND;
 END
 $$;
 
--- 4. Seeding, as in 003, plus: p_pids (not NULL) seeds only those
--- partitions (pop passes the window it looked at); after first contact only
--- pending partitions can lack the group's row (a partition is created pending, and is cleared
--- only once every subscribed group, this one included, has drained it), so
--- only those are looked at; and the partitions the new rows are behind on
--- join the ready set. Those rows are locked in ascending id (the global
--- order) and marked by a later statement, whose snapshot sees any clear that
--- committed before the lock.
+-- Seeding. A group's first contact is bounded work: it records the
+-- subscription (and its time) and nothing per partition. Cursor rows are
+-- created lazily, by the pops that meet a partition lacking the group's row
+-- in their window (seed_consumers with p_pids), at the offset seed_offset
+-- gives. What a first contact must still find per partition (a partition
+-- out of the ready set, holding messages the new group is to read) goes to
+-- the group's backlog by seed_chunk, 1024 partitions of the queue at a
+-- time, one step per pop of the group until the queue's partitions are
+-- covered (a partition created after the first contact is created pending,
+-- so needs no step).
+
+-- One step of a group's first-contact marking: the next 1024 partitions of
+-- the queue by name. Those out of the ready set that the group is behind on
+-- are locked in ascending id (the global order; a first contact may wait)
+-- and, by a later statement, given a backlog row unless pending by then. The caller holds the group's seed lock.
+CREATE FUNCTION {{schema}}.seed_chunk(p_qid bigint, p_group text)
+RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v      record;
+    v_last text;
+    v_n    integer;
+    v_ids  bigint[];
+BEGIN
+    SELECT s.mode, s.from_time, s.created_at, s.seed_after INTO v
+    FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+    IF NOT FOUND OR v.seed_after IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*), max(c.name),
+           array_agg(c.id ORDER BY c.id) FILTER (
+               WHERE NOT c.pending AND c.last_offset >= c.log_start AND NOT EXISTS (
+                   SELECT 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = c.id AND cc.group_name = p_group OFFSET 0)
+                 AND {{schema}}.seed_offset(c.id, c.log_start, c.created_at, v.mode, v.created_at, v.from_time)
+                     < c.last_offset)
+    INTO v_n, v_last, v_ids
+    FROM (SELECT p.id, p.name, p.pending, p.last_offset, p.log_start, p.created_at
+          FROM {{schema}}.partitions p
+          WHERE p.queue_id = p_qid AND p.name >= v.seed_after
+          ORDER BY p.name LIMIT 1025) c;
+    IF v_ids IS NOT NULL THEN
+        -- Into the group's own backlog, not the shared set: a new group's
+        -- first contact does not slow the pops of the others.
+        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE;
+        INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
+        SELECT p_qid, p_group, p.id FROM {{schema}}.partitions p
+        WHERE p.id = ANY (v_ids) AND NOT p.pending
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+    END IF;
+    -- The step re-reads the name it ended at (>=): one row means done.
+    UPDATE {{schema}}.subscriptions SET seed_after = CASE WHEN v_n <= 1 THEN NULL ELSE v_last END
+    WHERE queue_id = p_qid AND group_name = p_group;
+END
+$$;
+
+-- A group's first contact: the subscription, under the queue's contact lock
+-- (no pending flag of the queue is cleared until this commits, see
+-- clear_pending: a push landing after the subscription time sets the flag
+-- and nobody clears it before the group is seen), then a first seed_chunk
+-- step. Concurrent first pops of the group wait for the one doing it (the
+-- group's seed lock), which is bounded work, and then go on as later pops.
+-- The subscription time is read after the contact lock: a message created
+-- at or after it cannot have been cleared from the ready set unseen.
+-- With p_pids (not NULL): cursor rows for those partitions that lack one
+-- (pop passes its window), in ascending id, without any lock of its own:
+-- pops of the group seed concurrently.
 CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz, p_pids bigint[])
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 DECLARE
-    v_mode  text;
-    v_from  timestamptz;
-    v_since timestamptz;
-    v_first boolean;
-    v_ids   bigint[];
+    v record;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0)) THEN
-        RETURN false;
+    IF p_pids IS NOT NULL THEN
+        SELECT s.mode, s.from_time, s.created_at INTO v
+        FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
+        SELECT p.id, p_group, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, v.mode, v.created_at, v.from_time)
+        FROM {{schema}}.partitions p
+        -- queue_id + 0: only a filter. As an index condition, a generic plan
+        -- cached while the queue was small ANDed a bitmap of every partition
+        -- of the queue with the window's.
+        WHERE p.id = ANY (p_pids) AND p.queue_id + 0 = p_qid
+          -- A keyed probe per partition: OFFSET 0 keeps it a subplan. As an
+          -- anti-join, a generic plan cached while the table was empty
+          -- read every cursor of the group for every partition.
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p.id AND c.group_name = p_group OFFSET 0)
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+        RETURN true;
     END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0));
     IF p_group = '' THEN
         p_mode := 'all';
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
-    v_first := NOT FOUND;
-    IF v_first THEN
-        -- First contact: no pending flag of the queue is cleared until this
-        -- commits (see clear_pending), so no partition this group ends up
-        -- behind on can leave the ready set unseen: a push landing after
-        -- the snapshot below sets the flag and nobody clears it meanwhile.
+    IF NOT FOUND THEN
         -- Waits only for clears in flight, which never wait themselves.
         PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
-        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time)
-        VALUES (p_qid, p_group, p_mode, p_from)
+        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time, created_at, seed_after)
+        VALUES (p_qid, p_group, p_mode, p_from, clock_timestamp(), CASE WHEN p_mode = 'new' THEN NULL ELSE '' END)
         ON CONFLICT DO NOTHING;
-        v_first := FOUND;
     END IF;
-    SELECT mode, from_time, created_at INTO v_mode, v_from, v_since
-    FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
-
-    WITH ins AS (
-        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
-        SELECT p.id, p_group,
-               CASE
-                   WHEN v_mode = 'all' OR p.created_at >= v_since THEN p.log_start - 1
-                   WHEN v_mode = 'new' AND v_first THEN p.last_offset
-                   -- 'from'; and 'new' on a partition older than the
-                   -- subscription that its first contact did not see (one
-                   -- created concurrently): what was pushed since then.
-                   ELSE coalesce((SELECT min(s.base_offset) FROM {{schema}}.segments s
-                                  WHERE s.partition_id = p.id
-                                    AND s.created_at >= CASE WHEN v_mode = 'new' THEN v_since ELSE v_from END),
-                                 p.last_offset + 1) - 1
-               END
-        FROM {{schema}}.partitions p
-        WHERE p.queue_id = p_qid
-          AND (v_first OR (p_pids IS NULL AND p.pending) OR p.id = ANY (p_pids))
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                          WHERE c.partition_id = p.id AND c.group_name = p_group)
-        ORDER BY p.id
-        ON CONFLICT DO NOTHING
-        RETURNING partition_id, committed
-    )
-    SELECT array_agg(ins.partition_id) INTO v_ids
-    FROM ins JOIN {{schema}}.partitions p ON p.id = ins.partition_id
-    WHERE ins.committed < p.last_offset AND p.last_offset >= p.log_start;
-
-    -- Only a first contact marks: later, the group's committed subscription
-    -- already keeps clear_pending from clearing a partition it has not read
-    -- (a missing row counts as behind), so pops never wait here.
-    IF v_first AND v_ids IS NOT NULL THEN
-        PERFORM 1 FROM {{schema}}.partitions WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE;
-        UPDATE {{schema}}.partitions SET pending = true WHERE id = ANY (v_ids) AND NOT pending;
-    END IF;
+    PERFORM {{schema}}.seed_chunk(p_qid, p_group);
     RETURN true;
 END
 $$;
 
--- The 003 signature: every partition that may lack the group's row.
+-- The first-contact signature.
 CREATE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz)
 RETURNS boolean
 LANGUAGE sql AS $$
@@ -193,6 +306,7 @@ DECLARE
     v_hi       bigint;
     v_from     bigint;
     v_pass     integer;
+    v_n        integer;
     v_left     integer := p_batch;
     v_claimed  integer := 0;
     v_now      timestamptz := clock_timestamp();
@@ -210,6 +324,7 @@ DECLARE
     v_missing  boolean;
     v_seed     integer;
     v_pid      bigint;
+    v_after    text;
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
@@ -222,34 +337,77 @@ BEGIN
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
-    IF NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s WHERE s.queue_id = v_q.id AND s.group_name = p_group) THEN
-        -- First contact: rows for every partition.
+    -- First contact (bounded, see seed_consumers), or one more step of its
+    -- marking when no other pop of the group is taking one.
+    SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
+    WHERE s.queue_id = v_q.id AND s.group_name = p_group;
+    IF NOT FOUND THEN
         PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from);
+    ELSIF v_after IS NOT NULL
+          AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || v_q.id || '/' || p_group, 0)) THEN
+        PERFORM {{schema}}.seed_chunk(v_q.id, p_group);
     END IF;
 
-    -- The window of the ready set this pop looks at: hinted partitions, then
-    -- up to v_win pending ids from a random point, wrapping around. Reading
-    -- a bounded window instead of the whole set keeps a pop O(window) even
-    -- when 100k keys all have backlog; the random start spreads concurrent
-    -- pops and is fair over time. The ids are read on their own (the partial
-    -- index is the only fit): in a join the planner may drive from the
-    -- group's consumer rows (every partition) when statistics are stale.
+    -- The window this pop looks at: hinted partitions, then up to v_win ids
+    -- of the shared ready set (pending) and up to v_win of this group's
+    -- backlog, each from a random point, wrapping around. Never another
+    -- group's backlog, and never more than a window: a pop is O(window) even
+    -- when 100k keys have backlog, whichever group it is; the random start
+    -- spreads concurrent pops and is fair over time. The ids are read on
+    -- their own (the indexes are the only fit): in a join the planner may
+    -- drive from the group's consumer rows (every partition) when
+    -- statistics are stale.
     IF p_partition IS NULL THEN
         v_win := greatest(256, p_partitions * 4);
         SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
         FROM {{schema}}.partitions p
-        WHERE p.queue_id = v_q.id AND p.pending AND p.name = ANY (p_hints);
-        SELECT min(p.id), max(p.id) INTO v_lo, v_hi
-        FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.pending;
+        WHERE p.queue_id = v_q.id AND p.name = ANY (p_hints)
+          AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                                    WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
+                                    OFFSET 0));
+        -- queue_id as a range, ordered by (queue_id, id): only the partial
+        -- index gives that order. With queue_id = a parameter the order is
+        -- by id alone, and a generic plan walked the primary key filtering
+        -- pending (it takes half the rows for pending), every partition of
+        -- the schema when the set is small. Likewise for the backlog, whose
+        -- partition_id index would otherwise give the order.
+        v_lo := (SELECT p.id FROM {{schema}}.partitions p
+                 WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                 ORDER BY p.queue_id, p.id LIMIT 1);
+        v_hi := (SELECT p.id FROM {{schema}}.partitions p
+                 WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                 ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
         IF v_lo IS NOT NULL THEN
             v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+            v_n := cardinality(v_pend);
             v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                      WHERE p.queue_id = v_q.id AND p.pending AND p.id >= v_from
-                                      ORDER BY p.id LIMIT v_win);
-            IF cardinality(v_pend) < v_win THEN
+                                      WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id >= v_from
+                                      ORDER BY p.queue_id, p.id LIMIT v_win);
+            IF cardinality(v_pend) - v_n < v_win THEN
                 v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                          WHERE p.queue_id = v_q.id AND p.pending AND p.id < v_from
-                                          ORDER BY p.id LIMIT v_win);
+                                          WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id < v_from
+                                          ORDER BY p.queue_id, p.id LIMIT v_win - (cardinality(v_pend) - v_n));
+            END IF;
+        END IF;
+        v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
+                 WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                 ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
+        v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
+                 WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                 ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
+        IF v_lo IS NOT NULL THEN
+            v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+            v_n := cardinality(v_pend);
+            v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                      WHERE b.queue_id BETWEEN v_q.id AND v_q.id
+                                        AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
+                                      ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT v_win);
+            IF cardinality(v_pend) - v_n < v_win THEN
+                v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                          WHERE b.queue_id BETWEEN v_q.id AND v_q.id
+                                            AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
+                                          ORDER BY b.queue_id, b.group_name, b.partition_id
+                                          LIMIT v_win - (cardinality(v_pend) - v_n));
             END IF;
         END IF;
     ELSE
@@ -257,10 +415,8 @@ BEGIN
         FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
     END IF;
 
-    -- Pass 1 looks at the window. If it claimed nothing although the window
-    -- was cut short, pass 2 looks at the whole set: a caught-up group must
-    -- not miss its one ready partition among another group's backlog.
-    FOR v_pass IN 1 .. 2 LOOP
+    -- One pass over the window.
+    FOR v_pass IN 1 .. 1 LOOP
         -- One read of the window: whether some partition of it was created
         -- since the group's first contact (no consumer row yet: seed, then
         -- read again), the claimable ones (something retained after the
@@ -372,36 +528,26 @@ BEGIN
                 END IF;
             END LOOP;
         END LOOP;
-        EXIT WHEN v_claimed > 0 OR p_partition IS NOT NULL OR cardinality(v_pend) < v_win;
-        v_pend := ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                        WHERE p.queue_id = v_q.id AND p.pending);
     END LOOP;
 
     -- Ready-set upkeep, at the end: this transaction does nothing after
     -- these try-locks, so they cannot join a deadlock. Acks leave drained
-    -- partitions pending (settle takes no partition locks); every pop clears
-    -- up to 64 of the window's partitions its group has consumed besides the
-    -- ones its own auto-ack drained, which keeps stale entries bounded by the
-    -- pop rate, not the number of keys. A partition this group is behind on
-    -- cannot be cleared, so it is not even looked at.
+    -- partitions where they are (settle takes no partition locks); every pop
+    -- passes to clear_pending the partitions its own auto-ack drained and up
+    -- to 64 more of its window that its group has consumed, which keeps
+    -- stale entries bounded by the pop rate, not the number of keys. A
+    -- partition this group is behind on stays where it is (it is in the
+    -- group's reach), so it is not even looked at.
     FOREACH v_pid IN ARRAY v_drained LOOP
-        PERFORM {{schema}}.clear_pending(v_pid);
+        PERFORM {{schema}}.clear_pending(v_pid, p_group);
     END LOOP;
     IF p_partition IS NULL THEN
         FOR v_x IN
-            SELECT p.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
-            JOIN {{schema}}.partitions p ON p.id = r.id
-            WHERE p.pending
-              AND NOT (p.id = ANY (v_drained))
-              AND (p.last_offset < p.log_start
-                   OR NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions s
-                                  WHERE s.queue_id = p.queue_id
-                                    AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                                                    WHERE c.partition_id = p.id AND c.group_name = s.group_name
-                                                      AND c.committed >= p.last_offset)))
+            SELECT r.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
+            WHERE NOT (r.id = ANY (v_drained))
             LIMIT 64
         LOOP
-            PERFORM {{schema}}.clear_pending(v_x.id);
+            PERFORM {{schema}}.clear_pending(v_x.id, p_group);
         END LOOP;
     END IF;
 END

@@ -48,7 +48,7 @@ BEGIN
         FROM {{schema}}.consumers c WHERE c.partition_id = p_pid;
         SELECT min(CASE WHEN s.mode = 'all' OR v_created >= s.created_at THEN '-infinity'::timestamptz
                         WHEN s.mode = 'new' THEN s.created_at
-                        ELSE coalesce(s.from_time, '-infinity') END),
+                        ELSE least(coalesce(s.from_time, '-infinity'), s.created_at) END),
                v_groups OR count(*) > 0
         INTO v_keep_from, v_groups
         FROM {{schema}}.subscriptions s

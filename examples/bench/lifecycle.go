@@ -1,0 +1,343 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgcluster"
+)
+
+// The lifecycle workload: per-key event streams (an order's created, paid,
+// shipped, ... events), one partition per key. keys × 10 events of 200
+// bytes are loaded by 8 loaders pushing 1000 events per call, then drained
+// by 16 Consume workers with per-key order checked. Run with -lifecycle; it
+// starts its own PostgreSQL with production-like settings (or uses -url)
+// and runs on its own, not with the other scenarios.
+var lc struct {
+	on      bool
+	keys    int
+	events  int
+	runs    int
+	lag     int
+	maxTime time.Duration
+}
+
+func init() {
+	flag.BoolVar(&lc.on, "lifecycle", false, "run only the lifecycle workload (keys × events, partition per key, 8 loaders, 16 workers, per-key order checked)")
+	flag.IntVar(&lc.keys, "lifecycle-keys", 100_000, "lifecycle: keys (one partition each)")
+	flag.IntVar(&lc.events, "lifecycle-events", 10, "lifecycle: events per key")
+	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
+	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
+	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
+}
+
+const (
+	lcLoaders = 8
+	lcWorkers = 16
+	lcCall    = 1000
+)
+
+// lcSettings are production-like server settings for the workload.
+var lcSettings = map[string]string{
+	"shared_buffers":     "512MB",
+	"wal_buffers":        "16MB",
+	"max_wal_size":       "4GB",
+	"checkpoint_timeout": "15min",
+	"max_connections":    "200",
+}
+
+type lcPhase struct {
+	Msgs      int64   `json:"messages"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"msgs_per_sec"`
+	GoCPUPerM float64 `json:"go_cpu_s_per_million"`
+	PGCPUPerM float64 `json:"pg_cpu_s_per_million"` // -1: not measured
+}
+
+type lcRun struct {
+	Run      int     `json:"run"`
+	Load     lcPhase `json:"load"`
+	Drain    lcPhase `json:"drain"`
+	LagGroup int64   `json:"lagging_group_behind,omitempty"`
+}
+
+func runLifecycle(ctx context.Context, cfg *config) error {
+	url, postmaster := cfg.url, 0
+	if url == "" {
+		fmt.Println("starting PostgreSQL (fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: lcSettings})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		url, postmaster = cl.URL, cl.Pid()
+	}
+	base, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	var version string
+	if err := base.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	total := int64(lc.keys) * int64(lc.events)
+	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
+		lc.keys, lc.events, payloadSize, lcLoaders, lcCall, lcWorkers, version)
+	var runs []lcRun
+	for r := 1; r <= lc.runs; r++ {
+		run, err := lcOnce(ctx, base, url, postmaster, r, 0)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, run)
+	}
+	if lc.lag > 0 && int64(lc.lag) < total {
+		run, err := lcOnce(ctx, base, url, postmaster, len(runs)+1, int64(lc.lag))
+		if err != nil {
+			return err
+		}
+		runs = append(runs, run)
+	}
+	lcSummary(runs)
+	if cfg.out != "" {
+		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+			return err
+		}
+		data, err := json.MarshalIndent(map[string]any{
+			"keys": lc.keys, "events": lc.events, "payload_bytes": payloadSize, "loaders": lcLoaders,
+			"events_per_call": lcCall, "workers": lcWorkers, "settings": lcSettings, "postgresql": version,
+			"date": time.Now().UTC().Format(time.RFC3339), "runs": runs,
+		}, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(cfg.out, "lifecycle.json"), data, 0o644)
+	}
+	return nil
+}
+
+// lcOnce loads and drains once on a fresh schema. With lag > 0 a second
+// group subscribes before the load and consumes total - lag messages before
+// the measured drain, so it is lag messages behind while the first drains.
+func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run int, lag int64) (lcRun, error) {
+	out := lcRun{Run: run, LagGroup: lag}
+	schema := "bench_lifecycle_" + strconv.Itoa(run)
+	if _, err := base.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		return out, err
+	}
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		_ = c.Close(context.Background())
+		_, _ = base.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	}()
+	q := c.Queue("lifecycle")
+	total := int64(lc.keys) * int64(lc.events)
+	if lag > 0 {
+		if err := q.Configure(ctx, queen.QueueOptions{}); err != nil {
+			return out, err
+		}
+		if _, err := q.Pop(ctx, queen.PopOptions{Group: "lagging", AutoAck: true}); err != nil {
+			return out, err
+		}
+	}
+
+	// Load: loader l owns the keys k ≡ l (mod 8) and pushes event j of all
+	// of them before event j+1, 1000 events per call, so each key's events
+	// are pushed in order by one loader.
+	keys := partNames(lc.keys)
+	var pushed atomic.Int64
+	load, err := lcMeasure(postmaster, total, func() error {
+		lctx, cancel := context.WithTimeout(ctx, lc.maxTime)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, lcLoaders)
+		for l := range lcLoaders {
+			wg.Go(func() {
+				items := make([]queen.Item, 0, lcCall)
+				flush := func() bool {
+					res, err := q.Push(lctx, items)
+					if err == nil {
+						err = checkPush(res, nil)
+					}
+					if err != nil {
+						errs <- err
+						return false
+					}
+					pushed.Add(int64(len(items)))
+					items = items[:0]
+					return true
+				}
+				for j := range lc.events {
+					for k := l; k < lc.keys; k += lcLoaders {
+						items = append(items, queen.Item{Partition: keys[k], Data: lcPayload(k, j)})
+						if len(items) == lcCall && !flush() {
+							return
+						}
+					}
+				}
+				if len(items) > 0 {
+					flush()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	})
+	if err != nil {
+		return out, fmt.Errorf("run %d load: %w (%d of %d pushed)", run, err, pushed.Load(), total)
+	}
+	out.Load = load
+
+	if lag > 0 {
+		if _, err := lcDrain(ctx, q, "lagging", total-lag, nil); err != nil {
+			return out, fmt.Errorf("run %d, lagging group: %w", run, err)
+		}
+	}
+
+	// Drain: 16 workers; event j of a key must follow event j-1.
+	next := make([]atomic.Int32, lc.keys)
+	var violations atomic.Int64
+	var handled int64
+	drain, err := lcMeasure(postmaster, total, func() error {
+		var err error
+		handled, err = lcDrain(ctx, q, "main", total, func(m *queen.Message) {
+			k, j, ok := lcParse(m.Data)
+			if !ok || k >= lc.keys {
+				violations.Add(1)
+				return
+			}
+			switch want := next[k].Load(); {
+			case int32(j) == want:
+				next[k].Store(want + 1)
+			case int32(j) > want:
+				violations.Add(1)
+			}
+		})
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("run %d drain: %w", run, err)
+	}
+	if v := violations.Load(); v > 0 {
+		return out, fmt.Errorf("run %d drain: %d messages out of per-key order", run, v)
+	}
+	out.Drain = drain
+	note := ""
+	if lag > 0 {
+		note = fmt.Sprintf(", a second group %d messages behind", lag)
+	}
+	fmt.Printf("run %d: load %s msgs/s (CPU per million: Go %.1f s, PostgreSQL %.1f s); drain %s msgs/s (Go %.1f s, PostgreSQL %.1f s)%s; %d handled, per-key order held\n",
+		run, fmtInt(load.Rate), load.GoCPUPerM, load.PGCPUPerM, fmtInt(drain.Rate), drain.GoCPUPerM, drain.PGCPUPerM, note, handled)
+	return out, nil
+}
+
+// lcDrain consumes group's messages of q with 16 workers until want of them
+// were handled for the first time in per-key order (fn, if set, sees every
+// delivery), and returns how many deliveries there were.
+func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn func(*queen.Message)) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, lc.maxTime)
+	defer cancel()
+	var handled atomic.Int64
+	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000}, Concurrency: lcWorkers},
+		func(_ context.Context, m *queen.Message) error {
+			if fn != nil {
+				fn(m)
+			}
+			if handled.Add(1) == want {
+				cancel()
+			}
+			return nil
+		})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return handled.Load(), err
+	}
+	if n := handled.Load(); n < want {
+		return n, fmt.Errorf("%d of %d messages within %s", n, want, lc.maxTime)
+	}
+	return handled.Load(), ctx.Err()
+}
+
+// lcMeasure runs fn and returns its rate over msgs and CPU per million.
+func lcMeasure(postmaster int, msgs int64, fn func() error) (lcPhase, error) {
+	cpu0, pg := cpuSeconds(), startServerCPU(postmaster)
+	start := time.Now()
+	err := fn()
+	el := time.Since(start)
+	pgCPU := pg.Stop()
+	goCPU := cpuSeconds() - cpu0
+	m := float64(msgs) / 1e6
+	p := lcPhase{Msgs: msgs, Seconds: el.Seconds(), Rate: float64(msgs) / el.Seconds(), GoCPUPerM: goCPU / m, PGCPUPerM: -1}
+	if pgCPU >= 0 {
+		p.PGCPUPerM = pgCPU / m
+	}
+	return p, err
+}
+
+// lcPayload is event j of key k: "k<key> e<event> " then padding to 200 bytes.
+func lcPayload(k, j int) []byte {
+	b := make([]byte, payloadSize)
+	n := copy(b, fmt.Sprintf(`{"key":%d,"event":%d,"type":"order.lifecycle","note":"`, k, j))
+	for i := n; i < payloadSize-2; i++ {
+		b[i] = 'x'
+	}
+	copy(b[payloadSize-2:], `"}`)
+	return b
+}
+
+func lcParse(b []byte) (k, j int, ok bool) {
+	var v struct {
+		Key   int `json:"key"`
+		Event int `json:"event"`
+	}
+	if json.Unmarshal(b, &v) != nil {
+		return 0, 0, false
+	}
+	return v.Key, v.Event, true
+}
+
+func lcSummary(runs []lcRun) {
+	var load, drain []float64
+	for _, r := range runs {
+		if r.LagGroup == 0 {
+			load, drain = append(load, r.Load.Rate), append(drain, r.Drain.Rate)
+		}
+	}
+	spread := func(v []float64) string {
+		if len(v) == 0 {
+			return "-"
+		}
+		lo, hi := slices.Min(v), slices.Max(v)
+		return fmt.Sprintf("%s-%s msgs/s (max/min %.2f)", fmtInt(lo), fmtInt(hi), hi/lo)
+	}
+	fmt.Printf("\nlifecycle summary over %d runs: load %s; drain %s\n", len(load), spread(load), spread(drain))
+	for _, r := range runs {
+		if r.LagGroup > 0 && len(drain) > 0 {
+			slices.Sort(drain)
+			med := drain[len(drain)/2]
+			fmt.Printf("with a second group %d messages behind: drain %s msgs/s, %+.1f%% against the median %s msgs/s\n",
+				r.LagGroup, fmtInt(r.Drain.Rate), 100*(r.Drain.Rate-med)/med, fmtInt(med))
+		}
+	}
+}
