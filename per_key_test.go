@@ -66,7 +66,7 @@ func (g *keyGuard) leave(key string) {
 	g.mu.Unlock()
 }
 
-// Issue 6 point 1: 8 consumers across two clients process 200 keys x 20
+// Mutual exclusion: 8 consumers across two clients process 200 keys x 20
 // messages; no key is ever held by two handlers at once, every message is
 // handled exactly once, and different keys do run in parallel.
 func TestPerKeyMutualExclusion(t *testing.T) {
@@ -230,7 +230,7 @@ func (l *orderLog) ack(ctx context.Context, m *queen.Message) error {
 	return nil
 }
 
-// Issue 6 point 2, randomized: producers push while workers join, leave and
+// Order under churn, randomized: producers push while workers join, leave and
 // die mid-batch (their leases expire). Per key the history must show one
 // worker at a time, batches starting exactly at the first unacked message,
 // and offsets (push order) in sequence.
@@ -395,7 +395,7 @@ func TestPerKeyOrderWithChurnAndDeaths(t *testing.T) {
 		workers.Load(), deaths.Load(), log.redeliveries.Load(), g.maxAct.Load())
 }
 
-// Issue 6 point 2 with Consume: consumers on two clients join and leave
+// Order under churn with Consume: consumers on two clients join and leave
 // (their contexts end at random times) while producers push. Leaving
 // consumers ack what they handled and release the rest, so each key's
 // handler sequence must be exactly 0, 1, 2, ... with no overlap.
@@ -487,7 +487,7 @@ func TestPerKeyOrderConsumeJoinLeave(t *testing.T) {
 	t.Logf("consumers joined %d, max parallel handlers %d", joined.Load(), g.maxAct.Load())
 }
 
-// Issue 6 point 3, pause (the default): a failed message blocks the later
+// Failure policy pause (the default): a failed message blocks the later
 // messages of its key until it is dead-lettered; other keys go on.
 func TestFailurePolicyPause(t *testing.T) {
 	c := open(t)
@@ -523,7 +523,7 @@ func TestFailurePolicyPause(t *testing.T) {
 	}
 }
 
-// Issue 6 point 3, skip: a failed message is re-enqueued at its key's tail
+// Failure policy skip: a failed message is re-enqueued at its key's tail
 // (same id, transaction id and payload; its failures carried along), later
 // messages go on, and at RetryLimit it is dead-lettered.
 func TestFailurePolicySkip(t *testing.T) {
@@ -660,7 +660,7 @@ func backlogCount(t *testing.T, schema, group string) int {
 	return n
 }
 
-// Issue 6 point 4: the ready set. Partitions are created on first push (in
+// the ready set. Partitions are created on first push (in
 // the shared set); pops clear drained ones, moving them to the backlog of
 // each subscribed group that has not drained them; a group's first contact
 // brings back what it has not read.
