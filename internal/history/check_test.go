@@ -344,3 +344,22 @@ func TestCheckCompletedQueueFromGroupJoiningLate(t *testing.T) {
 		t.Fatal(vs)
 	}
 }
+
+// A pop may deliver past messages destroyed on purpose (they are
+// dead-lettered), but not past others.
+func TestCheckPopSkipsOnlyDestroyed(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}, {"p", "t3"}}, OK,
+		Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
+	h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 2, "id3", "t3", "", 1, 0})
+	s := st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 2, "id3", "t3", 0, false})
+	s.Destroyed = []Stored{{"q", "p", 1, "id2", "t2", 0, false}}
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Fatal(vs)
+	}
+	s.Destroyed = nil
+	s.Log = append(s.Log, Stored{"q", "p", 1, "id2", "t2", 0, false})
+	if got := kinds(Check(h.r.Events(), s, 0)); got["int-poll-skip"] != 1 {
+		t.Fatalf("%v", got)
+	}
+}
