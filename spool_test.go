@@ -139,7 +139,9 @@ func TestStatementTimeoutCancelsAndSpools(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var state, query, wait string
-		err := tx.QueryRow(ctx, "SELECT coalesce(state, ''), left(query, 60), coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1", timedOut).Scan(&state, &query, &wait)
+		// Not in tx: a transaction reads pg_stat_activity from one snapshot
+		// taken at its first look, so it would never see the backend go.
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT coalesce(state, ''), left(query, 60), coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1", timedOut).Scan(&state, &query, &wait)
 		if errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
