@@ -430,7 +430,12 @@ BEGIN
             INTO v_missing, v_cand, v_caught
             FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
                          cc.partition_id IS NULL AS missing,
-                         (p.last_offset < p.log_start OR cc.committed >= p.last_offset) AS caught,
+                         -- Written to in the last second or so: it is likely
+                         -- to be written again soon, so it stays in the ready
+                         -- set (clearing it costs a partition write, and its
+                         -- next push a non-HOT update to set it again).
+                         ((p.last_offset < p.log_start OR cc.committed >= p.last_offset)
+                          AND p.last_write_at < v_now - interval '2 seconds') AS caught,
                          (cc.partition_id IS NOT NULL
                           AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
                           AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
