@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,7 @@ import (
 // and runs on its own, not with the other scenarios.
 var lc struct {
 	on      bool
+	pgStat  *pgxpool.Pool // set with -pgstat: print each phase's top statements
 	keys    int
 	events  int
 	runs    int
@@ -81,7 +83,12 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 	url, postmaster := cfg.url, 0
 	if url == "" {
 		fmt.Println("starting PostgreSQL (fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: lcSettings})
+		settings := maps.Clone(lcSettings)
+		if cfg.pgStat {
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+			settings["pg_stat_statements.track"] = "all"
+		}
+		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: settings})
 		if err != nil {
 			return err
 		}
@@ -96,6 +103,12 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 	var version string
 	if err := base.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return fmt.Errorf("connect: %w", err)
+	}
+	if cfg.pgStat {
+		if _, err := base.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			return err
+		}
+		lc.pgStat = base
 	}
 	total := int64(lc.keys) * int64(lc.events)
 	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
@@ -281,6 +294,10 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 
 // lcMeasure runs fn and returns its rate over msgs and CPU per million.
 func lcMeasure(postmaster int, msgs int64, fn func() error) (lcPhase, error) {
+	if lc.pgStat != nil {
+		_, _ = lc.pgStat.Exec(context.Background(), "SELECT pg_stat_statements_reset()")
+		defer printTopStatements(context.Background(), lc.pgStat)
+	}
 	cpu0, pg := cpuSeconds(), startServerCPU(postmaster)
 	start := time.Now()
 	err := fn()
