@@ -31,13 +31,14 @@ import (
 // starts its own PostgreSQL with production-like settings (or uses -url)
 // and runs on its own, not with the other scenarios.
 var lc struct {
-	on      bool
-	pgStat  *pgxpool.Pool // set with -pgstat: print each phase's top statements
-	keys    int
-	events  int
-	runs    int
-	lag     int
-	maxTime time.Duration
+	on         bool
+	pgStat     *pgxpool.Pool // set with -pgstat: print each phase's top statements
+	keys       int
+	events     int
+	runs       int
+	lag        int
+	maxTime    time.Duration
+	partitions int
 }
 
 func init() {
@@ -46,6 +47,7 @@ func init() {
 	flag.IntVar(&lc.events, "lifecycle-events", 10, "lifecycle: events per key")
 	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
 	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
+	flag.IntVar(&lc.partitions, "lifecycle-partitions", 8, "lifecycle: the drain's PopOptions.Partitions (batches claimed ahead per worker)")
 	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
 }
 
@@ -273,7 +275,7 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 	cctx, cancel := context.WithTimeout(ctx, lc.maxTime)
 	defer cancel()
 	var handled atomic.Int64
-	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000}, Concurrency: lcWorkers},
+	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000, Partitions: lc.partitions}, Concurrency: lcWorkers},
 		func(_ context.Context, m *queen.Message) error {
 			if fn != nil {
 				fn(m)
