@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -24,6 +25,8 @@ type pusher struct {
 	known  knownParts
 	// cleanups are the timed-out bundles' cancel requests in flight.
 	cleanups sync.WaitGroup
+	// rerouted counts items routed to a lane again (a stale lane count).
+	rerouted atomic.Int64
 
 	// bundle summary, logged about every 10s
 	sumMu       sync.Mutex

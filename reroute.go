@@ -55,6 +55,7 @@ func (it *pushItem) takeSentBack() bool {
 // moves is opened and sealed again for its new lane. Items that cannot be
 // sealed again are failed. The partition an item was in is its result's.
 func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lanes int32) map[string][]*pushItem {
+	e.push.rerouted.Add(int64(len(items)))
 	groups := make(map[string][]*pushItem)
 	for _, it := range items {
 		old := it.res.Partition
