@@ -40,7 +40,7 @@ const (
 // Item is one message to push.
 type Item struct {
 	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
-	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
+	Partition     string // "" means "Default", or the key's lane for an item with a Key; a partition is an ordered lane and the per-key unit
 	TransactionID string // "" means the minted message id as a string; the idempotency key; UTF-8 without NUL
 	// Key is the message's ordering key inside its partition ("" for
 	// none): at most MaxKeyLen bytes of UTF-8 without NUL, else the whole
