@@ -39,6 +39,7 @@ var lc struct {
 	lag        int
 	maxTime    time.Duration
 	partitions int
+	lanes      bool
 }
 
 func init() {
@@ -47,6 +48,7 @@ func init() {
 	flag.IntVar(&lc.events, "lifecycle-events", 10, "lifecycle: events per key")
 	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
 	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
+	flag.BoolVar(&lc.lanes, "lifecycle-lanes", false, "lifecycle: keyed lanes (Item.Key, the queue's 64 lanes) instead of a partition per key; the drain also checks that no two handlers of a key overlap")
 	flag.IntVar(&lc.partitions, "lifecycle-partitions", 8, "lifecycle: the drain's PopOptions.Partitions (batches claimed ahead per worker)")
 	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
 }
@@ -205,7 +207,11 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 				}
 				for j := range lc.events {
 					for k := l; k < lc.keys; k += lcLoaders {
-						items = append(items, queen.Item{Partition: keys[k], Data: lcPayload(k, j)})
+						it := queen.Item{Partition: keys[k], Data: lcPayload(k, j)}
+						if lc.lanes {
+							it = queen.Item{Key: keys[k], Data: lcPayload(k, j)}
+						}
+						items = append(items, it)
 						if len(items) == lcCall && !flush() {
 							return
 						}
@@ -233,6 +239,8 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 
 	// Drain: 16 workers; event j of a key must follow event j-1.
 	next := make([]atomic.Int32, lc.keys)
+	busy := make([]atomic.Bool, lc.keys)
+	var overlaps atomic.Int64
 	var violations atomic.Int64
 	var handled int64
 	drain, err := lcMeasure(postmaster, total, func() error {
@@ -242,6 +250,15 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 			if !ok || k >= lc.keys {
 				violations.Add(1)
 				return
+			}
+			// Exclusion: no other handler of this key may be running.
+			if !busy[k].CompareAndSwap(false, true) {
+				overlaps.Add(1)
+			} else {
+				defer busy[k].Store(false)
+			}
+			if lc.lanes && m.Key != keys[k] {
+				violations.Add(1)
 			}
 			switch want := next[k].Load(); {
 			case int32(j) == want:
@@ -258,12 +275,15 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 	if v := violations.Load(); v > 0 {
 		return out, fmt.Errorf("run %d drain: %d messages out of per-key order", run, v)
 	}
+	if v := overlaps.Load(); v > 0 {
+		return out, fmt.Errorf("run %d drain: %d times two handlers of one key ran at once", run, v)
+	}
 	out.Drain = drain
 	note := ""
 	if lag > 0 {
 		note = fmt.Sprintf(", a second group %d messages behind", lag)
 	}
-	fmt.Printf("run %d: load %s msgs/s (CPU per million: Go %.1f s, PostgreSQL %.1f s); drain %s msgs/s (Go %.1f s, PostgreSQL %.1f s)%s; %d handled, per-key order held\n",
+	fmt.Printf("run %d: load %s msgs/s (CPU per million: Go %.1f s, PostgreSQL %.1f s); drain %s msgs/s (Go %.1f s, PostgreSQL %.1f s)%s; %d handled, per-key order and exclusion held\n",
 		run, fmtInt(load.Rate), load.GoCPUPerM, load.PGCPUPerM, fmtInt(drain.Rate), drain.GoCPUPerM, drain.PGCPUPerM, note, handled)
 	return out, nil
 }
