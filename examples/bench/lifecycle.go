@@ -59,13 +59,9 @@ const (
 	lcCall    = 1000
 )
 
-// lcSettings are production-like server settings for the workload.
+// lcSettings are added to the production-like profile for the workload.
 var lcSettings = map[string]string{
-	"shared_buffers":     "512MB",
-	"wal_buffers":        "16MB",
-	"max_wal_size":       "4GB",
-	"checkpoint_timeout": "15min",
-	"max_connections":    "200",
+	"max_connections": "200",
 }
 
 type lcPhase struct {
@@ -86,13 +82,14 @@ type lcRun struct {
 func runLifecycle(ctx context.Context, cfg *config) error {
 	url, postmaster := cfg.url, 0
 	if url == "" {
-		fmt.Println("starting PostgreSQL (fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
-		settings := maps.Clone(lcSettings)
+		fmt.Println("starting PostgreSQL (production-like profile: fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
+		opts := pgcluster.Production()
+		maps.Copy(opts.Settings, lcSettings)
 		if cfg.pgStat {
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-			settings["pg_stat_statements.track"] = "all"
+			opts.Settings["shared_preload_libraries"] = "pg_stat_statements"
+			opts.Settings["pg_stat_statements.track"] = "all"
 		}
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: settings})
+		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -56,9 +56,9 @@ func run() error {
 	ctx := context.Background()
 	url := os.Getenv("QUEEN_DATABASE_URL")
 	if url == "" {
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: *fsync, Settings: map[string]string{
-			"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "30min",
-		}})
+		opts := pgcluster.Production()
+		opts.Fsync = *fsync
+		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
