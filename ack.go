@@ -100,6 +100,7 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		dlFlags  = make([]int32, n)
 		dlPay    = make([][]byte, n)
 		dlAt     = make([]time.Time, n)
+		dlKeys   = make([]string, n)
 	)
 	for i, op := range ops {
 		pids[i], groups[i], leases[i] = op.m.pid, op.m.Group, op.m.lease
@@ -107,10 +108,11 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		if a := op.actMsg; a != nil {
 			actOffs[i] = a.Offset
 			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
+			dlKeys[i] = a.Key
 		}
 	}
 	rows, err := q.Query(ctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
-		dlIDs, dlTxns, dlFlags, dlPay, dlAt)
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys)
 	return settleStatuses(rows, err, n, "settle")
 }
 

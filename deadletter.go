@@ -41,6 +41,7 @@ type DeadLetter struct {
 	Offset        int64
 	MessageID     uuid.UUID
 	TransactionID string
+	Key           string // the message's ordering key; "" for none
 	Data          []byte // the plaintext, also for encrypted queues
 	CreatedAt     time.Time
 	Attempts      int    // explicit failures charged when it was dead-lettered
@@ -83,14 +84,14 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 		var flags int32
 		var reason *string
 		if err := rows.Scan(&d.ID, &d.Partition, &d.Group, &d.Offset, &d.MessageID, &d.TransactionID, &flags,
-			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt); err != nil {
+			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt, &d.Key); err != nil {
 			return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 		}
 		if reason != nil {
 			d.Reason = *reason
 		}
 		if byte(flags)&frame.FlagEncrypted != 0 {
-			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.MessageID, d.Data); err != nil {
+			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.Key, d.MessageID, d.Data); err != nil {
 				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}

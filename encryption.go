@@ -20,12 +20,19 @@ import (
 //	bytes     ciphertext and 16-byte tag
 //
 // The GCM additional data is the version, the key id, the tenant, the
-// message id, the queue and the partition, so a ciphertext copied over
-// another message's, or into another partition, queue or tenant, fails to
-// decrypt instead of being delivered as that message. What moves a payload
-// legitimately keeps all four: the skip policy's re-enqueue (same id,
+// message id, the queue, the partition and the message's ordering key, so a
+// ciphertext copied over another message's, or into another partition,
+// queue or tenant, or whose key was altered, fails to decrypt instead of
+// being delivered as that message. The key, like the partition, is routing
+// metadata: stored in the clear, but authenticated. What moves a payload
+// legitimately keeps them all: the skip policy's re-enqueue (same id, key,
 // partition and queue), spool replay (the original tenant, queue,
-// partition and id), dead letters (a snapshot read with the same ones).
+// partition, key and id; a lane re-route seals again for the new lane),
+// dead letters (a snapshot read with the same ones).
+//
+// The additional data is hdr || tenant || id || uvarint(len(queue)) ||
+// queue || partition, followed by 0x00 || key when the key is non-empty:
+// partition names never hold a NUL byte, so the two forms cannot collide.
 //
 // The key id names the key that sealed a payload, so keys rotate without
 // rewriting data: new payloads are sealed with Config.EncryptionKey, and
@@ -97,19 +104,24 @@ func (e *engine) loadKeys(sealKey []byte, old [][]byte) error {
 }
 
 // aad is the additional data binding a payload to its place and message.
-func aad(hdr []byte, tenant uuid.UUID, queue, partition string, id uuid.UUID) []byte {
-	b := make([]byte, 0, envelopeHdr+32+binary.MaxVarintLen64+len(queue)+len(partition))
+func aad(hdr []byte, tenant uuid.UUID, queue, partition, key string, id uuid.UUID) []byte {
+	b := make([]byte, 0, envelopeHdr+32+binary.MaxVarintLen64+len(queue)+len(partition)+1+len(key))
 	b = append(b, hdr...)
 	b = append(b, tenant[:]...)
 	b = append(b, id[:]...)
 	b = binary.AppendUvarint(b, uint64(len(queue)))
 	b = append(b, queue...)
-	return append(b, partition...)
+	b = append(b, partition...)
+	if key != "" {
+		b = append(b, 0)
+		b = append(b, key...)
+	}
+	return b
 }
 
-// seal encrypts message id's payload for its tenant, queue and partition
-// with Config.EncryptionKey, which the caller checked is set.
-func (e *engine) seal(tenant uuid.UUID, queue, partition string, id uuid.UUID, plain []byte) []byte {
+// seal encrypts message id's payload for its tenant, queue, partition and
+// key with Config.EncryptionKey, which the caller checked is set.
+func (e *engine) seal(tenant uuid.UUID, queue, partition, key string, id uuid.UUID, plain []byte) []byte {
 	ns := e.aead.NonceSize()
 	out := make([]byte, envelopeHdr+ns, envelopeHdr+ns+len(plain)+e.aead.Overhead())
 	out[0] = envelopeV1
@@ -117,12 +129,12 @@ func (e *engine) seal(tenant uuid.UUID, queue, partition string, id uuid.UUID, p
 	if _, err := rand.Read(out[envelopeHdr:]); err != nil {
 		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
 	}
-	return e.aead.Seal(out, out[envelopeHdr:], plain, aad(out[:envelopeHdr], tenant, queue, partition, id))
+	return e.aead.Seal(out, out[envelopeHdr:], plain, aad(out[:envelopeHdr], tenant, queue, partition, key, id))
 }
 
-// open decrypts what seal produced for the same tenant, queue, partition
-// and message id, with whichever configured key sealed it.
-func (e *engine) open(tenant uuid.UUID, queue, partition string, id uuid.UUID, sealed []byte) ([]byte, error) {
+// open decrypts what seal produced for the same tenant, queue, partition,
+// key and message id, with whichever configured key sealed it.
+func (e *engine) open(tenant uuid.UUID, queue, partition, key string, id uuid.UUID, sealed []byte) ([]byte, error) {
 	if len(sealed) < envelopeHdr || sealed[0] != envelopeV1 {
 		return nil, fmt.Errorf("%w: unknown envelope", ErrEncryption)
 	}
@@ -137,7 +149,7 @@ func (e *engine) open(tenant uuid.UUID, queue, partition string, id uuid.UUID, s
 		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
 	}
 	nonce := sealed[envelopeHdr : envelopeHdr+ns]
-	plain, err := a.Open(nil, nonce, sealed[envelopeHdr+ns:], aad(sealed[:envelopeHdr], tenant, queue, partition, id))
+	plain, err := a.Open(nil, nonce, sealed[envelopeHdr+ns:], aad(sealed[:envelopeHdr], tenant, queue, partition, key, id))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w (tampered, or not this message's ciphertext)", ErrEncryption, err)
 	}

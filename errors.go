@@ -27,10 +27,15 @@ var (
 	// has no valid 32-byte Config.EncryptionKey, or a payload fails to
 	// decrypt: its key is neither Config.EncryptionKey nor among
 	// Config.DecryptionKeys, or the ciphertext was altered or does not
-	// belong to this message (it is bound to its tenant, queue, partition
-	// and message id).
+	// belong to this message (it is bound to its tenant, queue, partition,
+	// ordering key and message id).
 	// Queen never writes plaintext to an encrypted queue.
 	ErrEncryption = errors.New("queen: encryption")
+	// ErrLanesFixed is returned by Configure for a QueueOptions.Lanes other
+	// than the queue's once the queue has stored a message with a Key:
+	// another lane count would move keys to other lanes and break their
+	// order. Nothing is changed.
+	ErrLanesFixed = errors.New("queen: lane count is fixed once the queue has keyed messages")
 	// ErrPanic is wrapped by the error Consume fails a message with when its
 	// handler panicked; the message's retry budget is charged as for any
 	// handler error.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -24,6 +25,8 @@ type pusher struct {
 	known  knownParts
 	// cleanups are the timed-out bundles' cancel requests in flight.
 	cleanups sync.WaitGroup
+	// rerouted counts items routed to a lane again (a stale lane count).
+	rerouted atomic.Int64
 
 	// bundle summary, logged about every 10s
 	sumMu       sync.Mutex
@@ -101,7 +104,7 @@ type segPlan struct {
 var maxBundleBytes = 64 << 20
 
 // frameBytes over-estimates the item's frame and hash in a bundle.
-func (it *pushItem) frameBytes() int { return len(it.payload) + len(it.txn) + 64 }
+func (it *pushItem) frameBytes() int { return len(it.payload) + len(it.txn) + len(it.key) + 64 }
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
@@ -232,10 +235,27 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			}
 			for _, it := range sp.batch.Items {
 				if it.flags&frame.FlagEncrypted == 0 {
-					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.id, it.payload), it.flags|frame.FlagEncrypted
+					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.key, it.id, it.payload), it.flags|frame.FlagEncrypted
 				}
 			}
 			sp.batch.Retry = sp.batch.Items
+		case alloc.LanesChanged:
+			// Keys were routed to lanes with a stale lane count: their
+			// pushes route them again with the queue's (see sentBack). The
+			// items that chose this partition themselves go again here.
+			// Every item, a layer-2 follower included, is handled on its
+			// own: each is some caller's.
+			e.forgetMeta(sp.batch.Key.Tenant, sp.batch.Key.Queue)
+			var retry []*pushItem
+			for _, it := range sp.batch.Items {
+				if it.lanes == 0 {
+					retry = append(retry, it)
+					continue
+				}
+				it.resolved = true
+				it.res.Status, it.res.Offset, it.res.Err = Failed, -1, errLanesChanged
+			}
+			sp.batch.Retry = retry
 		default:
 			for _, it := range sp.batch.Items {
 				resolveFailed(it, fmt.Errorf("%w: status %d", alloc.ErrBadResult, v.Status))
@@ -281,7 +301,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushIt
 			if meta.encryption {
 				continue
 			}
-			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.id, it.payload)
+			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.id, it.payload)
 			if err != nil {
 				failed = err
 				break
@@ -317,6 +337,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int
 	hashStart := len(s.hashes)
 	s.raw = s.raw[:0]
 	var flags int32 = alloc.FlagEncrypted
+	var lanes int32 // see alloc.Segment.Lanes
 	for k, it := range items {
 		if l := s.leaders[k]; l != k {
 			leader := items[l]
@@ -325,10 +346,20 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int
 		}
 		frames = append(frames, it)
 		s.hashes = dedup.AppendHash(s.hashes, it.hash)
-		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Payload: it.payload}
+		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Key: it.key, Payload: it.payload}
 		s.raw = frame.Append(s.raw, &f)
 		if it.flags&frame.FlagEncrypted == 0 {
-			flags = 0
+			flags &^= alloc.FlagEncrypted
+		}
+		if it.key != "" {
+			flags |= alloc.FlagKeyed
+		}
+		if it.lanes != 0 && lanes != it.lanes {
+			if lanes == 0 {
+				lanes = it.lanes
+			} else {
+				lanes = -1 // routed with two counts: one is stale
+			}
 		}
 	}
 	blobStart := len(s.blobs)
@@ -342,6 +373,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int
 		Verified:  -1,
 		Blob:      s.blobs[blobStart:len(s.blobs):len(s.blobs)],
 		Flags:     flags,
+		Lanes:     lanes,
 	})
 	return segPlan{batch: b, frames: frames, n: n}
 }

@@ -81,7 +81,10 @@ type Message struct {
 	TransactionID string
 	Queue         string
 	Partition     string
-	Offset        int64
+	// Key is the ordering key the message was pushed with (Item.Key); ""
+	// for none.
+	Key    string
+	Offset int64
 	// Data is the payload (the plaintext, also for encrypted queues). It is
 	// the caller's own copy: writing to it changes nothing else (not the
 	// dead-letter snapshot, a re-enqueued copy, or another pop's message).

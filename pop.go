@@ -240,10 +240,10 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 				return nil // settled out of order by an earlier holder
 			}
 			m := msg(off)
-			m.ID, m.TransactionID, m.flags = f.ID, f.TransactionID, f.Flags
+			m.ID, m.TransactionID, m.Key, m.flags = f.ID, f.TransactionID, f.Key, f.Flags
 			if f.Flags&frame.FlagEncrypted != 0 {
 				m.stored = append([]byte(nil), f.Payload...)
-				plain, err := e.open(q.c.tenant, q.name, pname, f.ID, f.Payload)
+				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.ID, f.Payload)
 				if err != nil {
 					p.dead = append(p.dead, deadMsg{m, err})
 					return nil
@@ -373,16 +373,18 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 		payloads = make([][]byte, n)
 		created  = make([]time.Time, n)
 		reasons  = make([]string, n)
+		keys     = make([]string, n)
 	)
 	for i, d := range dead {
 		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
+		keys[i] = d.m.Key
 		reasons[i] = "queen: undecodable message: " + d.err.Error()
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
 	var ok bool
 	err := e.pool.QueryRow(dctx, e.csql.PopDeadLetter, p.pid, o.Group, leaseID, cut,
-		offs, ids, txns, flags, payloads, created, reasons).Scan(&ok)
+		offs, ids, txns, flags, payloads, created, reasons, keys).Scan(&ok)
 	if err == nil && !ok {
 		err = ErrLeaseLost
 		if o.AutoAck {

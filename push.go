@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/zeebo/xxh3"
 
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
@@ -24,6 +26,8 @@ const (
 	MaxNameLen = 255
 	// MaxTransactionIDLen is the longest transaction id, in bytes.
 	MaxTransactionIDLen = 1024
+	// MaxKeyLen is the longest ordering key (Item.Key), in bytes.
+	MaxKeyLen = 255
 	// MaxPayloadSize is the largest payload, in bytes (before encryption).
 	MaxPayloadSize = 16 << 20
 	// DefaultPartition is the partition of an Item with an empty Partition.
@@ -38,6 +42,17 @@ type Item struct {
 	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
 	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
 	TransactionID string // "" means the minted message id as a string; the idempotency key; UTF-8 without NUL
+	// Key is the message's ordering key inside its partition ("" for
+	// none): at most MaxKeyLen bytes of UTF-8 without NUL, else the whole
+	// call fails with ErrInvalidName and writes nothing. An item with a
+	// Key and no Partition goes to the keyed lane of its key (see
+	// QueueOptions.Lanes), so one key's messages share a partition and keep
+	// their order; with a Partition it stays there. It is returned as
+	// Message.Key. On an encrypted queue the key, like the partition name,
+	// is routing metadata: stored in the clear, not encrypted, but
+	// authenticated with the payload, so a key altered in storage makes the
+	// message undecodable.
+	Key string
 }
 
 // PushStatus is the outcome of one pushed item.
@@ -69,8 +84,12 @@ type pushItem struct {
 	txn     string
 	hash    dedup.Hash
 	payload []byte
-	flags   byte
-	res     *PushResult
+	key     string
+	// lanes is the lane count the item was routed to its lane with; 0 when
+	// it was not routed (no key, or its own Partition).
+	lanes int32
+	flags byte
+	res   *PushResult
 	// followers are layer-2 duplicates (same hash in the same flush) that
 	// take this item's verdict.
 	followers []*pushItem
@@ -85,7 +104,9 @@ type pushItem struct {
 const pushItemOverhead = 256
 
 // Bytes is what the item holds, for FusionConfig.MaxBufferedBytes.
-func (it *pushItem) Bytes() int { return len(it.payload) + len(it.txn) + pushItemOverhead }
+func (it *pushItem) Bytes() int {
+	return len(it.payload) + len(it.txn) + len(it.key) + pushItemOverhead
+}
 
 // submitAndWait hands n groups to a fusion engine and returns once every
 // one of them has been flushed, or when ctx ends. Each group's items carry
@@ -127,6 +148,32 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// validKey reports whether s can be an ordering key: like a transaction
+// id, it is sent back as PostgreSQL text when a message is settled.
+func validKey(s string) bool {
+	return len(s) <= MaxKeyLen && validTransactionID(s)
+}
+
+// laneNames are the names of the first lanes, so routing a key to a lane
+// costs no allocation for the usual lane counts.
+var laneNames = func() []string {
+	n := make([]string, 4*DefaultLanes)
+	for i := range n {
+		n[i] = "lane-" + strconv.Itoa(i)
+	}
+	return n
+}()
+
+// laneOf is the partition of a key routed to one of lanes keyed lanes: see
+// QueueOptions.Lanes. lanes is positive.
+func laneOf(key string, lanes int32) string {
+	i := xxh3.HashString(key) % uint64(lanes)
+	if i < uint64(len(laneNames)) {
+		return laneNames[i]
+	}
+	return "lane-" + strconv.FormatUint(i, 10)
 }
 
 // validTransactionID reports whether PostgreSQL text can hold s: settling
@@ -198,6 +245,9 @@ func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
 	if err := submitAndWait(ctx, e.push.fusion, len(b.groups), groups); err != nil {
 		return nil, err
 	}
+	if err := q.rerouteLoop(ctx, b); err != nil {
+		return nil, err
+	}
 	return b.finish(), nil
 }
 
@@ -211,6 +261,11 @@ type pushBatch struct {
 	// unknown is why the queue's settings are unknown (the database did not
 	// answer); set only for a push that may go to the spool.
 	unknown error
+	// slab holds the call's items (a layer-1 follower's is unused).
+	slab []pushItem
+	// routed: some item was routed to a keyed lane, so the database may send
+	// it back to be routed again (errLanesChanged).
+	routed bool
 }
 
 // prepare validates everything first, so bad input writes nothing, then does
@@ -242,6 +297,9 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		}
 		if !validTransactionID(it.TransactionID) {
 			return nil, fmt.Errorf("%w: item %d: transaction id %q is not UTF-8 text without NUL", ErrInvalidName, i, it.TransactionID)
+		}
+		if it.Key != "" && !validKey(it.Key) {
+			return nil, fmt.Errorf("%w: item %d: key %q is not at most %d bytes of UTF-8 text without NUL", ErrInvalidName, i, it.Key, MaxKeyLen)
 		}
 		if len(it.Data) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
@@ -280,7 +338,14 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		return nil, err
 	}
 
+	lanes := meta.lanes
+	if lanes <= 0 {
+		// Unknown settings (spooled): route with the default; the replay's
+		// bundle is checked against the queue's count and re-routed.
+		lanes = DefaultLanes
+	}
 	slab := make([]pushItem, len(items))
+	b.slab = slab
 	l1 := layer1Pool.Get().(*dedup.Layer1)
 	l1.Reset()
 	defer func() { l1.Reset(); layer1Pool.Put(l1) }()
@@ -288,8 +353,14 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		it := &items[i]
 		r := &b.results[i]
 		part := it.Partition
+		var routed int32
 		if part == "" {
-			part = DefaultPartition
+			if it.Key != "" {
+				part, routed = laneOf(it.Key, lanes), lanes
+				b.routed = true
+			} else {
+				part = DefaultPartition
+			}
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -315,8 +386,9 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		}
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
+		pi.key, pi.lanes = it.Key, routed
 		if meta.encryption {
-			pi.payload = e.seal(q.c.tenant, q.name, part, id, it.Data)
+			pi.payload = e.seal(q.c.tenant, q.name, part, it.Key, id, it.Data)
 			pi.flags = frame.FlagEncrypted
 		}
 		b.groups[part] = append(b.groups[part], pi)
@@ -339,6 +411,7 @@ func (b *pushBatch) finish() []PushResult {
 		default:
 			r.Status, r.MessageID, r.Err = lr.Status, lr.MessageID, lr.Err
 		}
+		r.Partition = lr.Partition // a re-routed leader moved, and its followers with it
 	}
 	return b.results
 }
@@ -370,7 +443,7 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
 			continue
 		}
-		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.id, it.payload)
+		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.id, it.payload)
 		it.flags |= frame.FlagEncrypted | flagSpoolSealed
 	}
 }

@@ -10,7 +10,7 @@ func ExpireQueueMeta(c *Client) {
 	e.meta.mu.Lock()
 	defer e.meta.mu.Unlock()
 	for k, m := range e.meta.m {
-		e.meta.m[k] = &metaEntry{meta: queueMeta{encryption: m.meta.encryption}}
+		e.meta.m[k] = &metaEntry{meta: queueMeta{encryption: m.meta.encryption, lanes: m.meta.lanes}}
 	}
 	e.meta.downUntil = time.Time{}
 }
@@ -49,3 +49,7 @@ func SetMaxBundleBytes(n int) (restore func()) {
 	maxBundleBytes = n
 	return func() { maxBundleBytes = old }
 }
+
+// Rerouted counts the items c's engine routed to a lane again because the
+// lane count they were routed with was stale.
+func Rerouted(c *Client) int64 { return c.e.push.rerouted.Load() }

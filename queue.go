@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,24 @@ type QueueOptions struct {
 	// handler's error) does to the later messages of its partition.
 	// Defaults to FailurePause: strict order per key.
 	FailurePolicy FailurePolicy
+	// Lanes is the number of keyed lanes: an Item with a Key and no
+	// Partition goes to partition "lane-<i>" with
+	//
+	//	i = XXH3_64bits(key) mod Lanes
+	//
+	// the 64-bit XXH3 hash (seed 0, no secret) of the key's UTF-8 bytes, as
+	// an unsigned integer, and <i> in decimal without leading zeros; so
+	// "lane-0" through "lane-<Lanes-1>". A producer in another language
+	// routes the same way with its XXH3 library. Negative is an error.
+	// Once the queue has stored a message with a Key the count is fixed:
+	// Configure with another one fails with ErrLanesFixed (so a Configure
+	// of such a queue must repeat its Lanes, as for every other option).
+	// Defaults to DefaultLanes (64).
+	Lanes int
 }
+
+// DefaultLanes is the default of QueueOptions.Lanes.
+const DefaultLanes = 64
 
 // FailurePolicy decides whether a failed message holds up its partition.
 // Retry, DeadLetter and lease expiry are the same under both policies: a
@@ -116,6 +134,14 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		// so every pop takes the partition and no ack applies.
 		return o, fmt.Errorf("queen: QueueOptions.LeaseTime %s is under the 1ms minimum", o.LeaseTime)
 	}
+	switch {
+	case o.Lanes < 0:
+		return o, fmt.Errorf("queen: QueueOptions.Lanes must not be negative (got %d)", o.Lanes)
+	case o.Lanes == 0:
+		o.Lanes = DefaultLanes
+	case o.Lanes > math.MaxInt32:
+		return o, fmt.Errorf("queen: QueueOptions.Lanes %d is over %d", o.Lanes, math.MaxInt32)
+	}
 	switch o.FailurePolicy {
 	case "":
 		o.FailurePolicy = FailurePause
@@ -146,10 +172,14 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 		return err
 	}
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
-	_, err = e.pool.Exec(ctx, e.sql.QueueUpsert, q.c.tenant, q.name, ms(o.LeaseTime), o.RetryLimit, o.DeadLetter,
+	var one int
+	err = e.pool.QueryRow(ctx, e.sql.QueueUpsert, q.c.tenant, q.name, ms(o.LeaseTime), o.RetryLimit, o.DeadLetter,
 		ms(o.DedupWindow), o.Encryption, ms(o.DelayedProcessing), ms(o.WindowBuffer), ms(o.Retention), ms(o.CompletedRetention),
-		string(o.FailurePolicy))
+		string(o.FailurePolicy), int32(o.Lanes)).Scan(&one)
 	e.forgetMeta(q.c.tenant, q.name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: queue %q has keyed messages; Lanes %d is not its lane count", ErrLanesFixed, q.name, o.Lanes)
+	}
 	if err != nil {
 		return fmt.Errorf("queen: configure %q: %w", q.name, err)
 	}
@@ -179,6 +209,7 @@ func (q *Queue) Delete(ctx context.Context) error {
 // queueMeta is what the push handler needs to know about a queue.
 type queueMeta struct {
 	encryption bool
+	lanes      int32     // the queue's lane count; DefaultLanes for a queue not created yet
 	fetched    time.Time // when it was read from the database
 }
 
@@ -358,15 +389,18 @@ func (e *engine) readMeta(k metaKey) *metaRead {
 	go func() {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		var enc bool
-		err := e.pool.QueryRow(ctx, e.sql.QueueMeta, k.tenant, k.name).Scan(&enc)
+		lanes := int32(DefaultLanes)
+		err := e.pool.QueryRow(ctx, e.sql.QueueMeta, k.tenant, k.name).Scan(&enc, &lanes)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil // not created yet: its first push creates it unencrypted
+			// Not created yet: its first push creates it unencrypted, with
+			// the default lanes.
+			err, enc, lanes = nil, false, DefaultLanes
 		}
 		if err != nil {
 			r.err = fmt.Errorf("queen: read queue %q: %w", k.name, err)
 		} else {
-			r.m = queueMeta{encryption: enc, fetched: time.Now()}
+			r.m = queueMeta{encryption: enc, lanes: lanes, fetched: time.Now()}
 		}
 		c.mu.Lock()
 		if c.reads[k] == r {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -91,6 +92,7 @@ func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
 		recs = append(recs, spool.Record{
 			Tenant: key.Tenant, Queue: key.Queue, Partition: key.Partition,
 			TransactionID: it.txn, MessageID: it.id, Flags: it.flags, Payload: it.payload,
+			Key: it.key, Lanes: uint32(max(it.lanes, 0)),
 		})
 	}
 	if len(recs) == 0 {
@@ -140,7 +142,8 @@ func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue
 	d.encMu.Unlock()
 	if !ok || time.Since(c.at) >= metaTTL {
 		qctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
-		err := e.pool.QueryRow(qctx, e.sql.QueueMeta, tenant, queue).Scan(&c.encrypted)
+		var lanes int32
+		err := e.pool.QueryRow(qctx, e.sql.QueueMeta, tenant, queue).Scan(&c.encrypted, &lanes)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.encrypted, err = false, nil
@@ -282,6 +285,8 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		it := &items[i]
 		it.id, it.txn, it.payload, it.flags, it.res, it.noSpool = r.MessageID, r.TransactionID, r.Payload, r.Flags, &results[i], true
 		it.hash = dedup.Sum(r.TransactionID)
+		it.key, it.lanes = r.Key, int32(min(r.Lanes, math.MaxInt32))
+		results[i].Partition = r.Partition
 		group[i] = it
 	}
 	key := fusion.Key{Tenant: batch[0].Tenant, Queue: batch[0].Queue, Partition: batch[0].Partition}
@@ -293,6 +298,7 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		return 0, err
 	}
 	<-done
+	d.rerouteReplayed(key, items)
 	for i, r := range results {
 		switch r.Status {
 		case Queued, Duplicate:
@@ -304,6 +310,60 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		return i, r.Err
 	}
 	return len(batch), nil
+}
+
+// rerouteReplayed routes again the replayed items the database sent back
+// because the lane count they were routed with is not their queue's (the
+// push that spooled them had stale or unknown settings), and waits for
+// them: records are confirmed only once stored, in order. What cannot be
+// routed stays failed, and the drain retries the records.
+func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
+	e := d.e
+	for n := 0; n < maxReroutes; n++ {
+		var moved []*pushItem
+		for i := range items {
+			if it := &items[i]; it.takeSentBack() {
+				moved = append(moved, it)
+			}
+		}
+		if len(moved) == 0 {
+			return
+		}
+		meta, err := e.queueMeta(d.ctx, key.Tenant, key.Queue)
+		if err != nil {
+			for _, it := range moved {
+				resolveFailed(it, err)
+			}
+			return
+		}
+		groups := e.reroute(key.Tenant, key.Queue, moved, max(meta.lanes, 1))
+		done := make(chan struct{})
+		var pending atomic.Int32
+		pending.Store(int32(len(groups)) + 1)
+		release := func() {
+			if pending.Add(-1) == 0 {
+				close(done)
+			}
+		}
+		for part, g := range groups {
+			k := fusion.Key{Tenant: key.Tenant, Queue: key.Queue, Partition: part}
+			// Once handed over, fusion resolves every item; Submit is not
+			// bound to the drain's context for that reason.
+			if err := e.push.fusion.Submit(context.WithoutCancel(d.ctx), k, g, release); err != nil {
+				for _, it := range g {
+					resolveFailed(it, err)
+				}
+				release()
+			}
+		}
+		release()
+		<-done
+	}
+	for i := range items {
+		if it := &items[i]; it.takeSentBack() {
+			resolveFailed(it, fmt.Errorf("%w: gave up after %d attempts", errLanesChanged, maxReroutes))
+		}
+	}
 }
 
 var errMaintenance = errors.New("queen: maintenance mode is on")

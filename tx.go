@@ -48,20 +48,47 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 			})
 		}
 	}
-	for len(bundle) > 0 {
-		if err := e.push.commit(ctx, tx, bundle, false); err != nil {
-			return err
+	for n := 0; ; n++ {
+		for len(bundle) > 0 {
+			if err := e.push.commit(ctx, tx, bundle, false); err != nil {
+				return err
+			}
+			// Frames left over from a partly duplicate segment, or re-encrypted
+			// ones, go again.
+			next := bundle[:0]
+			for _, b := range bundle {
+				if len(b.Retry) > 0 {
+					b.Items, b.Retry = b.Retry, nil
+					next = append(next, b)
+				}
+			}
+			bundle = next
 		}
-		// Frames left over from a partly duplicate segment, or re-encrypted
-		// ones, go again.
-		next := bundle[:0]
-		for _, b := range bundle {
-			if len(b.Retry) > 0 {
-				b.Items, b.Retry = b.Retry, nil
-				next = append(next, b)
+		// Keys routed to lanes with a stale lane count: to their lanes under
+		// the queue's count, read again.
+		for i, b := range bs {
+			moved := b.sentBack()
+			if len(moved) == 0 {
+				continue
+			}
+			q := qs[i]
+			if n == maxReroutes {
+				return fmt.Errorf("queen: push to %q: %w: gave up after %d attempts", q.name, errLanesChanged, n)
+			}
+			meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+			if err != nil {
+				return fmt.Errorf("queen: push to %q: %w", q.name, err)
+			}
+			for part, g := range e.reroute(q.c.tenant, q.name, moved, max(meta.lanes, 1)) {
+				bundle = append(bundle, &fusion.Batch[*pushItem]{
+					Key:   fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part},
+					Items: g,
+				})
 			}
 		}
-		bundle = next
+		if len(bundle) == 0 {
+			break
+		}
 	}
 	seen := map[queueKey]bool{}
 	for _, q := range qs {

@@ -22,6 +22,9 @@ const (
 	// FlagEncrypted marks a segment whose payloads are all encrypted; an
 	// encrypted queue rejects a segment without it.
 	FlagEncrypted int32 = 1 << 0
+	// FlagKeyed marks a segment holding a message with an ordering key:
+	// storing it fixes its queue's lane count.
+	FlagKeyed int32 = 1 << 1
 )
 
 // Status is a segment's verdict.
@@ -35,6 +38,9 @@ const (
 	// EncryptionRequired: the queue is encrypted and the segment is not;
 	// nothing was written.
 	EncryptionRequired Status = 2
+	// LanesChanged: the segment's keyed messages were routed with a lane
+	// count (Segment.Lanes) that is not the queue's; nothing was written.
+	LanesChanged Status = 3
 )
 
 // Segment is one partition's contribution to a bundle.
@@ -47,6 +53,9 @@ type Segment struct {
 	Verified  int64  // offsets at or below this are known not to hold duplicates; -1 for none
 	Blob      []byte
 	Flags     int32
+	// Lanes is the lane count the segment's keyed messages were routed to
+	// lanes with; 0 when none was. -1 when they disagree (always rejected).
+	Lanes int32
 }
 
 // Verdict is the database's answer for one Segment.
@@ -86,6 +95,7 @@ type Bundle struct {
 	blobs      [][]byte
 	tenants    [][16]byte
 	flags      []int32
+	lanes      []int32
 }
 
 // Reset empties b, keeping its capacity. It drops references to blobs.
@@ -94,7 +104,7 @@ func (b *Bundle) Reset() {
 	clear(b.blobs)
 	b.queues, b.partitions, b.counts = b.queues[:0], b.partitions[:0], b.counts[:0]
 	b.hashes, b.verified, b.blobs = b.hashes[:0], b.verified[:0], b.blobs[:0]
-	b.tenants, b.flags = b.tenants[:0], b.flags[:0]
+	b.tenants, b.flags, b.lanes = b.tenants[:0], b.flags[:0], b.lanes[:0]
 	b.Known = false
 }
 
@@ -108,6 +118,7 @@ func (b *Bundle) Add(s *Segment) {
 	b.blobs = append(b.blobs, s.Blob)
 	b.tenants = append(b.tenants, [16]byte(s.Tenant))
 	b.flags = append(b.flags, s.Flags)
+	b.lanes = append(b.lanes, s.Lanes)
 }
 
 // Len is the number of segments.
@@ -122,7 +133,7 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 	if n == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known)
+	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known, b.lanes)
 	if err != nil {
 		return out, err
 	}

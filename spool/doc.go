@@ -41,7 +41,8 @@
 //	             u32 LE  CRC-32C (Castagnoli) of the body
 //	             u32 LE  CRC-32C of the 8 bytes above
 //	             [n]byte body
-//	body         u8      record flags: bit0 = trace id present, others zero
+//	body         u8      record flags: bit0 = trace id present, bit1 = key
+//	                     present, bit2 = lane count present, others zero
 //	             u8      Record.Flags (the caller's, opaque)
 //	             [16]    Record.Tenant
 //	             [16]    Record.MessageID
@@ -49,6 +50,8 @@
 //	             uvarint length + bytes  Record.Queue
 //	             uvarint length + bytes  Record.Partition
 //	             uvarint length + bytes  Record.TransactionID
+//	             uvarint length + bytes  Record.Key, only if bit1 is set (and then non-empty)
+//	             uvarint Record.Lanes, only if bit2 is set (and then non-zero)
 //	             bytes   Record.Payload: the rest of the body
 //
 // The header has its own CRC so that a damaged length cannot be mistaken

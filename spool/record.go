@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 
 	"github.com/gofrs/uuid/v5"
 )
@@ -22,6 +23,11 @@ type Record struct {
 	MessageID uuid.UUID
 	// TraceID is optional; the zero value means none and costs no space.
 	TraceID [16]byte
+	// Key is the message's ordering key; "" means none and costs no space.
+	Key string
+	// Lanes is the caller's lane count the item was routed with; 0 means
+	// none and costs no space. The spool does not interpret it.
+	Lanes uint32
 	// Flags are the caller's frame flags (for example "payload encrypted");
 	// the spool stores them without interpreting them.
 	Flags byte
@@ -39,7 +45,9 @@ const (
 	idSize           = 16
 
 	rflagTrace  byte = 1 << 0
-	knownRFlags      = rflagTrace
+	rflagKey    byte = 1 << 1
+	rflagLanes  byte = 1 << 2
+	knownRFlags      = rflagTrace | rflagKey | rflagLanes
 
 	// rflags, flags, tenant, message id and three empty strings.
 	minBody = 2 + 2*idSize + 3
@@ -81,6 +89,12 @@ func bodySize(r *Record) int {
 	if r.TraceID != [16]byte{} {
 		n += idSize
 	}
+	if r.Key != "" {
+		n += uvarintLen(uint64(len(r.Key))) + len(r.Key)
+	}
+	if r.Lanes != 0 {
+		n += uvarintLen(uint64(r.Lanes))
+	}
 	return n
 }
 
@@ -94,6 +108,12 @@ func appendRecord(dst []byte, r *Record) []byte {
 	if r.TraceID != [16]byte{} {
 		rflags |= rflagTrace
 	}
+	if r.Key != "" {
+		rflags |= rflagKey
+	}
+	if r.Lanes != 0 {
+		rflags |= rflagLanes
+	}
 	dst = append(dst, rflags, r.Flags)
 	dst = append(dst, r.Tenant[:]...)
 	dst = append(dst, r.MessageID[:]...)
@@ -103,6 +123,13 @@ func appendRecord(dst []byte, r *Record) []byte {
 	for _, s := range [...]string{r.Queue, r.Partition, r.TransactionID} {
 		dst = binary.AppendUvarint(dst, uint64(len(s)))
 		dst = append(dst, s...)
+	}
+	if rflags&rflagKey != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Key)))
+		dst = append(dst, r.Key...)
+	}
+	if rflags&rflagLanes != 0 {
+		dst = binary.AppendUvarint(dst, uint64(r.Lanes))
 	}
 	dst = append(dst, r.Payload...)
 	hdr := dst[start : start+recordHeaderSize]
@@ -134,7 +161,7 @@ func verify(hdr, body []byte) error {
 
 // parseBody decodes a checksummed body into r, or only validates it when r
 // is nil. The encoding is canonical (minimal varints, no unknown flag bits,
-// a trace id only when non-zero), so re-encoding a decoded record
+// a trace id, key or lane count only when non-zero), so re-encoding a decoded record
 // reproduces its bytes. r.Payload aliases body.
 func parseBody(body []byte, r *Record) error {
 	if len(body) < minBody {
@@ -166,11 +193,32 @@ func parseBody(body []byte, r *Record) error {
 		strs[i] = body[p : p+int(n)]
 		p += int(n)
 	}
+	var key []byte
+	if rflags&rflagKey != 0 {
+		n, w := binary.Uvarint(body[p:])
+		if w <= 0 || w != uvarintLen(n) || n == 0 || n > uint64(len(body)-p-w) {
+			return fmt.Errorf("%w: bad key length at body offset %d", ErrCorrupt, p)
+		}
+		p += w
+		key = body[p : p+int(n)]
+		p += int(n)
+	}
+	var lanes uint64
+	if rflags&rflagLanes != 0 {
+		var w int
+		lanes, w = binary.Uvarint(body[p:])
+		if w <= 0 || w != uvarintLen(lanes) || lanes == 0 || lanes > math.MaxUint32 {
+			return fmt.Errorf("%w: bad lane count at body offset %d", ErrCorrupt, p)
+		}
+		p += w
+	}
 	if r != nil {
 		*r = Record{
 			Queue:         string(strs[0]),
 			Partition:     string(strs[1]),
 			TransactionID: string(strs[2]),
+			Key:           string(key),
+			Lanes:         uint32(lanes),
 			TraceID:       trace,
 			Flags:         body[1],
 			Payload:       body[p:len(body):len(body)],

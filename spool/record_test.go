@@ -24,13 +24,16 @@ func sampleRecords() []Record {
 			Payload:       bytes.Repeat([]byte("x"), 300),
 		},
 		{Queue: string(make([]byte, 200)), Partition: "p", TransactionID: string(bytes.Repeat([]byte("t"), 1024))},
+		{Queue: "q", Partition: "lane-7", TransactionID: "t", Key: "customer-42", Lanes: 64, Payload: []byte("k")},
+		{Queue: "q", Partition: "p", TransactionID: "t", Key: string(bytes.Repeat([]byte("k"), 255)), TraceID: [16]byte{9}},
+		{Queue: "q", Partition: "lane-1", Lanes: 1 << 31},
 	}
 }
 
 // sameRecord compares records treating a nil and an empty payload alike.
 func sameRecord(a, b Record) bool {
 	return a.Tenant == b.Tenant && a.Queue == b.Queue && a.Partition == b.Partition &&
-		a.TransactionID == b.TransactionID && a.MessageID == b.MessageID &&
+		a.TransactionID == b.TransactionID && a.MessageID == b.MessageID && a.Key == b.Key && a.Lanes == b.Lanes &&
 		a.TraceID == b.TraceID && a.Flags == b.Flags && bytes.Equal(a.Payload, b.Payload)
 }
 
@@ -115,14 +118,15 @@ func FuzzDecodeRecord(f *testing.F) {
 }
 
 func FuzzRecordRoundTrip(f *testing.F) {
-	f.Add([]byte("tenant..........."), "q", "p", "txn", []byte("mid............."), []byte{}, byte(0), []byte("payload"))
-	f.Add([]byte{}, "", "", "", []byte{}, []byte("trace"), byte(255), []byte{})
-	f.Fuzz(func(t *testing.T, tenant []byte, q, p, txn string, mid, trace []byte, flags byte, payload []byte) {
+	f.Add([]byte("tenant..........."), "q", "p", "txn", "", uint32(0), []byte("mid............."), []byte{}, byte(0), []byte("payload"))
+	f.Add([]byte{}, "", "", "", "key", uint32(64), []byte{}, []byte("trace"), byte(255), []byte{})
+	f.Fuzz(func(t *testing.T, tenant []byte, q, p, txn, key string, lanes uint32, mid, trace []byte, flags byte, payload []byte) {
 		var r Record
 		copy(r.Tenant[:], tenant)
 		copy(r.MessageID[:], mid)
 		copy(r.TraceID[:], trace)
 		r.Queue, r.Partition, r.TransactionID, r.Flags, r.Payload = q, p, txn, flags, payload
+		r.Key, r.Lanes = key, lanes
 		enc := appendRecord(nil, &r)
 		got, n, err := decodeRecord(enc)
 		if err != nil || n != len(enc) || !sameRecord(got, r) {

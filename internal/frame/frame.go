@@ -5,16 +5,18 @@
 // Wire format of one frame:
 //
 //	u32 little-endian   length of the rest of the frame (bytes after this prefix)
-//	u8                  flags: bit0 FlagEncrypted, bit1 FlagTrace, other bits zero
+//	u8                  flags: bit0 FlagEncrypted, bit1 FlagTrace, bit2 FlagKey, other bits zero
 //	[16]byte            message id (UUID)
 //	uvarint + bytes     transaction id (UTF-8 not enforced)
+//	uvarint + bytes     ordering key, present only if FlagKey is set; at least 1 byte
 //	[16]byte            trace id, present only if FlagTrace is set
 //	bytes               payload: every remaining byte of the frame
 //
 // FlagEncrypted means the payload is AES-GCM ciphertext; this package does
-// not interpret it. The varint must be minimally encoded and unknown flag
-// bits must be zero, so every byte string has at most one decoding and
-// re-encoding a decoded frame reproduces its bytes exactly.
+// not interpret it. The key is never encrypted. The varints must be
+// minimally encoded, unknown flag bits must be zero and FlagKey is set if
+// and only if the key is non-empty, so every byte string has at most one
+// decoding and re-encoding a decoded frame reproduces its bytes exactly.
 package frame
 
 import (
@@ -31,8 +33,11 @@ import (
 const (
 	FlagEncrypted byte = 1 << 0
 	FlagTrace     byte = 1 << 1
+	// FlagKey is derived from Frame.Key by Append: set exactly when the key
+	// is non-empty.
+	FlagKey byte = 1 << 2
 
-	knownFlags = FlagEncrypted | FlagTrace
+	knownFlags = FlagEncrypted | FlagTrace | FlagKey
 )
 
 const (
@@ -61,6 +66,7 @@ type Frame struct {
 	ID            uuid.UUID
 	Flags         byte
 	TransactionID string
+	Key           string   // the ordering key; "" for none
 	TraceID       [16]byte // meaningful only when Flags&FlagTrace != 0
 	Payload       []byte
 }
@@ -72,6 +78,9 @@ func uvarintLen(x uint64) int {
 
 func bodySize(f *Frame) int {
 	n := 1 + idSize + uvarintLen(uint64(len(f.TransactionID))) + len(f.TransactionID) + len(f.Payload)
+	if f.Key != "" {
+		n += uvarintLen(uint64(len(f.Key))) + len(f.Key)
+	}
 	if f.Flags&FlagTrace != 0 {
 		n += traceSize
 	}
@@ -85,7 +94,8 @@ func Size(f *Frame) int {
 
 // Append appends the encoding of f to dst and returns the extended slice.
 // It does not allocate when dst has Size(f) spare capacity. Flag bits other
-// than FlagEncrypted and FlagTrace are dropped, because decoders reject them.
+// than FlagEncrypted and FlagTrace are dropped, because decoders reject them;
+// FlagKey is set from f.Key, whatever f.Flags says.
 // It panics if the body would exceed MaxBody, which no realistic message
 // reaches and which the u32 prefix cannot express.
 func Append(dst []byte, f *Frame) []byte {
@@ -95,12 +105,19 @@ func Append(dst []byte, f *Frame) []byte {
 	}
 	// One growth instead of one per field.
 	dst = slices.Grow(dst, prefixSize+body)
-	flags := f.Flags & knownFlags
+	flags := f.Flags & (FlagEncrypted | FlagTrace)
+	if f.Key != "" {
+		flags |= FlagKey
+	}
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
 	dst = append(dst, flags)
 	dst = append(dst, f.ID[:]...)
 	dst = binary.AppendUvarint(dst, uint64(len(f.TransactionID)))
 	dst = append(dst, f.TransactionID...)
+	if flags&FlagKey != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(f.Key)))
+		dst = append(dst, f.Key...)
+	}
 	if flags&FlagTrace != 0 {
 		dst = append(dst, f.TraceID[:]...)
 	}
@@ -151,6 +168,25 @@ func parse(body []byte, k, off int, f *Frame) error {
 	}
 	f.TransactionID = string(body[p : p+int(tl)])
 	p += int(tl)
+	f.Key = ""
+	if flags&FlagKey != 0 {
+		kl, vn := binary.Uvarint(body[p:])
+		switch {
+		case vn <= 0:
+			return corrupt(k, off, "bad key length")
+		case vn != uvarintLen(kl):
+			return corrupt(k, off, "non-minimal key length")
+		case kl == 0:
+			// An empty key is written as no key: one encoding each.
+			return corrupt(k, off, "empty key with FlagKey set")
+		}
+		p += vn
+		if kl > uint64(len(body)-p) {
+			return corrupt(k, off, "key exceeds frame")
+		}
+		f.Key = string(body[p : p+int(kl)])
+		p += int(kl)
+	}
 	f.TraceID = [16]byte{}
 	if flags&FlagTrace != 0 {
 		if len(body)-p < traceSize {

@@ -36,11 +36,15 @@ func sampleFrames() []Frame {
 		// 200 bytes needs a two-byte varint.
 		{ID: testID(9), TransactionID: strings.Repeat("x", 200), Payload: []byte("long txn")},
 		{ID: testID(10), TransactionID: "ünïcødé", Payload: large},
+		{ID: testID(11), Flags: FlagKey, TransactionID: "keyed", Key: "customer-42", Payload: []byte("k")},
+		{ID: testID(12), Flags: FlagKey | FlagEncrypted | FlagTrace, TransactionID: "", Key: "ß", TraceID: [16]byte{2}, Payload: []byte{9}},
+		// 255 bytes needs a two-byte varint.
+		{ID: testID(13), Flags: FlagKey, TransactionID: "t", Key: strings.Repeat("k", 255), Payload: nil},
 	}
 }
 
 func equalFrame(a, b *Frame) bool {
-	return a.ID == b.ID && a.Flags == b.Flags && a.TransactionID == b.TransactionID &&
+	return a.ID == b.ID && a.Flags == b.Flags && a.TransactionID == b.TransactionID && a.Key == b.Key &&
 		a.TraceID == b.TraceID && bytes.Equal(a.Payload, b.Payload)
 }
 
@@ -177,21 +181,26 @@ func TestCorrupt(t *testing.T) {
 	good := Append(nil, &Frame{ID: testID(1), Flags: FlagTrace, TransactionID: "abc", Payload: []byte("xyz")})
 	id := make([]byte, 16)
 	cases := map[string][]byte{
-		"1 trailing byte":          append(bytes.Clone(good), 0),
-		"3 trailing bytes":         append(bytes.Clone(good), 1, 2, 3),
-		"truncated body":           good[:len(good)-1],
-		"length exceeds blob":      rawFrame([]byte{0}, id, []byte{0})[:10],
-		"huge length":              {0xff, 0xff, 0xff, 0xff, 0},
-		"empty body":               rawFrame(),
-		"body without varint":      rawFrame([]byte{0}, id),
-		"unknown flag bit 2":       rawFrame([]byte{4}, id, []byte{0}),
-		"unknown flag bit 7":       rawFrame([]byte{0x80}, id, []byte{0}),
-		"txn length past end":      rawFrame([]byte{0}, id, []byte{5, 'a', 'b'}),
-		"non-minimal varint":       rawFrame([]byte{0}, id, []byte{0x80, 0x00}),
-		"unterminated varint":      rawFrame([]byte{0}, id, []byte{0x80, 0x80}),
-		"overflowing varint":       rawFrame([]byte{0}, id, bytes.Repeat([]byte{0xff}, 10), []byte{1}),
-		"truncated trace id":       rawFrame([]byte{FlagTrace}, id, []byte{0}, make([]byte, 15)),
-		"good then corrupt prefix": append(bytes.Clone(good), 9, 0, 0, 0, 1),
+		"1 trailing byte":           append(bytes.Clone(good), 0),
+		"3 trailing bytes":          append(bytes.Clone(good), 1, 2, 3),
+		"truncated body":            good[:len(good)-1],
+		"length exceeds blob":       rawFrame([]byte{0}, id, []byte{0})[:10],
+		"huge length":               {0xff, 0xff, 0xff, 0xff, 0},
+		"empty body":                rawFrame(),
+		"body without varint":       rawFrame([]byte{0}, id),
+		"unknown flag bit 3":        rawFrame([]byte{8}, id, []byte{0}),
+		"key flag without key":      rawFrame([]byte{FlagKey}, id, []byte{0}),
+		"key flag with empty key":   rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0}, []byte("p")),
+		"non-minimal key varint":    rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0x81, 0x00}, []byte("k")),
+		"key length past end":       rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{5, 'k'}),
+		"truncated trace after key": rawFrame([]byte{FlagKey | FlagTrace}, id, []byte{0}, []byte{1, 'k'}, make([]byte, 15)),
+		"unknown flag bit 7":        rawFrame([]byte{0x80}, id, []byte{0}),
+		"txn length past end":       rawFrame([]byte{0}, id, []byte{5, 'a', 'b'}),
+		"non-minimal varint":        rawFrame([]byte{0}, id, []byte{0x80, 0x00}),
+		"unterminated varint":       rawFrame([]byte{0}, id, []byte{0x80, 0x80}),
+		"overflowing varint":        rawFrame([]byte{0}, id, bytes.Repeat([]byte{0xff}, 10), []byte{1}),
+		"truncated trace id":        rawFrame([]byte{FlagTrace}, id, []byte{0}, make([]byte, 15)),
+		"good then corrupt prefix":  append(bytes.Clone(good), 9, 0, 0, 0, 1),
 	}
 	for name, blob := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -267,6 +276,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{1, 0, 0})
 	f.Add(rawFrame([]byte{FlagTrace}, make([]byte, 16), []byte{0}, make([]byte, 15)))
 	f.Add(rawFrame([]byte{0}, make([]byte, 16), []byte{0x80, 0x00}))
+	f.Add(rawFrame([]byte{FlagKey}, make([]byte, 16), []byte{0}, []byte{0}))
+	f.Add(rawFrame([]byte{FlagKey | FlagTrace}, make([]byte, 16), []byte{1, 't'}, []byte{2, 'k', 'k'}, make([]byte, 16)))
 	f.Fuzz(func(t *testing.T, blob []byte) {
 		var re []byte
 		n := 0
@@ -316,10 +327,13 @@ func FuzzDecode(f *testing.F) {
 }
 
 func FuzzRoundTrip(f *testing.F) {
-	f.Add(byte(0), []byte("0123456789abcdef"), "txn", []byte{}, []byte("payload"))
-	f.Add(FlagTrace|FlagEncrypted, []byte{}, "", []byte("trace-id-16bytes"), []byte{})
-	f.Fuzz(func(t *testing.T, flags byte, id []byte, txn string, trace, payload []byte) {
-		in := Frame{Flags: flags & knownFlags, TransactionID: txn, Payload: payload}
+	f.Add(byte(0), []byte("0123456789abcdef"), "txn", "", []byte{}, []byte("payload"))
+	f.Add(FlagTrace|FlagEncrypted, []byte{}, "", "key", []byte("trace-id-16bytes"), []byte{})
+	f.Fuzz(func(t *testing.T, flags byte, id []byte, txn, key string, trace, payload []byte) {
+		in := Frame{Flags: flags & (FlagEncrypted | FlagTrace), TransactionID: txn, Key: key, Payload: payload}
+		if key != "" {
+			in.Flags |= FlagKey
+		}
 		copy(in.ID[:], id)
 		if in.Flags&FlagTrace != 0 {
 			copy(in.TraceID[:], trace)

@@ -18,17 +18,19 @@ type Set struct {
 
 	// PushBundle commits one bundle of segments: $1 queues, $2 partitions,
 	// $3 counts, $4 hash blobs, $5 verified watermarks, $6 payload blobs,
-	// $7 tenants, $8 flags, $9 every partition known to exist.
+	// $7 tenants, $8 flags, $9 every partition known to exist, $10 the lane
+	// count each segment's keyed messages were routed with (0: none).
 	PushBundle string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
-	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted: the one
-	// option the push handler needs.
+	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted and its
+	// lane count: the options the push handler needs.
 	QueueMeta string
 	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
 	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7
 	// encryption, $8 delayed ms, $9 window buffer ms, $10 retention ms, $11
-	// completed retention ms, $12 failure policy.
+	// completed retention ms, $12 failure policy, $13 lanes. No row: the
+	// queue is keyed and $13 is not its lane count (nothing changed).
 	QueueUpsert string
 	// QueueDelete deletes ($1 tenant, $2 name) with its partitions' data.
 	QueueDelete string
@@ -60,20 +62,22 @@ func New(schema string) *Set {
 	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
 	s := &Set{Schema: schema, Channel: channel(schema)}
 	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
-FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool)`)
+FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool, $10::int4[])`)
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
-	s.QueueMeta = r.Replace(`SELECT encryption FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
+	s.QueueMeta = r.Replace(`SELECT encryption, lanes FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
 	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
     dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
-    failure_policy)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+    failure_policy, lanes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 ON CONFLICT (tenant, name) DO UPDATE SET
     lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
     dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
     encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
-    updated_at = now()`)
+    lanes = EXCLUDED.lanes, updated_at = now()
+WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
+RETURNING 1`)
 	s.QueueDelete = r.Replace(`SELECT {{s}}.delete_queue($1, $2)`)
 	s.Notify = `SELECT pg_notify($1, $2)`
 	s.MaintenanceWindow = r.Replace(`SELECT id FROM {{s}}.partitions WHERE id > $1 ORDER BY id LIMIT $2`)

@@ -24,6 +24,13 @@ CREATE TABLE {{schema}}.queues (
     -- count and the cursor moves on (at-least-once).
     failure_policy         text        NOT NULL DEFAULT 'pause'
         CONSTRAINT queues_failure_policy_check CHECK (failure_policy IN ('pause', 'skip')),
+    -- Keyed lanes: a message with a key and no partition goes to partition
+    -- 'lane-<xxh3_64(key) mod lanes>'. Fixed once keyed is set.
+    lanes                  integer     NOT NULL DEFAULT 64
+        CONSTRAINT queues_lanes_check CHECK (lanes > 0),
+    -- Set by the first push of a message with a key, never cleared: from
+    -- then on lanes cannot change (keys would move lanes and lose order).
+    keyed                  boolean     NOT NULL DEFAULT false,
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT queues_tenant_name_key UNIQUE (tenant, name)
@@ -127,6 +134,8 @@ CREATE TABLE {{schema}}.dead_letters (
     msg_offset         bigint      NOT NULL,
     message_id         uuid        NOT NULL,
     transaction_id     text        NOT NULL,
+    -- The message's ordering key; NULL when it has none.
+    message_key        text,
     flags              integer     NOT NULL DEFAULT 0,
     payload            bytea,
     message_created_at timestamptz NOT NULL,

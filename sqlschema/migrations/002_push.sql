@@ -4,7 +4,9 @@
 
 -- One segment's verdict. status: 0 queued, 1 duplicate (nothing written;
 -- dup_idx/dup_off pair incoming frame indexes with the stored offsets they
--- repeat), 2 rejected because the queue is encrypted and the segment is not.
+-- repeat), 2 rejected because the queue is encrypted and the segment is not,
+-- 3 rejected because the client routed keys to lanes with a lane count that
+-- is not the queue's (its cached settings were stale).
 CREATE TYPE {{schema}}.push_result AS (
     ord          integer,
     status       smallint,
@@ -124,7 +126,11 @@ CREATE FUNCTION {{schema}}.push_bundle(
     -- The client saw every partition of the bundle committed to before:
     -- skip the existence check. Wrong only if one was purged since, which
     -- the resolve below detects (QN001) and the client retries without it.
-    p_known      boolean DEFAULT false
+    p_known      boolean DEFAULT false,
+    -- Per segment, the lane count the client routed its keyed messages
+    -- with (0: none of its messages was routed to a lane). A count that is
+    -- not the queue's rejects the segment (status 3): the client re-routes.
+    p_lanes      integer[] DEFAULT NULL
 ) RETURNS SETOF {{schema}}.push_result
 LANGUAGE plpgsql
 -- Custom plans would be re-planned on every call (array sizes vary); the
@@ -144,6 +150,7 @@ DECLARE
     v_pids  bigint[];
     v_win   bigint[];
     v_enc   boolean[];
+    v_lanes integer[];
     rec     record;
     v_now   timestamptz;
     v_res   {{schema}}.push_result[];
@@ -156,7 +163,8 @@ BEGIN
     IF coalesce(cardinality(p_partitions), 0) <> n OR coalesce(cardinality(p_counts), 0) <> n
        OR coalesce(cardinality(p_hashes), 0) <> n OR coalesce(cardinality(p_verified), 0) <> n
        OR coalesce(cardinality(p_blobs), 0) <> n OR coalesce(cardinality(p_tenants), 0) <> n
-       OR coalesce(cardinality(p_flags), 0) <> n THEN
+       OR coalesce(cardinality(p_flags), 0) <> n
+       OR (p_lanes IS NOT NULL AND cardinality(p_lanes) <> n) THEN
         RAISE EXCEPTION 'queen: push_bundle arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -184,12 +192,27 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
+    -- A segment with keyed messages (flag 2) marks its queue keyed, which
+    -- freezes the queue's lane count. Done before the partition locks (the
+    -- lock order is queues, then partitions), and only while unset, so the
+    -- queue row is written once in its life. The row lock it takes orders
+    -- this push with a Configure changing lanes: that one either committed
+    -- first (the resolve below, a later statement, reads its count) or
+    -- waits and then sees keyed.
+    IF EXISTS (SELECT 1 FROM unnest(p_flags) AS f(fl) WHERE (f.fl & 2) <> 0) THEN
+        UPDATE {{schema}}.queues qq SET keyed = true
+        WHERE qq.id IN (SELECT q2.id FROM unnest(p_tenants, p_queues, p_flags) AS u(t, q, fl)
+                        JOIN {{schema}}.queues q2 ON q2.tenant = u.t AND q2.name = u.q
+                        WHERE (u.fl & 2) <> 0)
+          AND NOT qq.keyed;
+    END IF;
+
     -- Resolve and lock every partition row in one statement, in ascending
     -- partition id: the global lock order shared with transactions and
     -- retention.
     FOR rec IN
-        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption
-        FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption,
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes
+        FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
                      (SELECT p2.id FROM {{schema}}.partitions p2
                       WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
               FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
@@ -202,6 +225,7 @@ BEGIN
         v_pids[rec.o] := rec.id;
         v_win[rec.o] := rec.dedup_window_ms;
         v_enc[rec.o] := rec.encryption;
+        v_lanes[rec.o] := rec.lanes;
     END LOOP;
     IF coalesce(cardinality(v_order), 0) <> n THEN
         -- A partition purged between provisioning and the lock: the client
@@ -214,6 +238,8 @@ BEGIN
     FOREACH i IN ARRAY v_order LOOP
         IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
             v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
+            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
         ELSIF v_win[i] > 0 THEN
             r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                      p_blobs[i], v_win[i], v_now);

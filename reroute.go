@@ -1,0 +1,138 @@
+package queen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
+)
+
+// errLanesChanged marks, in its result, an item the database sent back
+// because it was routed to a lane with a lane count that is not the
+// queue's: a client's cached settings can be up to metaTTL old, and a key
+// must never be stored in a lane other than the one the queue's count
+// gives. The push that owns the item routes it again; callers never see it
+// unless that keeps failing.
+var errLanesChanged = errors.New("queen: the queue's lane count changed while routing")
+
+// maxReroutes bounds how often one push routes its items again; each time
+// it reads the queue's settings afresh, so a second one takes a Configure
+// racing the first.
+const maxReroutes = 3
+
+// sentBack returns the items of the batch the database sent back to be
+// routed again (see errLanesChanged), in input order, their results reset.
+func (b *pushBatch) sentBack() []*pushItem {
+	if !b.routed {
+		return nil
+	}
+	var out []*pushItem
+	for i := range b.slab {
+		if it := &b.slab[i]; it.takeSentBack() {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// takeSentBack reports whether it was sent back to be routed again, and if
+// so makes it unresolved again.
+func (it *pushItem) takeSentBack() bool {
+	if it.res == nil || it.res.Status != Failed || it.res.Err != errLanesChanged {
+		return false
+	}
+	it.res.Status, it.res.Err, it.resolved = "", nil, false
+	return true
+}
+
+// reroute routes items (sent back, in input order) to their lanes under
+// lanes, the queue's current count, and groups them by partition, keeping
+// their order. An encrypted payload is bound to its partition, so one that
+// moves is opened and sealed again for its new lane. Items that cannot be
+// sealed again are failed. The partition an item was in is its result's.
+func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lanes int32) map[string][]*pushItem {
+	e.push.rerouted.Add(int64(len(items)))
+	groups := make(map[string][]*pushItem)
+	for _, it := range items {
+		old := it.res.Partition
+		part := laneOf(it.key, lanes)
+		if part != old && it.flags&frame.FlagEncrypted != 0 {
+			plain, err := e.open(tenant, queue, old, it.key, it.id, it.payload)
+			if err == nil && e.aead == nil {
+				err = fmt.Errorf("%w: Config.EncryptionKey is not set", ErrEncryption)
+			}
+			if err != nil {
+				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.key, err))
+				continue
+			}
+			it.payload = e.seal(tenant, queue, part, it.key, it.id, plain)
+		}
+		it.lanes, it.res.Partition = lanes, part
+		groups[part] = append(groups[part], it)
+	}
+	return groups
+}
+
+// rerouteLoop is the end of Push for a batch with items routed to lanes:
+// while the database sends items back (a stale lane count), it reads the
+// queue's settings again and pushes them to their lanes under the current
+// count, as Push does. If the settings cannot be read, the items are
+// spooled where they are, and their replay routes them again.
+func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
+	e := q.c.e
+	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
+	for n := 0; ; n++ {
+		moved := b.sentBack()
+		if len(moved) == 0 {
+			return nil
+		}
+		if n == maxReroutes {
+			for _, it := range moved {
+				resolveFailed(it, fmt.Errorf("%w: gave up after %d attempts", errLanesChanged, n))
+			}
+			return nil
+		}
+		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+		switch {
+		case e.isClosed():
+			return ErrClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			for _, it := range moved {
+				k := key
+				k.Partition = it.res.Partition
+				e.spoolItems([]*pushItem{it}, k, err)
+			}
+			return nil
+		}
+		groups := e.reroute(q.c.tenant, q.name, moved, max(meta.lanes, 1))
+		for part, g := range groups {
+			if e.maintOn.Load() || e.spool.Pending(q.c.tenant, q.name, part) {
+				k := key
+				k.Partition = part
+				e.spoolItems(g, k, errBehindSpool)
+				delete(groups, part)
+			}
+		}
+		if len(groups) == 0 {
+			continue
+		}
+		seq := func(yield func(fusion.Key, []*pushItem) bool) {
+			for part, g := range groups {
+				k := key
+				k.Partition = part
+				if !yield(k, g) {
+					return
+				}
+			}
+		}
+		if err := submitAndWait(ctx, e.push.fusion, len(groups), seq); err != nil {
+			return err
+		}
+	}
+}
