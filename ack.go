@@ -72,6 +72,8 @@ const (
 )
 
 // settleOp is one lease's settlement: commit through ok, then act on act.
+// With keyed set it is an out-of-order settlement instead (settle_keyed):
+// one outcome per message, ok, act and actMsg unused.
 type settleOp struct {
 	m       *Message // any message of the lease: partition, group, lease
 	ok      int64
@@ -79,6 +81,80 @@ type settleOp struct {
 	actMsg  *Message // the acted-on message; nil with actNone
 	release bool
 	reason  string
+	keyed   []keyedRow
+}
+
+// keyedRow is one message's outcome in an out-of-order settlement.
+type keyedRow struct {
+	m      *Message // nil with actCarry
+	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
+	reason string
+}
+
+// actCarry is settle_keyed's row without an outcome: it carries a lease's
+// release or a checkpoint that has nothing new.
+const actCarry int16 = 5
+
+// stRequeued is settle_keyed's status of a failure the skip policy
+// re-enqueued at the tail (settle reports it as stApplied).
+const stRequeued = 6
+
+// settleKeyedSQL runs one settle_keyed() call for ops (all keyed) and
+// returns each op's row statuses.
+func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) ([][]int16, error) {
+	n := 0
+	for _, op := range ops {
+		n += len(op.keyed)
+	}
+	var (
+		pids     = make([]int64, 0, n)
+		groups   = make([]string, 0, n)
+		leases   = make([]uuid.UUID, 0, n)
+		offs     = make([]int64, 0, n)
+		acts     = make([]int16, 0, n)
+		releases = make([]bool, 0, n)
+		reasons  = make([]string, 0, n)
+		dlIDs    = make([]uuid.UUID, 0, n)
+		dlTxns   = make([]string, 0, n)
+		dlFlags  = make([]int32, 0, n)
+		dlPay    = make([][]byte, 0, n)
+		dlAt     = make([]time.Time, 0, n)
+		dlKeys   = make([]string, 0, n)
+	)
+	for _, op := range ops {
+		for _, r := range op.keyed {
+			pids, groups, leases = append(pids, op.m.pid), append(groups, op.m.Group), append(leases, op.m.lease)
+			acts, releases, reasons = append(acts, r.act), append(releases, op.release), append(reasons, r.reason)
+			var (
+				off   int64 = -1
+				id    uuid.UUID
+				txn   string
+				flags int32
+				pay   []byte
+				at    time.Time
+				key   string
+			)
+			if m := r.m; m != nil {
+				off = m.Offset
+				if r.act == actFail || r.act == actDeadLetter {
+					id, txn, flags, pay, at, key = m.ID, m.TransactionID, int32(m.flags), m.stored, m.CreatedAt, m.Key
+				}
+			}
+			offs, dlIDs, dlTxns, dlFlags = append(offs, off), append(dlIDs, id), append(dlTxns, txn), append(dlFlags, flags)
+			dlPay, dlAt, dlKeys = append(dlPay, pay), append(dlAt, at), append(dlKeys, key)
+		}
+	}
+	rows, err := q.Query(ctx, e.csql.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys)
+	sts, err := settleStatuses(rows, err, n, "settle")
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int16, len(ops))
+	for i, op := range ops {
+		out[i], sts = sts[:len(op.keyed):len(op.keyed)], sts[len(op.keyed):]
+	}
+	return out, nil
 }
 
 // settleSQL runs one settle() call for ops on q (the pool, or a caller's

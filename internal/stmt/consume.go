@@ -79,7 +79,7 @@ RETURNING lease_expires_at`)
     (SELECT s.created_at FROM {{s}}.segments s
      WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
      ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
-    now()
+    now(), cardinality(c.settled)
 FROM {{s}}.queues q
 JOIN {{s}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{s}}.subscriptions sub ON sub.queue_id = q.id
