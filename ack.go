@@ -86,13 +86,13 @@ type settleOp struct {
 
 // keyedRow is one message's outcome in an out-of-order settlement.
 type keyedRow struct {
-	m      *Message // nil with actCarry
+	m      *Message // with actCarry, the batch's last message
 	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
 	reason string
 }
 
 // actCarry is settle_keyed's row without an outcome: it carries a lease's
-// release or a checkpoint that has nothing new.
+// release.
 const actCarry int16 = 5
 
 // stRequeued is settle_keyed's status of a failure the skip policy

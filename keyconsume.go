@@ -138,7 +138,7 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	if !b.started && len(rows) == 0 {
 		return nil // nothing handled: the lease runs out by itself
 	}
-	rows = append(rows, keyedRow{act: actCarry})
+	rows = append(rows, keyedRow{m: msgs[len(msgs)-1], act: actCarry})
 	return func() {
 		_, err := b.write(rows, true)
 		if err == nil && b.exp.Load() == 0 {

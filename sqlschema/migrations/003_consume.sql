@@ -535,7 +535,7 @@ BEGIN
             -- between the lock and the read (see below).
             FOR v_try IN 1 .. 2 LOOP
                 SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-                       p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts
+                       p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
                 INTO v_c
                 FROM {{schema}}.consumers cc
                 JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -587,10 +587,16 @@ BEGIN
                 RETURN QUERY
                 SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
                        s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
-                       -- the out-of-order settlement state, once per partition
+                       -- The out-of-order settlement state, once per partition;
+                       -- the failures with the head's (attempts) when the
+                       -- claim starts at it.
                        CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.settled END,
-                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.fail_offs END,
-                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.fail_counts END
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_start || v_c.fail_offs
+                                ELSE v_c.fail_offs END END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_c.attempts || v_c.fail_counts
+                                ELSE v_c.fail_counts END END
                 FROM {{schema}}.segments s
                 WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
                 ORDER BY s.base_offset;
@@ -1122,7 +1128,7 @@ $$;
 -- 1): one row per message outcome, rows of one lease together with its
 -- (partition, group, lease), many leases per call (fused like settle).
 -- Actions per row: 0 ack, 1 fail, 2 retry, 3 dead letter, 4 interrupt, 5
--- nothing (carries a lease's release or a checkpoint with no outcome). A
+-- nothing (carries a lease's release, with the batch's last offset). A
 -- lease's rows are applied together: an ack, a dead letter, a failure that
 -- spends the budget (dead letter or drop) and a skip-policy failure (a copy
 -- at the tail, requeue_one) settle their offset; committed moves over the
@@ -1225,8 +1231,12 @@ BEGIN
         END IF;
         SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
         IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
+            -- Everything at or below the cursor (a release carrier names
+            -- the batch's last offset): nothing was left to do, as when the
+            -- cursor reached the batch's end and that ended the lease.
+            SELECT bool_and(p_offs[o] <= v_c.committed) INTO v_bad FROM unnest(v_l.ords) AS u(o);
             FOREACH j IN ARRAY v_l.ords LOOP
-                v_res[j] := ROW(j, 2, v_c.committed);
+                v_res[j] := ROW(j, CASE WHEN v_bad THEN 1 ELSE 2 END, v_c.committed);
             END LOOP;
             CONTINUE;
         END IF;
