@@ -1,15 +1,21 @@
 package queen_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // pushKeyed pushes one message per key to partition, in order, with data
@@ -333,4 +339,338 @@ func TestConsumeKeyFailureSkipRequeues(t *testing.T) {
 	if i, j := slices.Index(seen, "a@1#1"), slices.Index(seen, "a@3#2"); i < 0 || j < 0 || i > j {
 		t.Fatalf("starts %v: want a@1 in the first batch and a@0's copy at offset 3 with Attempt 2", seen)
 	}
+}
+
+// keyEvent is one handler start (S) or successful end (E) as recorded by
+// the handler itself, in this process or a child's.
+type keyEvent struct {
+	kind  byte // 'S' or 'E'
+	child bool
+	part  string
+	key   string
+	off   int64
+	at    int64 // Unix ns
+}
+
+// keyChild starts the test binary as a consumer child process in mode
+// (see TestKeyConcChild) and returns it with a channel of its events.
+func keyChild(t *testing.T, url, schema, mode string) (*exec.Cmd, <-chan keyEvent) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyConcChild$")
+	cmd.Env = append(os.Environ(), "QUEEN_KEYCONC_CHILD="+mode, "QUEEN_FAULT_URL="+url, "QUEEN_FAULT_SCHEMA="+schema)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ch := make(chan keyEvent, 1024)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var ev keyEvent
+			var kind, key string
+			if n, _ := fmt.Sscanf(sc.Text(), "EV %s %s %q %d %d", &kind, &ev.part, &key, &ev.off, &ev.at); n == 5 {
+				ev.kind, ev.key, ev.child = kind[0], key, true
+				ch <- ev
+			}
+		}
+	}()
+	return cmd, ch
+}
+
+// TestKeyConcChild is the consumer process the per-key tests kill: it
+// consumes queue q with KeyConcurrency 3 and LeaseTime 1s and prints every
+// handler start and successful end. Mode "crash" blocks forever in every
+// handler of key a; mode "churn" takes 1-3 ms per message.
+func TestKeyConcChild(t *testing.T) {
+	mode := os.Getenv("QUEEN_KEYCONC_CHILD")
+	if mode == "" {
+		t.Skip("child process of the per-key Consume fault tests")
+	}
+	ctx := context.Background()
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
+		SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	w := bufio.NewWriter(os.Stdout)
+	emit := func(kind string, m *queen.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "EV %s %s %q %d %d\n", kind, m.Partition, m.Key, m.Offset, time.Now().UnixNano())
+		w.Flush()
+	}
+	err = c.Queue("q").Consume(ctx, queen.ConsumeOptions{
+		PopOptions: queen.PopOptions{Batch: 20, LeaseTime: time.Second}, Concurrency: 2, KeyConcurrency: 3,
+	}, func(_ context.Context, m *queen.Message) error {
+		emit("S", m)
+		if mode == "crash" && m.Key == "a" {
+			select {}
+		}
+		if mode == "churn" {
+			time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
+		}
+		emit("E", m)
+		return nil
+	})
+	t.Fatal(err)
+}
+
+// A consumer is SIGKILLed after settling key b's messages out of order
+// while key a's head is stuck: the successor (here with KeyConcurrency 1,
+// which reads the same state) is delivered only key a's messages, in
+// order, on their second attempt, and the cursor then passes everything.
+func TestConsumeKeyCrashSkipsSettled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test")
+	}
+	c := open(t)
+	q := c.Queue("q")
+	keys := []string{"a", "b", "b", "b", "b", "b", "a", "b", "b", "b", "a"}
+	pushKeyed(t, q, "p", keys...)
+	cmd, events := keyChild(t, pgtest.URL(t), c.Schema(), "crash")
+	ended := 0
+	deadline := time.After(30 * time.Second)
+	for ended < 8 {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("child exited")
+			}
+			if ev.kind == 'E' {
+				if ev.key != "b" {
+					t.Fatalf("child finished %+v", ev)
+				}
+				ended++
+			}
+		case <-deadline:
+			t.Fatalf("child handled %d of key b's 8 messages", ended)
+		}
+	}
+	// The checkpoint (at most a second, or the lease renewal) stores them.
+	waitFor(t, 10*time.Second, "key b's settlements stored", func() bool {
+		g := status(t, q).Partitions[0].Groups[0]
+		return g.Settled == 8 && g.Committed == -1
+	})
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+
+	var mu sync.Mutex
+	var got []string
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 20}},
+		func(_ context.Context, m *queen.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%s@%d#%d", m.Key, m.Offset, m.Attempt))
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// All three were in the killed consumer's lease: a redelivery, as today.
+	if want := []string{"a@0#2", "a@6#2", "a@10#2"}; !slices.Equal(got, want) {
+		t.Fatalf("successor got %v, want %v", got, want)
+	}
+	waitFor(t, 10*time.Second, "the cursor at the end", func() bool {
+		g := status(t, q).Partitions[0].Groups[0]
+		return g.Committed == 10 && g.Settled == 0
+	})
+	if msgs := pop(t, q, queen.PopOptions{Batch: 20}); len(msgs) != 0 {
+		t.Fatalf("left over: %v", datas(msgs))
+	}
+}
+
+// Per-key order and exclusion under churn: three in-process loops run
+// short Consume calls (KeyConcurrency 2 to 4) that join and leave, beside
+// a child process that is SIGKILLed mid-batch. From the handlers' own
+// records: no two handlers of a key overlap (the killed child's open ones
+// end at the kill); a message starts only after every earlier message of
+// its key was handled; everything is handled; and a message handled by a
+// consumer that stopped gracefully is never run again (only the killed
+// child's unsaved work may be).
+func TestConsumeKeyChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test")
+	}
+	c := open(t)
+	q := c.Queue("q")
+	const perPart = 150
+	keyOffsets := map[string][]int64{} // "part/key" -> offsets
+	for _, p := range []string{"p0", "p1"} {
+		var keys []string
+		for i := range perPart {
+			k := fmt.Sprintf("k%d", i%5)
+			if i%7 == 0 {
+				k = ""
+			}
+			keys = append(keys, k)
+			keyOffsets[p+"/"+k] = append(keyOffsets[p+"/"+k], int64(i))
+		}
+		pushKeyed(t, q, p, keys...)
+	}
+	var mu sync.Mutex
+	var evs []keyEvent
+	okDone := map[string]bool{} // "part@off" handled successfully
+	record := func(ev keyEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, ev)
+		if ev.kind == 'E' {
+			okDone[fmt.Sprintf("%s@%d", ev.part, ev.off)] = true
+		}
+	}
+	allDone := func() bool { mu.Lock(); defer mu.Unlock(); return len(okDone) == 2*perPart }
+
+	cmd, events := keyChild(t, pgtest.URL(t), c.Schema(), "churn")
+	childEnded := 0
+	var killAt int64
+	for killAt == 0 {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("child exited")
+			}
+			record(ev)
+			if ev.kind == 'E' {
+				if childEnded++; childEnded == 40 {
+					// Start the in-process consumers, then kill the child
+					// mid-batch while they run.
+					break
+				}
+			}
+			continue
+		case <-time.After(30 * time.Second):
+			t.Fatalf("child handled %d", childEnded)
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for w := range 3 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(w), 7))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(50+r.IntN(250))*time.Millisecond)
+					err := q.Consume(ctx, queen.ConsumeOptions{
+						PopOptions: queen.PopOptions{Batch: 20, LeaseTime: time.Second}, Concurrency: 2, KeyConcurrency: 2 + r.IntN(3),
+					}, func(_ context.Context, m *queen.Message) error {
+						record(keyEvent{kind: 'S', part: m.Partition, key: m.Key, off: m.Offset, at: time.Now().UnixNano()})
+						time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
+						record(keyEvent{kind: 'E', part: m.Partition, key: m.Key, off: m.Offset, at: time.Now().UnixNano()})
+						return nil
+					})
+					cancel()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		// Let the child go on a little beside them, then kill it.
+		for n := 0; n < 20; {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatal("child exited")
+				}
+				record(ev)
+				if ev.kind == 'E' {
+					n++
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("child stalled")
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		for ev := range events { // what it printed before it died
+			record(ev)
+		}
+		_ = cmd.Wait()
+		killAt = time.Now().UnixNano()
+		waitFor(t, 60*time.Second, "every message handled", allDone)
+		close(stop)
+		wg.Wait()
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	type span struct {
+		from, to int64
+		child    bool
+		off      int64
+	}
+	spans := map[string][]span{}      // "part/key"
+	open := map[string]int{}          // "part/key/off/child" -> index of the open span
+	lastOK := map[string]keyEvent{}   // "part@off" -> the last successful end
+	starts := map[string][]keyEvent{} // "part@off"
+	slices.SortStableFunc(evs, func(a, b keyEvent) int { return cmpInt(a.at, b.at) })
+	for _, ev := range evs {
+		pk := ev.part + "/" + ev.key
+		id := fmt.Sprintf("%s/%d/%v", pk, ev.off, ev.child)
+		po := fmt.Sprintf("%s@%d", ev.part, ev.off)
+		if ev.kind == 'S' {
+			// Per-key order: every earlier message of the key was handled.
+			for _, o := range keyOffsets[pk] {
+				if o >= ev.off {
+					break
+				}
+				if e, ok := lastOK[fmt.Sprintf("%s@%d", ev.part, o)]; !ok || e.at > ev.at {
+					t.Fatalf("%s offset %d started before offset %d of its key was handled", pk, ev.off, o)
+				}
+			}
+			// Settled work is not run again, unless the killed child did it.
+			if e, ok := lastOK[po]; ok && !e.child {
+				t.Fatalf("%s started again after a consumer that stopped gracefully handled it", po)
+			}
+			starts[po] = append(starts[po], ev)
+			open[id] = len(spans[pk])
+			spans[pk] = append(spans[pk], span{from: ev.at, to: -1, child: ev.child, off: ev.off})
+			continue
+		}
+		lastOK[po] = ev
+		if i, ok := open[id]; ok {
+			spans[pk][i].to = ev.at
+			delete(open, id)
+		}
+	}
+	for pk, ss := range spans {
+		for i := range ss {
+			if ss[i].to < 0 {
+				if !ss[i].child {
+					t.Fatalf("%s offset %d: a handler in this process never ended", pk, ss[i].off)
+				}
+				ss[i].to = killAt
+			}
+		}
+		slices.SortFunc(ss, func(a, b span) int { return cmpInt(a.from, b.from) })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].from < ss[i-1].to {
+				t.Fatalf("%s: offsets %d and %d ran at once", pk, ss[i-1].off, ss[i].off)
+			}
+		}
+	}
+	reruns := 0
+	for _, s := range starts {
+		reruns += len(s) - 1
+	}
+	t.Logf("%d events, %d starts repeated (the killed child's unsaved work)", len(evs), reruns)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
