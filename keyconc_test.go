@@ -499,15 +499,15 @@ func TestConsumeKeyChurn(t *testing.T) {
 	}
 	c := open(t)
 	q := c.Queue("q")
-	const perPart = 150
+	const perPart = 300
 	keyOffsets := map[string][]int64{} // "part/key" -> offsets
+	kr := rand.New(rand.NewPCG(1, 2))
 	for _, p := range []string{"p0", "p1"} {
 		var keys []string
 		for i := range perPart {
-			k := fmt.Sprintf("k%d", i%5)
-			if i%7 == 0 {
-				k = ""
-			}
+			// Skewed, so a key's next message often waits for its last
+			// and other keys overtake it: settlements land out of order.
+			k := []string{"k0", "k0", "k0", "k1", "k2", "k3", ""}[kr.IntN(7)]
 			keys = append(keys, k)
 			keyOffsets[p+"/"+k] = append(keyOffsets[p+"/"+k], int64(i))
 		}
@@ -558,12 +558,12 @@ func TestConsumeKeyChurn(t *testing.T) {
 						return
 					default:
 					}
-					ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(50+r.IntN(250))*time.Millisecond)
+					ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(20+r.IntN(130))*time.Millisecond)
 					err := q.Consume(ctx, queen.ConsumeOptions{
 						PopOptions: queen.PopOptions{Batch: 20, LeaseTime: time.Second}, Concurrency: 2, KeyConcurrency: 2 + r.IntN(3),
 					}, func(_ context.Context, m *queen.Message) error {
 						record(keyEvent{kind: 'S', part: m.Partition, key: m.Key, off: m.Offset, at: time.Now().UnixNano()})
-						time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)
+						time.Sleep(time.Duration(2+rand.IntN(5)) * time.Millisecond)
 						record(keyEvent{kind: 'E', part: m.Partition, key: m.Key, off: m.Offset, at: time.Now().UnixNano()})
 						return nil
 					})
@@ -575,8 +575,10 @@ func TestConsumeKeyChurn(t *testing.T) {
 				}
 			})
 		}
-		// Let the child go on a little beside them, then kill it.
-		for n := 0; n < 20; {
+		// Let the child go on a little beside them (unless they finish
+		// first), then kill it.
+		tick := time.NewTicker(20 * time.Millisecond)
+		for n := 0; n < 10 && !allDone(); {
 			select {
 			case ev, ok := <-events:
 				if !ok {
@@ -586,10 +588,10 @@ func TestConsumeKeyChurn(t *testing.T) {
 				if ev.kind == 'E' {
 					n++
 				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("child stalled")
+			case <-tick.C:
 			}
 		}
+		tick.Stop()
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		for ev := range events { // what it printed before it died
 			record(ev)
