@@ -223,7 +223,7 @@ func settleStatuses(rows pgx.Rows, err error, n int, what string) ([]int16, erro
 
 func statusErr(st int16) error {
 	switch st {
-	case stApplied, stDeadLetter, stDropped:
+	case stApplied, stDeadLetter, stDropped, stRequeued:
 		return nil
 	case stBelowCursor:
 		return ErrAlreadyAcked
@@ -278,11 +278,39 @@ func reasonText(err error) string {
 // ends once its last message is acked. It returns ErrAlreadyAcked when the
 // cursor is already past the message (nothing changed) and ErrLeaseLost when
 // the lease expired or was taken over (the message may be redelivered).
+//
+// In a Consume handler with KeyConcurrency > 1, Ack settles the message
+// alone (other keys' earlier messages may still be running), and so does
+// DeadLetter; Fail and Retry return an error there: the handler's own error
+// is how a message fails, so that its key pauses.
 func (m *Message) Ack(ctx context.Context) error {
 	if m == nil {
 		return ErrUnknownMessage // m.Offset below would panic
 	}
+	if m.keyed {
+		return m.settleKeyedOne(actNone, "")
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
+}
+
+// errKeyedSettle is Fail's and Retry's answer for a message of a per-key
+// parallel Consume.
+var errKeyedSettle = errors.New("queen: a message handled with KeyConcurrency > 1 fails by its handler's error, not by Fail or Retry")
+
+// settleKeyedOne settles a per-key Consume's message alone, out of order.
+func (m *Message) settleKeyedOne(act int16, reason string) error {
+	if m.q == nil {
+		return ErrUnknownMessage
+	}
+	e := m.q.c.e
+	if e.isClosed() {
+		return ErrClosed
+	}
+	sts, err := e.settleKeyedFused(settleOp{m: m, keyed: []keyedRow{{m: m, act: act, reason: reason}}})
+	if err != nil {
+		return err
+	}
+	return statusErr(sts[0])
 }
 
 // Fail reports a failed attempt. Earlier messages of the lease complete, the
@@ -291,6 +319,9 @@ func (m *Message) Ack(ctx context.Context) error {
 // budget moves the message to the dead-letter store (if the queue keeps
 // dead letters, else drops it) and the cursor past it. Errors are as for Ack.
 func (m *Message) Fail(ctx context.Context, reason error) error {
+	if m != nil && m.keyed {
+		return errKeyedSettle
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
 }
 
@@ -298,6 +329,9 @@ func (m *Message) Fail(ctx context.Context, reason error) error {
 // without charging the retry budget. Earlier messages of the lease
 // complete. Errors are as for Ack.
 func (m *Message) Retry(ctx context.Context) error {
+	if m != nil && m.keyed {
+		return errKeyedSettle
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actRetry, actMsg: m})
 }
 
@@ -305,6 +339,9 @@ func (m *Message) Retry(ctx context.Context) error {
 // the queue's DeadLetter setting) and commits the cursor through it; the
 // rest of the lease stays owned. Errors are as for Ack.
 func (m *Message) DeadLetter(ctx context.Context, reason error) error {
+	if m != nil && m.keyed {
+		return m.settleKeyedOne(actDeadLetter, reasonText(reason))
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reason)})
 }
 
@@ -352,7 +389,9 @@ func (e *engine) extend(ctx context.Context, m *Message, d time.Duration) (time.
 // the last success before the first non-success, which is then applied (see
 // Fail, Retry, DeadLetter), and the lease is released so every later request
 // of that lease gets ErrAckSkipped and its message is redelivered. The
-// second result is for the call as a whole.
+// second result is for the call as a whole. A message a Consume handler with
+// KeyConcurrency > 1 is running gets an error: it settles by its handler's
+// return (or Ack, DeadLetter).
 func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error) {
 	e := q.c.e
 	if e.isClosed() {
@@ -370,6 +409,10 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 		m := r.Message
 		if m == nil || m.q == nil {
 			errs[i] = ErrUnknownMessage
+			continue
+		}
+		if m.keyed {
+			errs[i] = errKeyedSettle
 			continue
 		}
 		if r.Status < AckSuccess || r.Status > AckDeadLetter {

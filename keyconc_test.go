@@ -676,3 +676,101 @@ func cmpInt(a, b int64) int {
 	}
 	return 0
 }
+
+// In a handler with KeyConcurrency > 1, Ack and DeadLetter settle the one
+// message (not the lease's earlier ones, which another key may still be
+// running), and Fail, Retry and AckBatch are refused: a handler fails its
+// message by returning the error, so that its key pauses.
+func TestConsumeKeySettleFromHandler(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
+	pushKeyed(t, q, "p", "a", "b", "c")
+	bAcked := make(chan struct{})
+	var mu sync.Mutex
+	var errs []string
+	handled := 0
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}, KeyConcurrency: 3},
+		func(ctx context.Context, m *queen.Message) error {
+			switch m.Key {
+			case "a":
+				// Still running when b's Ack commits: b's must not take a with it.
+				<-bAcked
+				if g := status(t, q).Partitions[0].Groups[0]; g.Committed != -1 || g.Settled < 1 {
+					t.Errorf("after b's Ack: %+v, want the cursor before a and b settled above it", g)
+				}
+			case "b":
+				if err := m.Ack(ctx); err != nil {
+					t.Errorf("Ack: %v", err)
+				}
+				close(bAcked)
+			case "c":
+				mu.Lock()
+				if err := m.Fail(ctx, errors.New("x")); err == nil {
+					errs = append(errs, "Fail accepted")
+				}
+				if err := m.Retry(ctx); err == nil {
+					errs = append(errs, "Retry accepted")
+				}
+				if res, err := q.AckBatch(ctx, []queen.AckRequest{{Message: m}}); err != nil || res[0] == nil {
+					errs = append(errs, fmt.Sprintf("AckBatch = %v, %v", res, err))
+				}
+				mu.Unlock()
+				if err := m.DeadLetter(ctx, errors.New("poison")); err != nil {
+					t.Errorf("DeadLetter: %v", err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			handled++
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return handled >= 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].Offset != 2 {
+		t.Fatalf("dead letters %+v, want c's", dl)
+	}
+	waitFor(t, 10*time.Second, "the cursor at the end", func() bool {
+		g := status(t, q).Partitions[0].Groups[0]
+		return g.Committed == 2 && g.Settled == 0 && !g.Leased
+	})
+}
+
+// Stopping hands back what a key had not finished, uncharged, and keeps
+// what other keys settled above it: the next pop gets only key a's
+// messages, the interrupted head on Attempt 1.
+func TestConsumeKeyStopKeepsSettled(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushKeyed(t, q, "p", "a", "b", "b", "b", "a")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var bDone sync.WaitGroup
+	bDone.Add(3)
+	go func() { bDone.Wait(); cancel() }()
+	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}, KeyConcurrency: 2},
+		func(hctx context.Context, m *queen.Message) error {
+			if m.Key == "a" {
+				<-hctx.Done() // cancelled by the stop
+				return hctx.Err()
+			}
+			bDone.Done()
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := status(t, q).Partitions[0].Groups[0]; g.Committed != -1 || g.Settled != 3 || g.Leased {
+		t.Fatalf("after the stop: %+v, want key b's three offsets settled above the cursor and no lease", g)
+	}
+	var got []string
+	for _, m := range pop(t, q, queen.PopOptions{Batch: 10}) {
+		got = append(got, fmt.Sprintf("%s@%d#%d", m.Key, m.Offset, m.Attempt))
+	}
+	if want := []string{"a@0#1", "a@4#1"}; !slices.Equal(got, want) {
+		t.Fatalf("next pop got %v, want %v", got, want)
+	}
+}

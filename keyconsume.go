@@ -71,6 +71,7 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	b.wake = sync.NewCond(&b.mu)
 	byKey := map[string]*keyLane{}
 	for _, m := range msgs {
+		m.keyed = !c.po.AutoAck
 		l := byKey[m.Key]
 		if l == nil {
 			l = &keyLane{}
