@@ -60,11 +60,16 @@ type ConsumeOptions struct {
 // loop claims, in one round trip, as many ready partitions as it has free
 // workers, and claims again as soon as a worker frees up or a push arrives.
 // Messages of a partition are handled one at a time in offset order; up to
-// Concurrency partitions are handled in parallel. PopOptions.Wait and
-// PopOptions.Partitions do not apply: Consume waits for pushes by itself
-// and sizes each claim by its free workers. A nil from fn acks the message;
-// an error fails it (see Message.Fail) and the rest of its batch is left for
-// redelivery, unhandled. Each batch is settled in one round trip after its
+// Concurrency partitions are handled in parallel. PopOptions.Wait does not
+// apply: Consume waits for pushes by itself and sizes each claim by its free
+// workers. PopOptions.Partitions (default 1) is how many partitions' batches
+// Consume may hold per worker: the extra ones are claimed ahead and wait in
+// hand, their leases running, until a worker is free. With small batches (a
+// partition per key holding a few messages each) a value like 4 to 16 lets
+// each claim and settle round trip carry that many times more messages.
+//
+// A nil from fn acks the message; an error fails it (see Message.Fail) and
+// the rest of its batch is left for redelivery, unhandled. Each batch is settled in one round trip after its
 // last handler. While a handler runs past half the lease, the lease is
 // renewed. A panic in fn is recovered, logged at Error with its stack, and
 // fails the message with an error wrapping ErrPanic. With AutoAck, fn's

@@ -706,3 +706,63 @@ func TestConsumeDispatcherDoesNotStarveNewPartition(t *testing.T) {
 		t.Fatalf("the new partition's message was handled %dth of %d: starved behind the backlog", at, parts*per+1)
 	}
 }
+
+// With PopOptions.Partitions k, Consume holds up to Concurrency×k batches,
+// claimed ahead in steps of k, and still runs at most Concurrency handlers,
+// one per partition at a time, in order.
+func TestConsumePartitionsClaimAhead(t *testing.T) {
+	const parts, per, conc, k = 64, 2, 2, 8
+	c := open(t)
+	q := c.Queue("ahead")
+	items := make([]queen.Item, 0, parts*per)
+	for i := range per {
+		for p := range parts {
+			items = append(items, queen.Item{Partition: fmt.Sprintf("p%02d", p), Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, q, items...)
+	before := c.Stats()
+	g := newKeyGuard()
+	var mu sync.Mutex
+	next := map[string]int{}
+	var handled atomic.Int64
+	var bad atomic.Value
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Partitions: k}, Concurrency: conc},
+		func(_ context.Context, m *queen.Message) error {
+			g.enter(m.Partition)
+			defer g.leave(m.Partition)
+			mu.Lock()
+			if want := strconv.Itoa(next[m.Partition]); string(m.Data) != want {
+				bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
+			}
+			next[m.Partition]++
+			mu.Unlock()
+			runtime.Gosched()
+			if handled.Add(1) == parts*per {
+				cancel()
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if n := handled.Load(); n != parts*per {
+		t.Fatalf("handled %d of %d", n, parts*per)
+	}
+	if g.overlaps.Load() != 0 {
+		t.Fatalf("%d times two handlers held one partition at once", g.overlaps.Load())
+	}
+	if m := g.maxAct.Load(); m > conc {
+		t.Fatalf("%d handlers at once, Concurrency is %d", m, conc)
+	}
+	// One claim per worker's share, not per freed worker: 64 partitions in
+	// steps of 8 (a claim of 1 or 2 each time a worker frees would take 32+).
+	if claims := c.Stats().Claims - before.Claims; claims > parts/k+6 {
+		t.Fatalf("%d claims for %d partitions with Partitions %d", claims, parts, k)
+	}
+}

@@ -16,8 +16,15 @@ import (
 // consumers, and a local queue behind the running batch guarantees it for a
 // partition claimed again here while still in hand (after its lease was
 // lost, or with AutoAck, which holds no lease).
+//
+// With PopOptions.Partitions k > 1 it holds up to n×k batches: claims ask
+// for that many, and the batches beyond the n being handled wait in hand for
+// a worker (their leases running), so each claim and settle round trip
+// carries more messages when batches are small.
 func (c *consumer) dispatch(n int) error {
 	q := c.q
+	hold := n * max(c.po.Partitions, 1)
+	run := make(chan struct{}, n) // a token per running batch
 	e := q.c.e
 	w := e.wake.subscribe(q.c.tenant, q.name)
 	defer e.wake.unsubscribe(w)
@@ -40,7 +47,9 @@ func (c *consumer) dispatch(n int) error {
 	}
 	worker := func(pid int64, batch []*Message) {
 		for batch != nil {
+			run <- struct{}{}
 			settle := c.handleBatch(batch)
+			<-run
 			// The handler slot is free once the handlers are done: the
 			// settle round trip holds only the partition (its lease, and its
 			// place in busy), so other partitions are claimed and handled
@@ -101,7 +110,7 @@ func (c *consumer) dispatch(n int) error {
 	}()
 
 	po := c.po
-	po.Partitions = 1 // claim(n) then takes up to n partitions, po.Batch from each
+	po.Partitions = 1 // claim(free) then takes up to free partitions, po.Batch from each
 	const backoffMin = 50 * time.Millisecond
 	backoff := backoffMin
 	var retry <-chan time.Time // set while backing off after a failed claim
@@ -109,8 +118,10 @@ func (c *consumer) dispatch(n int) error {
 	want := true // claim at once: there may be work, and no wake says so
 	for c.stop.Err() == nil {
 		mu.Lock()
-		free := n - inUse
-		if want && free > 0 && inFlight < maxInFlight && retry == nil {
+		free := hold - inUse
+		// Claim ahead in steps of a worker's share; claim any amount when a
+		// worker would otherwise idle.
+		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < maxInFlight && retry == nil {
 			inUse += free
 			mu.Unlock()
 			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats

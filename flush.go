@@ -41,6 +41,7 @@ func newPusher(e *engine) *pusher {
 	p.fusion = fusion.New(fusion.Config{
 		Shards:           e.cfg.Fusion.Shards,
 		BundleMax:        e.cfg.Fusion.BundleMax,
+		BundleBase:       e.cfg.Fusion.BundleBase,
 		Hold:             e.cfg.Fusion.Hold,
 		MaxBufferedBytes: e.cfg.Fusion.MaxBufferedBytes,
 		FlushContext: func() (context.Context, context.CancelFunc) {

@@ -10,7 +10,10 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // pushN pushes n messages "<prefix><i>" to one partition, one call.
@@ -503,4 +506,59 @@ func TestPopSharedSegmentsConcurrentGroups(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A leasing pop does not wait for its WAL flush (a lost lease is only a
+// redelivery); an auto-ack pop does (it moves the cursor past what it
+// delivers), and a pop never changes the durability of a larger
+// transaction it is part of. Each case is one simple-protocol query string:
+// its statements share one implicit transaction, as a pop on its own has.
+func TestClaimCommitDurability(t *testing.T) {
+	schema := pgtest.Schema(t)
+	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	q := c.Queue("durable")
+	pushN(t, q, "p", "m", 4)
+	s := pgx.Identifier{schema}.Sanitize()
+	ctx := ctxT(t)
+	popSQL := func(group string, autoAck bool) string {
+		return fmt.Sprintf(`SELECT count(*) FROM %s.pop('00000000-0000-0000-0000-000000000000', 'durable', '%s', NULL, '{}', 1, 1, 0, %t, 'test', 'all', NULL, NULL);`, s, group, autoAck)
+	}
+	for _, tc := range []struct {
+		name  string
+		query string
+		want  string
+	}{
+		{"leasing pop", popSQL("a", false), "off"},
+		{"auto-ack pop", popSQL("b", true), "on"},
+		{"leasing pop after a write of its transaction", "SELECT txid_current();" + popSQL("c", false), "on"},
+		{"leasing pop in a transaction begun earlier", "", "on"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := pgtest.Pool(t).Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if tc.query == "" {
+				// pgx sends BEGIN on its own: the pop is a later statement.
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+				tc.query = popSQL("d", false)
+			}
+			res, err := conn.Conn().PgConn().Exec(ctx, tc.query+"SHOW synchronous_commit").ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pop := res[len(res)-2]
+			if len(pop.Rows) != 1 || string(pop.Rows[0][0]) != "1" {
+				t.Fatalf("pop returned %q, want one row", pop.Rows)
+			}
+			if got := string(res[len(res)-1].Rows[0][0]); got != tc.want {
+				t.Fatalf("synchronous_commit after the pop: %s, want %s", got, tc.want)
+			}
+		})
+	}
 }

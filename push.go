@@ -40,15 +40,18 @@ const (
 // Item is one message to push.
 type Item struct {
 	Data          []byte // payload, opaque bytes (JSON by convention); nil and empty are valid
-	Partition     string // "" means "Default"; a partition is an ordered lane and the per-key unit
+	Partition     string // "" means "Default", or the key's lane for an item with a Key; a partition is an ordered lane and the per-key unit
 	TransactionID string // "" means the minted message id as a string; the idempotency key; UTF-8 without NUL
 	// Key is the message's ordering key inside its partition ("" for
 	// none): at most MaxKeyLen bytes of UTF-8 without NUL, else the whole
 	// call fails with ErrInvalidName and writes nothing. An item with a
 	// Key and no Partition goes to the keyed lane of its key (see
 	// QueueOptions.Lanes), so one key's messages share a partition and keep
-	// their order; with a Partition it stays there. It is returned as
-	// Message.Key. On an encrypted queue the key, like the partition name,
+	// their order; with a Partition it stays there. PushResult.Partition
+	// names the lane; for a Buffered item it is provisional: if the queue's
+	// lane count turns out to differ from the one this client knew, the
+	// replay stores the item in the lane the queue's count gives. It is
+	// returned as Message.Key and DeadLetter.Key. On an encrypted queue the key, like the partition name,
 	// is routing metadata: stored in the clear, not encrypted, but
 	// authenticated with the payload, so a key altered in storage makes the
 	// message undecodable.

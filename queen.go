@@ -84,8 +84,15 @@ type FusionConfig struct {
 	// same one. Defaults to 8 (QUEEN_V2_FUSION_SHARDS).
 	Shards int
 	// BundleMax caps the partitions committed in one transaction. Defaults to
-	// 16 (QUEEN_V2_BUNDLE_MAX).
+	// 256 (QUEEN_V2_BUNDLE_MAX).
 	BundleMax int
+	// BundleBase is the bundle size that grows with the backlog: a bundle
+	// takes every ready partition up to BundleBase; with more waiting it
+	// takes half of them, at least BundleBase, at most BundleMax, so a deep
+	// backlog (a 1000-item push over 1000 partitions) goes in a few large
+	// commits and a light load in small, quick ones. Defaults to 16
+	// (QUEEN_V2_BUNDLE_BASE).
+	BundleBase int
 	// Hold is the liveness backstop tick, not a batching window. Defaults to
 	// 15ms (QUEEN_V2_FUSION_HOLD_MS).
 	Hold time.Duration
@@ -140,7 +147,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.Maintenance = c.Maintenance.withDefaults()
 	f := &c.Fusion
 	f.Shards = envDefault(f.Shards, "QUEEN_V2_FUSION_SHARDS", 8)
-	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 16)
+	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 256)
+	f.BundleBase = envDefault(f.BundleBase, "QUEEN_V2_BUNDLE_BASE", 16)
 	if f.Hold == 0 {
 		f.Hold = time.Duration(envDefault(0, "QUEEN_V2_FUSION_HOLD_MS", 15)) * time.Millisecond
 	}
@@ -150,8 +158,9 @@ func (c Config) withDefaults() (Config, error) {
 	if f.MaxBufferedBytes == 0 {
 		f.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
-	if f.Shards < 1 || f.BundleMax < 1 || f.Hold < 0 {
-		return c, fmt.Errorf("queen: Config.Fusion: Shards and BundleMax must be >= 1, Hold >= 0 (have %d, %d, %s)", f.Shards, f.BundleMax, f.Hold)
+	if f.Shards < 1 || f.BundleMax < 1 || f.BundleBase < 1 || f.Hold < 0 {
+		return c, fmt.Errorf("queen: Config.Fusion: Shards, BundleMax and BundleBase must be >= 1, Hold >= 0 (have %d, %d, %d, %s)",
+			f.Shards, f.BundleMax, f.BundleBase, f.Hold)
 	}
 	return c, nil
 }

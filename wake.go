@@ -11,8 +11,10 @@ import (
 	"github.com/e03140bc/queen/fusion"
 )
 
-// wakeInterval coalesces wakes: at most one per queue per interval, so a hot
-// queue costs one wake per tick rather than one per push.
+// wakeInterval bounds the NOTIFY rate: at most one per interval, listing
+// every queue committed to since the last, so a hot queue costs other
+// processes one notification per tick rather than one per push. Wakes in
+// this process are not held back by it.
 const wakeInterval = 5 * time.Millisecond
 
 type queueKey struct {
@@ -42,28 +44,32 @@ func (w *waiter) takeHints() []string {
 }
 
 // wakeHub tells parked consumers about committed pushes: in this process
-// directly, in others through one NOTIFY per tick listing the queues.
+// at once, in others through one NOTIFY per tick listing the queues.
 type wakeHub struct {
 	e       *engine
 	mu      sync.Mutex
-	pending map[queueKey]map[string]struct{}
+	pending map[queueKey]map[string]struct{} // committed, not yet delivered here
+	toSend  map[queueKey]struct{}            // delivered here, not yet notified
 	waiters map[queueKey]map[*waiter]struct{}
-	kick    chan struct{}
+	kick    chan struct{}   // pending has entries
+	send    chan struct{}   // toSend has entries
 	ctx     context.Context // ends at close, cutting a NOTIFY short
 	stop    context.CancelFunc
-	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 func newWakeHub(e *engine) *wakeHub {
 	h := &wakeHub{
 		e:       e,
 		pending: make(map[queueKey]map[string]struct{}),
+		toSend:  make(map[queueKey]struct{}),
 		waiters: make(map[queueKey]map[*waiter]struct{}),
 		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		send:    make(chan struct{}, 1),
 	}
 	h.ctx, h.stop = context.WithCancel(e.ctx)
-	go h.run()
+	h.wg.Go(h.run)
+	h.wg.Go(h.notifier)
 	return h
 }
 
@@ -125,16 +131,42 @@ func (h *wakeHub) deliver(qk queueKey, parts map[string]struct{}) {
 	}
 }
 
-// run fires on the leading edge: a wake goes out at once unless one went out
-// less than wakeInterval ago, in which case it waits for the interval.
+// run delivers every commit to the local waiters as soon as it is recorded
+// (their one-slot channels and hint sets coalesce), then hands the queues to
+// the notifier. A local consumer never waits for a NOTIFY round trip.
 func (h *wakeHub) run() {
-	defer close(h.done)
-	var last time.Time
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case <-h.kick:
+		}
+		h.mu.Lock()
+		batch := h.pending
+		h.pending = make(map[queueKey]map[string]struct{}, len(batch))
+		for qk := range batch {
+			h.toSend[qk] = struct{}{}
+		}
+		h.mu.Unlock()
+		for qk, parts := range batch {
+			h.deliver(qk, parts)
+		}
+		select {
+		case h.send <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// notifier sends the NOTIFY on the leading edge: at once unless one went out
+// less than wakeInterval ago, in which case it waits out the interval.
+func (h *wakeHub) notifier() {
+	var last time.Time
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.send:
 		}
 		if wait := wakeInterval - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
@@ -147,13 +179,10 @@ func (h *wakeHub) run() {
 		}
 		last = time.Now()
 		h.mu.Lock()
-		batch := h.pending
-		h.pending = make(map[queueKey]map[string]struct{}, len(batch))
+		queues := h.toSend
+		h.toSend = make(map[queueKey]struct{}, len(queues))
 		h.mu.Unlock()
-		for qk, parts := range batch {
-			h.deliver(qk, parts)
-		}
-		h.notify(batch)
+		h.notify(queues)
 	}
 }
 
@@ -163,7 +192,7 @@ const notifyMax = 7900
 // notify sends one notification for everything committed in this tick, on
 // its own short transaction: a NOTIFY inside the push transaction would
 // serialize every committing bundle on the notification queue lock.
-func (h *wakeHub) notify(batch map[queueKey]map[string]struct{}) {
+func (h *wakeHub) notify(batch map[queueKey]struct{}) {
 	var b strings.Builder
 	for qk := range batch {
 		b.WriteString(qk.tenant.String())
@@ -184,5 +213,5 @@ func (h *wakeHub) notify(batch map[queueKey]map[string]struct{}) {
 
 func (h *wakeHub) close() {
 	h.stop()
-	<-h.done
+	h.wg.Wait()
 }

@@ -96,6 +96,7 @@ type Bundle struct {
 	tenants    [][16]byte
 	flags      []int32
 	lanes      []int32
+	anyLanes   bool // some segment has Lanes != 0; else the array is sent as NULL
 }
 
 // Reset empties b, keeping its capacity. It drops references to blobs.
@@ -104,7 +105,7 @@ func (b *Bundle) Reset() {
 	clear(b.blobs)
 	b.queues, b.partitions, b.counts = b.queues[:0], b.partitions[:0], b.counts[:0]
 	b.hashes, b.verified, b.blobs = b.hashes[:0], b.verified[:0], b.blobs[:0]
-	b.tenants, b.flags, b.lanes = b.tenants[:0], b.flags[:0], b.lanes[:0]
+	b.tenants, b.flags, b.lanes, b.anyLanes = b.tenants[:0], b.flags[:0], b.lanes[:0], false
 	b.Known = false
 }
 
@@ -119,6 +120,7 @@ func (b *Bundle) Add(s *Segment) {
 	b.tenants = append(b.tenants, [16]byte(s.Tenant))
 	b.flags = append(b.flags, s.Flags)
 	b.lanes = append(b.lanes, s.Lanes)
+	b.anyLanes = b.anyLanes || s.Lanes != 0
 }
 
 // Len is the number of segments.
@@ -133,7 +135,12 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 	if n == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known, b.lanes)
+	// NULL costs a bundle without keyed lanes nothing to encode.
+	var lanes []int32
+	if b.anyLanes {
+		lanes = b.lanes
+	}
+	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known, lanes)
 	if err != nil {
 		return out, err
 	}

@@ -94,8 +94,38 @@ func TestBundleStrideMismatchFails(t *testing.T) {
 func TestBundleAlignmentGuard(t *testing.T) {
 	ctx, pool, sql := setup(t)
 	_, err := pool.Exec(ctx, sql.PushBundle, []string{"q", "q"}, []string{"a"}, []int32{1}, [][]byte{make([]byte, 16)},
-		[]int64{-1}, [][]byte{{0}}, [][16]byte{uuid.Nil}, []int32{0}, false)
+		[]int64{-1}, [][]byte{{0}}, [][16]byte{uuid.Nil}, []int32{0}, false, nil)
 	if err == nil || !strings.Contains(err.Error(), "not aligned") {
 		t.Fatalf("err = %v, want the alignment guard", err)
+	}
+	// The lane counts, when sent, are aligned too.
+	_, err = pool.Exec(ctx, sql.PushBundle, []string{"q"}, []string{"a"}, []int32{1}, [][]byte{make([]byte, 16)},
+		[]int64{-1}, [][]byte{{0}}, [][16]byte{uuid.Nil}, []int32{0}, false, []int32{64, 64})
+	if err == nil || !strings.Contains(err.Error(), "not aligned") {
+		t.Fatalf("lanes: err = %v, want the alignment guard", err)
+	}
+}
+
+// A segment routed with a lane count that is not its queue's is refused
+// (LanesChanged) and writes nothing; with the queue's count it is stored.
+func TestBundleLanesChecked(t *testing.T) {
+	ctx, pool, sql := setup(t)
+	var b alloc.Bundle
+	s := seg("q", "lane-1", 1)
+	s.Lanes = 8
+	b.Add(s)
+	v, err := b.Push(ctx, pool, sql.PushBundle, nil)
+	if err != nil || len(v) != 1 || v[0].Status != alloc.LanesChanged {
+		t.Fatalf("verdicts %+v, %v; want LanesChanged (the queue has 64 lanes)", v, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+sql.Schema+".segments").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d segments written by a refused segment (%v)", n, err)
+	}
+	b.Reset()
+	s.Lanes = 64
+	b.Add(s)
+	if v, err = b.Push(ctx, pool, sql.PushBundle, v); err != nil || v[0].Status != alloc.Queued {
+		t.Fatalf("verdicts %+v, %v; want Queued", v, err)
 	}
 }

@@ -41,6 +41,12 @@ type Config struct {
 	// BundleMax is the largest number of keys (segments) in one bundle.
 	// Defaults to 16.
 	BundleMax int
+	// BundleBase is the bundle size below which a bundle takes every ready
+	// key. With more ready, a bundle takes half of them, at least
+	// BundleBase, at most BundleMax: a deep backlog goes in fewer, larger
+	// commits, the rest flying beside them. Defaults to BundleMax (a
+	// bundle takes up to BundleMax ready keys).
+	BundleBase int
 	// FlushContext returns the context of each flush and its cancel func,
 	// which is called when the flush returns. The context belongs to the
 	// engine, never to a submitter: pgx kills a connection whose query is
@@ -92,6 +98,9 @@ type Sizer interface {
 func (c Config) withDefaults() Config {
 	if c.BundleMax <= 0 {
 		c.BundleMax = 16
+	}
+	if c.BundleBase <= 0 || c.BundleBase > c.BundleMax {
+		c.BundleBase = c.BundleMax
 	}
 	if c.FlushContext == nil {
 		c.FlushContext = func() (context.Context, context.CancelFunc) {

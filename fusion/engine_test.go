@@ -920,3 +920,19 @@ func TestMaxBufferedBytesBlocksSubmit(t *testing.T) {
 		t.Fatalf("%d bytes still counted after Close", n)
 	}
 }
+
+func TestBundleSize(t *testing.T) {
+	for _, c := range []struct{ ready, base, limit, want int }{
+		{0, 16, 256, 0}, {1, 16, 256, 1}, {16, 16, 256, 16}, // shallow: all of it
+		{20, 16, 256, 16},    // a little over: the base, the rest flies beside it
+		{125, 16, 256, 63},   // deep: half
+		{1000, 16, 256, 256}, // deeper: capped at the limit
+		{3, 16, 2, 2},        // a limit under the base is the cap
+		{40, 8, 8, 8},        // base = limit: up to the limit, as without growth
+		{5, 8, 8, 5},
+	} {
+		if got := bundleSize(c.ready, c.base, c.limit); got != c.want {
+			t.Errorf("bundleSize(%d, %d, %d) = %d, want %d", c.ready, c.base, c.limit, got, c.want)
+		}
+	}
+}

@@ -176,7 +176,7 @@ func (s *shard[T]) dispatch() {
 			return
 		}
 		f := s.newFlight()
-		n := min(s.readyLen(), s.e.cfg.BundleMax)
+		n := bundleSize(s.readyLen(), s.e.cfg.BundleBase, s.e.cfg.BundleMax)
 		picked := s.ready[s.readyHead : s.readyHead+n]
 		for _, ks := range picked {
 			ks.queued, ks.flying = false, true
@@ -194,6 +194,20 @@ func (s *shard[T]) dispatch() {
 		s.e.flights.Add(1)
 		go s.e.fly(s, f)
 	}
+}
+
+// bundleSize is how many of ready keys the next bundle takes: all of them up
+// to base (Config.BundleBase); past it, half the backlog but at least base
+// (the rest can fly beside it), never more than limit (Config.BundleMax).
+// Under a deep backlog fewer, larger commits carry the same keys: each
+// commit has a fixed cost (a WAL flush, a function call, a round trip) that
+// a partition per key otherwise pays every few segments.
+func bundleSize(ready, base, limit int) int {
+	base = min(base, limit)
+	if ready <= base {
+		return ready
+	}
+	return min(ready, limit, max(base, (ready+1)/2))
 }
 
 // settle runs on the flight goroutine after the flush returned: it resolves

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,12 +31,15 @@ import (
 // starts its own PostgreSQL with production-like settings (or uses -url)
 // and runs on its own, not with the other scenarios.
 var lc struct {
-	on      bool
-	keys    int
-	events  int
-	runs    int
-	lag     int
-	maxTime time.Duration
+	on         bool
+	pgStat     *pgxpool.Pool // set with -pgstat: print each phase's top statements
+	keys       int
+	events     int
+	runs       int
+	lag        int
+	maxTime    time.Duration
+	partitions int
+	lanes      bool
 }
 
 func init() {
@@ -44,6 +48,8 @@ func init() {
 	flag.IntVar(&lc.events, "lifecycle-events", 10, "lifecycle: events per key")
 	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
 	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
+	flag.BoolVar(&lc.lanes, "lifecycle-lanes", false, "lifecycle: keyed lanes (Item.Key, the queue's 64 lanes) instead of a partition per key; the drain also checks that no two handlers of a key overlap")
+	flag.IntVar(&lc.partitions, "lifecycle-partitions", 8, "lifecycle: the drain's PopOptions.Partitions (batches claimed ahead per worker)")
 	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
 }
 
@@ -53,13 +59,9 @@ const (
 	lcCall    = 1000
 )
 
-// lcSettings are production-like server settings for the workload.
+// lcSettings are added to the production-like profile for the workload.
 var lcSettings = map[string]string{
-	"shared_buffers":     "512MB",
-	"wal_buffers":        "16MB",
-	"max_wal_size":       "4GB",
-	"checkpoint_timeout": "15min",
-	"max_connections":    "200",
+	"max_connections": "200",
 }
 
 type lcPhase struct {
@@ -80,8 +82,14 @@ type lcRun struct {
 func runLifecycle(ctx context.Context, cfg *config) error {
 	url, postmaster := cfg.url, 0
 	if url == "" {
-		fmt.Println("starting PostgreSQL (fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: true, Settings: lcSettings})
+		fmt.Println("starting PostgreSQL (production-like profile: fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
+		opts := pgcluster.Production()
+		maps.Copy(opts.Settings, lcSettings)
+		if cfg.pgStat {
+			opts.Settings["shared_preload_libraries"] = "pg_stat_statements"
+			opts.Settings["pg_stat_statements.track"] = "all"
+		}
+		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -96,6 +104,12 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 	var version string
 	if err := base.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		return fmt.Errorf("connect: %w", err)
+	}
+	if cfg.pgStat {
+		if _, err := base.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			return err
+		}
+		lc.pgStat = base
 	}
 	total := int64(lc.keys) * int64(lc.events)
 	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
@@ -190,7 +204,11 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 				}
 				for j := range lc.events {
 					for k := l; k < lc.keys; k += lcLoaders {
-						items = append(items, queen.Item{Partition: keys[k], Data: lcPayload(k, j)})
+						it := queen.Item{Partition: keys[k], Data: lcPayload(k, j)}
+						if lc.lanes {
+							it = queen.Item{Key: keys[k], Data: lcPayload(k, j)}
+						}
+						items = append(items, it)
 						if len(items) == lcCall && !flush() {
 							return
 						}
@@ -218,6 +236,8 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 
 	// Drain: 16 workers; event j of a key must follow event j-1.
 	next := make([]atomic.Int32, lc.keys)
+	busy := make([]atomic.Bool, lc.keys)
+	var overlaps atomic.Int64
 	var violations atomic.Int64
 	var handled int64
 	drain, err := lcMeasure(postmaster, total, func() error {
@@ -227,6 +247,15 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 			if !ok || k >= lc.keys {
 				violations.Add(1)
 				return
+			}
+			// Exclusion: no other handler of this key may be running.
+			if !busy[k].CompareAndSwap(false, true) {
+				overlaps.Add(1)
+			} else {
+				defer busy[k].Store(false)
+			}
+			if lc.lanes && m.Key != keys[k] {
+				violations.Add(1)
 			}
 			switch want := next[k].Load(); {
 			case int32(j) == want:
@@ -243,12 +272,15 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 	if v := violations.Load(); v > 0 {
 		return out, fmt.Errorf("run %d drain: %d messages out of per-key order", run, v)
 	}
+	if v := overlaps.Load(); v > 0 {
+		return out, fmt.Errorf("run %d drain: %d times two handlers of one key ran at once", run, v)
+	}
 	out.Drain = drain
 	note := ""
 	if lag > 0 {
 		note = fmt.Sprintf(", a second group %d messages behind", lag)
 	}
-	fmt.Printf("run %d: load %s msgs/s (CPU per million: Go %.1f s, PostgreSQL %.1f s); drain %s msgs/s (Go %.1f s, PostgreSQL %.1f s)%s; %d handled, per-key order held\n",
+	fmt.Printf("run %d: load %s msgs/s (CPU per million: Go %.1f s, PostgreSQL %.1f s); drain %s msgs/s (Go %.1f s, PostgreSQL %.1f s)%s; %d handled, per-key order and exclusion held\n",
 		run, fmtInt(load.Rate), load.GoCPUPerM, load.PGCPUPerM, fmtInt(drain.Rate), drain.GoCPUPerM, drain.PGCPUPerM, note, handled)
 	return out, nil
 }
@@ -260,7 +292,7 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 	cctx, cancel := context.WithTimeout(ctx, lc.maxTime)
 	defer cancel()
 	var handled atomic.Int64
-	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000}, Concurrency: lcWorkers},
+	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000, Partitions: lc.partitions}, Concurrency: lcWorkers},
 		func(_ context.Context, m *queen.Message) error {
 			if fn != nil {
 				fn(m)
@@ -281,6 +313,10 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 
 // lcMeasure runs fn and returns its rate over msgs and CPU per million.
 func lcMeasure(postmaster int, msgs int64, fn func() error) (lcPhase, error) {
+	if lc.pgStat != nil {
+		_, _ = lc.pgStat.Exec(context.Background(), "SELECT pg_stat_statements_reset()")
+		defer printTopStatements(context.Background(), lc.pgStat)
+	}
 	cpu0, pg := cpuSeconds(), startServerCPU(postmaster)
 	start := time.Now()
 	err := fn()

@@ -402,14 +402,16 @@ func (b *bench) measure(ctx context.Context, key string, fn func(context.Context
 		}
 	}
 	if b.cfg.pgStat {
-		b.printTopStatements(ctx)
+		printTopStatements(ctx, b.base)
 	}
 	return r, nil
 }
 
-func (b *bench) printTopStatements(ctx context.Context) {
-	rows, err := b.base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 150), '\s+', ' ', 'g')
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 16`)
+// printTopStatements prints the statements with the most server time since
+// the last pg_stat_statements_reset().
+func printTopStatements(ctx context.Context, base *pgxpool.Pool) {
+	rows, err := base.Query(ctx, `SELECT calls, total_exec_time, rows, regexp_replace(left(query, 150), '\s+', ' ', 'g')
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 24`)
 	if err != nil {
 		fmt.Println("  pg_stat_statements:", err)
 		return

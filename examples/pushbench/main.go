@@ -6,6 +6,7 @@
 //	go run ./examples/pushbench                 # every scenario, 10s each
 //	go run ./examples/pushbench -d 3s -only single
 //	go run ./examples/pushbench -d 5s -only manykeys   # 100 keys vs 100,000 keys
+//	go run ./examples/pushbench -d 5s -only keyed      # Item.Key over 100, 100,000 and 1,000,000 keys
 //	go run ./examples/pushbench -only popready         # Pop latency, 100,000 partitions, few ready
 package main
 
@@ -32,7 +33,7 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,popready (default all)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready (default all)")
 	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
 	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
@@ -56,9 +57,9 @@ func run() error {
 	ctx := context.Background()
 	url := os.Getenv("QUEEN_DATABASE_URL")
 	if url == "" {
-		cl, err := pgcluster.Start(ctx, pgcluster.Options{Fsync: *fsync, Settings: map[string]string{
-			"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "30min",
-		}})
+		opts := pgcluster.Production()
+		opts.Fsync = *fsync
+		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -190,6 +191,11 @@ func run() error {
 	}
 	if want("manykeys") {
 		if err := manyKeys(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if want("keyed") {
+		if err := keyedLanes(ctx, client, payload); err != nil {
 			return err
 		}
 	}

@@ -174,3 +174,30 @@ func popReady(ctx context.Context, client *queen.Client, payload []byte) error {
 	report(fmt.Sprintf("popready: empty pop, %d parts, 0 ready", *keys), float64(len(lat))/sum(lat).Seconds(), lat)
 	return nil
 }
+
+// keyedLanes runs single-item pushes from 1000 goroutines with Item.Key (no
+// Partition: the queue's lanes) over 100, 100,000 and 1,000,000 keys, a
+// uniformly random key each, and reports each against 100 keys. Keys do
+// not create partitions, so there is no first touch to separate out.
+func keyedLanes(ctx context.Context, client *queen.Client, payload []byte) error {
+	var narrow float64
+	for i, n := range []int{100, 100_000, 1_000_000} {
+		q := client.Queue(fmt.Sprintf("keyed-%d", n))
+		before := client.Stats()
+		rate, lat, err := load(1000, func(_, _ int) error {
+			_, err := q.Push(ctx, []queen.Item{{Data: payload, Key: keyName(rand.IntN(n))}})
+			return err
+		}, 1)
+		if err != nil {
+			return err
+		}
+		report(fmt.Sprintf("keyed: 1000 goroutines, Key over %d keys", n), rate, lat)
+		printStats(before, client.Stats())
+		if i == 0 {
+			narrow = rate
+		} else {
+			fmt.Printf("  %d keys / 100 keys = %.2f\n", n, rate/narrow)
+		}
+	}
+	return nil
+}

@@ -199,12 +199,18 @@ BEGIN
     -- this push with a Configure changing lanes: that one either committed
     -- first (the resolve below, a later statement, reads its count) or
     -- waits and then sees keyed.
+    -- Rows are locked in ascending id, so two first keyed pushes to the
+    -- same queues cannot deadlock.
     IF EXISTS (SELECT 1 FROM unnest(p_flags) AS f(fl) WHERE (f.fl & 2) <> 0) THEN
         UPDATE {{schema}}.queues qq SET keyed = true
-        WHERE qq.id IN (SELECT q2.id FROM unnest(p_tenants, p_queues, p_flags) AS u(t, q, fl)
-                        JOIN {{schema}}.queues q2 ON q2.tenant = u.t AND q2.name = u.q
-                        WHERE (u.fl & 2) <> 0)
-          AND NOT qq.keyed;
+        FROM (SELECT q2.id FROM {{schema}}.queues q2
+              WHERE q2.id IN (SELECT q3.id FROM unnest(p_tenants, p_queues, p_flags) AS u(t, q, fl)
+                              JOIN {{schema}}.queues q3 ON q3.tenant = u.t AND q3.name = u.q
+                              WHERE (u.fl & 2) <> 0)
+                AND NOT q2.keyed
+              ORDER BY q2.id
+              FOR NO KEY UPDATE) l
+        WHERE qq.id = l.id;
     END IF;
 
     -- Resolve and lock every partition row in one statement, in ascending

@@ -389,6 +389,9 @@ DECLARE
     v_caught   bigint[] := '{}';
     v_missing  boolean;
     v_seed     integer;
+    v_full     boolean := false;
+    v_seen     bigint[] := '{}';
+    v_more     bigint[];
     v_pid      bigint;
     v_after    text;
     v_adv      bigint;
@@ -401,6 +404,16 @@ BEGIN
     END IF;
     IF p_lease_ms <= 0 THEN
         p_lease_ms := v_q.lease_time_ms;
+    END IF;
+    -- A lease lost in a crash only means a redelivery, so a leasing pop in
+    -- its own transaction does not wait for its WAL flush (a later
+    -- synchronous commit, such as the lease's ack, flushes it first). An
+    -- auto-ack pop moves the cursor past what it delivers: that must be
+    -- durable, or a crash would deliver the messages again. Never inside a
+    -- transaction that began earlier or has written: its commit is not ours.
+    IF NOT p_auto_ack AND transaction_timestamp() = statement_timestamp()
+       AND txid_current_if_assigned() IS NULL THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
@@ -415,75 +428,84 @@ BEGIN
         PERFORM {{schema}}.seed_chunk(v_q.id, p_group);
     END IF;
 
-    -- The window this pop looks at: hinted partitions, then up to v_win ids
-    -- of the shared ready set (pending) and up to v_win of this group's
-    -- backlog, each from a random point, wrapping around. Never another
-    -- group's backlog, and never more than a window: a pop is O(window) even
-    -- when 100k keys have backlog, whichever group it is; the random start
-    -- spreads concurrent pops and is fair over time. The ids are read on
-    -- their own (the indexes are the only fit): in a join the planner may
-    -- drive from the group's consumer rows (every partition) when
-    -- statistics are stale.
-    IF p_partition IS NULL THEN
-        v_win := greatest(256, p_partitions * 4);
-        SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
-        FROM {{schema}}.partitions p
-        WHERE p.queue_id = v_q.id AND p.name = ANY (p_hints)
-          AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
-                                    WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
-                                    OFFSET 0));
-        -- queue_id as a range, ordered by (queue_id, id): only the partial
-        -- index gives that order. With queue_id = a parameter the order is
-        -- by id alone, and a generic plan walked the primary key filtering
-        -- pending (it takes half the rows for pending), every partition of
-        -- the schema when the set is small. Likewise for the backlog, whose
-        -- partition_id index would otherwise give the order.
-        v_lo := (SELECT p.id FROM {{schema}}.partitions p
-                 WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
-                 ORDER BY p.queue_id, p.id LIMIT 1);
-        v_hi := (SELECT p.id FROM {{schema}}.partitions p
-                 WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
-                 ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
-        IF v_lo IS NOT NULL THEN
-            v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
-            v_n := cardinality(v_pend);
-            v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                      WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id >= v_from
-                                      ORDER BY p.queue_id, p.id LIMIT v_win);
-            IF cardinality(v_pend) - v_n < v_win THEN
+    -- Up to two passes: the first over a window sized to the claim, the
+    -- second, only if the first claimed less than asked and did not see the
+    -- whole ready set, over a wider one.
+    FOR v_pass IN 1 .. 2 LOOP
+        -- The window this pop looks at: hinted partitions, then up to v_win ids
+        -- of the shared ready set (pending) and up to v_win of this group's
+        -- backlog, each from a random point, wrapping around. Never another
+        -- group's backlog, and never more than a window: a pop is O(window) even
+        -- when 100k keys have backlog, whichever group it is; the random start
+        -- spreads concurrent pops and is fair over time. The ids are read on
+        -- their own (the indexes are the only fit): in a join the planner may
+        -- drive from the group's consumer rows (every partition) when
+        -- statistics are stale.
+        IF p_partition IS NULL THEN
+            v_win := CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END;
+            v_full := false;
+            SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+            FROM {{schema}}.partitions p
+            WHERE v_pass = 1 AND p.queue_id = v_q.id AND p.name = ANY (p_hints)
+              AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                                        WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
+                                        OFFSET 0));
+            -- queue_id as a range, ordered by (queue_id, id): only the partial
+            -- index gives that order. With queue_id = a parameter the order is
+            -- by id alone, and a generic plan walked the primary key filtering
+            -- pending (it takes half the rows for pending), every partition of
+            -- the schema when the set is small. Likewise for the backlog, whose
+            -- partition_id index would otherwise give the order.
+            v_lo := (SELECT p.id FROM {{schema}}.partitions p
+                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                     ORDER BY p.queue_id, p.id LIMIT 1);
+            v_hi := (SELECT p.id FROM {{schema}}.partitions p
+                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                     ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
+            IF v_lo IS NOT NULL THEN
+                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+                v_n := cardinality(v_pend);
                 v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                          WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id < v_from
-                                          ORDER BY p.queue_id, p.id LIMIT v_win - (cardinality(v_pend) - v_n));
+                                          WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id >= v_from
+                                          ORDER BY p.queue_id, p.id LIMIT v_win);
+                IF cardinality(v_pend) - v_n < v_win THEN
+                    v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                              WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id < v_from
+                                              ORDER BY p.queue_id, p.id LIMIT v_win - (cardinality(v_pend) - v_n));
+                END IF;
+                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
             END IF;
-        END IF;
-        v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
-                 WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
-                 ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
-        v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
-                 WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
-                 ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
-        IF v_lo IS NOT NULL THEN
-            v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
-            v_n := cardinality(v_pend);
-            v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
-                                      WHERE b.queue_id BETWEEN v_q.id AND v_q.id
-                                        AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
-                                      ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT v_win);
-            IF cardinality(v_pend) - v_n < v_win THEN
+            v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
+                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                     ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
+            v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
+                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                     ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
+            IF v_lo IS NOT NULL THEN
+                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+                v_n := cardinality(v_pend);
                 v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
                                           WHERE b.queue_id BETWEEN v_q.id AND v_q.id
-                                            AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
-                                          ORDER BY b.queue_id, b.group_name, b.partition_id
-                                          LIMIT v_win - (cardinality(v_pend) - v_n));
+                                            AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
+                                          ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT v_win);
+                IF cardinality(v_pend) - v_n < v_win THEN
+                    v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                              WHERE b.queue_id BETWEEN v_q.id AND v_q.id
+                                                AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
+                                              ORDER BY b.queue_id, b.group_name, b.partition_id
+                                              LIMIT v_win - (cardinality(v_pend) - v_n));
+                END IF;
+                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
             END IF;
+            -- The second pass reads only what the first did not.
+            IF v_pass = 2 THEN
+                v_pend := ARRAY(SELECT u.id FROM unnest(v_pend) AS u(id) WHERE NOT (u.id = ANY (v_seen)));
+            END IF;
+        ELSE
+            SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+            FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
         END IF;
-    ELSE
-        SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
-        FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
-    END IF;
 
-    -- One pass over the window.
-    FOR v_pass IN 1 .. 1 LOOP
         -- One read of the window: whether some partition of it was created
         -- since the group's first contact (no consumer row yet: seed, then
         -- read again), the claimable ones (something retained after the
@@ -494,7 +516,7 @@ BEGIN
             SELECT coalesce(bool_or(x.missing), false),
                    coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid) FILTER (WHERE x.claimable), '{}'),
                    coalesce(array_agg(x.pid) FILTER (WHERE x.caught), '{}')
-            INTO v_missing, v_cand, v_caught
+            INTO v_missing, v_cand, v_more
             FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
                          cc.partition_id IS NULL AS missing,
                          -- Written to in the last second or so: it is likely
@@ -526,6 +548,7 @@ BEGIN
             EXIT WHEN NOT v_missing OR v_seed = 2;
             PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from, v_pend);
         END LOOP;
+        v_caught := v_caught || v_more;
 
         -- Claim in that order: one keyed try-lock each (SKIP LOCKED: never
         -- waits), re-checking the lease on the locked row.
@@ -636,6 +659,8 @@ BEGIN
                 END IF;
             END LOOP;
         END LOOP;
+        EXIT WHEN p_partition IS NOT NULL OR NOT v_full OR v_left <= 0 OR v_claimed >= p_partitions;
+        v_seen := v_seen || v_pend;
     END LOOP;
 
     -- Ready-set upkeep, at the end: this transaction does nothing after
