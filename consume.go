@@ -59,7 +59,8 @@ type ConsumeOptions struct {
 // Consume claims messages and hands them to fn until ctx is done. One fetch
 // loop claims, in one round trip, as many ready partitions as it has free
 // workers, and claims again as soon as a worker frees up or a push arrives.
-// Messages of a partition are handled one at a time in offset order; up to
+// Messages of a partition are handled one at a time in offset order (with
+// KeyConcurrency above 1: one at a time per ordering key, see there); up to
 // Concurrency partitions are handled in parallel. PopOptions.Wait does not
 // apply: Consume waits for pushes by itself and sizes each claim by its free
 // workers. PopOptions.Partitions (default 1) is how many partitions' batches

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/pgtest"
 )
@@ -772,5 +775,64 @@ func TestConsumeKeyStopKeepsSettled(t *testing.T) {
 	}
 	if want := []string{"a@0#1", "a@4#1"}; !slices.Equal(got, want) {
 		t.Fatalf("next pop got %v, want %v", got, want)
+	}
+}
+
+// The gauges of per-key Consume report, per partition batch in hand, the
+// keys running and the keys a failure paused.
+func TestConsumeKeyMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	c := open(t, func(c *queen.Config) { c.MeterProvider = mp })
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5})
+	pushKeyed(t, q, "p", "a", "b", "a")
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}, KeyConcurrency: 2},
+			func(hctx context.Context, m *queen.Message) error {
+				if m.Key == "a" {
+					return errors.New("pause a")
+				}
+				select {
+				case <-release:
+				case <-hctx.Done():
+				}
+				return nil
+			})
+	}()
+	gauge := func(name string) (int64, bool) {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == name {
+					for _, dp := range g.DataPoints {
+						if v, _ := dp.Attributes.Value("partition"); v.AsString() == "p" {
+							return dp.Value, true
+						}
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	waitFor(t, 10*time.Second, "one key in flight and one paused", func() bool {
+		f, ok1 := gauge("queen_consume_keys_in_flight")
+		p, ok2 := gauge("queen_consume_keys_paused")
+		return ok1 && ok2 && f == 1 && p == 1
+	})
+	close(release)
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gauge("queen_consume_keys_in_flight"); ok {
+		t.Fatal("the gauge still reports the partition after Consume returned")
 	}
 }
