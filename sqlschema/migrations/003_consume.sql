@@ -568,7 +568,9 @@ BEGIN
                 FOR UPDATE OF cc SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
                 v_start := greatest(v_c.committed + 1, v_c.log_start);
-                v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
+                IF v_c.settled IS NOT NULL THEN
+                    v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
+                END IF;
                 v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
                 v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
                                       WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
@@ -625,14 +627,20 @@ BEGIN
                 ORDER BY s.base_offset;
                 IF FOUND THEN
                     IF p_auto_ack THEN
-                        v_adv := {{schema}}.settled_advance(v_end, v_c.settled);
+                        v_adv := v_end;
+                        IF v_c.settled IS NOT NULL THEN
+                            v_adv := {{schema}}.settled_advance(v_end, v_c.settled);
+                        END IF;
                         UPDATE {{schema}}.consumers SET committed = v_adv,
                             batch_end = NULL, lease_id = NULL,
                             lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
                             attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
-                            settled = {{schema}}.settled_above(v_adv, settled),
-                            fail_offs = {{schema}}.fail_offs_above(fail_offs, v_adv + 1),
-                            fail_counts = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1),
+                            settled = CASE WHEN settled IS NULL THEN NULL
+                                           ELSE {{schema}}.settled_above(v_adv, settled) END,
+                            fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
+                                             ELSE {{schema}}.fail_offs_above(fail_offs, v_adv + 1) END,
+                            fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
+                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
                             delivered_max = greatest(delivered_max, v_end), updated_at = v_now
                         WHERE partition_id = v_c.partition_id AND group_name = p_group;
                     ELSE
@@ -746,9 +754,12 @@ BEGIN
             committed        = v_comm,
             attempts         = CASE WHEN v_comm > committed THEN {{schema}}.fail_at(fail_offs, fail_counts, v_comm + 1)
                                     ELSE attempts END,
-            settled          = {{schema}}.settled_above(v_comm, settled),
-            fail_offs        = {{schema}}.fail_offs_above(fail_offs, v_comm + 1),
-            fail_counts      = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1),
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             deliveries       = CASE WHEN v_comm = committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
             batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
@@ -1039,9 +1050,12 @@ BEGIN
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
-            settled          = {{schema}}.settled_above(v_comm, settled),
-            fail_offs        = {{schema}}.fail_offs_above(fail_offs, v_comm + 1),
-            fail_counts      = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1),
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             -- An interrupt (4) takes back this lease's delivery of the
             -- message at the new cursor, so its next one is not a retry.
             deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
@@ -1104,20 +1118,38 @@ BEGIN
         RAISE EXCEPTION 'queen: ack_many arrays are not aligned';
     END IF;
     WITH u AS (
-        -- With out-of-order settlement stored (settled not NULL) the cursor
-        -- also passes the settled run above o.ok; otherwise adv = o.ok.
+        -- With out-of-order settlement stored (settled, fail_offs not NULL)
+        -- the cursor also passes the settled run above o.ok; the CASEs keep
+        -- the common case (both NULL) free of the helpers, which are not
+        -- inlined.
         UPDATE {{schema}}.consumers c SET
-            committed        = {{schema}}.settled_advance(o.ok, c.settled),
-            attempts         = {{schema}}.fail_at(c.fail_offs, c.fail_counts, {{schema}}.settled_advance(o.ok, c.settled) + 1),
-            settled          = {{schema}}.settled_above({{schema}}.settled_advance(o.ok, c.settled), c.settled),
-            fail_offs        = {{schema}}.fail_offs_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1),
-            fail_counts      = {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts,
-                                                            {{schema}}.settled_advance(o.ok, c.settled) + 1),
-            deliveries       = CASE WHEN {{schema}}.settled_advance(o.ok, c.settled) < c.delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN {{schema}}.settled_advance(o.ok, c.settled) >= c.batch_end THEN NULL ELSE c.batch_end END,
-            lease_id         = CASE WHEN {{schema}}.settled_advance(o.ok, c.settled) >= c.batch_end THEN NULL ELSE c.lease_id END,
-            lease_owner      = CASE WHEN {{schema}}.settled_advance(o.ok, c.settled) >= c.batch_end THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN {{schema}}.settled_advance(o.ok, c.settled) >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+            committed        = CASE WHEN c.settled IS NULL THEN o.ok
+                                    ELSE {{schema}}.settled_advance(o.ok, c.settled) END,
+            attempts         = CASE WHEN c.settled IS NULL AND c.fail_offs IS NULL THEN 0
+                                    ELSE {{schema}}.fail_at(c.fail_offs, c.fail_counts,
+                                                            {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            settled          = CASE WHEN c.settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above({{schema}}.settled_advance(o.ok, c.settled), c.settled) END,
+            fail_offs        = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            fail_counts      = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts,
+                                                                      {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            deliveries       = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) < c.delivered_max
+                                    THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_expires_at END,
             updated_at       = v_now
         FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
               ORDER BY x.pid, x.g) o
