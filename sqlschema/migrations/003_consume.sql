@@ -1231,6 +1231,7 @@ DECLARE
     v_fo    bigint[];
     v_fc    integer[];
     v_intr  bigint[];
+    v_dup   integer[];
     v_comm  bigint;
     v_att   integer;
     v_prior integer;
@@ -1298,7 +1299,6 @@ BEGIN
             CONTINUE;
         END IF;
 
-        v_set := coalesce(v_c.settled, '{}');
         -- The failure map with the head's count in it, for the duration.
         v_fo := coalesce(v_c.fail_offs, '{}');
         v_fc := coalesce(v_c.fail_counts, '{}');
@@ -1306,54 +1306,65 @@ BEGIN
             v_fo := (v_c.committed + 1) || v_fo;
             v_fc := v_c.attempts || v_fc;
         END IF;
-        v_intr := '{}';
-        v_rel := false;
+        -- Acks, set-based (a batch's settlement has a row per message):
+        -- those already settled get status 1, the rest join the set.
+        SELECT coalesce(array_agg(u.o), '{}') INTO v_dup
+        FROM unnest(v_l.ords) AS u(o)
+        WHERE p_act[u.o] = 0
+          AND (p_offs[u.o] <= v_c.committed OR p_offs[u.o] IN (SELECT unnest(v_c.settled)));
+        v_set := ARRAY(SELECT x.o FROM unnest(v_c.settled) AS x(o)
+                       UNION
+                       SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o)
+                       WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
+                       ORDER BY 1);
+        v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
+        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
         FOREACH j IN ARRAY v_l.ords LOOP
             v_st[j] := 0;
-            v_rel := v_rel OR p_release[j];
-            CONTINUE WHEN p_act[j] = 5;
+        END LOOP;
+        FOREACH j IN ARRAY v_dup LOOP
+            v_st[j] := 1;
+        END LOOP;
+        -- Failures and dead letters, one by one (few: a failure is written
+        -- as it happens); retries and interrupts settle nothing.
+        FOR j IN SELECT u.o FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] IN (1, 3) ORDER BY p_offs[u.o], u.o LOOP
             IF p_offs[j] <= v_c.committed OR p_offs[j] = ANY (v_set) THEN
                 v_st[j] := 1;
                 CONTINUE;
             END IF;
-            IF p_act[j] = 0 THEN
+            SELECT s.failures INTO v_prior
+            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+                  WHERE ss.partition_id = v_l.pid AND ss.base_offset <= p_offs[j]
+                  ORDER BY ss.base_offset DESC LIMIT 1) s
+            WHERE s.end_offset >= p_offs[j];
+            v_prior := coalesce(v_prior, 0);
+            k := array_position(v_fo, p_offs[j]);
+            v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
+            IF p_act[j] = 1 THEN
+                v_cnt := v_cnt + 1;
+            END IF;
+            IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
                 v_set := v_set || p_offs[j];
-            ELSIF p_act[j] = 4 THEN
-                v_intr := v_intr || p_offs[j];
-            ELSIF p_act[j] IN (1, 3) THEN
-                SELECT s.failures INTO v_prior
-                FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
-                      WHERE ss.partition_id = v_l.pid AND ss.base_offset <= p_offs[j]
-                      ORDER BY ss.base_offset DESC LIMIT 1) s
-                WHERE s.end_offset >= p_offs[j];
-                v_prior := coalesce(v_prior, 0);
-                k := array_position(v_fo, p_offs[j]);
-                v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
-                IF p_act[j] = 1 THEN
-                    v_cnt := v_cnt + 1;
+                v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
+                IF v_st[j] = 3 THEN
+                    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+                        msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at,
+                        attempts, reason)
+                    VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
+                        p_dl_txns[j], nullif(p_dl_keys[j], ''), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
+                        v_prior + v_cnt, p_reasons[j]);
                 END IF;
-                IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
-                    v_set := v_set || p_offs[j];
-                    v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
-                    IF v_st[j] = 3 THEN
-                        INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-                            msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at,
-                            attempts, reason)
-                        VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
-                            p_dl_txns[j], nullif(p_dl_keys[j], ''), p_dl_flags[j], p_dl_payload[j], p_dl_created[j], v_prior + v_cnt, p_reasons[j]);
-                    END IF;
-                ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
-                      AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
-                    PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
-                                                   p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j]);
-                    v_set := v_set || p_offs[j];
-                    v_st[j] := 6;
-                ELSIF k IS NULL THEN
-                    v_fo := v_fo || p_offs[j];
-                    v_fc := v_fc || v_cnt;
-                ELSE
-                    v_fc[k] := v_cnt;
-                END IF;
+            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
+                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j]);
+                v_set := v_set || p_offs[j];
+                v_st[j] := 6;
+            ELSIF k IS NULL THEN
+                v_fo := v_fo || p_offs[j];
+                v_fc := v_fc || v_cnt;
+            ELSE
+                v_fc[k] := v_cnt;
             END IF;
         END LOOP;
 
