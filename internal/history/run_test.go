@@ -25,6 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/history"
@@ -778,6 +780,10 @@ func (w *worker) items(q string) []queen.Item {
 		}
 		tx := w.proc + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
 		items[i] = queen.Item{Partition: p, TransactionID: tx, Key: keyOf(tx), Data: payload(q, tx)}
+		if w.rng.IntN(5) == 0 {
+			// Keyed: the queue's lanes route it (histItems names the lane).
+			items[i].Partition, items[i].Key = "", fmt.Sprintf("key%d", w.rng.IntN(largeKeys))
+		}
 	}
 	return items
 }
@@ -797,9 +803,7 @@ func (w *worker) remember(q string, items []queen.Item) {
 	if len(w.rqueue) == 0 || w.rqueue[len(w.rqueue)-1] != q {
 		w.recent, w.rqueue = w.recent[:0], append(w.rqueue[:0], q)
 	}
-	for _, it := range items {
-		w.recent = append(w.recent, history.Item{Partition: it.Partition, TxID: it.TransactionID})
-	}
+	w.recent = append(w.recent, histItems(items)...)
 	if len(w.recent) > 64 {
 		w.recent = w.recent[len(w.recent)-64:]
 	}
@@ -808,7 +812,13 @@ func (w *worker) remember(q string, items []queen.Item) {
 func histItems(items []queen.Item) []history.Item {
 	out := make([]history.Item, len(items))
 	for i, it := range items {
-		out[i] = history.Item{Partition: it.Partition, TxID: it.TransactionID}
+		p := it.Partition
+		if p == "" && it.Key != "" {
+			// The documented lane rule, with the default 64 lanes (the
+			// run never configures Lanes).
+			p = "lane-" + strconv.FormatUint(xxh3.HashString(it.Key)%queen.DefaultLanes, 10)
+		}
+		out[i] = history.Item{Partition: p, TxID: it.TransactionID}
 	}
 	return out
 }
