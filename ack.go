@@ -72,6 +72,8 @@ const (
 )
 
 // settleOp is one lease's settlement: commit through ok, then act on act.
+// With keyed set it is an out-of-order settlement instead (settle_keyed):
+// one outcome per message, ok, act and actMsg unused.
 type settleOp struct {
 	m       *Message // any message of the lease: partition, group, lease
 	ok      int64
@@ -79,6 +81,80 @@ type settleOp struct {
 	actMsg  *Message // the acted-on message; nil with actNone
 	release bool
 	reason  string
+	keyed   []keyedRow
+}
+
+// keyedRow is one message's outcome in an out-of-order settlement.
+type keyedRow struct {
+	m      *Message // with actCarry, the batch's last message
+	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
+	reason string
+}
+
+// actCarry is settle_keyed's row without an outcome: it carries a lease's
+// release.
+const actCarry int16 = 5
+
+// stRequeued is settle_keyed's status of a failure the skip policy
+// re-enqueued at the tail (settle reports it as stApplied).
+const stRequeued = 6
+
+// settleKeyedSQL runs one settle_keyed() call for ops (all keyed) and
+// returns each op's row statuses.
+func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) ([][]int16, error) {
+	n := 0
+	for _, op := range ops {
+		n += len(op.keyed)
+	}
+	var (
+		pids     = make([]int64, 0, n)
+		groups   = make([]string, 0, n)
+		leases   = make([]uuid.UUID, 0, n)
+		offs     = make([]int64, 0, n)
+		acts     = make([]int16, 0, n)
+		releases = make([]bool, 0, n)
+		reasons  = make([]string, 0, n)
+		dlIDs    = make([]uuid.UUID, 0, n)
+		dlTxns   = make([]string, 0, n)
+		dlFlags  = make([]int32, 0, n)
+		dlPay    = make([][]byte, 0, n)
+		dlAt     = make([]time.Time, 0, n)
+		dlKeys   = make([]string, 0, n)
+	)
+	for _, op := range ops {
+		for _, r := range op.keyed {
+			pids, groups, leases = append(pids, op.m.pid), append(groups, op.m.Group), append(leases, op.m.lease)
+			acts, releases, reasons = append(acts, r.act), append(releases, op.release), append(reasons, r.reason)
+			var (
+				off   int64 = -1
+				id    uuid.UUID
+				txn   string
+				flags int32
+				pay   []byte
+				at    time.Time
+				key   string
+			)
+			if m := r.m; m != nil {
+				off = m.Offset
+				if r.act == actFail || r.act == actDeadLetter {
+					id, txn, flags, pay, at, key = m.ID, m.TransactionID, int32(m.flags), m.stored, m.CreatedAt, m.Key
+				}
+			}
+			offs, dlIDs, dlTxns, dlFlags = append(offs, off), append(dlIDs, id), append(dlTxns, txn), append(dlFlags, flags)
+			dlPay, dlAt, dlKeys = append(dlPay, pay), append(dlAt, at), append(dlKeys, key)
+		}
+	}
+	rows, err := q.Query(ctx, e.csql.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys)
+	sts, err := settleStatuses(rows, err, n, "settle")
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int16, len(ops))
+	for i, op := range ops {
+		out[i], sts = sts[:len(op.keyed):len(op.keyed)], sts[len(op.keyed):]
+	}
+	return out, nil
 }
 
 // settleSQL runs one settle() call for ops on q (the pool, or a caller's
@@ -147,7 +223,7 @@ func settleStatuses(rows pgx.Rows, err error, n int, what string) ([]int16, erro
 
 func statusErr(st int16) error {
 	switch st {
-	case stApplied, stDeadLetter, stDropped:
+	case stApplied, stDeadLetter, stDropped, stRequeued:
 		return nil
 	case stBelowCursor:
 		return ErrAlreadyAcked
@@ -202,11 +278,39 @@ func reasonText(err error) string {
 // ends once its last message is acked. It returns ErrAlreadyAcked when the
 // cursor is already past the message (nothing changed) and ErrLeaseLost when
 // the lease expired or was taken over (the message may be redelivered).
+//
+// In a Consume handler with KeyConcurrency > 1, Ack settles the message
+// alone (other keys' earlier messages may still be running), and so does
+// DeadLetter; Fail and Retry return an error there: the handler's own error
+// is how a message fails, so that its key pauses.
 func (m *Message) Ack(ctx context.Context) error {
 	if m == nil {
 		return ErrUnknownMessage // m.Offset below would panic
 	}
+	if m.keyed {
+		return m.settleKeyedOne(actNone, "")
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
+}
+
+// errKeyedSettle is Fail's and Retry's answer for a message of a per-key
+// parallel Consume.
+var errKeyedSettle = errors.New("queen: a message handled with KeyConcurrency > 1 fails by its handler's error, not by Fail or Retry")
+
+// settleKeyedOne settles a per-key Consume's message alone, out of order.
+func (m *Message) settleKeyedOne(act int16, reason string) error {
+	if m.q == nil {
+		return ErrUnknownMessage
+	}
+	e := m.q.c.e
+	if e.isClosed() {
+		return ErrClosed
+	}
+	sts, err := e.settleKeyedFused(settleOp{m: m, keyed: []keyedRow{{m: m, act: act, reason: reason}}})
+	if err != nil {
+		return err
+	}
+	return statusErr(sts[0])
 }
 
 // Fail reports a failed attempt. Earlier messages of the lease complete, the
@@ -215,6 +319,9 @@ func (m *Message) Ack(ctx context.Context) error {
 // budget moves the message to the dead-letter store (if the queue keeps
 // dead letters, else drops it) and the cursor past it. Errors are as for Ack.
 func (m *Message) Fail(ctx context.Context, reason error) error {
+	if m != nil && m.keyed {
+		return errKeyedSettle
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
 }
 
@@ -222,6 +329,9 @@ func (m *Message) Fail(ctx context.Context, reason error) error {
 // without charging the retry budget. Earlier messages of the lease
 // complete. Errors are as for Ack.
 func (m *Message) Retry(ctx context.Context) error {
+	if m != nil && m.keyed {
+		return errKeyedSettle
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actRetry, actMsg: m})
 }
 
@@ -229,6 +339,9 @@ func (m *Message) Retry(ctx context.Context) error {
 // the queue's DeadLetter setting) and commits the cursor through it; the
 // rest of the lease stays owned. Errors are as for Ack.
 func (m *Message) DeadLetter(ctx context.Context, reason error) error {
+	if m != nil && m.keyed {
+		return m.settleKeyedOne(actDeadLetter, reasonText(reason))
+	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reason)})
 }
 
@@ -276,7 +389,9 @@ func (e *engine) extend(ctx context.Context, m *Message, d time.Duration) (time.
 // the last success before the first non-success, which is then applied (see
 // Fail, Retry, DeadLetter), and the lease is released so every later request
 // of that lease gets ErrAckSkipped and its message is redelivered. The
-// second result is for the call as a whole.
+// second result is for the call as a whole. A message a Consume handler with
+// KeyConcurrency > 1 is running gets an error: it settles by its handler's
+// return (or Ack, DeadLetter).
 func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error) {
 	e := q.c.e
 	if e.isClosed() {
@@ -294,6 +409,10 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 		m := r.Message
 		if m == nil || m.q == nil {
 			errs[i] = ErrUnknownMessage
+			continue
+		}
+		if m.keyed {
+			errs[i] = errKeyedSettle
 			continue
 		}
 		if r.Status < AckSuccess || r.Status > AckDeadLetter {

@@ -21,6 +21,7 @@ type querier interface {
 type ackItem struct {
 	op  settleOp
 	st  int16
+	sts []int16 // a keyed op's row statuses
 	err error
 }
 
@@ -66,11 +67,16 @@ func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) err
 	}
 	var (
 		general []*ackItem
+		keyed   []*ackItem
 		pure    = map[leaseKey][]*ackItem{}
 		order   []leaseKey
 	)
 	for _, b := range bundle {
 		for _, it := range b.Items {
+			if it.op.keyed != nil {
+				keyed = append(keyed, it)
+				continue
+			}
 			if it.op.act != actNone || it.op.release {
 				general = append(general, it)
 				continue
@@ -137,6 +143,38 @@ func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) err
 					it.err = err
 				} else {
 					it.st = sts[i]
+				}
+			}
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(keyed) > 0 {
+		// Out-of-order settlements of every lease in the bundle: one
+		// statement, and one at a time only if PostgreSQL rejected it.
+		ops := make([]settleOp, len(keyed))
+		for i, it := range keyed {
+			ops[i] = it.op
+		}
+		sts, err := a.e.settleKeyedSQL(ctx, a.e.pool, ops)
+		if err != nil && len(ops) > 1 && rejectedByServer(err) {
+			err = nil
+			for i, it := range keyed {
+				st, oerr := a.e.settleKeyedSQL(ctx, a.e.pool, ops[i:i+1])
+				if oerr != nil {
+					it.err = oerr
+					err = cmp.Or(err, oerr)
+				} else {
+					it.sts = st[0]
+				}
+			}
+		} else {
+			for i, it := range keyed {
+				if err != nil {
+					it.err = err
+				} else {
+					it.sts = sts[i]
 				}
 			}
 		}
@@ -211,6 +249,23 @@ func (e *engine) settleFused(ctx context.Context, ops []settleOp) ([]int16, erro
 		out[i] = items[i].st
 	}
 	return out, nil
+}
+
+// settleKeyedFused applies one out-of-order settlement through the ack
+// fusion engine and returns its row statuses.
+func (e *engine) settleKeyedFused(op settleOp) ([]int16, error) {
+	var it ackItem
+	it.op = op
+	groups := func(yield func(fusion.Key, []*ackItem) bool) {
+		yield(ackKey(op), []*ackItem{&it})
+	}
+	if err := submitAndWait(context.Background(), e.acks.fusion, 1, groups); err != nil {
+		return nil, err
+	}
+	if it.err != nil {
+		return nil, it.err
+	}
+	return it.sts, nil
 }
 
 func (a *acker) close(ctx context.Context) error {

@@ -28,12 +28,39 @@ type ConsumeOptions struct {
 	// cancelled when it passes, and an error it then returns fails the
 	// message (charging its retry budget). Defaults to 0: no deadline.
 	HandlerTimeout time.Duration
+	// KeyConcurrency is how many handlers run at once within one leased
+	// partition batch, each on a different ordering key (Message.Key; the
+	// keyless messages, key "", count as one key). Messages of one key are
+	// handled one at a time in offset order; keys overtake each other.
+	// Defaults to 1: one handler per partition, in offset order, settled
+	// cumulatively. Negative values are an error.
+	//
+	// Above 1, settlement is out of order: the partition's cursor commits
+	// the contiguous prefix of settled messages, and the offsets settled
+	// above it are stored with the cursor, so whoever holds the partition
+	// next (after a crash, a lost lease or a handed-back batch) skips them
+	// and delivers only the rest. They are written through the fused
+	// settlement path when the batch ends, when a handler fails, each time
+	// the lease is renewed and at least once a second while the batch runs;
+	// a crash loses at most the settlements since the last write, whose
+	// messages run again. A failing message under the pause
+	// policy pauses only its key: that key's later messages in the batch are
+	// not started, the other keys go on, and the next claim redelivers the
+	// failed message (Attempt + 1) with its key's later messages. Failures
+	// are counted per message, so RetryLimit holds for each one wherever it
+	// sits in the partition; the failure that spends it dead-letters (or
+	// drops) the message and its key goes on. Under the skip policy a
+	// failed message is re-enqueued at the tail and counts as settled.
+	// Concurrency still counts partitions: up to Concurrency ×
+	// KeyConcurrency handlers run at once.
+	KeyConcurrency int
 }
 
 // Consume claims messages and hands them to fn until ctx is done. One fetch
 // loop claims, in one round trip, as many ready partitions as it has free
 // workers, and claims again as soon as a worker frees up or a push arrives.
-// Messages of a partition are handled one at a time in offset order; up to
+// Messages of a partition are handled one at a time in offset order (with
+// KeyConcurrency above 1: one at a time per ordering key, see there); up to
 // Concurrency partitions are handled in parallel. PopOptions.Wait does not
 // apply: Consume waits for pushes by itself and sizes each claim by its free
 // workers. PopOptions.Partitions (default 1) is how many partitions' batches
@@ -86,6 +113,9 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 		return fmt.Errorf("queen: ConsumeOptions: Concurrency, SoftStop and HandlerTimeout must not be negative (have %d, %s, %s)",
 			o.Concurrency, o.SoftStop, o.HandlerTimeout)
 	}
+	if o.KeyConcurrency < 0 {
+		return fmt.Errorf("queen: ConsumeOptions: KeyConcurrency must not be negative (have %d)", o.KeyConcurrency)
+	}
 	n := max(o.Concurrency, 1)
 
 	c := newConsumer(ctx, q, po, o, fn)
@@ -107,6 +137,7 @@ type consumer struct {
 	q       *Queue
 	po      PopOptions
 	timeout time.Duration
+	keyConc int // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
 	fn      func(context.Context, *Message) error
 
 	// stop ends when Consume's ctx does: claim nothing more, start no
@@ -176,7 +207,7 @@ func (e *engine) stopConsumes(ctx context.Context) {
 }
 
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
-	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, fn: fn, finished: make(chan struct{})}
+	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{})}
 	c.stop, c.cancelStop = context.WithCancelCause(ctx)
 	if o.SoftStop <= 0 {
 		c.work, c.cancelWork = context.WithCancel(c.stop)
@@ -224,6 +255,9 @@ func (c *consumer) stopErr() error {
 // caller to run once it has released the worker: the settle round trip holds
 // the partition's lease, not a handler slot.
 func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
+	if c.keyConc > 1 {
+		return c.handleBatchKeyed(msgs)
+	}
 	q := c.q
 	e := q.c.e
 	if c.po.AutoAck {
@@ -238,7 +272,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	}
 	var exp atomic.Int64 // the lease's end in Unix ns, 0 once lost
 	exp.Store(msgs[0].LeaseExpiresAt.UnixNano())
-	stopRenew := q.renew(msgs[0], &exp)
+	stopRenew := q.renew(msgs[0], &exp, nil)
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
@@ -312,8 +346,9 @@ func (c *consumer) call(m *Message) (err error) {
 // renew keeps the lease of m's batch alive: it extends it whenever half of
 // it is left, at once if the pop already took that long, and publishes the
 // current end in exp (0 once the lease is lost) until the returned func is
-// called (which waits for the renewer to stop).
-func (q *Queue) renew(m *Message, exp *atomic.Int64) (stop func()) {
+// called (which waits for the renewer to stop). onRenew, if not nil, runs
+// after each renewal.
+func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func()) (stop func()) {
 	d := m.leaseDur
 	if d <= 0 {
 		return func() {}
@@ -335,6 +370,9 @@ func (q *Queue) renew(m *Message, exp *atomic.Int64) (stop func()) {
 			cancel()
 			if err == nil {
 				exp.Store(end.UnixNano())
+				if onRenew != nil {
+					onRenew()
+				}
 				continue
 			}
 			q.c.e.log.Warn("queen: consume: lease renewal failed", "queue", q.name, "partition", m.Partition, "err", err)

@@ -422,6 +422,7 @@ func TestConsumeRejectsBadOptions(t *testing.T) {
 		{SoftStop: -time.Second},
 		{HandlerTimeout: -time.Second},
 		{Concurrency: -1},
+		{KeyConcurrency: -1},
 	} {
 		err := q.Consume(ctxT(t), o, func(context.Context, *queen.Message) error {
 			t.Error("handler called")

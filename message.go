@@ -104,4 +104,7 @@ type Message struct {
 	leaseDur time.Duration
 	flags    byte
 	stored   []byte // the payload as stored (ciphertext when encrypted): the dead-letter snapshot
+	// keyed marks a message a per-key parallel Consume handles: its own
+	// settlement is per offset (settle_keyed), never through the lease.
+	keyed bool
 }

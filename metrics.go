@@ -77,3 +77,31 @@ func (m *meters) bundle(ctx context.Context, segments, items int, err error, d t
 	m.segments.Add(ctx, int64(segments))
 	m.bundleSecs.Record(ctx, d.Seconds(), okAttr)
 }
+
+// registerKeyMetrics registers the gauges of per-key parallel Consume
+// (KeyConcurrency > 1), observed per partition this client is handling a
+// batch of, from in-process numbers: queen_consume_keys_in_flight (keys
+// with a handler running) and queen_consume_keys_paused (keys a failure
+// paused in the running batch), with attributes queue, group and partition.
+func registerKeyMetrics(e *engine) (metric.Registration, error) {
+	m := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
+	inFlight, err := m.Int64ObservableGauge("queen_consume_keys_in_flight",
+		metric.WithDescription("Ordering keys with a handler running, per partition batch this client holds (KeyConcurrency > 1)."))
+	if err != nil {
+		return nil, err
+	}
+	paused, err := m.Int64ObservableGauge("queen_consume_keys_paused",
+		metric.WithDescription("Ordering keys paused by a failure in the batch this client holds, per partition (KeyConcurrency > 1)."))
+	if err != nil {
+		return nil, err
+	}
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		e.keyStats.each(func(k keyStatKey, f, p int64) {
+			attrs := metric.WithAttributes(attribute.String("queue", k.queue), attribute.String("group", k.group),
+				attribute.String("partition", k.partition))
+			o.ObserveInt64(inFlight, f, attrs)
+			o.ObserveInt64(paused, p, attrs)
+		})
+		return nil
+	}, inFlight, paused)
+}

@@ -173,15 +173,25 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		created time.Time
 		blob    []byte
 		fails   int32
+		settled []int64
+		failOff []int64
+		failCnt []int32
 	)
 	for rows.Next() {
-		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob, &fails); err != nil {
+		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob, &fails,
+			&settled, &failOff, &failCnt); err != nil {
 			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
 		if p == nil || p.pid != pid {
-			p = &popPart{pid: pid, name: pname}
+			p = &popPart{pid: pid, name: pname, settled: settled}
 			if lease != nil {
 				p.lease = *lease
+			}
+			if len(failOff) > 0 && len(failOff) == len(failCnt) {
+				p.fails = make(map[int64]int, len(failOff))
+				for i, o := range failOff {
+					p.fails[o] = int(failCnt[i])
+				}
 			}
 			parts = append(parts, p)
 		}
@@ -204,6 +214,11 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			if off <= dmax && deliv > 1 {
 				m.Attempt = int(deliv)
 			}
+			if f := p.fails[off]; f > 0 {
+				// Failed out of order (not at the cursor): at least its
+				// failures plus this delivery.
+				m.Attempt = max(m.Attempt, f+1)
+			}
 			// A message the skip policy re-enqueued carries its failures.
 			m.Attempt += int(fails)
 			return m
@@ -219,8 +234,12 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		}
 		next := lo
 		err = frame.DecodeRange(frames, int(lo-base), int(hi-base), func(k int, f *frame.Frame) error {
-			m := msg(base + int64(k))
-			next = m.Offset + 1
+			off := base + int64(k)
+			next = off + 1
+			if p.isSettled(off) {
+				return nil // settled out of order by an earlier holder
+			}
+			m := msg(off)
 			m.ID, m.TransactionID, m.Key, m.flags = f.ID, f.TransactionID, f.Key, f.Flags
 			if f.Flags&frame.FlagEncrypted != 0 {
 				m.stored = append([]byte(nil), f.Payload...)
@@ -274,6 +293,10 @@ type popPart struct {
 	lease uuid.UUID
 	msgs  []*Message
 	dead  []deadMsg // in offset order
+	// The cursor's out-of-order state at the claim: settled offsets above
+	// it (sorted; skipped) and failures stored per offset (Attempt).
+	settled []int64
+	fails   map[int64]int
 }
 
 // deadMsg is a claimed message that cannot be delivered: its segment or
@@ -287,8 +310,20 @@ type deadMsg struct {
 // undecodable records offsets lo..hi as unreadable for err.
 func (p *popPart) undecodable(msg func(off int64) *Message, lo, hi int64, err error) {
 	for off := lo; off <= hi; off++ {
-		p.dead = append(p.dead, deadMsg{msg(off), err})
+		if !p.isSettled(off) {
+			p.dead = append(p.dead, deadMsg{msg(off), err})
+		}
 	}
+}
+
+// isSettled reports whether off was settled out of order (per-key parallel
+// Consume) above the cursor the claim started at: the claim skips it.
+func (p *popPart) isSettled(off int64) bool {
+	if len(p.settled) == 0 {
+		return false
+	}
+	_, ok := slices.BinarySearch(p.settled, off)
+	return ok
 }
 
 // deadLetterUndecodable moves what p's claim could not decode to the

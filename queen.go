@@ -217,6 +217,7 @@ type engine struct {
 	drain    *drainer
 	maintOn  atomic.Bool
 	spoolReg metric.Registration
+	keyReg   metric.Registration // the per-key Consume gauges
 
 	// The consumption side: its statements, the lease owner this client
 	// writes, and the LISTEN loop that wakes parked pops for other
@@ -227,6 +228,7 @@ type engine struct {
 	claims   claimFusion
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
+	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
 }
 
 // Open connects, applies the embedded migrations and starts the engine.
@@ -283,7 +285,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.acks = newAcker(e)
 	e.drain = newDrainer(e)
 	if e.spoolReg, err = registerSpoolMetrics(e); err == nil {
-		e.maint, err = newMaintainer(e, cfg.Maintenance)
+		if e.keyReg, err = registerKeyMetrics(e); err == nil {
+			e.maint, err = newMaintainer(e, cfg.Maintenance)
+		}
 	}
 	if err != nil {
 		e.drain.close()
@@ -359,6 +363,7 @@ func (e *engine) shutdown(ctx context.Context) {
 	e.listen.close()
 	e.cancel()
 	_ = e.spoolReg.Unregister()
+	_ = e.keyReg.Unregister()
 	if serr := e.spool.Close(); err == nil && serr != nil {
 		err = fmt.Errorf("queen: close spool: %w", serr)
 	}

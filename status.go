@@ -36,6 +36,17 @@ type GroupStatus struct {
 	LeaseExpiresAt time.Time
 	// Failures is the retry budget spent by the message after Committed.
 	Failures int
+	// Settled is how many offsets above Committed were settled out of
+	// order (per-key parallel Consume) and will be skipped; at most one
+	// Batch.
+	Settled int
+	// KeysInFlight and KeysPaused are, while this client handles a batch
+	// of the partition for the group with KeyConcurrency > 1, the ordering
+	// keys with a handler running and those a failure paused in that batch.
+	// They are this process's own numbers (another client's batches show
+	// as 0), read when Status runs.
+	KeysInFlight int
+	KeysPaused   int
 }
 
 // Status reports the queue's partitions with each group's committed offset,
@@ -64,11 +75,12 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			owner    *string
 			expires  *time.Time
 			attempts *int32
+			settled  *int32
 			headAt   *time.Time
 			now      time.Time
 		)
 		if err := rows.Scan(&p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &group, &comm, &batchEnd, &owner,
-			&expires, &attempts, &headAt, &now); err != nil {
+			&expires, &attempts, &headAt, &now, &settled); err != nil {
 			return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 		}
 		n := len(st.Partitions)
@@ -80,6 +92,12 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			continue
 		}
 		g := GroupStatus{Group: *group, Committed: *comm, Failures: int(*attempts)}
+		if settled != nil {
+			g.Settled = int(*settled)
+		}
+		if f, p, ok := e.keyStats.get(keyStatKey{q.c.tenant, q.name, g.Group, st.Partitions[n-1].Name}); ok {
+			g.KeysInFlight, g.KeysPaused = int(f), int(p)
+		}
 		g.Lag = max(p.LastOffset-g.Committed, 0)
 		if g.Lag > 0 && headAt != nil {
 			g.LagAge = max(now.Sub(*headAt), 0)

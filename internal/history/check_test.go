@@ -363,3 +363,32 @@ func TestCheckPopSkipsOnlyDestroyed(t *testing.T) {
 		t.Fatalf("%v", got)
 	}
 }
+
+// A pop that skips an offset a Consume handler took before it (settled out
+// of order with KeyConcurrency > 1) is no int-poll-skip; the same gap with
+// the handler starting only after the pop is.
+func TestCheckSkipsSettledOutOfOrder(t *testing.T) {
+	for _, before := range []bool{true, false} {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}, {"p", "t3"}}, OK,
+			Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
+		d2 := Delivery{"p", 1, "id2", "t2", "L1", 1, 1e18}
+		handler := func() {
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Offset: 1, Lease: "L1",
+				Msgs: []Delivery{d2}, T: h.tick()})
+			h.r.Done(inv, OK, Event{T: h.tick()})
+		}
+		if before {
+			handler()
+		}
+		h.pop("b", "q", "g", false, Delivery{"p", 0, "id1", "t1", "L2", 2, 1e18}, Delivery{"p", 2, "id3", "t3", "L2", 2, 1e18})
+		if !before {
+			handler()
+		}
+		got := kinds(Check(h.r.Events(), st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false},
+			Stored{"q", "p", 2, "id3", "t3", 0, false}), 0))
+		if want := map[bool]int{true: 0, false: 1}[before]; got["int-poll-skip"] != want {
+			t.Fatalf("handler before the pop %v: %v, want %d int-poll-skip", before, got, want)
+		}
+	}
+}

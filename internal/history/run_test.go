@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -769,7 +770,7 @@ func (w *worker) items(q string) []queen.Item {
 		if len(w.recent) > 0 && w.rng.IntN(30) == 0 && w.rqueue[len(w.rqueue)-1] == q {
 			// A producer retry: same transaction id, same partition.
 			it := w.recent[w.rng.IntN(len(w.recent))]
-			items[i] = queen.Item{Partition: it.Partition, TransactionID: it.TxID, Data: payload(q, it.TxID)}
+			items[i] = queen.Item{Partition: it.Partition, TransactionID: it.TxID, Key: keyOf(it.TxID), Data: payload(q, it.TxID)}
 			continue
 		}
 		w.n++
@@ -778,13 +779,24 @@ func (w *worker) items(q string) []queen.Item {
 			p = fmt.Sprintf("k%d", w.rng.IntN(largeKeys))
 		}
 		tx := w.proc + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
-		items[i] = queen.Item{Partition: p, TransactionID: tx, Data: payload(q, tx)}
+		items[i] = queen.Item{Partition: p, TransactionID: tx, Key: keyOf(tx), Data: payload(q, tx)}
 		if w.rng.IntN(5) == 0 {
 			// Keyed: the queue's lanes route it (histItems names the lane).
 			items[i].Partition, items[i].Key = "", fmt.Sprintf("key%d", w.rng.IntN(largeKeys))
 		}
 	}
 	return items
+}
+
+// keyOf is an item's ordering key, a function of its transaction id so a
+// producer retry repeats it: one of four keys, or none.
+func keyOf(tx string) string {
+	h := fnv.New64a()
+	h.Write([]byte(tx))
+	if k := h.Sum64() % 5; k < 4 {
+		return "key" + strconv.FormatUint(k, 10)
+	}
+	return ""
 }
 
 func (w *worker) remember(q string, items []queen.Item) {
@@ -1045,7 +1057,7 @@ func (w *worker) popSettle(ctx context.Context) {
 // outlives its lease.
 func (w *worker) consume(ctx context.Context) {
 	q := w.queue()
-	o := queen.ConsumeOptions{PopOptions: w.popOptions(), Concurrency: 1 + w.rng.IntN(4)}
+	o := queen.ConsumeOptions{PopOptions: w.popOptions(), Concurrency: 1 + w.rng.IntN(4), KeyConcurrency: 1 + w.rng.IntN(3)}
 	// AutoAck is at-most-once: a Consume pop that commits and then loses
 	// its connection, or a process killed before its handler ran, drops
 	// messages nobody saw, and Consume's pops are not in the history to

@@ -13,7 +13,8 @@ type Consume struct {
 	// $8 lease ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11
 	// subscription mode, $12 subscription time, $13 batch per partition. One
 	// row per delivered segment, with the failures a re-enqueued segment's
-	// message carries.
+	// message carries and, on a partition's first row, the cursor's
+	// out-of-order settled offsets and failure entries.
 	Pop string
 	// PopDeadLetter dead-letters messages a pop claimed but cannot decode:
 	// $1 partition id, $2 group, $3 lease (NULL: auto-acked), $4 the
@@ -25,6 +26,13 @@ type Consume struct {
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; see settle() in migration 003.
 	Settle string
+	// SettleKeyed applies out-of-order settlements of per-key parallel
+	// Consume, one row per message outcome: $1 partition ids, $2 groups, $3
+	// leases, $4 offsets, $5 actions, $6 release, $7 reasons, then the
+	// dead-letter snapshot $8 ids, $9 transaction ids, $10 flags, $11
+	// payloads, $12 created at. One result per row, in row order; see
+	// settle_keyed() in migration 003.
+	SettleKeyed string
 	// AckMany commits pure acks set-based: $1 partition ids, $2 groups,
 	// $3 leases, $4 offsets; at most one per (partition, group).
 	AckMany string
@@ -47,7 +55,7 @@ func NewConsume(schema string) *Consume {
 	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
 	c := &Consume{}
 	c.Pop = r.Replace(`SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
-    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
     $10::text, $11::text, $12::timestamptz, $13::int4)`)
 	c.PopDeadLetter = r.Replace(`SELECT {{s}}.pop_dead_letter($1::int8, $2::text, $3::uuid, $4::int8, $5::int8[], $6::uuid[],
@@ -56,6 +64,9 @@ FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7:
 	c.Settle = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
     $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[])`)
+	c.SettleKeyed = r.Replace(`SELECT ord, status, committed
+FROM {{s}}.settle_keyed($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
+    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[])`)
 	c.Extend = r.Replace(`UPDATE {{s}}.consumers
 SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
 WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
@@ -68,7 +79,7 @@ RETURNING lease_expires_at`)
     (SELECT s.created_at FROM {{s}}.segments s
      WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
      ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
-    now()
+    now(), cardinality(c.settled)
 FROM {{s}}.queues q
 JOIN {{s}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{s}}.subscriptions sub ON sub.queue_id = q.id

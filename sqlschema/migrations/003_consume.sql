@@ -17,6 +17,67 @@ ALTER TABLE {{schema}}.consumers
 
 CREATE INDEX dead_letters_queue_id_idx ON {{schema}}.dead_letters (queue_id, id);
 
+-- Out-of-order settlement (per-key parallel Consume, KeyConcurrency > 1).
+-- committed stays the contiguous settled prefix; what was settled above it
+-- is kept here so a later holder skips it: settled, sorted offsets above
+-- committed (never committed + 1: the cursor moves past a contiguous run);
+-- fail_offs / fail_counts, parallel and sorted, the explicit failures
+-- spent by messages above committed + 1 (attempts keeps the head's). Every
+-- entry comes from a lease, so lies in (committed, committed + that
+-- lease's batch]: at most one Batch (MaxBatch) of entries. NULL when empty,
+-- which is all the other paths ever see unless such a consumer ran.
+ALTER TABLE {{schema}}.consumers
+    ADD COLUMN settled     bigint[],
+    ADD COLUMN fail_offs   bigint[],
+    ADD COLUMN fail_counts integer[];
+
+-- The cursor once it passes the settled offsets contiguous with p_comm.
+CREATE FUNCTION {{schema}}.settled_advance(p_comm bigint, p_settled bigint[])
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_settled IS NULL OR NOT ((p_comm + 1) = ANY (p_settled)) THEN p_comm
+        -- sorted and unique: the run is the entries whose rank above p_comm
+        -- equals their distance from it
+        ELSE (SELECT max(x.o) FROM (SELECT u.o, row_number() OVER (ORDER BY u.o) AS r
+                                    FROM unnest(p_settled) AS u(o) WHERE u.o > p_comm) x
+              WHERE x.o = p_comm + x.r)
+    END
+$$;
+
+-- The settled offsets above p_comm; NULL when none.
+CREATE FUNCTION {{schema}}.settled_above(p_comm bigint, p_settled bigint[])
+RETURNS bigint[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_settled IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_settled) AS u(o) WHERE u.o > p_comm)
+    END
+$$;
+
+-- The failures stored for offset p_off; 0 when none.
+CREATE FUNCTION {{schema}}.fail_at(p_offs bigint[], p_counts integer[], p_off bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_offs IS NULL THEN 0 ELSE coalesce(p_counts[array_position(p_offs, p_off)], 0) END
+$$;
+
+-- The failure entries above p_head (the new head's count moves to
+-- attempts); NULL when none.
+CREATE FUNCTION {{schema}}.fail_offs_above(p_offs bigint[], p_head bigint)
+RETURNS bigint[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_offs IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_offs) AS u(o) WHERE u.o > p_head)
+    END
+$$;
+
+CREATE FUNCTION {{schema}}.fail_counts_above(p_offs bigint[], p_counts integer[], p_head bigint)
+RETURNS integer[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_offs IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.c ORDER BY u.o) FROM unnest(p_offs, p_counts) AS u(o, c) WHERE u.o > p_head)
+    END
+$$;
+
 -- One row per delivered segment; the lease columns repeat per segment.
 CREATE TYPE {{schema}}.pop_row AS (
     partition_id     bigint,
@@ -32,7 +93,12 @@ CREATE TYPE {{schema}}.pop_row AS (
     end_offset       bigint,
     created_at       timestamptz,
     blob             bytea,
-    failures         integer
+    failures         integer,
+    -- On a partition's first row only: the cursor's settled offsets and
+    -- failure entries (see settled above), for the client to skip and count.
+    settled          bigint[],
+    fail_offs        bigint[],
+    fail_counts      integer[]
 );
 
 ALTER TABLE {{schema}}.subscriptions
@@ -328,6 +394,7 @@ DECLARE
     v_more     bigint[];
     v_pid      bigint;
     v_after    text;
+    v_adv      bigint;
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
@@ -491,7 +558,7 @@ BEGIN
             -- between the lock and the read (see below).
             FOR v_try IN 1 .. 2 LOOP
                 SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-                       p.last_offset, p.log_start
+                       p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
                 INTO v_c
                 FROM {{schema}}.consumers cc
                 JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -501,6 +568,9 @@ BEGIN
                 FOR UPDATE OF cc SKIP LOCKED;
                 EXIT WHEN NOT FOUND;
                 v_start := greatest(v_c.committed + 1, v_c.log_start);
+                IF v_c.settled IS NOT NULL THEN
+                    v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
+                END IF;
                 v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
                 v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
                                       WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
@@ -510,6 +580,18 @@ BEGIN
                     WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
                       AND s.created_at <= v_cutoff;
                     v_end := least(v_end, coalesce(v_vis, v_start - 1));
+                END IF;
+                IF v_end < v_start AND v_start - 1 > v_c.committed AND v_c.settled IS NOT NULL THEN
+                    -- Only settled offsets are left past a retention cut:
+                    -- the cursor passes them, so the partition is not
+                    -- claimable for nothing again.
+                    UPDATE {{schema}}.consumers SET committed = v_start - 1,
+                        settled = {{schema}}.settled_above(v_start - 1, settled),
+                        attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_start),
+                        fail_offs = {{schema}}.fail_offs_above(fail_offs, v_start),
+                        fail_counts = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start),
+                        deliveries = 0, updated_at = v_now
+                    WHERE partition_id = v_c.partition_id AND group_name = p_group;
                 END IF;
                 EXIT WHEN v_end < v_start;
                 IF p_auto_ack THEN
@@ -529,21 +611,50 @@ BEGIN
                 -- The row is locked: nothing else can move it meanwhile.
                 RETURN QUERY
                 SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
-                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures
+                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
+                       -- The out-of-order settlement state, once per partition;
+                       -- the failures with the head's (attempts) when the
+                       -- claim starts at it.
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.settled END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_start || v_c.fail_offs
+                                ELSE v_c.fail_offs END END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_c.attempts || v_c.fail_counts
+                                ELSE v_c.fail_counts END END
                 FROM {{schema}}.segments s
                 WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
                 ORDER BY s.base_offset;
                 IF FOUND THEN
                     IF p_auto_ack THEN
-                        UPDATE {{schema}}.consumers SET committed = v_end, batch_end = NULL, lease_id = NULL,
-                            lease_owner = NULL, lease_expires_at = NULL, attempts = 0, deliveries = 0,
+                        v_adv := v_end;
+                        IF v_c.settled IS NOT NULL THEN
+                            v_adv := {{schema}}.settled_advance(v_end, v_c.settled);
+                        END IF;
+                        UPDATE {{schema}}.consumers SET committed = v_adv,
+                            batch_end = NULL, lease_id = NULL,
+                            lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
+                            attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
+                            settled = CASE WHEN settled IS NULL THEN NULL
+                                           ELSE {{schema}}.settled_above(v_adv, settled) END,
+                            fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
+                                             ELSE {{schema}}.fail_offs_above(fail_offs, v_adv + 1) END,
+                            fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
+                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
                             delivered_max = greatest(delivered_max, v_end), updated_at = v_now
                         WHERE partition_id = v_c.partition_id AND group_name = p_group;
                     ELSE
                         UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
                             lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
                             deliveries = v_deliv,
-                            attempts = CASE WHEN committed = v_start - 1 THEN attempts ELSE 0 END,
+                            attempts = CASE WHEN committed = v_start - 1 THEN attempts
+                                            ELSE {{schema}}.fail_at(fail_offs, fail_counts, v_start) END,
+                            settled = CASE WHEN committed = v_start - 1 THEN settled
+                                           ELSE {{schema}}.settled_above(v_start - 1, settled) END,
+                            fail_offs = CASE WHEN committed = v_start - 1 THEN fail_offs
+                                             ELSE {{schema}}.fail_offs_above(fail_offs, v_start) END,
+                            fail_counts = CASE WHEN committed = v_start - 1 THEN fail_counts
+                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start) END,
                             delivered_max = greatest(delivered_max, v_end), updated_at = v_now
                         WHERE partition_id = v_c.partition_id AND group_name = p_group;
                     END IF;
@@ -628,7 +739,7 @@ BEGIN
         RETURN false;
     END IF;
     IF p_lease IS NOT NULL THEN
-        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at INTO v_c
+        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at, c.settled INTO v_c
         FROM {{schema}}.consumers c
         WHERE c.partition_id = p_pid AND c.group_name = p_group
         FOR UPDATE;
@@ -637,11 +748,18 @@ BEGIN
                           OR p_offs[n] > v_c.batch_end)) THEN
             RETURN false;
         END IF;
-        v_comm := CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END;
+        v_comm := {{schema}}.settled_advance(CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END, v_c.settled);
         v_end := least(v_c.batch_end, coalesce(p_end, v_c.batch_end));
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
-            attempts         = CASE WHEN v_comm > committed THEN 0 ELSE attempts END,
+            attempts         = CASE WHEN v_comm > committed THEN {{schema}}.fail_at(fail_offs, fail_counts, v_comm + 1)
+                                    ELSE attempts END,
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             deliveries       = CASE WHEN v_comm = committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
             batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
@@ -848,6 +966,7 @@ BEGIN
 
     FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
+               cc.settled, cc.fail_offs, cc.fail_counts,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
                qq.failure_policy, qq.encryption
         INTO v_c
@@ -891,7 +1010,8 @@ BEGIN
             v_rel := true;
         END IF;
         IF v_comm > v_c.committed THEN
-            v_att := 0;
+            -- the new head's failures, if out-of-order settlement stored any
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
         END IF;
         v_spent := v_prior + v_att;
         IF p_act[i] = 1 THEN
@@ -899,7 +1019,7 @@ BEGIN
             v_spent := v_prior + v_att;
             IF v_spent >= greatest(v_c.retry_limit, 1) THEN
                 v_comm := p_act_off[i];
-                v_att := 0;
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
                 v_dl := v_c.dead_letter;
                 v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
             ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp)
@@ -910,13 +1030,18 @@ BEGIN
                 -- Out of the way: a copy at the tail, the cursor past it.
                 v_rq := true;
                 v_comm := p_act_off[i];
-                v_att := 0;
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
             END IF;
         ELSIF p_act[i] = 3 THEN
             v_comm := p_act_off[i];
-            v_att := 0;
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
             v_dl := true;
             v_st := 3;
+        END IF;
+        IF v_c.settled IS NOT NULL AND {{schema}}.settled_advance(v_comm, v_c.settled) > v_comm THEN
+            -- Settled out of order above: the cursor passes the run.
+            v_comm := {{schema}}.settled_advance(v_comm, v_c.settled);
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
         END IF;
         IF v_comm >= v_c.batch_end THEN
             v_rel := true;
@@ -925,6 +1050,12 @@ BEGIN
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             -- An interrupt (4) takes back this lease's delivery of the
             -- message at the new cursor, so its next one is not a retry.
             deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
@@ -987,14 +1118,38 @@ BEGIN
         RAISE EXCEPTION 'queen: ack_many arrays are not aligned';
     END IF;
     WITH u AS (
+        -- With out-of-order settlement stored (settled, fail_offs not NULL)
+        -- the cursor also passes the settled run above o.ok; the CASEs keep
+        -- the common case (both NULL) free of the helpers, which are not
+        -- inlined.
         UPDATE {{schema}}.consumers c SET
-            committed        = o.ok,
-            attempts         = 0,
-            deliveries       = CASE WHEN o.ok < c.delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.batch_end END,
-            lease_id         = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_id END,
-            lease_owner      = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN o.ok >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+            committed        = CASE WHEN c.settled IS NULL THEN o.ok
+                                    ELSE {{schema}}.settled_advance(o.ok, c.settled) END,
+            attempts         = CASE WHEN c.settled IS NULL AND c.fail_offs IS NULL THEN 0
+                                    ELSE {{schema}}.fail_at(c.fail_offs, c.fail_counts,
+                                                            {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            settled          = CASE WHEN c.settled IS NULL THEN NULL
+                                    ELSE {{schema}}.settled_above({{schema}}.settled_advance(o.ok, c.settled), c.settled) END,
+            fail_offs        = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_offs_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            fail_counts      = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts,
+                                                                      {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            deliveries       = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) < c.delivered_max
+                                    THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_expires_at END,
             updated_at       = v_now
         FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
               ORDER BY x.pid, x.g) o
@@ -1023,5 +1178,227 @@ BEGIN
     LEFT JOIN LATERAL (SELECT c.partition_id, c.committed FROM {{schema}}.consumers c
                        WHERE c.partition_id = o.pid AND c.group_name = o.g LIMIT 1) c ON true
     ORDER BY o.ord;
+END
+$$;
+
+-- Out-of-order settlement, for per-key parallel Consume (KeyConcurrency >
+-- 1): one row per message outcome, rows of one lease together with its
+-- (partition, group, lease), many leases per call (fused like settle).
+-- Actions per row: 0 ack, 1 fail, 2 retry, 3 dead letter, 4 interrupt, 5
+-- nothing (carries a lease's release, with the batch's last offset). A
+-- lease's rows are applied together: an ack, a dead letter, a failure that
+-- spends the budget (dead letter or drop) and a skip-policy failure (a copy
+-- at the tail, requeue_one) settle their offset; committed moves over the
+-- contiguous settled prefix and the rest goes to consumers.settled, which a
+-- later claim skips. Any other failure is charged to its own offset (the
+-- head's in attempts, others' in fail_offs / fail_counts), so RetryLimit
+-- holds per message wherever it sits. A retry or an interrupt settles
+-- nothing; an interrupt of the new head takes back the lease's delivery as
+-- in settle. The lease is released when a row asks for it (p_release) or
+-- committed reaches batch_end, and kept otherwise (a checkpoint). An
+-- offset already settled gets status 1 and changes nothing, so resending
+-- an outcome is harmless except a failure's charge. Status per row as
+-- settle's, and 6: applied, the failure re-enqueued at the tail. Lock
+-- order as settle: skip-policy partitions first, then cursor rows in
+-- ascending (partition id, group).
+CREATE FUNCTION {{schema}}.settle_keyed(
+    p_pids       bigint[],
+    p_groups     text[],
+    p_leases     uuid[],
+    p_offs       bigint[],
+    p_act        smallint[],
+    p_release    boolean[],
+    p_reasons    text[],
+    p_dl_ids     uuid[],
+    p_dl_txns    text[],
+    p_dl_flags   integer[],
+    p_dl_payload bytea[],
+    p_dl_created timestamptz[],
+    p_dl_keys    text[] DEFAULT NULL -- ordering keys ('' or NULL: none)
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_pids), 0);
+    v_rqp   bigint[] := '{}';
+    v_l     record;
+    v_c     record;
+    j       integer;
+    k       integer;
+    v_now   timestamptz := clock_timestamp();
+    v_set   bigint[];
+    v_fo    bigint[];
+    v_fc    integer[];
+    v_intr  bigint[];
+    v_dup   integer[];
+    v_comm  bigint;
+    v_att   integer;
+    v_prior integer;
+    v_cnt   integer;
+    v_rel   boolean;
+    v_bad   boolean;
+    v_st    smallint[];
+    v_res   {{schema}}.settle_result[];
+BEGIN
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR coalesce(cardinality(p_offs), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
+       OR coalesce(cardinality(p_release), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
+       OR coalesce(cardinality(p_dl_ids), 0) <> n OR coalesce(cardinality(p_dl_txns), 0) <> n
+       OR coalesce(cardinality(p_dl_flags), 0) <> n OR coalesce(cardinality(p_dl_payload), 0) <> n
+       OR coalesce(cardinality(p_dl_created), 0) <> n
+       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n) THEN
+        RAISE EXCEPTION 'queen: settle_keyed arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- As in settle: partitions a skip-policy failure may append to, first.
+    IF 1 = ANY (p_act) THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+            SELECT p.id FROM {{schema}}.partitions p
+            JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+            WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+              AND qq.failure_policy = 'skip'
+            ORDER BY p.id
+            FOR NO KEY UPDATE OF p) l;
+    END IF;
+
+    FOR v_l IN
+        SELECT x.pid, x.g, x.lease, array_agg(x.o::integer ORDER BY x.off, x.o) AS ords
+        FROM unnest(p_pids, p_groups, p_leases, p_offs) WITH ORDINALITY AS x(pid, g, lease, off, o)
+        GROUP BY x.pid, x.g, x.lease
+        ORDER BY x.pid, x.g, min(x.o)
+    LOOP
+        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
+               cc.settled, cc.fail_offs, cc.fail_counts,
+               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
+               qq.failure_policy, qq.encryption
+        INTO v_c
+        FROM {{schema}}.consumers cc
+        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        WHERE cc.partition_id = v_l.pid AND cc.group_name = v_l.g
+        FOR UPDATE OF cc;
+        v_bad := NOT FOUND;
+        IF v_bad THEN
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, 5, NULL);
+            END LOOP;
+            CONTINUE;
+        END IF;
+        SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+        IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
+            -- Everything at or below the cursor (a release carrier names
+            -- the batch's last offset): nothing was left to do, as when the
+            -- cursor reached the batch's end and that ended the lease.
+            SELECT bool_and(p_offs[o] <= v_c.committed) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, CASE WHEN v_bad THEN 1 ELSE 2 END, v_c.committed);
+            END LOOP;
+            CONTINUE;
+        END IF;
+
+        -- The failure map with the head's count in it, for the duration.
+        v_fo := coalesce(v_c.fail_offs, '{}');
+        v_fc := coalesce(v_c.fail_counts, '{}');
+        IF v_c.attempts > 0 THEN
+            v_fo := (v_c.committed + 1) || v_fo;
+            v_fc := v_c.attempts || v_fc;
+        END IF;
+        -- Acks, set-based (a batch's settlement has a row per message):
+        -- those already settled get status 1, the rest join the set.
+        SELECT coalesce(array_agg(u.o), '{}') INTO v_dup
+        FROM unnest(v_l.ords) AS u(o)
+        WHERE p_act[u.o] = 0
+          AND (p_offs[u.o] <= v_c.committed OR p_offs[u.o] IN (SELECT unnest(v_c.settled)));
+        v_set := ARRAY(SELECT x.o FROM unnest(v_c.settled) AS x(o)
+                       UNION
+                       SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o)
+                       WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
+                       ORDER BY 1);
+        v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
+        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_st[j] := 0;
+        END LOOP;
+        FOREACH j IN ARRAY v_dup LOOP
+            v_st[j] := 1;
+        END LOOP;
+        -- Failures and dead letters, one by one (few: a failure is written
+        -- as it happens); retries and interrupts settle nothing.
+        FOR j IN SELECT u.o FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] IN (1, 3) ORDER BY p_offs[u.o], u.o LOOP
+            IF p_offs[j] <= v_c.committed OR p_offs[j] = ANY (v_set) THEN
+                v_st[j] := 1;
+                CONTINUE;
+            END IF;
+            SELECT s.failures INTO v_prior
+            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+                  WHERE ss.partition_id = v_l.pid AND ss.base_offset <= p_offs[j]
+                  ORDER BY ss.base_offset DESC LIMIT 1) s
+            WHERE s.end_offset >= p_offs[j];
+            v_prior := coalesce(v_prior, 0);
+            k := array_position(v_fo, p_offs[j]);
+            v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
+            IF p_act[j] = 1 THEN
+                v_cnt := v_cnt + 1;
+            END IF;
+            IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
+                v_set := v_set || p_offs[j];
+                v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
+                IF v_st[j] = 3 THEN
+                    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+                        msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at,
+                        attempts, reason)
+                    VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
+                        p_dl_txns[j], nullif(p_dl_keys[j], ''), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
+                        v_prior + v_cnt, p_reasons[j]);
+                END IF;
+            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
+                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j]);
+                v_set := v_set || p_offs[j];
+                v_st[j] := 6;
+            ELSIF k IS NULL THEN
+                v_fo := v_fo || p_offs[j];
+                v_fc := v_fc || v_cnt;
+            ELSE
+                v_fc[k] := v_cnt;
+            END IF;
+        END LOOP;
+
+        -- Sorted and unique, then the cursor over the contiguous run.
+        v_set := ARRAY(SELECT DISTINCT u.o FROM unnest(v_set) AS u(o) ORDER BY u.o);
+        v_comm := {{schema}}.settled_advance(v_c.committed, v_set);
+        v_att := {{schema}}.fail_at(v_fo, v_fc, v_comm + 1);
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.c ORDER BY u.o) INTO v_fo, v_fc
+        FROM unnest(v_fo, v_fc) AS u(o, c)
+        WHERE u.o > v_comm + 1 AND NOT (u.o = ANY (v_set));
+        IF v_comm >= v_c.batch_end THEN
+            v_rel := true;
+        END IF;
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = v_att,
+            settled          = {{schema}}.settled_above(v_comm, v_set),
+            fail_offs        = v_fo,
+            fail_counts      = v_fc,
+            deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
+                                        THEN greatest(deliveries - 1, 0)
+                                    WHEN (v_comm + 1) = ANY (v_intr) THEN 0
+                                    WHEN v_comm = v_c.committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
+            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = v_l.pid AND group_name = v_l.g;
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_res[j] := ROW(j, v_st[j], v_comm);
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
 END
 $$;
