@@ -143,6 +143,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if kc.child != "" { // a consumer process of the keyconsume workload
+		if err := runKeyConsumeChild(ctx); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if kc.on { // the per-key parallel Consume workload runs on its own (keyconsume.go)
+		if err := runKeyConsume(ctx, cfg); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if lc.on { // the lifecycle workload runs on its own (lifecycle.go)
 		if err := runLifecycle(ctx, cfg); err != nil {
 			log.Fatal(err)
