@@ -1,13 +1,16 @@
 // Command lifecycle shows ordered per-key consumption: file lifecycle events
-// (created, overwritten, deleted) are pushed with the file as the partition
-// key, and several workers consume them. Within a file, events arrive in
-// push order, to one worker at a time; different files are processed in
-// parallel. No per-event locks, no slot count: routing happens at push time.
+// (created, overwritten, deleted) are pushed with the file as the ordering
+// key (Item.Key), which routes them to one of the queue's 16 lanes, and
+// several workers consume them with per-key parallelism (KeyConcurrency).
+// Within a file, events are handled in push order, one at a time; different
+// files are handled in parallel, also within one lane. No per-event locks,
+// no partition per file: millions of files cost the same 16 lanes.
 //
 // The queue keeps the default failure policy, FailurePause: an event that
 // fails is retried in place and later events of that file wait for it
-// (until it succeeds or is dead-lettered after RetryLimit failures). With
-// FailureSkip a failed "created" could be overtaken by its "deleted".
+// (until it succeeds or is dead-lettered after RetryLimit failures), while
+// other files of its lane go on. With FailureSkip a failed "created" could
+// be overtaken by its "deleted".
 //
 // With QUEEN_DATABASE_URL set it uses that database; otherwise it starts a
 // throwaway PostgreSQL cluster from the locally installed binaries.
@@ -61,7 +64,7 @@ func run() error {
 	}
 	defer client.Close(context.Background())
 	q := client.Queue("file-events")
-	if err := q.Configure(ctx, queen.QueueOptions{FailurePolicy: queen.FailurePause, RetryLimit: 5, DeadLetter: true}); err != nil {
+	if err := q.Configure(ctx, queen.QueueOptions{FailurePolicy: queen.FailurePause, RetryLimit: 5, DeadLetter: true, Lanes: 16}); err != nil {
 		return err
 	}
 
@@ -81,7 +84,7 @@ func run() error {
 				evs = append(evs, event{name, "deleted", len(evs) + 1})
 				for _, ev := range evs {
 					data, _ := json.Marshal(ev)
-					if _, err := q.Push(ctx, []queen.Item{{Partition: name, Data: data}}); err != nil {
+					if _, err := q.Push(ctx, []queen.Item{{Key: name, Data: data}}); err != nil {
 						log.Print(err)
 						return
 					}
@@ -111,6 +114,9 @@ func run() error {
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			return err
 		}
+		if ev.File != m.Key {
+			return fmt.Errorf("event of %s delivered under key %q", ev.File, m.Key)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		cur, exists := view[ev.File]
@@ -132,8 +138,9 @@ func run() error {
 	var workers sync.WaitGroup
 	workers.Go(func() {
 		err := q.Consume(wctx, queen.ConsumeOptions{
-			PopOptions:  queen.PopOptions{Batch: 10, Wait: 200 * time.Millisecond},
-			Concurrency: 6, // six workers; each holds one file at a time
+			PopOptions:     queen.PopOptions{Batch: 100},
+			Concurrency:    4,  // four lanes at a time
+			KeyConcurrency: 16, // up to 16 files of a lane at a time, one event per file
 		}, handler)
 		if err != nil {
 			log.Print(err)
