@@ -846,3 +846,46 @@ func TestFirstContactRacingAClearKeepsTheMessageVisible(t *testing.T) {
 		})
 	}
 }
+
+// A drained group's stale ready-set entries (consumed, acked, not yet
+// cleared) go a window at a time: an empty pop clears what its window holds
+// (up to 256), so finding the last few partitions with messages among
+// 100,000 drained ones does not take thousands of pops.
+func TestReadySetStaleEntriesClearedAWindowAtATime(t *testing.T) {
+	const keys = 3000
+	schema := pgtest.Schema(t)
+	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	q := c.Queue("wide")
+	items := make([]queen.Item, keys)
+	for k := range items {
+		items[k] = queen.Item{Partition: fmt.Sprintf("k%05d", k), Data: []byte("x")}
+	}
+	push(t, q, items...)
+	// Drain with explicit acks: an ack leaves its partition in the ready set.
+	got := 0
+	for got < keys {
+		msgs := pop(t, q, queen.PopOptions{Batch: 1000, Partitions: 1000})
+		if len(msgs) == 0 {
+			t.Fatalf("drained %d of %d", got, keys)
+		}
+		for _, m := range msgs {
+			ack(t, m)
+		}
+		got += len(msgs)
+	}
+	// Written long ago: nothing keeps them in the set as recently written.
+	if _, err := pgtest.Pool(t).Exec(ctxT(t), "UPDATE "+pgx.Identifier{schema}.Sanitize()+
+		".partitions SET last_write_at = now() - interval '1 minute'"); err != nil {
+		t.Fatal(err)
+	}
+	before := pendingCount(t, schema)
+	const pops = keys/256 + 3
+	for range pops {
+		if msgs := pop(t, q, queen.PopOptions{}); len(msgs) != 0 {
+			t.Fatalf("an empty pop got %d messages", len(msgs))
+		}
+	}
+	if n := pendingCount(t, schema); n != 0 {
+		t.Fatalf("%d empty pops left %d of %d stale entries in the ready set", pops, n, before)
+	}
+}
