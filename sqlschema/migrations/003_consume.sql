@@ -675,7 +675,7 @@ BEGIN
     -- these try-locks, so they cannot join a deadlock. Acks leave drained
     -- partitions where they are (settle takes no partition locks); every pop
     -- passes to clear_pending the partitions its own auto-ack drained and up
-    -- to 64 more of its window that its group has consumed, which keeps
+    -- to 256 more of its window that its group has consumed, which keeps
     -- stale entries bounded by the pop rate, not the number of keys. A
     -- partition this group is behind on stays where it is (it is in the
     -- group's reach), so it is not even looked at.
@@ -686,7 +686,7 @@ BEGIN
         FOR v_x IN
             SELECT r.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
             WHERE NOT (r.id = ANY (v_drained))
-            LIMIT 64
+            LIMIT 256
         LOOP
             PERFORM {{schema}}.clear_pending(v_x.id, p_group);
         END LOOP;
