@@ -293,10 +293,6 @@ func (m *Message) Ack(ctx context.Context) error {
 	return m.settleOne(ctx, settleOp{m: m, ok: m.Offset, act: actNone})
 }
 
-// errKeyedSettle is Fail's and Retry's answer for a message of a per-key
-// parallel Consume.
-var errKeyedSettle = errors.New("queen: a message handled with KeyConcurrency > 1 fails by its handler's error, not by Fail or Retry")
-
 // settleKeyedOne settles a per-key Consume's message alone, out of order.
 func (m *Message) settleKeyedOne(act int16, reason string) error {
 	if m.q == nil {
@@ -320,7 +316,7 @@ func (m *Message) settleKeyedOne(act int16, reason string) error {
 // dead letters, else drops it) and the cursor past it. Errors are as for Ack.
 func (m *Message) Fail(ctx context.Context, reason error) error {
 	if m != nil && m.keyed {
-		return errKeyedSettle
+		return ErrKeyedSettle
 	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
 }
@@ -330,7 +326,7 @@ func (m *Message) Fail(ctx context.Context, reason error) error {
 // complete. Errors are as for Ack.
 func (m *Message) Retry(ctx context.Context) error {
 	if m != nil && m.keyed {
-		return errKeyedSettle
+		return ErrKeyedSettle
 	}
 	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actRetry, actMsg: m})
 }
@@ -412,7 +408,7 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 			continue
 		}
 		if m.keyed {
-			errs[i] = errKeyedSettle
+			errs[i] = ErrKeyedSettle
 			continue
 		}
 		if r.Status < AckSuccess || r.Status > AckDeadLetter {

@@ -40,4 +40,10 @@ var (
 	// handler panicked; the message's retry budget is charged as for any
 	// handler error.
 	ErrPanic = errors.New("queen: handler panicked")
+	// ErrKeyedSettle is returned by Fail and Retry, and by AckBatch per
+	// message, for a message handed to a Consume handler with
+	// KeyConcurrency > 1: such a message fails by its handler's returned
+	// error (Ack and DeadLetter settle it alone). A cumulative settlement
+	// would commit past other keys' messages still running.
+	ErrKeyedSettle = errors.New("queen: a message handled with KeyConcurrency > 1 fails by its handler's error, not by Fail, Retry or AckBatch")
 )

@@ -708,13 +708,13 @@ func TestConsumeKeySettleFromHandler(t *testing.T) {
 				close(bAcked)
 			case "c":
 				mu.Lock()
-				if err := m.Fail(ctx, errors.New("x")); err == nil {
-					errs = append(errs, "Fail accepted")
+				if err := m.Fail(ctx, errors.New("x")); !errors.Is(err, queen.ErrKeyedSettle) {
+					errs = append(errs, fmt.Sprintf("Fail = %v, want ErrKeyedSettle", err))
 				}
-				if err := m.Retry(ctx); err == nil {
-					errs = append(errs, "Retry accepted")
+				if err := m.Retry(ctx); !errors.Is(err, queen.ErrKeyedSettle) {
+					errs = append(errs, fmt.Sprintf("Retry = %v, want ErrKeyedSettle", err))
 				}
-				if res, err := q.AckBatch(ctx, []queen.AckRequest{{Message: m}}); err != nil || res[0] == nil {
+				if res, err := q.AckBatch(ctx, []queen.AckRequest{{Message: m}}); err != nil || !errors.Is(res[0], queen.ErrKeyedSettle) {
 					errs = append(errs, fmt.Sprintf("AckBatch = %v, %v", res, err))
 				}
 				mu.Unlock()
