@@ -292,16 +292,29 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 	cctx, cancel := context.WithTimeout(ctx, lc.maxTime)
 	defer cancel()
 	var handled atomic.Int64
+	// When the drain passed 50, 90 and 99% of want: a slow drain with a
+	// long tail differs from one that is slow throughout.
+	start := time.Now()
+	var marks [3]atomic.Int64
 	err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: group, Batch: 1000, Partitions: lc.partitions}, Concurrency: lcWorkers},
 		func(_ context.Context, m *queen.Message) error {
 			if fn != nil {
 				fn(m)
 			}
-			if handled.Add(1) == want {
+			n := handled.Add(1)
+			for i, f := range []int64{50, 90, 99} {
+				if n == want*f/100 {
+					marks[i].Store(int64(time.Since(start)))
+				}
+			}
+			if n == want {
 				cancel()
 			}
 			return nil
 		})
+	fmt.Printf("  drain of %s: 50%% at %s, 90%% at %s, 99%% at %s, all at %s\n", group,
+		time.Duration(marks[0].Load()).Round(time.Millisecond), time.Duration(marks[1].Load()).Round(time.Millisecond),
+		time.Duration(marks[2].Load()).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return handled.Load(), err
 	}
