@@ -40,6 +40,7 @@ var lc struct {
 	maxTime    time.Duration
 	partitions int
 	lanes      bool
+	pgque      string // PgQue's single-file install, to run it beside queen
 }
 
 func init() {
@@ -49,6 +50,7 @@ func init() {
 	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
 	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
 	flag.BoolVar(&lc.lanes, "lifecycle-lanes", false, "lifecycle: keyed lanes (Item.Key, the queue's 64 lanes) instead of a partition per key; the drain also checks that no two handlers of a key overlap")
+	flag.StringVar(&lc.pgque, "lifecycle-pgque", "", "lifecycle: also run the workload through PgQue, installed from this file (devel/sql/pgque.sql of a PgQue checkout; 16 partition-key slots, 16 workers, ticker every 10 ms)")
 	flag.IntVar(&lc.partitions, "lifecycle-partitions", 8, "lifecycle: the drain's PopOptions.Partitions (batches claimed ahead per worker)")
 	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
 }
@@ -130,6 +132,18 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		runs = append(runs, run)
 	}
 	lcSummary(runs)
+	var pgqRuns []lcRun
+	if lc.pgque != "" {
+		for r := 1; r <= lc.runs; r++ {
+			run, err := pgqOnce(ctx, base, url, postmaster, r)
+			if err != nil {
+				return err
+			}
+			pgqRuns = append(pgqRuns, run)
+		}
+		fmt.Println("PgQue:")
+		lcSummary(pgqRuns)
+	}
 	if cfg.out != "" {
 		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 			return err
@@ -137,7 +151,7 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		data, err := json.MarshalIndent(map[string]any{
 			"keys": lc.keys, "events": lc.events, "payload_bytes": payloadSize, "loaders": lcLoaders,
 			"events_per_call": lcCall, "workers": lcWorkers, "settings": lcSettings, "postgresql": version,
-			"date": time.Now().UTC().Format(time.RFC3339), "runs": runs,
+			"date": time.Now().UTC().Format(time.RFC3339), "runs": runs, "pgque_runs": pgqRuns,
 		}, "", "  ")
 		if err != nil {
 			return err
