@@ -44,12 +44,14 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- The settled offsets above p_comm; NULL when none.
-CREATE FUNCTION {{schema}}.settled_above(p_comm bigint, p_settled bigint[])
+-- The offsets of p_offs above p_min, in order; NULL when none (the
+-- settled set above a cursor, or the failure entries above a new head,
+-- whose own count moves to attempts).
+CREATE FUNCTION {{schema}}.offsets_above(p_offs bigint[], p_min bigint)
 RETURNS bigint[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_settled IS NULL THEN NULL
-        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_settled) AS u(o) WHERE u.o > p_comm)
+    SELECT CASE WHEN p_offs IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_offs) AS u(o) WHERE u.o > p_min)
     END
 $$;
 
@@ -58,16 +60,6 @@ CREATE FUNCTION {{schema}}.fail_at(p_offs bigint[], p_counts integer[], p_off bi
 RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN p_offs IS NULL THEN 0 ELSE coalesce(p_counts[array_position(p_offs, p_off)], 0) END
-$$;
-
--- The failure entries above p_head (the new head's count moves to
--- attempts); NULL when none.
-CREATE FUNCTION {{schema}}.fail_offs_above(p_offs bigint[], p_head bigint)
-RETURNS bigint[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_offs IS NULL THEN NULL
-        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_offs) AS u(o) WHERE u.o > p_head)
-    END
 $$;
 
 CREATE FUNCTION {{schema}}.fail_counts_above(p_offs bigint[], p_counts integer[], p_head bigint)
@@ -586,9 +578,9 @@ BEGIN
                     -- the cursor passes them, so the partition is not
                     -- claimable for nothing again.
                     UPDATE {{schema}}.consumers SET committed = v_start - 1,
-                        settled = {{schema}}.settled_above(v_start - 1, settled),
+                        settled = {{schema}}.offsets_above(settled, v_start - 1),
                         attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_start),
-                        fail_offs = {{schema}}.fail_offs_above(fail_offs, v_start),
+                        fail_offs = {{schema}}.offsets_above(fail_offs, v_start),
                         fail_counts = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start),
                         deliveries = 0, updated_at = v_now
                     WHERE partition_id = v_c.partition_id AND group_name = p_group;
@@ -636,9 +628,9 @@ BEGIN
                             lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
                             attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
                             settled = CASE WHEN settled IS NULL THEN NULL
-                                           ELSE {{schema}}.settled_above(v_adv, settled) END,
+                                           ELSE {{schema}}.offsets_above(settled, v_adv) END,
                             fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
-                                             ELSE {{schema}}.fail_offs_above(fail_offs, v_adv + 1) END,
+                                             ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
                             fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
                                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
                             delivered_max = greatest(delivered_max, v_end), updated_at = v_now
@@ -650,9 +642,9 @@ BEGIN
                             attempts = CASE WHEN committed = v_start - 1 THEN attempts
                                             ELSE {{schema}}.fail_at(fail_offs, fail_counts, v_start) END,
                             settled = CASE WHEN committed = v_start - 1 THEN settled
-                                           ELSE {{schema}}.settled_above(v_start - 1, settled) END,
+                                           ELSE {{schema}}.offsets_above(settled, v_start - 1) END,
                             fail_offs = CASE WHEN committed = v_start - 1 THEN fail_offs
-                                             ELSE {{schema}}.fail_offs_above(fail_offs, v_start) END,
+                                             ELSE {{schema}}.offsets_above(fail_offs, v_start) END,
                             fail_counts = CASE WHEN committed = v_start - 1 THEN fail_counts
                                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start) END,
                             delivered_max = greatest(delivered_max, v_end), updated_at = v_now
@@ -755,9 +747,9 @@ BEGIN
             attempts         = CASE WHEN v_comm > committed THEN {{schema}}.fail_at(fail_offs, fail_counts, v_comm + 1)
                                     ELSE attempts END,
             settled          = CASE WHEN settled IS NULL THEN NULL
-                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
             fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
-                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+                                    ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
             fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
                                     ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             deliveries       = CASE WHEN v_comm = committed THEN deliveries
@@ -1051,9 +1043,9 @@ BEGIN
             committed        = v_comm,
             attempts         = v_att,
             settled          = CASE WHEN settled IS NULL THEN NULL
-                                    ELSE {{schema}}.settled_above(v_comm, settled) END,
+                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
             fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
-                                    ELSE {{schema}}.fail_offs_above(fail_offs, v_comm + 1) END,
+                                    ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
             fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
                                     ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             -- An interrupt (4) takes back this lease's delivery of the
@@ -1129,9 +1121,9 @@ BEGIN
                                     ELSE {{schema}}.fail_at(c.fail_offs, c.fail_counts,
                                                             {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
             settled          = CASE WHEN c.settled IS NULL THEN NULL
-                                    ELSE {{schema}}.settled_above({{schema}}.settled_advance(o.ok, c.settled), c.settled) END,
+                                    ELSE {{schema}}.offsets_above(c.settled, {{schema}}.settled_advance(o.ok, c.settled)) END,
             fail_offs        = CASE WHEN c.fail_offs IS NULL THEN NULL
-                                    ELSE {{schema}}.fail_offs_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+                                    ELSE {{schema}}.offsets_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
             fail_counts      = CASE WHEN c.fail_offs IS NULL THEN NULL
                                     ELSE {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts,
                                                                       {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
@@ -1381,7 +1373,7 @@ BEGIN
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
-            settled          = {{schema}}.settled_above(v_comm, v_set),
+            settled          = {{schema}}.offsets_above(v_set, v_comm),
             fail_offs        = v_fo,
             fail_counts      = v_fc,
             deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
