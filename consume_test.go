@@ -613,48 +613,22 @@ func TestConsumeDispatcherOnePartitionOneHandler(t *testing.T) {
 		}
 	}
 	push(t, c1.Queue("q"), items...)
-	g := newKeyGuard()
-	var mu sync.Mutex
-	next := map[string]int{}
-	var handled atomic.Int64
-	var bad atomic.Value
 	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
 	defer cancel()
+	po := newPartitionOrder(parts*per, cancel)
 	var wg sync.WaitGroup
 	for i := range 4 {
 		q := []*queen.Queue{c1.Queue("q"), c2.Queue("q")}[i%2]
 		wg.Go(func() {
-			err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 3}, Concurrency: 4},
-				func(_ context.Context, m *queen.Message) error {
-					g.enter(m.Partition)
-					defer g.leave(m.Partition)
-					mu.Lock()
-					if want := strconv.Itoa(next[m.Partition]); string(m.Data) != want {
-						bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
-					}
-					next[m.Partition]++
-					mu.Unlock()
-					runtime.Gosched()
-					if handled.Add(1) == parts*per {
-						cancel()
-					}
-					return nil
-				})
+			err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 3}, Concurrency: 4}, po.handle)
 			if err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if v := bad.Load(); v != nil {
-		t.Fatal(v)
-	}
-	if n := handled.Load(); n != parts*per {
-		t.Fatalf("handled %d of %d", n, parts*per)
-	}
-	if g.overlaps.Load() != 0 {
-		t.Fatalf("%d times two handlers held one partition at once", g.overlaps.Load())
-	}
+	po.check(t)
+	g := po.g
 	if g.maxAct.Load() < 2 {
 		t.Fatalf("at most %d handlers at once: partitions did not run in parallel", g.maxAct.Load())
 	}
@@ -722,47 +696,68 @@ func TestConsumePartitionsClaimAhead(t *testing.T) {
 	}
 	push(t, q, items...)
 	before := c.Stats()
-	g := newKeyGuard()
-	var mu sync.Mutex
-	next := map[string]int{}
-	var handled atomic.Int64
-	var bad atomic.Value
 	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
 	defer cancel()
-	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Partitions: k}, Concurrency: conc},
-		func(_ context.Context, m *queen.Message) error {
-			g.enter(m.Partition)
-			defer g.leave(m.Partition)
-			mu.Lock()
-			if want := strconv.Itoa(next[m.Partition]); string(m.Data) != want {
-				bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
-			}
-			next[m.Partition]++
-			mu.Unlock()
-			runtime.Gosched()
-			if handled.Add(1) == parts*per {
-				cancel()
-			}
-			return nil
-		})
+	po := newPartitionOrder(parts*per, cancel)
+	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Partitions: k}, Concurrency: conc}, po.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := bad.Load(); v != nil {
-		t.Fatal(v)
-	}
-	if n := handled.Load(); n != parts*per {
-		t.Fatalf("handled %d of %d", n, parts*per)
-	}
-	if g.overlaps.Load() != 0 {
-		t.Fatalf("%d times two handlers held one partition at once", g.overlaps.Load())
-	}
-	if m := g.maxAct.Load(); m > conc {
+	po.check(t)
+	if m := po.g.maxAct.Load(); m > conc {
 		t.Fatalf("%d handlers at once, Concurrency is %d", m, conc)
 	}
 	// One claim per worker's share, not per freed worker: 64 partitions in
 	// steps of 8 (a claim of 1 or 2 each time a worker frees would take 32+).
 	if claims := c.Stats().Claims - before.Claims; claims > parts/k+6 {
 		t.Fatalf("%d claims for %d partitions with Partitions %d", claims, parts, k)
+	}
+}
+
+// partitionOrder is a Consume handler for messages whose Data is their
+// index within their partition: it records order violations, overlapping
+// handlers of one partition, and calls done after the last of total.
+type partitionOrder struct {
+	g       *keyGuard
+	total   int64
+	done    func()
+	mu      sync.Mutex
+	next    map[string]int
+	handled atomic.Int64
+	bad     atomic.Value
+}
+
+func newPartitionOrder(total int64, done func()) *partitionOrder {
+	return &partitionOrder{g: newKeyGuard(), total: total, done: done, next: map[string]int{}}
+}
+
+func (p *partitionOrder) handle(_ context.Context, m *queen.Message) error {
+	p.g.enter(m.Partition)
+	defer p.g.leave(m.Partition)
+	p.mu.Lock()
+	if want := strconv.Itoa(p.next[m.Partition]); string(m.Data) != want {
+		p.bad.Store(fmt.Sprintf("partition %s: handled %s, want %s", m.Partition, m.Data, want))
+	}
+	p.next[m.Partition]++
+	p.mu.Unlock()
+	runtime.Gosched()
+	if p.handled.Add(1) == p.total {
+		p.done()
+	}
+	return nil
+}
+
+// check fails t unless every message was handled once, in order, one
+// handler per partition at a time.
+func (p *partitionOrder) check(t *testing.T) {
+	t.Helper()
+	if v := p.bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if n := p.handled.Load(); n != p.total {
+		t.Fatalf("handled %d of %d", n, p.total)
+	}
+	if n := p.g.overlaps.Load(); n != 0 {
+		t.Fatalf("%d times two handlers held one partition at once", n)
 	}
 }
