@@ -42,7 +42,7 @@ import (
 
 // Scenario keys, in run order.
 var allScenarios = []string{
-	"single", "insert", "batch", "copy", "river-insert", "wide",
+	"single", "insert", "batch", "copy", "mixed", "copy-one", "river-insert", "wide",
 	"drain", "river-drain", "e2e", "river-e2e",
 }
 
@@ -315,6 +315,8 @@ func run(ctx context.Context, cfg *config) error {
 		"insert":       b.insertBaseline,
 		"batch":        b.queenBatch,
 		"copy":         b.copyBaseline,
+		"mixed":        b.queenMixed,
+		"copy-one":     b.copyOne,
 		"river-insert": b.riverInsert,
 		"wide":         b.queenWide,
 		"drain":        b.queenDrain,

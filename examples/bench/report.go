@@ -150,6 +150,8 @@ func ratios(rs []*result) []ratio {
 		{"batch", "insert"},
 		{"batch", "river-insert"},
 		{"wide", "copy"},
+		{"mixed", "copy-one"},
+		{"mixed", "copy"},
 		{"wide", "river-insert"},
 		{"drain", "river-drain"},
 	}

@@ -189,6 +189,40 @@ func (b *bench) queenBatch(ctx context.Context) (*result, error) {
 	return r, nil
 }
 
+// queenMixed: 1000-item pushes whose items spread over the 100 partitions,
+// 10 to each per call (mixed keys in one call), 8 goroutines.
+func (b *bench) queenMixed(ctx context.Context) (*result, error) {
+	parts := partNames(narrowParts)
+	n := int64(b.cfg.nBatch)
+	lr, note, err := b.pushBatches(ctx, "mixed", n, func(_ int64, k int) string { return parts[k%narrowParts] })
+	if err != nil {
+		return nil, err
+	}
+	r := lr.result("queen: 1000-item pushes (200 B), 8 goroutines, 10 items to each of 100 partitions per call", batchSize, n)
+	r.Queen, r.Note = true, note
+	return r, nil
+}
+
+// copyOne: one COPY of 500,000 rows into an unindexed table.
+func (b *bench) copyOne(ctx context.Context) (*result, error) {
+	if _, err := b.base.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS bench_base; CREATE TABLE bench_base.copy_one (id bigint, data bytea)"); err != nil {
+		return nil, err
+	}
+	const rows = 500_000
+	cols := []string{"id", "data"}
+	table := pgx.Identifier{"bench_base", "copy_one"}
+	lr, err := load(ctx, 1, 1, b.cfg.maxTime, func(int, int64) error {
+		_, err := b.base.CopyFrom(ctx, table, cols, pgx.CopyFromSlice(rows, func(k int) ([]any, error) {
+			return []any{int64(k), b.payloads[k%len(b.payloads)]}, nil
+		}))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lr.result("baseline: one COPY of 500,000 rows, unindexed table", rows, rows), nil
+}
+
 // queenWide: the same pushes spread over 100,000 partitions. Each push
 // covers 1000 consecutive partitions (one item each), so every partition
 // is written every 100 pushes and a run touches all of them.
