@@ -57,7 +57,9 @@ type PopOptions struct {
 	// partitions. Defaults to 1.
 	Batch int
 	// Partitions is the most partitions one pop takes messages from; each
-	// gets its own lease. Defaults to 1.
+	// gets its own lease. In Consume it is instead how many partitions'
+	// batches each worker may hold, claimed ahead (see Queue.Consume).
+	// Defaults to 1.
 	Partitions int
 	// Wait long-polls up to this long when nothing is available, without
 	// holding a database connection. Defaults to 0: return at once.
