@@ -53,3 +53,11 @@ func SetMaxBundleBytes(n int) (restore func()) {
 // Rerouted counts the items c's engine routed to a lane again because the
 // lane count they were routed with was stale.
 func Rerouted(c *Client) int64 { return c.e.push.rerouted.Load() }
+
+// DueBundleSummary makes c's next flush log the bundle summary.
+func DueBundleSummary(c *Client) {
+	p := c.e.push
+	p.sumMu.Lock()
+	p.sumAt = time.Time{}
+	p.sumMu.Unlock()
+}
