@@ -538,7 +538,8 @@ func isCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// summary logs commits, segments and segments_per_commit about every 10s:
+// summary logs commits, segments and segments_per_commit about every 10s,
+// at Debug (nobody acts on it):
 // segments far above commits is the evidence that fusion coalesces.
 func (p *pusher) summary(segments, items int) {
 	p.sumMu.Lock()
@@ -552,6 +553,6 @@ func (p *pusher) summary(segments, items int) {
 	c, s, n := p.sumCommits, p.sumSegments, p.sumItems
 	p.sumCommits, p.sumSegments, p.sumItems, p.sumAt = 0, 0, 0, time.Now()
 	p.sumMu.Unlock()
-	p.e.log.Info("queen: fusion bundle summary", "commits", c, "segments", s, "items", n,
+	p.e.log.Debug("queen: fusion bundle summary", "commits", c, "segments", s, "items", n,
 		"segments_per_commit", float64(s)/float64(c))
 }

@@ -63,7 +63,8 @@ type Config struct {
 	StatementTimeout time.Duration
 	// Fusion tunes the push engine. The zero value means the defaults.
 	Fusion FusionConfig
-	// Logger receives the engine's logs. Defaults to slog.Default().
+	// Logger receives the engine's logs, each with a "schema" attribute.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider defaults to the OpenTelemetry global.
 	TracerProvider trace.TracerProvider
@@ -237,7 +238,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{cfg: cfg, log: cfg.Logger, pool: cfg.Pool, closeDone: make(chan struct{})}
+	// Several clients may share a process (and a logger): every line says
+	// which schema it is about.
+	e := &engine{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), pool: cfg.Pool, closeDone: make(chan struct{})}
 	if e.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 		if err != nil {
