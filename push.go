@@ -71,6 +71,10 @@ type Item struct {
 	// queue the headers, like the key, are stored in the clear, not
 	// encrypted, but authenticated with the payload, so headers altered in
 	// storage make the message undecodable: do not put secrets in them.
+	// With tracing on (Config.TracerProvider) the push adds the trace
+	// context (Config.Propagator's names, such as "traceparent") to a copy
+	// of each item's headers; a name the item already has keeps the item's
+	// value. Item.Headers itself is never modified.
 	Headers map[string]string
 }
 
@@ -225,7 +229,13 @@ func validTransactionID(s string) bool {
 // (it read the setting, within the last 5 seconds or before the outage): a
 // push to a queue whose setting the database cannot tell it fails with
 // ErrEncryption instead.
-func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
+func (q *Queue) Push(ctx context.Context, items []Item) (res []PushResult, err error) {
+	items, end := q.c.e.startSend(ctx, q.name, items)
+	defer func() { end(err) }()
+	return q.push(ctx, items)
+}
+
+func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
 	b, err := q.prepareFor(ctx, items, true)
 	if err != nil {
