@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 func wantHeaders(t testing.TB, what string, got, want map[string]string) {
@@ -236,5 +240,93 @@ func TestHeadersRejected(t *testing.T) {
 	}
 	if got := storedFrames(t, c, queen.DefaultPartition); len(got) != 1 {
 		t.Fatalf("%d messages stored, want only the one at the limit", len(got))
+	}
+}
+
+// Items pushed while PostgreSQL is down are spooled (sealed for the spool,
+// since the client has a key) with their headers, and replayed with them.
+func TestHeadersSurviveOutageSpool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test")
+	}
+	cl := pgtest.NewCluster(t, pgcluster.Options{})
+	var g gate
+	pool := gatedPool(t, cl.URL, &g)
+	c := open(t, func(cfg *queen.Config) {
+		cfg.DatabaseURL, cfg.Schema, cfg.Pool, cfg.SpoolDir = "", "outage", pool, t.TempDir()
+		cfg.StatementTimeout, cfg.EncryptionKey = 2*time.Second, make([]byte, 32)
+	})
+	t.Cleanup(g.open)
+	ctx := ctxT(t)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "p", Data: []byte("before")})
+	if err := cl.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	g.hang()
+	res, err, _ := pushTimed(t, q, 30*time.Second, queen.Item{Partition: "p", Data: []byte("during"), Key: "k", Headers: testHeaders})
+	if err != nil || res[0].Status != queen.Buffered {
+		t.Fatalf("push during the outage: %+v, %v", res, err)
+	}
+	g.open()
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the spool to drain", func() bool { return c.SpoolStats().PendingRecords == 0 })
+	msgs := pop(t, q, queen.PopOptions{Partition: "p", Batch: 10})
+	wantData(t, msgs, "before", "during")
+	wantHeaders(t, "replayed after the outage", msgs[1].Headers, testHeaders)
+}
+
+// Per-key parallel Consume settles out of order (settle_keyed): its
+// re-enqueue and its dead letters keep the headers too.
+func TestHeadersKeyedConsumeRequeueAndDeadLetter(t *testing.T) {
+	c := open(t)
+	for _, limit := range []int{5, 1} {
+		q := configure(t, c, fmt.Sprintf("q%d", limit), queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: limit, DeadLetter: true})
+		push(t, q, queen.Item{Partition: "p", Key: "a", Data: []byte("a"), Headers: testHeaders},
+			queen.Item{Partition: "p", Key: "b", Data: []byte("b"), Headers: map[string]string{"b": "1"}})
+		var mu sync.Mutex
+		seen := map[string][]map[string]string{}
+		ctx, cancel := context.WithCancel(ctxT(t))
+		errc := make(chan error, 1)
+		go func() {
+			errc <- q.Consume(ctx, queen.ConsumeOptions{KeyConcurrency: 2, PopOptions: queen.PopOptions{Batch: 10, Wait: 100 * time.Millisecond}},
+				func(_ context.Context, m *queen.Message) error {
+					mu.Lock()
+					seen[m.Key] = append(seen[m.Key], m.Headers)
+					first := len(seen[m.Key]) == 1
+					mu.Unlock()
+					if m.Key == "a" && first {
+						return errors.New("fail once")
+					}
+					return nil
+				})
+		}()
+		// Stopping Consume hands back a failure it has not written yet:
+		// wait for the outcome itself.
+		waitFor(t, 20*time.Second, "the failure's outcome", func() bool {
+			if limit == 1 {
+				dls, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+				return err == nil && len(dls) == 1
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen["a"]) == 2
+		})
+		cancel()
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		for _, h := range seen["a"] { // Consume has returned: no lock needed
+			wantHeaders(t, "delivered a", h, testHeaders)
+		}
+		if limit == 1 {
+			dls, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+			if err != nil || len(dls) != 1 {
+				t.Fatalf("dead letters %+v, %v", dls, err)
+			}
+			wantHeaders(t, "keyed dead letter", dls[0].Headers, testHeaders)
+		}
 	}
 }
