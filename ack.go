@@ -120,6 +120,7 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 		dlPay    = make([][]byte, 0, n)
 		dlAt     = make([]time.Time, 0, n)
 		dlKeys   = make([]string, 0, n)
+		dlHdrs   = make([][]byte, 0, n)
 	)
 	for _, op := range ops {
 		for _, r := range op.keyed {
@@ -133,19 +134,20 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 				pay   []byte
 				at    time.Time
 				key   string
+				hdrs  []byte
 			)
 			if m := r.m; m != nil {
 				off = m.Offset
 				if r.act == actFail || r.act == actDeadLetter {
-					id, txn, flags, pay, at, key = m.ID, m.TransactionID, int32(m.flags), m.stored, m.CreatedAt, m.Key
+					id, txn, flags, pay, at, key, hdrs = m.ID, m.TransactionID, int32(m.flags), m.stored, m.CreatedAt, m.Key, m.hdrs
 				}
 			}
 			offs, dlIDs, dlTxns, dlFlags = append(offs, off), append(dlIDs, id), append(dlTxns, txn), append(dlFlags, flags)
-			dlPay, dlAt, dlKeys = append(dlPay, pay), append(dlAt, at), append(dlKeys, key)
+			dlPay, dlAt, dlKeys, dlHdrs = append(dlPay, pay), append(dlAt, at), append(dlKeys, key), append(dlHdrs, hdrs)
 		}
 	}
 	rows, err := q.Query(ctx, e.csql.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
-		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys)
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs)
 	sts, err := settleStatuses(rows, err, n, "settle")
 	if err != nil {
 		return nil, err
@@ -177,6 +179,7 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		dlPay    = make([][]byte, n)
 		dlAt     = make([]time.Time, n)
 		dlKeys   = make([]string, n)
+		dlHdrs   = make([][]byte, n)
 	)
 	for i, op := range ops {
 		pids[i], groups[i], leases[i] = op.m.pid, op.m.Group, op.m.lease
@@ -184,11 +187,11 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		if a := op.actMsg; a != nil {
 			actOffs[i] = a.Offset
 			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
-			dlKeys[i] = a.Key
+			dlKeys[i], dlHdrs[i] = a.Key, a.hdrs
 		}
 	}
 	rows, err := q.Query(ctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
-		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys)
+		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs)
 	return settleStatuses(rows, err, n, "settle")
 }
 

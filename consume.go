@@ -328,6 +328,11 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 // down the process and every lease it holds.
 func (c *consumer) call(m *Message) (err error) {
 	ctx := c.work
+	if e := c.q.c.e; e.tracer != nil {
+		var end func(error)
+		ctx, end = e.startProcess(ctx, m)
+		defer func() { end(err) }() // runs after the recover below: a panic is an error
+	}
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)

@@ -42,11 +42,13 @@ type DeadLetter struct {
 	MessageID     uuid.UUID
 	TransactionID string
 	Key           string // the message's ordering key; "" for none
-	Data          []byte // the plaintext, also for encrypted queues
-	CreatedAt     time.Time
-	Attempts      int    // explicit failures charged when it was dead-lettered
-	Reason        string // the error passed to Fail or DeadLetter; "" if none
-	DeadAt        time.Time
+	// Headers are the message's headers (Item.Headers); nil for none.
+	Headers   map[string]string
+	Data      []byte // the plaintext, also for encrypted queues
+	CreatedAt time.Time
+	Attempts  int    // explicit failures charged when it was dead-lettered
+	Reason    string // the error passed to Fail or DeadLetter; "" if none
+	DeadAt    time.Time
 }
 
 // DeadLetters lists the queue's dead letters in ID order (oldest first).
@@ -83,15 +85,19 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 		d := DeadLetter{Queue: q.name}
 		var flags int32
 		var reason *string
+		var hdrs []byte
 		if err := rows.Scan(&d.ID, &d.Partition, &d.Group, &d.Offset, &d.MessageID, &d.TransactionID, &flags,
-			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt, &d.Key); err != nil {
+			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt, &d.Key, &hdrs); err != nil {
 			return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 		}
 		if reason != nil {
 			d.Reason = *reason
 		}
+		if d.Headers, err = frame.DecodeHeaders(hdrs); err != nil {
+			return nil, fmt.Errorf("queen: dead letter %d: headers: %w", d.ID, err)
+		}
 		if byte(flags)&frame.FlagEncrypted != 0 {
-			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.Key, d.MessageID, d.Data); err != nil {
+			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.Key, hdrs, d.MessageID, d.Data); err != nil {
 				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}

@@ -20,19 +20,23 @@ import (
 //	bytes     ciphertext and 16-byte tag
 //
 // The GCM additional data is the version, the key id, the tenant, the
-// message id, the queue, the partition and the message's ordering key, so a
-// ciphertext copied over another message's, or into another partition,
-// queue or tenant, or whose key was altered, fails to decrypt instead of
-// being delivered as that message. The key, like the partition, is routing
-// metadata: stored in the clear, but authenticated. What moves a payload
+// message id, the queue, the partition, the message's ordering key and its
+// headers, so a ciphertext copied over another message's, or into another
+// partition, queue or tenant, or whose key or headers were altered, fails to
+// decrypt instead of being delivered as that message. The key, like the
+// partition, is routing metadata, and the headers are metadata for
+// middleware (trace context) that must be readable without the key: both
+// are stored in the clear, but authenticated. What moves a payload
 // legitimately keeps them all: the skip policy's re-enqueue (same id, key,
 // partition and queue), spool replay (the original tenant, queue,
 // partition, key and id; a lane re-route seals again for the new lane),
 // dead letters (a snapshot read with the same ones).
 //
 // The additional data is hdr || tenant || id || uvarint(len(queue)) ||
-// queue || partition, followed by 0x00 || key when the key is non-empty:
-// partition names never hold a NUL byte, so the two forms cannot collide.
+// queue || partition, followed by 0x00 || key when the key is non-empty,
+// followed by 0x00 || key || 0x00 || headers (the encoded frame field, see
+// internal/frame; the key possibly empty) when there are headers: partition
+// names and keys never hold a NUL byte, so the three forms cannot collide.
 //
 // The key id names the key that sealed a payload, so keys rotate without
 // rewriting data: new payloads are sealed with Config.EncryptionKey, and
@@ -104,24 +108,29 @@ func (e *engine) loadKeys(sealKey []byte, old [][]byte) error {
 }
 
 // aad is the additional data binding a payload to its place and message.
-func aad(hdr []byte, tenant uuid.UUID, queue, partition, key string, id uuid.UUID) []byte {
-	b := make([]byte, 0, envelopeHdr+32+binary.MaxVarintLen64+len(queue)+len(partition)+1+len(key))
+func aad(hdr []byte, tenant uuid.UUID, queue, partition, key string, hdrs []byte, id uuid.UUID) []byte {
+	b := make([]byte, 0, envelopeHdr+32+binary.MaxVarintLen64+len(queue)+len(partition)+2+len(key)+len(hdrs))
 	b = append(b, hdr...)
 	b = append(b, tenant[:]...)
 	b = append(b, id[:]...)
 	b = binary.AppendUvarint(b, uint64(len(queue)))
 	b = append(b, queue...)
 	b = append(b, partition...)
-	if key != "" {
+	if key != "" || len(hdrs) > 0 {
 		b = append(b, 0)
 		b = append(b, key...)
+	}
+	if len(hdrs) > 0 {
+		b = append(b, 0)
+		b = append(b, hdrs...)
 	}
 	return b
 }
 
-// seal encrypts message id's payload for its tenant, queue, partition and
-// key with Config.EncryptionKey, which the caller checked is set.
-func (e *engine) seal(tenant uuid.UUID, queue, partition, key string, id uuid.UUID, plain []byte) []byte {
+// seal encrypts message id's payload for its tenant, queue, partition, key
+// and encoded headers with Config.EncryptionKey, which the caller checked is
+// set.
+func (e *engine) seal(tenant uuid.UUID, queue, partition, key string, hdrs []byte, id uuid.UUID, plain []byte) []byte {
 	ns := e.aead.NonceSize()
 	out := make([]byte, envelopeHdr+ns, envelopeHdr+ns+len(plain)+e.aead.Overhead())
 	out[0] = envelopeV1
@@ -129,12 +138,12 @@ func (e *engine) seal(tenant uuid.UUID, queue, partition, key string, id uuid.UU
 	if _, err := rand.Read(out[envelopeHdr:]); err != nil {
 		panic("queen: crypto/rand failed: " + err.Error()) // rand.Read never fails on supported platforms
 	}
-	return e.aead.Seal(out, out[envelopeHdr:], plain, aad(out[:envelopeHdr], tenant, queue, partition, key, id))
+	return e.aead.Seal(out, out[envelopeHdr:], plain, aad(out[:envelopeHdr], tenant, queue, partition, key, hdrs, id))
 }
 
 // open decrypts what seal produced for the same tenant, queue, partition,
-// key and message id, with whichever configured key sealed it.
-func (e *engine) open(tenant uuid.UUID, queue, partition, key string, id uuid.UUID, sealed []byte) ([]byte, error) {
+// key, headers and message id, with whichever configured key sealed it.
+func (e *engine) open(tenant uuid.UUID, queue, partition, key string, hdrs []byte, id uuid.UUID, sealed []byte) ([]byte, error) {
 	if len(sealed) < envelopeHdr || sealed[0] != envelopeV1 {
 		return nil, fmt.Errorf("%w: unknown envelope", ErrEncryption)
 	}
@@ -149,7 +158,7 @@ func (e *engine) open(tenant uuid.UUID, queue, partition, key string, id uuid.UU
 		return nil, fmt.Errorf("%w: ciphertext too short", ErrEncryption)
 	}
 	nonce := sealed[envelopeHdr : envelopeHdr+ns]
-	plain, err := a.Open(nil, nonce, sealed[envelopeHdr+ns:], aad(sealed[:envelopeHdr], tenant, queue, partition, key, id))
+	plain, err := a.Open(nil, nonce, sealed[envelopeHdr+ns:], aad(sealed[:envelopeHdr], tenant, queue, partition, key, hdrs, id))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w (tampered, or not this message's ciphertext)", ErrEncryption, err)
 	}

@@ -105,7 +105,9 @@ type segPlan struct {
 var maxBundleBytes = 64 << 20
 
 // frameBytes over-estimates the item's frame and hash in a bundle.
-func (it *pushItem) frameBytes() int { return len(it.payload) + len(it.txn) + len(it.key) + 64 }
+func (it *pushItem) frameBytes() int {
+	return len(it.payload) + len(it.txn) + len(it.key) + len(it.hdrs) + 64
+}
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
@@ -236,7 +238,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			}
 			for _, it := range sp.batch.Items {
 				if it.flags&frame.FlagEncrypted == 0 {
-					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.key, it.id, it.payload), it.flags|frame.FlagEncrypted
+					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.key, it.hdrs, it.id, it.payload), it.flags|frame.FlagEncrypted
 				}
 			}
 			sp.batch.Retry = sp.batch.Items
@@ -302,7 +304,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushIt
 			if meta.encryption {
 				continue
 			}
-			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.id, it.payload)
+			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.hdrs, it.id, it.payload)
 			if err != nil {
 				failed = err
 				break
@@ -347,7 +349,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int
 		}
 		frames = append(frames, it)
 		s.hashes = dedup.AppendHash(s.hashes, it.hash)
-		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Key: it.key, Payload: it.payload}
+		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Key: it.key, Headers: it.hdrs, Payload: it.payload}
 		s.raw = frame.Append(s.raw, &f)
 		if it.flags&frame.FlagEncrypted == 0 {
 			flags &^= alloc.FlagEncrypted

@@ -85,8 +85,11 @@ type Message struct {
 	Partition     string
 	// Key is the ordering key the message was pushed with (Item.Key); ""
 	// for none.
-	Key    string
-	Offset int64
+	Key string
+	// Headers are the headers the message was pushed with (Item.Headers);
+	// nil for none.
+	Headers map[string]string
+	Offset  int64
 	// Data is the payload (the plaintext, also for encrypted queues). It is
 	// the caller's own copy: writing to it changes nothing else (not the
 	// dead-letter snapshot, a re-enqueued copy, or another pop's message).
@@ -105,6 +108,7 @@ type Message struct {
 	lease    uuid.UUID
 	leaseDur time.Duration
 	flags    byte
+	hdrs     []byte // the encoded headers as stored: kept by a dead letter and a re-enqueue
 	stored   []byte // the payload as stored (ciphertext when encrypted): the dead-letter snapshot
 	// keyed marks a message a per-key parallel Consume handles: its own
 	// settlement is per offset (settle_keyed), never through the lease.

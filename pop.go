@@ -241,9 +241,14 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			m := msg(off)
 			m.ID, m.TransactionID, m.Key, m.flags = f.ID, f.TransactionID, f.Key, f.Flags
+			if len(f.Headers) > 0 {
+				// f.Headers aliases the (possibly cached) segment.
+				m.hdrs = slices.Clone(f.Headers)
+				m.Headers, _ = frame.DecodeHeaders(m.hdrs) // parse validated them
+			}
 			if f.Flags&frame.FlagEncrypted != 0 {
 				m.stored = append([]byte(nil), f.Payload...)
-				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.ID, f.Payload)
+				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
 				if err != nil {
 					p.dead = append(p.dead, deadMsg{m, err})
 					return nil
@@ -374,17 +379,18 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 		created  = make([]time.Time, n)
 		reasons  = make([]string, n)
 		keys     = make([]string, n)
+		hdrs     = make([][]byte, n)
 	)
 	for i, d := range dead {
 		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
-		keys[i] = d.m.Key
+		keys[i], hdrs[i] = d.m.Key, d.m.hdrs
 		reasons[i] = "queen: undecodable message: " + d.err.Error()
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
 	var ok bool
 	err := e.pool.QueryRow(dctx, e.csql.PopDeadLetter, p.pid, o.Group, leaseID, cut,
-		offs, ids, txns, flags, payloads, created, reasons, keys).Scan(&ok)
+		offs, ids, txns, flags, payloads, created, reasons, keys, hdrs).Scan(&ok)
 	if err == nil && !ok {
 		err = ErrLeaseLost
 		if o.AutoAck {

@@ -28,6 +28,10 @@ const (
 	MaxTransactionIDLen = 1024
 	// MaxKeyLen is the longest ordering key (Item.Key), in bytes.
 	MaxKeyLen = 255
+	// MaxHeadersSize is the most an item's headers (Item.Headers) may take
+	// encoded, in bytes: per header its name and value and a length
+	// prefix of each, plus a count.
+	MaxHeadersSize = 64 << 10
 	// MaxPayloadSize is the largest payload, in bytes (before encryption).
 	MaxPayloadSize = 16 << 20
 	// DefaultPartition is the partition of an Item with an empty Partition.
@@ -56,6 +60,22 @@ type Item struct {
 	// authenticated with the payload, so a key altered in storage makes the
 	// message undecodable.
 	Key string
+	// Headers are the message's metadata (for example trace context),
+	// returned as Message.Headers and DeadLetter.Headers and kept by every
+	// path a message takes: PushTx, Tx.Push, the disk spool, the skip
+	// policy's re-enqueue and dead letters. Names are non-empty; names and
+	// values are UTF-8 without NUL, else the whole call fails with
+	// ErrInvalidName. Encoded they may take at most MaxHeadersSize bytes,
+	// else the whole call fails with ErrTooLarge. Nothing is written in
+	// either case. Defaults to nil: no headers, at no cost. On an encrypted
+	// queue the headers, like the key, are stored in the clear, not
+	// encrypted, but authenticated with the payload, so headers altered in
+	// storage make the message undecodable: do not put secrets in them.
+	// With tracing on (Config.TracerProvider) the push adds the trace
+	// context (Config.Propagator's names, such as "traceparent") to a copy
+	// of each item's headers; a name the item already has keeps the item's
+	// value. Item.Headers itself is never modified.
+	Headers map[string]string
 }
 
 // PushStatus is the outcome of one pushed item.
@@ -88,6 +108,7 @@ type pushItem struct {
 	hash    dedup.Hash
 	payload []byte
 	key     string
+	hdrs    []byte // the encoded headers (see internal/frame); nil for none
 	// lanes is the lane count the item was routed to its lane with; 0 when
 	// it was not routed (no key, or its own Partition).
 	lanes int32
@@ -108,7 +129,7 @@ const pushItemOverhead = 256
 
 // Bytes is what the item holds, for FusionConfig.MaxBufferedBytes.
 func (it *pushItem) Bytes() int {
-	return len(it.payload) + len(it.txn) + len(it.key) + pushItemOverhead
+	return len(it.payload) + len(it.txn) + len(it.key) + len(it.hdrs) + pushItemOverhead
 }
 
 // submitAndWait hands n groups to a fusion engine and returns once every
@@ -208,7 +229,13 @@ func validTransactionID(s string) bool {
 // (it read the setting, within the last 5 seconds or before the outage): a
 // push to a queue whose setting the database cannot tell it fails with
 // ErrEncryption instead.
-func (q *Queue) Push(ctx context.Context, items []Item) ([]PushResult, error) {
+func (q *Queue) Push(ctx context.Context, items []Item) (res []PushResult, err error) {
+	items, end := q.c.e.startSend(ctx, q.name, items)
+	defer func() { end(err) }()
+	return q.push(ctx, items)
+}
+
+func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
 	b, err := q.prepareFor(ctx, items, true)
 	if err != nil {
@@ -307,6 +334,9 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		if len(it.Data) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
 		}
+		if err := checkHeaders(i, it.Headers); err != nil {
+			return nil, err
+		}
 	}
 	b := &pushBatch{results: make([]PushResult, len(items)), groups: groupPool.Get().(map[string][]*pushItem)}
 	if len(items) == 0 {
@@ -390,13 +420,31 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		pi.key, pi.lanes = it.Key, routed
+		hdrs := frame.EncodeHeaders(it.Headers)
+		pi.hdrs = hdrs
 		if meta.encryption {
-			pi.payload = e.seal(q.c.tenant, q.name, part, it.Key, id, it.Data)
+			pi.payload = e.seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
 			pi.flags = frame.FlagEncrypted
 		}
 		b.groups[part] = append(b.groups[part], pi)
 	}
 	return b, nil
+}
+
+// checkHeaders validates item i's headers (see Item.Headers).
+func checkHeaders(i int, h map[string]string) error {
+	for k, v := range h {
+		if k == "" || !frame.ValidHeaderText(k) {
+			return fmt.Errorf("%w: item %d: header name %q is not non-empty UTF-8 text without NUL", ErrInvalidName, i, k)
+		}
+		if !frame.ValidHeaderText(v) {
+			return fmt.Errorf("%w: item %d: value of header %q is not UTF-8 text without NUL", ErrInvalidName, i, k)
+		}
+	}
+	if n := frame.HeadersSize(h); n > MaxHeadersSize {
+		return fmt.Errorf("%w: item %d: headers of %d bytes encoded (max %d)", ErrTooLarge, i, n, MaxHeadersSize)
+	}
+	return nil
 }
 
 // finish copies each leader's final verdict to its layer-1 followers and
@@ -446,7 +494,7 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
 			continue
 		}
-		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.id, it.payload)
+		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.hdrs, it.id, it.payload)
 		it.flags |= frame.FlagEncrypted | flagSpoolSealed
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/e03140bc/queen/internal/stmt"
@@ -66,8 +67,19 @@ type Config struct {
 	// Logger receives the engine's logs, each with a "schema" attribute.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
-	// TracerProvider defaults to the OpenTelemetry global.
+	// TracerProvider traces pushes and Consume: a producer span "send
+	// <queue>" per Push, PushTx and Tx.Push call, whose context is put into
+	// each item's headers by Propagator, and a consumer span "process
+	// <queue>" per message Consume hands to its handler, a child of the
+	// context the message was pushed under (see ContextFrom). A no-op
+	// provider (go.opentelemetry.io/otel/trace/noop) turns this off: no
+	// span, no header. Defaults to the OpenTelemetry global.
 	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context into pushed messages' headers and
+	// reads it back. Defaults to the OpenTelemetry global
+	// (otel.GetTextMapPropagator(), which propagates nothing until one is
+	// set).
+	Propagator propagation.TextMapPropagator
 	// MeterProvider defaults to the OpenTelemetry global.
 	MeterProvider metric.MeterProvider
 	// Tenant is the default tenant of this client's queues. Defaults to
@@ -139,6 +151,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
+	if c.Propagator == nil {
+		c.Propagator = otel.GetTextMapPropagator()
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
@@ -196,6 +211,8 @@ type engine struct {
 	aead    cipher.AEAD // the sealing key; nil without Config.EncryptionKey
 	keys    keyring
 	meta    metaCache
+	tracer  trace.Tracer // nil when Config.TracerProvider is a no-op
+	prop    propagation.TextMapPropagator
 
 	// ctx is the engine's own context: background work and shared flushes run
 	// on it, never on a caller's context.
@@ -241,6 +258,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	// Several clients may share a process (and a logger): every line says
 	// which schema it is about.
 	e := &engine{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), pool: cfg.Pool, closeDone: make(chan struct{})}
+	e.tracer, e.prop = tracerOf(cfg.TracerProvider), cfg.Propagator
 	if e.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 		if err != nil {

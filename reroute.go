@@ -61,7 +61,7 @@ func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lane
 		old := it.res.Partition
 		part := laneOf(it.key, lanes)
 		if part != old && it.flags&frame.FlagEncrypted != 0 {
-			plain, err := e.open(tenant, queue, old, it.key, it.id, it.payload)
+			plain, err := e.open(tenant, queue, old, it.key, it.hdrs, it.id, it.payload)
 			if err == nil && e.aead == nil {
 				err = fmt.Errorf("%w: Config.EncryptionKey is not set", ErrEncryption)
 			}
@@ -69,7 +69,7 @@ func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lane
 				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.key, err))
 				continue
 			}
-			it.payload = e.seal(tenant, queue, part, it.key, it.id, plain)
+			it.payload = e.seal(tenant, queue, part, it.key, it.hdrs, it.id, plain)
 		}
 		it.lanes, it.res.Partition = lanes, part
 		groups[part] = append(groups[part], it)

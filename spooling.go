@@ -19,6 +19,7 @@ import (
 
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/spool"
 )
 
@@ -92,7 +93,7 @@ func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
 		recs = append(recs, spool.Record{
 			Tenant: key.Tenant, Queue: key.Queue, Partition: key.Partition,
 			TransactionID: it.txn, MessageID: it.id, Flags: it.flags, Payload: it.payload,
-			Key: it.key, Lanes: uint32(max(it.lanes, 0)),
+			Key: it.key, Lanes: uint32(max(it.lanes, 0)), Headers: it.hdrs,
 		})
 	}
 	if len(recs) == 0 {
@@ -277,6 +278,13 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 	if !validName(batch[0].Queue) || !validName(batch[0].Partition) {
 		return 0, spool.Permanent(fmt.Errorf("%w: queue %q partition %q", ErrInvalidName, batch[0].Queue, batch[0].Partition))
 	}
+	for i := range batch {
+		// Written by this package, under a CRC: bad headers are a bug or
+		// another writer, and a frame carrying them would be undecodable.
+		if _, err := frame.DecodeHeaders(batch[i].Headers); err != nil {
+			return 0, spool.Permanent(fmt.Errorf("queen: spooled message %s: %w", batch[i].MessageID, err))
+		}
+	}
 	results := make([]PushResult, len(batch))
 	items := make([]pushItem, len(batch))
 	group := make([]*pushItem, len(batch))
@@ -285,7 +293,7 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		it := &items[i]
 		it.id, it.txn, it.payload, it.flags, it.res, it.noSpool = r.MessageID, r.TransactionID, r.Payload, r.Flags, &results[i], true
 		it.hash = dedup.Sum(r.TransactionID)
-		it.key, it.lanes = r.Key, int32(min(r.Lanes, math.MaxInt32))
+		it.key, it.lanes, it.hdrs = r.Key, int32(min(r.Lanes, math.MaxInt32)), r.Headers
 		results[i].Partition = r.Partition
 		group[i] = it
 	}

@@ -20,10 +20,12 @@ var ErrTxAborted = errors.New("queen: transaction rolled back")
 // same bundle function. Results are as for Push, but Queued means "queued if
 // you commit". The partition rows stay locked until the transaction ends, so
 // keep it short; consumers in other processes are notified on commit.
-func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) ([]PushResult, error) {
+func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []PushResult, err error) {
 	if tx == nil {
 		return nil, errors.New("queen: PushTx: nil transaction")
 	}
+	items, end := q.c.e.startSend(ctx, q.name, items)
+	defer func() { end(err) }()
 	b, err := q.prepare(ctx, items)
 	if err != nil {
 		return nil, err
@@ -112,6 +114,8 @@ type Tx struct {
 	queues []*Queue
 	items  [][]Item
 	err    error
+	ctx    context.Context // Client.Tx's: the parent of Push's spans
+	ends   []func(error)   // Push's spans, ended with the outcome of Client.Tx
 }
 
 // Ack records an ack of m, applied when Client.Tx commits.
@@ -134,6 +138,8 @@ func (tx *Tx) Fail(m *Message, reason error) {
 
 // Push records items to push to queue on commit.
 func (tx *Tx) Push(queue string, items []Item) {
+	items, end := tx.c.e.startSend(tx.ctx, queue, items)
+	tx.ends = append(tx.ends, end)
 	tx.queues = append(tx.queues, tx.c.Queue(queue))
 	tx.items = append(tx.items, items)
 }
@@ -151,12 +157,17 @@ func (tx *Tx) fail(err error) {
 // unknown), rolls everything back and returns an error wrapping
 // ErrTxAborted and the cause. Pushes are applied first and acks second,
 // following the global lock order (partitions, then consumers).
-func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) error {
+func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	e := c.e
 	if e.isClosed() {
 		return ErrClosed
 	}
-	tx := &Tx{c: c}
+	tx := &Tx{c: c, ctx: ctx}
+	defer func() {
+		for _, end := range tx.ends {
+			end(err)
+		}
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}

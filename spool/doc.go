@@ -42,7 +42,8 @@
 //	             u32 LE  CRC-32C of the 8 bytes above
 //	             [n]byte body
 //	body         u8      record flags: bit0 = trace id present, bit1 = key
-//	                     present, bit2 = lane count present, others zero
+//	                     present, bit2 = lane count present, bit3 = headers
+//	                     present, others zero
 //	             u8      Record.Flags (the caller's, opaque)
 //	             [16]    Record.Tenant
 //	             [16]    Record.MessageID
@@ -52,6 +53,7 @@
 //	             uvarint length + bytes  Record.TransactionID
 //	             uvarint length + bytes  Record.Key, only if bit1 is set (and then non-empty)
 //	             uvarint Record.Lanes, only if bit2 is set (and then non-zero)
+//	             uvarint length + bytes  Record.Headers, only if bit3 is set (and then non-empty)
 //	             bytes   Record.Payload: the rest of the body
 //
 // The header has its own CRC so that a damaged length cannot be mistaken

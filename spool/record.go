@@ -25,6 +25,9 @@ type Record struct {
 	TraceID [16]byte
 	// Key is the message's ordering key; "" means none and costs no space.
 	Key string
+	// Headers are the caller's encoded message headers; empty means none
+	// and costs no space. The spool does not interpret them.
+	Headers []byte
 	// Lanes is the caller's lane count the item was routed with; 0 means
 	// none and costs no space. The spool does not interpret it.
 	Lanes uint32
@@ -44,10 +47,11 @@ const (
 	fileHeaderSize   = 8
 	idSize           = 16
 
-	rflagTrace  byte = 1 << 0
-	rflagKey    byte = 1 << 1
-	rflagLanes  byte = 1 << 2
-	knownRFlags      = rflagTrace | rflagKey | rflagLanes
+	rflagTrace   byte = 1 << 0
+	rflagKey     byte = 1 << 1
+	rflagLanes   byte = 1 << 2
+	rflagHeaders byte = 1 << 3
+	knownRFlags       = rflagTrace | rflagKey | rflagLanes | rflagHeaders
 
 	// rflags, flags, tenant, message id and three empty strings.
 	minBody = 2 + 2*idSize + 3
@@ -95,6 +99,9 @@ func bodySize(r *Record) int {
 	if r.Lanes != 0 {
 		n += uvarintLen(uint64(r.Lanes))
 	}
+	if len(r.Headers) != 0 {
+		n += uvarintLen(uint64(len(r.Headers))) + len(r.Headers)
+	}
 	return n
 }
 
@@ -114,6 +121,9 @@ func appendRecord(dst []byte, r *Record) []byte {
 	if r.Lanes != 0 {
 		rflags |= rflagLanes
 	}
+	if len(r.Headers) != 0 {
+		rflags |= rflagHeaders
+	}
 	dst = append(dst, rflags, r.Flags)
 	dst = append(dst, r.Tenant[:]...)
 	dst = append(dst, r.MessageID[:]...)
@@ -130,6 +140,10 @@ func appendRecord(dst []byte, r *Record) []byte {
 	}
 	if rflags&rflagLanes != 0 {
 		dst = binary.AppendUvarint(dst, uint64(r.Lanes))
+	}
+	if rflags&rflagHeaders != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Headers)))
+		dst = append(dst, r.Headers...)
 	}
 	dst = append(dst, r.Payload...)
 	hdr := dst[start : start+recordHeaderSize]
@@ -161,7 +175,7 @@ func verify(hdr, body []byte) error {
 
 // parseBody decodes a checksummed body into r, or only validates it when r
 // is nil. The encoding is canonical (minimal varints, no unknown flag bits,
-// a trace id, key or lane count only when non-zero), so re-encoding a decoded record
+// a trace id, key, lane count or headers only when non-zero), so re-encoding a decoded record
 // reproduces its bytes. r.Payload aliases body.
 func parseBody(body []byte, r *Record) error {
 	if len(body) < minBody {
@@ -212,6 +226,16 @@ func parseBody(body []byte, r *Record) error {
 		}
 		p += w
 	}
+	var hdrs []byte
+	if rflags&rflagHeaders != 0 {
+		n, w := binary.Uvarint(body[p:])
+		if w <= 0 || w != uvarintLen(n) || n == 0 || n > uint64(len(body)-p-w) {
+			return fmt.Errorf("%w: bad headers length at body offset %d", ErrCorrupt, p)
+		}
+		p += w
+		hdrs = body[p : p+int(n) : p+int(n)]
+		p += int(n)
+	}
 	if r != nil {
 		*r = Record{
 			Queue:         string(strs[0]),
@@ -219,6 +243,7 @@ func parseBody(body []byte, r *Record) error {
 			TransactionID: string(strs[2]),
 			Key:           string(key),
 			Lanes:         uint32(lanes),
+			Headers:       hdrs,
 			TraceID:       trace,
 			Flags:         body[1],
 			Payload:       body[p:len(body):len(body)],

@@ -27,6 +27,8 @@ func sampleRecords() []Record {
 		{Queue: "q", Partition: "lane-7", TransactionID: "t", Key: "customer-42", Lanes: 64, Payload: []byte("k")},
 		{Queue: "q", Partition: "p", TransactionID: "t", Key: string(bytes.Repeat([]byte("k"), 255)), TraceID: [16]byte{9}},
 		{Queue: "q", Partition: "lane-1", Lanes: 1 << 31},
+		{Queue: "q", Partition: "p", Key: "k", Lanes: 2, Headers: []byte{1, 1, 'a', 1, 'b'}, Payload: []byte("h")},
+		{Queue: "q", Partition: "p", Headers: bytes.Repeat([]byte("h"), 300)},
 	}
 }
 
@@ -34,6 +36,7 @@ func sampleRecords() []Record {
 func sameRecord(a, b Record) bool {
 	return a.Tenant == b.Tenant && a.Queue == b.Queue && a.Partition == b.Partition &&
 		a.TransactionID == b.TransactionID && a.MessageID == b.MessageID && a.Key == b.Key && a.Lanes == b.Lanes &&
+		bytes.Equal(a.Headers, b.Headers) &&
 		a.TraceID == b.TraceID && a.Flags == b.Flags && bytes.Equal(a.Payload, b.Payload)
 }
 
@@ -121,12 +124,14 @@ func FuzzRecordRoundTrip(f *testing.F) {
 	f.Add([]byte("tenant..........."), "q", "p", "txn", "", uint32(0), []byte("mid............."), []byte{}, byte(0), []byte("payload"))
 	f.Add([]byte{}, "", "", "", "key", uint32(64), []byte{}, []byte("trace"), byte(255), []byte{})
 	f.Fuzz(func(t *testing.T, tenant []byte, q, p, txn, key string, lanes uint32, mid, trace []byte, flags byte, payload []byte) {
+		// The headers reuse the trace bytes: the spool does not interpret them.
+		hdrs := trace
 		var r Record
 		copy(r.Tenant[:], tenant)
 		copy(r.MessageID[:], mid)
 		copy(r.TraceID[:], trace)
 		r.Queue, r.Partition, r.TransactionID, r.Flags, r.Payload = q, p, txn, flags, payload
-		r.Key, r.Lanes = key, lanes
+		r.Key, r.Lanes, r.Headers = key, lanes, hdrs
 		enc := appendRecord(nil, &r)
 		got, n, err := decodeRecord(enc)
 		if err != nil || n != len(enc) || !sameRecord(got, r) {

@@ -5,18 +5,24 @@
 // Wire format of one frame:
 //
 //	u32 little-endian   length of the rest of the frame (bytes after this prefix)
-//	u8                  flags: bit0 FlagEncrypted, bit1 FlagTrace, bit2 FlagKey, other bits zero
+//	u8                  flags: bit0 FlagEncrypted, bit1 FlagHeaders, bit2 FlagKey, other bits zero
 //	[16]byte            message id (UUID)
 //	uvarint + bytes     transaction id (UTF-8 not enforced)
 //	uvarint + bytes     ordering key, present only if FlagKey is set; at least 1 byte
-//	[16]byte            trace id, present only if FlagTrace is set
+//	headers             present only if FlagHeaders is set (below)
 //	bytes               payload: every remaining byte of the frame
 //
+// The headers field is a uvarint count (at least 1), then per header a
+// uvarint-length name and a uvarint-length value. Names are non-empty,
+// strictly ascending bytewise (so unique); names and values are UTF-8
+// without NUL.
+//
 // FlagEncrypted means the payload is AES-GCM ciphertext; this package does
-// not interpret it. The key is never encrypted. The varints must be
-// minimally encoded, unknown flag bits must be zero and FlagKey is set if
-// and only if the key is non-empty, so every byte string has at most one
-// decoding and re-encoding a decoded frame reproduces its bytes exactly.
+// not interpret it. The key and the headers are never encrypted. The varints
+// must be minimally encoded, unknown flag bits must be zero, FlagKey is set
+// if and only if the key is non-empty and FlagHeaders if and only if there
+// is at least one header, so every byte string has at most one decoding and
+// re-encoding a decoded frame reproduces its bytes exactly.
 package frame
 
 import (
@@ -32,18 +38,19 @@ import (
 // Flag bits of Frame.Flags.
 const (
 	FlagEncrypted byte = 1 << 0
-	FlagTrace     byte = 1 << 1
+	// FlagHeaders is derived from Frame.Headers by Append: set exactly when
+	// the encoded headers are non-empty.
+	FlagHeaders byte = 1 << 1
 	// FlagKey is derived from Frame.Key by Append: set exactly when the key
 	// is non-empty.
 	FlagKey byte = 1 << 2
 
-	knownFlags = FlagEncrypted | FlagTrace | FlagKey
+	knownFlags = FlagEncrypted | FlagHeaders | FlagKey
 )
 
 const (
 	prefixSize = 4
 	idSize     = 16
-	traceSize  = 16
 	// flags + id + the shortest varint (a zero-length transaction id).
 	minBody = 1 + idSize + 1
 )
@@ -66,9 +73,12 @@ type Frame struct {
 	ID            uuid.UUID
 	Flags         byte
 	TransactionID string
-	Key           string   // the ordering key; "" for none
-	TraceID       [16]byte // meaningful only when Flags&FlagTrace != 0
-	Payload       []byte
+	Key           string // the ordering key; "" for none
+	// Headers is the encoded headers field (see EncodeHeaders); nil or
+	// empty for none. Append writes it as is: it must be a valid encoding.
+	// After decoding it aliases the input blob.
+	Headers []byte
+	Payload []byte
 }
 
 func uvarintLen(x uint64) int {
@@ -81,10 +91,7 @@ func bodySize(f *Frame) int {
 	if f.Key != "" {
 		n += uvarintLen(uint64(len(f.Key))) + len(f.Key)
 	}
-	if f.Flags&FlagTrace != 0 {
-		n += traceSize
-	}
-	return n
+	return n + len(f.Headers)
 }
 
 // Size returns the encoded size of f, including the length prefix.
@@ -94,8 +101,8 @@ func Size(f *Frame) int {
 
 // Append appends the encoding of f to dst and returns the extended slice.
 // It does not allocate when dst has Size(f) spare capacity. Flag bits other
-// than FlagEncrypted and FlagTrace are dropped, because decoders reject them;
-// FlagKey is set from f.Key, whatever f.Flags says.
+// than FlagEncrypted are dropped, because decoders reject them; FlagKey is
+// set from f.Key and FlagHeaders from f.Headers, whatever f.Flags says.
 // It panics if the body would exceed MaxBody, which no realistic message
 // reaches and which the u32 prefix cannot express.
 func Append(dst []byte, f *Frame) []byte {
@@ -105,9 +112,12 @@ func Append(dst []byte, f *Frame) []byte {
 	}
 	// One growth instead of one per field.
 	dst = slices.Grow(dst, prefixSize+body)
-	flags := f.Flags & (FlagEncrypted | FlagTrace)
+	flags := f.Flags & FlagEncrypted
 	if f.Key != "" {
 		flags |= FlagKey
+	}
+	if len(f.Headers) > 0 {
+		flags |= FlagHeaders
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(body))
 	dst = append(dst, flags)
@@ -118,9 +128,7 @@ func Append(dst []byte, f *Frame) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(f.Key)))
 		dst = append(dst, f.Key...)
 	}
-	if flags&FlagTrace != 0 {
-		dst = append(dst, f.TraceID[:]...)
-	}
+	dst = append(dst, f.Headers...)
 	return append(dst, f.Payload...)
 }
 
@@ -187,13 +195,14 @@ func parse(body []byte, k, off int, f *Frame) error {
 		f.Key = string(body[p : p+int(kl)])
 		p += int(kl)
 	}
-	f.TraceID = [16]byte{}
-	if flags&FlagTrace != 0 {
-		if len(body)-p < traceSize {
-			return corrupt(k, off, "truncated trace id")
+	f.Headers = nil
+	if flags&FlagHeaders != 0 {
+		n, err := scanHeaders(body[p:], nil)
+		if err != nil {
+			return corrupt(k, off, err.Error())
 		}
-		copy(f.TraceID[:], body[p:p+traceSize])
-		p += traceSize
+		f.Headers = body[p : p+n : p+n]
+		p += n
 	}
 	f.Flags = flags
 	f.Payload = body[p:]

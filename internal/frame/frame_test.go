@@ -30,14 +30,14 @@ func sampleFrames() []Frame {
 		{ID: testID(3), TransactionID: "txn-3", Payload: nil},
 		{ID: testID(4), TransactionID: "", Payload: []byte("no txn")},
 		{ID: testID(5), TransactionID: "", Payload: nil},
-		{ID: testID(6), Flags: FlagTrace, TransactionID: "traced", TraceID: [16]byte{0: 0xaa, 15: 0xbb}, Payload: []byte("p")},
+		{ID: testID(6), Flags: FlagHeaders, TransactionID: "headed", Headers: EncodeHeaders(map[string]string{"traceparent": "00-abc-01", "a": ""}), Payload: []byte("p")},
 		{ID: testID(7), Flags: FlagEncrypted, TransactionID: "enc", Payload: []byte{0, 1, 2, 3}},
-		{ID: testID(8), Flags: FlagEncrypted | FlagTrace, TransactionID: "both", TraceID: [16]byte{1}, Payload: nil},
+		{ID: testID(8), Flags: FlagEncrypted | FlagHeaders, TransactionID: "both", Headers: EncodeHeaders(map[string]string{"h": "v"}), Payload: nil},
 		// 200 bytes needs a two-byte varint.
 		{ID: testID(9), TransactionID: strings.Repeat("x", 200), Payload: []byte("long txn")},
 		{ID: testID(10), TransactionID: "ünïcødé", Payload: large},
 		{ID: testID(11), Flags: FlagKey, TransactionID: "keyed", Key: "customer-42", Payload: []byte("k")},
-		{ID: testID(12), Flags: FlagKey | FlagEncrypted | FlagTrace, TransactionID: "", Key: "ß", TraceID: [16]byte{2}, Payload: []byte{9}},
+		{ID: testID(12), Flags: FlagKey | FlagEncrypted | FlagHeaders, TransactionID: "", Key: "ß", Headers: EncodeHeaders(map[string]string{"ü": "ß", "z": strings.Repeat("v", 300)}), Payload: []byte{9}},
 		// 255 bytes needs a two-byte varint.
 		{ID: testID(13), Flags: FlagKey, TransactionID: "t", Key: strings.Repeat("k", 255), Payload: nil},
 	}
@@ -45,7 +45,7 @@ func sampleFrames() []Frame {
 
 func equalFrame(a, b *Frame) bool {
 	return a.ID == b.ID && a.Flags == b.Flags && a.TransactionID == b.TransactionID && a.Key == b.Key &&
-		a.TraceID == b.TraceID && bytes.Equal(a.Payload, b.Payload)
+		bytes.Equal(a.Headers, b.Headers) && bytes.Equal(a.Payload, b.Payload)
 }
 
 func TestRoundTripSingle(t *testing.T) {
@@ -136,7 +136,7 @@ func TestPayloadCapacityClipped(t *testing.T) {
 }
 
 func TestAppendNoAlloc(t *testing.T) {
-	f := Frame{ID: testID(1), Flags: FlagTrace, TransactionID: "txn", Payload: make([]byte, 200)}
+	f := Frame{ID: testID(1), TransactionID: "txn", Headers: EncodeHeaders(map[string]string{"k": "v"}), Payload: make([]byte, 200)}
 	buf := make([]byte, 0, Size(&f)+16)
 	allocs := testing.AllocsPerRun(100, func() {
 		buf = Append(buf[:0], &f)
@@ -147,7 +147,7 @@ func TestAppendNoAlloc(t *testing.T) {
 }
 
 func TestAppendDropsUnknownFlags(t *testing.T) {
-	f := Frame{ID: testID(1), Flags: 0xfc | FlagEncrypted, TransactionID: "t"}
+	f := Frame{ID: testID(1), Flags: 0xf8 | FlagHeaders | FlagEncrypted, TransactionID: "t"}
 	got, err := DecodeAll(Append(nil, &f))
 	if err != nil {
 		t.Fatal(err)
@@ -178,29 +178,38 @@ func rawFrame(body ...[]byte) []byte {
 }
 
 func TestCorrupt(t *testing.T) {
-	good := Append(nil, &Frame{ID: testID(1), Flags: FlagTrace, TransactionID: "abc", Payload: []byte("xyz")})
+	good := Append(nil, &Frame{ID: testID(1), TransactionID: "abc", Headers: EncodeHeaders(map[string]string{"n": "v"}), Payload: []byte("xyz")})
 	id := make([]byte, 16)
 	cases := map[string][]byte{
-		"1 trailing byte":           append(bytes.Clone(good), 0),
-		"3 trailing bytes":          append(bytes.Clone(good), 1, 2, 3),
-		"truncated body":            good[:len(good)-1],
-		"length exceeds blob":       rawFrame([]byte{0}, id, []byte{0})[:10],
-		"huge length":               {0xff, 0xff, 0xff, 0xff, 0},
-		"empty body":                rawFrame(),
-		"body without varint":       rawFrame([]byte{0}, id),
-		"unknown flag bit 3":        rawFrame([]byte{8}, id, []byte{0}),
-		"key flag without key":      rawFrame([]byte{FlagKey}, id, []byte{0}),
-		"key flag with empty key":   rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0}, []byte("p")),
-		"non-minimal key varint":    rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0x81, 0x00}, []byte("k")),
-		"key length past end":       rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{5, 'k'}),
-		"truncated trace after key": rawFrame([]byte{FlagKey | FlagTrace}, id, []byte{0}, []byte{1, 'k'}, make([]byte, 15)),
-		"unknown flag bit 7":        rawFrame([]byte{0x80}, id, []byte{0}),
-		"txn length past end":       rawFrame([]byte{0}, id, []byte{5, 'a', 'b'}),
-		"non-minimal varint":        rawFrame([]byte{0}, id, []byte{0x80, 0x00}),
-		"unterminated varint":       rawFrame([]byte{0}, id, []byte{0x80, 0x80}),
-		"overflowing varint":        rawFrame([]byte{0}, id, bytes.Repeat([]byte{0xff}, 10), []byte{1}),
-		"truncated trace id":        rawFrame([]byte{FlagTrace}, id, []byte{0}, make([]byte, 15)),
-		"good then corrupt prefix":  append(bytes.Clone(good), 9, 0, 0, 0, 1),
+		"1 trailing byte":             append(bytes.Clone(good), 0),
+		"3 trailing bytes":            append(bytes.Clone(good), 1, 2, 3),
+		"truncated body":              good[:len(good)-1],
+		"length exceeds blob":         rawFrame([]byte{0}, id, []byte{0})[:10],
+		"huge length":                 {0xff, 0xff, 0xff, 0xff, 0},
+		"empty body":                  rawFrame(),
+		"body without varint":         rawFrame([]byte{0}, id),
+		"unknown flag bit 3":          rawFrame([]byte{8}, id, []byte{0}),
+		"key flag without key":        rawFrame([]byte{FlagKey}, id, []byte{0}),
+		"key flag with empty key":     rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0}, []byte("p")),
+		"non-minimal key varint":      rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{0x81, 0x00}, []byte("k")),
+		"key length past end":         rawFrame([]byte{FlagKey}, id, []byte{0}, []byte{5, 'k'}),
+		"truncated headers after key": rawFrame([]byte{FlagKey | FlagHeaders}, id, []byte{0}, []byte{1, 'k'}, []byte{1, 1, 'n', 5, 'v'}),
+		"headers flag, no headers":    rawFrame([]byte{FlagHeaders}, id, []byte{0}),
+		"zero header count":           rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{0}, []byte("p")),
+		"header count past end":       rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{2, 1, 'a', 0}),
+		"empty header name":           rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{1, 0, 1, 'v'}),
+		"header names unsorted":       rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{2, 1, 'b', 0, 1, 'a', 0}),
+		"header names repeated":       rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{2, 1, 'a', 0, 1, 'a', 0}),
+		"header name with NUL":        rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{1, 2, 'a', 0, 0}),
+		"header value not UTF-8":      rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{1, 1, 'a', 1, 0xff}),
+		"non-minimal header count":    rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{0x81, 0x00, 1, 'a', 0}),
+		"non-minimal header length":   rawFrame([]byte{FlagHeaders}, id, []byte{0}, []byte{1, 0x81, 0x00, 'a', 0}),
+		"unknown flag bit 7":          rawFrame([]byte{0x80}, id, []byte{0}),
+		"txn length past end":         rawFrame([]byte{0}, id, []byte{5, 'a', 'b'}),
+		"non-minimal varint":          rawFrame([]byte{0}, id, []byte{0x80, 0x00}),
+		"unterminated varint":         rawFrame([]byte{0}, id, []byte{0x80, 0x80}),
+		"overflowing varint":          rawFrame([]byte{0}, id, bytes.Repeat([]byte{0xff}, 10), []byte{1}),
+		"good then corrupt prefix":    append(bytes.Clone(good), 9, 0, 0, 0, 1),
 	}
 	for name, blob := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -274,10 +283,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(all)
 	f.Add([]byte{})
 	f.Add([]byte{1, 0, 0})
-	f.Add(rawFrame([]byte{FlagTrace}, make([]byte, 16), []byte{0}, make([]byte, 15)))
+	f.Add(rawFrame([]byte{FlagHeaders}, make([]byte, 16), []byte{0}, []byte{1, 1, 'a', 1, 'b'}))
+	f.Add(rawFrame([]byte{FlagHeaders}, make([]byte, 16), []byte{0}, []byte{2, 1, 'b', 0, 1, 'a', 0}))
 	f.Add(rawFrame([]byte{0}, make([]byte, 16), []byte{0x80, 0x00}))
 	f.Add(rawFrame([]byte{FlagKey}, make([]byte, 16), []byte{0}, []byte{0}))
-	f.Add(rawFrame([]byte{FlagKey | FlagTrace}, make([]byte, 16), []byte{1, 't'}, []byte{2, 'k', 'k'}, make([]byte, 16)))
+	f.Add(rawFrame([]byte{FlagKey | FlagHeaders}, make([]byte, 16), []byte{1, 't'}, []byte{2, 'k', 'k'}, []byte{2, 1, 'a', 0, 2, 'b', 'c', 1, 'd'}, []byte("pay")))
 	f.Fuzz(func(t *testing.T, blob []byte) {
 		var re []byte
 		n := 0
@@ -327,17 +337,26 @@ func FuzzDecode(f *testing.F) {
 }
 
 func FuzzRoundTrip(f *testing.F) {
-	f.Add(byte(0), []byte("0123456789abcdef"), "txn", "", []byte{}, []byte("payload"))
-	f.Add(FlagTrace|FlagEncrypted, []byte{}, "", "key", []byte("trace-id-16bytes"), []byte{})
-	f.Fuzz(func(t *testing.T, flags byte, id []byte, txn, key string, trace, payload []byte) {
-		in := Frame{Flags: flags & (FlagEncrypted | FlagTrace), TransactionID: txn, Key: key, Payload: payload}
+	f.Add(byte(0), []byte("0123456789abcdef"), "txn", "", "", "", "", []byte("payload"))
+	f.Add(FlagEncrypted, []byte{}, "", "key", "traceparent", "00-x-01", "b", []byte{})
+	f.Fuzz(func(t *testing.T, flags byte, id []byte, txn, key, h1, v1, h2 string, payload []byte) {
+		in := Frame{Flags: flags & FlagEncrypted, TransactionID: txn, Key: key, Payload: payload}
 		if key != "" {
 			in.Flags |= FlagKey
 		}
-		copy(in.ID[:], id)
-		if in.Flags&FlagTrace != 0 {
-			copy(in.TraceID[:], trace)
+		hs := map[string]string{}
+		for k, v := range map[string]string{h1: v1, h2: v1 + v1} {
+			if k != "" && ValidHeaderText(k) && ValidHeaderText(v) {
+				hs[k] = v
+			}
 		}
+		if in.Headers = EncodeHeaders(hs); len(hs) > 0 {
+			in.Flags |= FlagHeaders
+		}
+		if len(in.Headers) != HeadersSize(hs) {
+			t.Fatalf("HeadersSize %d, encoded %d", HeadersSize(hs), len(in.Headers))
+		}
+		copy(in.ID[:], id)
 		blob := Append([]byte("prefix"), &in)[len("prefix"):]
 		if len(blob) != Size(&in) {
 			t.Fatalf("len %d != Size %d", len(blob), Size(&in))
@@ -348,6 +367,15 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 		if !equalFrame(&in, &out) {
 			t.Fatalf("round trip: in %+v out %+v", in, out)
+		}
+		got, err := DecodeHeaders(out.Headers)
+		if err != nil || len(got) != len(hs) {
+			t.Fatalf("DecodeHeaders = %v, %v; want %v", got, err, hs)
+		}
+		for k, v := range hs {
+			if got[k] != v {
+				t.Fatalf("header %q = %q, want %q", k, got[k], v)
+			}
 		}
 	})
 }

@@ -59,14 +59,14 @@ func NewConsume(schema string) *Consume {
 FROM {{s}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
     $10::text, $11::text, $12::timestamptz, $13::int4)`)
 	c.PopDeadLetter = r.Replace(`SELECT {{s}}.pop_dead_letter($1::int8, $2::text, $3::uuid, $4::int8, $5::int8[], $6::uuid[],
-    $7::text[], $8::int4[], $9::bytea[], $10::timestamptz[], $11::text[], $12::text[])`)
+    $7::text[], $8::int4[], $9::bytea[], $10::timestamptz[], $11::text[], $12::text[], $13::bytea[])`)
 	c.AckMany = r.Replace(`SELECT ord, status, committed FROM {{s}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])`)
 	c.Settle = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
-    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[])`)
+    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[])`)
 	c.SettleKeyed = r.Replace(`SELECT ord, status, committed
 FROM {{s}}.settle_keyed($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
-    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[])`)
+    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[])`)
 	c.Extend = r.Replace(`UPDATE {{s}}.consumers
 SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
 WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
@@ -90,7 +90,8 @@ LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{s}}.seed_offset(p.id, p.log_st
 WHERE q.tenant = $1 AND q.name = $2
 ORDER BY p.name, sub.group_name`)
 	c.DeadLetters = r.Replace(`SELECT d.id, d.partition_name, d.group_name, d.msg_offset, d.message_id, d.transaction_id,
-    d.flags, d.payload, d.message_created_at, d.attempts, d.reason, d.created_at, coalesce(d.message_key, '')
+    d.flags, d.payload, d.message_created_at, d.attempts, d.reason, d.created_at, coalesce(d.message_key, ''),
+    d.message_headers
 FROM {{s}}.dead_letters d
 JOIN {{s}}.queues q ON q.id = d.queue_id
 WHERE q.tenant = $1 AND q.name = $2

@@ -136,6 +136,9 @@ CREATE TABLE {{schema}}.dead_letters (
     transaction_id     text        NOT NULL,
     -- The message's ordering key; NULL when it has none.
     message_key        text,
+    -- The message's encoded headers (the frame's headers field, see
+    -- internal/frame); NULL when it has none.
+    message_headers    bytea,
     flags              integer     NOT NULL DEFAULT 0,
     payload            bytea,
     message_created_at timestamptz NOT NULL,

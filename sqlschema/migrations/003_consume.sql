@@ -709,7 +709,8 @@ CREATE FUNCTION {{schema}}.pop_dead_letter(
     p_payloads bytea[],
     p_created  timestamptz[],
     p_reasons  text[],
-    p_keys     text[] DEFAULT NULL -- ordering keys ('' or NULL: none)
+    p_keys     text[] DEFAULT NULL, -- ordering keys ('' or NULL: none)
+    p_headers  bytea[] DEFAULT NULL -- encoded headers (empty or NULL: none)
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -723,7 +724,8 @@ BEGIN
     IF coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_txns), 0) <> n
        OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
        OR coalesce(cardinality(p_created), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
-       OR (p_keys IS NOT NULL AND cardinality(p_keys) <> n) THEN
+       OR (p_keys IS NOT NULL AND cardinality(p_keys) <> n)
+       OR (p_headers IS NOT NULL AND cardinality(p_headers) <> n) THEN
         RAISE EXCEPTION 'queen: pop_dead_letter arrays are not aligned';
     END IF;
     SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
@@ -762,11 +764,12 @@ BEGIN
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;
     INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-        msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at, attempts, reason)
-    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, nullif(x.key, ''), x.flags, x.payload,
-           x.created, 0, x.reason
-    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons, p_keys)
-         AS x(off, id, txn, flags, payload, created, reason, key)
+        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload, message_created_at,
+        attempts, reason)
+    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, nullif(x.key, ''), nullif(x.hdrs, '\x'::bytea),
+           x.flags, x.payload, x.created, 0, x.reason
+    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons, p_keys, p_headers)
+         AS x(off, id, txn, flags, payload, created, reason, key, hdrs)
     ORDER BY x.off;
     RETURN true;
 END
@@ -803,9 +806,10 @@ $$;
 -- 6. The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
 -- see internal/segment) holding one frame (see internal/frame): u32 LE body
 -- length, flags, 16-byte id, uvarint transaction-id length, transaction id,
--- the key (uvarint length and bytes) when there is one, payload. The trace flag is dropped (the trace id is not carried here).
+-- the key (uvarint length and bytes) when there is one, the encoded headers
+-- when there are any (passed through as Go encoded them), payload.
 CREATE FUNCTION {{schema}}.raw_segment(p_id uuid, p_flags integer, p_txn text, p_payload bytea,
-                                        p_key text DEFAULT NULL)
+                                        p_key text DEFAULT NULL, p_headers bytea DEFAULT NULL)
 RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -820,6 +824,12 @@ BEGIN
     IF octet_length(v_key) > 0 THEN
         v_flag := v_flag | 4;
         v_txn := v_txn || {{schema}}.uvarint(octet_length(v_key)) || v_key;
+    END IF;
+    -- The headers (FlagHeaders, bit 1) follow the key, present exactly when
+    -- non-empty.
+    IF octet_length(coalesce(p_headers, '\x'::bytea)) > 0 THEN
+        v_flag := v_flag | 2;
+        v_txn := v_txn || p_headers;
     END IF;
     v_body := set_byte('\x00'::bytea, 0, v_flag) || uuid_send(p_id)
               || {{schema}}.uvarint(octet_length(convert_to(coalesce(p_txn, ''), 'UTF8'))) || v_txn
@@ -846,7 +856,8 @@ CREATE FUNCTION {{schema}}.requeue_one(
     p_txn      text,
     p_payload  bytea,
     p_failures integer,
-    p_key      text DEFAULT NULL
+    p_key      text DEFAULT NULL,
+    p_headers  bytea DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -863,7 +874,7 @@ BEGIN
     END IF;
     -- The single allocator, without a dedup probe: the copy repeats its
     -- original's transaction id on purpose.
-    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload, p_key),
+    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload, p_key, p_headers),
                                 0, v_now, p_failures)).base_offset;
 END
 $$;
@@ -894,7 +905,9 @@ CREATE FUNCTION {{schema}}.settle(
     p_dl_created timestamptz[],
     -- The messages' ordering keys ('' or NULL: none), kept by a re-enqueue
     -- and a dead letter.
-    p_dl_keys    text[] DEFAULT NULL
+    p_dl_keys    text[] DEFAULT NULL,
+    -- Their encoded headers (empty or NULL: none), kept likewise.
+    p_dl_headers bytea[] DEFAULT NULL
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call.
@@ -922,7 +935,8 @@ BEGIN
        OR coalesce(cardinality(p_reasons), 0) <> n OR coalesce(cardinality(p_dl_ids), 0) <> n
        OR coalesce(cardinality(p_dl_txns), 0) <> n OR coalesce(cardinality(p_dl_flags), 0) <> n
        OR coalesce(cardinality(p_dl_payload), 0) <> n OR coalesce(cardinality(p_dl_created), 0) <> n
-       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n) THEN
+       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
         RAISE EXCEPTION 'queen: settle arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -1063,13 +1077,14 @@ BEGIN
 
         IF v_rq THEN
             PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_dl_ids[i], p_dl_flags[i], p_dl_txns[i],
-                                           p_dl_payload[i], v_spent, p_dl_keys[i]);
+                                           p_dl_payload[i], v_spent, p_dl_keys[i], p_dl_headers[i]);
         END IF;
         IF v_dl THEN
             INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-                msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at, attempts, reason)
+                msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
+                message_created_at, attempts, reason)
             VALUES (v_c.queue_id, p_pids[i], v_c.partition_name, p_groups[i], p_act_off[i], p_dl_ids[i],
-                p_dl_txns[i], nullif(p_dl_keys[i], ''), p_dl_flags[i], p_dl_payload[i], p_dl_created[i],
+                p_dl_txns[i], nullif(p_dl_keys[i], ''), nullif(p_dl_headers[i], '\x'::bytea), p_dl_flags[i], p_dl_payload[i], p_dl_created[i],
                 v_spent, p_reasons[i]);
         END IF;
         v_res[i] := ROW(i, v_st, v_comm);
@@ -1206,7 +1221,8 @@ CREATE FUNCTION {{schema}}.settle_keyed(
     p_dl_flags   integer[],
     p_dl_payload bytea[],
     p_dl_created timestamptz[],
-    p_dl_keys    text[] DEFAULT NULL -- ordering keys ('' or NULL: none)
+    p_dl_keys    text[] DEFAULT NULL, -- ordering keys ('' or NULL: none)
+    p_dl_headers bytea[] DEFAULT NULL -- encoded headers (empty or NULL: none)
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -1239,7 +1255,8 @@ BEGIN
        OR coalesce(cardinality(p_dl_ids), 0) <> n OR coalesce(cardinality(p_dl_txns), 0) <> n
        OR coalesce(cardinality(p_dl_flags), 0) <> n OR coalesce(cardinality(p_dl_payload), 0) <> n
        OR coalesce(cardinality(p_dl_created), 0) <> n
-       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n) THEN
+       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
         RAISE EXCEPTION 'queen: settle_keyed arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -1340,16 +1357,16 @@ BEGIN
                 v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
                 IF v_st[j] = 3 THEN
                     INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-                        msg_offset, message_id, transaction_id, message_key, flags, payload, message_created_at,
-                        attempts, reason)
+                        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
+                        message_created_at, attempts, reason)
                     VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
-                        p_dl_txns[j], nullif(p_dl_keys[j], ''), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
+                        p_dl_txns[j], nullif(p_dl_keys[j], ''), nullif(p_dl_headers[j], '\x'::bytea), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
                         v_prior + v_cnt, p_reasons[j]);
                 END IF;
             ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
                   AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
                 PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
-                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j]);
+                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j], p_dl_headers[j]);
                 v_set := v_set || p_offs[j];
                 v_st[j] := 6;
             ELSIF k IS NULL THEN

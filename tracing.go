@@ -1,0 +1,107 @@
+package queen
+
+import (
+	"context"
+	"maps"
+	"reflect"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+const tracerName = "github.com/e03140bc/queen"
+
+// tracerOf is the tracer of tp, or nil when tp is a no-op provider: then
+// no span is started and no header injected.
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	switch tp.(type) {
+	case noop.TracerProvider, *noop.TracerProvider:
+		return nil
+	}
+	if reflect.TypeOf(tp) == reflect.TypeOf(trace.NewNoopTracerProvider()) { //nolint:staticcheck // still a no-op a caller may pass
+		return nil
+	}
+	return tp.Tracer(tracerName)
+}
+
+// startSend starts the producer span of one push call of n items to queue
+// and returns the items to push: with tracing on, copies whose headers carry
+// the span's context (the caller's own headers win on a name clash), else
+// items unchanged. end finishes the span with the call's error.
+func (e *engine) startSend(ctx context.Context, queue string, items []Item) ([]Item, func(error)) {
+	if e.tracer == nil || len(items) == 0 {
+		return items, func(error) {}
+	}
+	ctx, span := e.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("messaging.system", "queen"),
+		attribute.String("messaging.operation.name", "send"),
+		attribute.String("messaging.destination.name", queue),
+		attribute.Int("messaging.batch.message_count", len(items)),
+	))
+	carrier := propagation.MapCarrier{}
+	e.prop.Inject(ctx, carrier)
+	if len(carrier) > 0 {
+		out := make([]Item, len(items))
+		for i, it := range items {
+			h := make(map[string]string, len(it.Headers)+len(carrier))
+			maps.Copy(h, carrier)
+			maps.Copy(h, it.Headers)
+			it.Headers = h
+			out[i] = it
+		}
+		items = out
+	}
+	return items, func(err error) { endSpan(span, err) }
+}
+
+// startProcess starts the consumer span of one handled message, child of
+// the message's creation context (the producer span it was pushed under) or
+// a root when it carries none, and returns the handler's context with it
+// and the function that ends it with the handler's error.
+func (e *engine) startProcess(ctx context.Context, m *Message) (context.Context, func(error)) {
+	// Not a child of whatever span Consume's context carries: one long
+	// consumer would otherwise gather every message into one trace.
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	ctx = e.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+	ctx, span := e.tracer.Start(ctx, "process "+m.Queue, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		attribute.String("messaging.system", "queen"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.destination.name", m.Queue),
+		attribute.String("messaging.destination.partition.id", m.Partition),
+		attribute.String("messaging.consumer.group.name", m.Group),
+		attribute.String("messaging.message.id", m.ID.String()),
+		attribute.Int64("messaging.queen.offset", m.Offset),
+	))
+	return ctx, func(err error) { endSpan(span, err) }
+}
+
+// endSpan ends span, with error status when err is not nil.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// ContextFrom returns ctx carrying the trace context m was pushed with (its
+// creation context, extracted from m.Headers by Config.Propagator), for
+// callers of Pop who start their own spans; Consume does this itself. With
+// no trace context in m.Headers it returns ctx unchanged.
+func ContextFrom(ctx context.Context, m *Message) context.Context {
+	if m == nil || len(m.Headers) == 0 {
+		return ctx
+	}
+	var prop propagation.TextMapPropagator
+	if m.q != nil {
+		prop = m.q.c.e.prop
+	}
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	return prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+}

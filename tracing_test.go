@@ -1,0 +1,176 @@
+package queen_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/e03140bc/queen"
+)
+
+func traced(t *testing.T) (*queen.Client, *tracetest.SpanRecorder, trace.Tracer) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	c := open(t, func(cfg *queen.Config) { cfg.TracerProvider, cfg.Propagator = tp, propagation.TraceContext{} })
+	return c, rec, tp.Tracer("test")
+}
+
+func spanNamed(rec *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, key string) attribute.Value {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// A push inside a parent span records a producer span under it whose
+// context travels in the message's headers; Consume's process span is its
+// child, in the same trace, and carries an error status when the handler
+// fails.
+func TestTracingPushThenConsume(t *testing.T) {
+	c, rec, tr := traced(t)
+	ctx, parent := tr.Start(ctxT(t), "parent")
+	q := c.Queue("q")
+	if _, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("a")}, {Partition: "p", Data: []byte("b"), Headers: map[string]string{"x": "y"}}}); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	sends := spanNamed(rec, "send q")
+	if len(sends) != 1 {
+		t.Fatalf("%d send spans", len(sends))
+	}
+	send := sends[0]
+	if send.Parent().SpanID() != parent.SpanContext().SpanID() || send.SpanKind() != trace.SpanKindProducer ||
+		attrOf(send, "messaging.system").AsString() != "queen" || attrOf(send, "messaging.destination.name").AsString() != "q" ||
+		attrOf(send, "messaging.batch.message_count").AsInt64() != 2 {
+		t.Fatalf("send span: parent %v kind %v attrs %v", send.Parent(), send.SpanKind(), send.Attributes())
+	}
+
+	var handled atomic.Int32
+	var inHandler atomic.Value
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: "g", AutoAck: true}}, func(hctx context.Context, m *queen.Message) error {
+		if m.Headers["traceparent"] == "" || (string(m.Data) == "b" && m.Headers["x"] != "y") {
+			t.Errorf("headers %q", m.Headers)
+		}
+		inHandler.Store(trace.SpanContextFromContext(hctx))
+		if handled.Add(1) == 2 {
+			return errors.New("boom")
+		}
+		return nil
+	}, func() bool { return handled.Load() == 2 })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	procs := spanNamed(rec, "process q")
+	if len(procs) != 2 {
+		t.Fatalf("%d process spans", len(procs))
+	}
+	for i, p := range procs {
+		if p.SpanContext().TraceID() != parent.SpanContext().TraceID() || p.Parent().SpanID() != send.SpanContext().SpanID() {
+			t.Fatalf("process span %d: trace %s parent %s, want trace %s parent %s", i, p.SpanContext().TraceID(),
+				p.Parent().SpanID(), parent.SpanContext().TraceID(), send.SpanContext().SpanID())
+		}
+		if p.SpanKind() != trace.SpanKindConsumer || attrOf(p, "messaging.destination.partition.id").AsString() != "p" ||
+			attrOf(p, "messaging.consumer.group.name").AsString() != "g" || attrOf(p, "messaging.message.id").AsString() == "" {
+			t.Fatalf("process span %d: kind %v attrs %v", i, p.SpanKind(), p.Attributes())
+		}
+	}
+	if procs[0].Status().Code == codes.Error || procs[1].Status().Code != codes.Error {
+		t.Fatalf("statuses %v, %v: want the failed handler's span only in error", procs[0].Status(), procs[1].Status())
+	}
+	if sc := inHandler.Load().(trace.SpanContext); sc.SpanID() != procs[1].SpanContext().SpanID() {
+		t.Fatal("the handler's context does not carry its process span")
+	}
+
+	// ContextFrom gives a Pop user the creation context.
+	if _, err := q.Push(ctx, []queen.Item{{Partition: "p2", Data: []byte("c")}}); err != nil {
+		t.Fatal(err)
+	}
+	m := pop(t, q, queen.PopOptions{Partition: "p2", AutoAck: true})[0]
+	sc := trace.SpanContextFromContext(queen.ContextFrom(context.Background(), m))
+	if !sc.IsRemote() || sc.TraceID() != parent.SpanContext().TraceID() {
+		t.Fatalf("ContextFrom: %v", sc)
+	}
+}
+
+// PushTx and Tx.Push each record a send span under the caller's; a
+// panicking handler's process span is in error.
+func TestTracingPushTxTxPushAndPanic(t *testing.T) {
+	c, rec, tr := traced(t)
+	ctx, parent := tr.Start(ctxT(t), "parent")
+	defer parent.End()
+	if err := pgx.BeginFunc(ctx, c.Pool(), func(tx pgx.Tx) error {
+		_, err := c.Queue("q").PushTx(ctx, tx, []queen.Item{{Data: []byte("ptx")}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Push("q", []queen.Item{{Data: []byte("tx")}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queue("q")
+	cctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	// The panic skips consumeUntil's stop check: cancel on the way out.
+	_ = q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{AutoAck: true}}, func(context.Context, *queen.Message) error {
+		defer cancel()
+		panic("poison")
+	})
+	sends, procs := spanNamed(rec, "send q"), spanNamed(rec, "process q")
+	if len(sends) != 2 || len(procs) != 1 {
+		t.Fatalf("%d send and %d process spans", len(sends), len(procs))
+	}
+	for _, s := range sends {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Fatalf("send span parent %v", s.Parent())
+		}
+	}
+	// The first message consumed is PushTx's.
+	if procs[0].Parent().SpanID() != sends[0].SpanContext().SpanID() || procs[0].Status().Code != codes.Error {
+		t.Fatalf("process span: parent %v status %v", procs[0].Parent(), procs[0].Status())
+	}
+}
+
+// With a no-op provider nothing is recorded and no header is added.
+func TestTracingNoopAddsNothing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ctx, parent := tp.Tracer("test").Start(ctxT(t), "parent")
+	defer parent.End()
+	c := open(t, func(cfg *queen.Config) {
+		cfg.TracerProvider, cfg.Propagator = noop.NewTracerProvider(), propagation.TraceContext{}
+	})
+	q := c.Queue("q")
+	if _, err := q.Push(ctx, []queen.Item{{Data: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	m := pop(t, q, queen.PopOptions{AutoAck: true})
+	if len(m) != 1 || m[0].Headers != nil {
+		t.Fatalf("popped %+v", m)
+	}
+}
