@@ -328,7 +328,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 // down the process and every lease it holds.
 func (c *consumer) call(m *Message) (err error) {
 	ctx := c.work
-	if e := c.q.c.e; e.tracer != nil {
+	if e := c.q.c.e; e.tracing() {
 		var end func(error)
 		ctx, end = e.startProcess(ctx, m)
 		defer func() { end(err) }() // runs after the recover below: a panic is an error

@@ -213,6 +213,10 @@ type engine struct {
 	meta    metaCache
 	tracer  trace.Tracer // nil when Config.TracerProvider is a no-op
 	prop    propagation.TextMapPropagator
+	injects bool // prop writes some field
+	// viaGlobal: the provider is OpenTelemetry's global one as it was
+	// before any SDK was installed; spans start once one is.
+	viaGlobal bool
 
 	// ctx is the engine's own context: background work and shared flushes run
 	// on it, never on a caller's context.
@@ -259,6 +263,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	// which schema it is about.
 	e := &engine{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), pool: cfg.Pool, closeDone: make(chan struct{})}
 	e.tracer, e.prop = tracerOf(cfg.TracerProvider), cfg.Propagator
+	e.viaGlobal = idleGlobal != nil && cfg.TracerProvider == idleGlobal
+	// Read once: a propagator that writes no fields (the global default)
+	// costs a push nothing.
+	e.injects = len(cfg.Propagator.Fields()) > 0
 	if e.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 		if err != nil {

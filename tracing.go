@@ -15,6 +15,28 @@ import (
 
 const tracerName = "github.com/e03140bc/queen"
 
+// idleGlobal is OpenTelemetry's global tracer provider as it is before an
+// application installs one: a delegate that records nothing until
+// otel.SetTracerProvider, after which otel.GetTracerProvider returns the
+// installed provider instead. Nil if something installed a recording
+// provider before this package was initialised.
+var idleGlobal = func() trace.TracerProvider {
+	tp := otel.GetTracerProvider()
+	_, span := tp.Tracer(tracerName).Start(context.Background(), "probe")
+	defer span.End()
+	if span.IsRecording() {
+		return nil
+	}
+	return tp
+}()
+
+// tracing reports whether spans may record: false while the client uses the
+// global provider and no SDK has been installed, so pushes then cost what
+// they cost without tracing (a non-recording span still allocates).
+func (e *engine) tracing() bool {
+	return e.tracer != nil && (!e.viaGlobal || otel.GetTracerProvider() != idleGlobal)
+}
+
 // tracerOf is the tracer of tp, or nil when tp is a no-op provider: then
 // no span is started and no header injected.
 func tracerOf(tp trace.TracerProvider) trace.Tracer {
@@ -33,30 +55,43 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 // the span's context (the caller's own headers win on a name clash), else
 // items unchanged. end finishes the span with the call's error.
 func (e *engine) startSend(ctx context.Context, queue string, items []Item) ([]Item, func(error)) {
-	if e.tracer == nil || len(items) == 0 {
-		return items, func(error) {}
+	if len(items) == 0 || !e.tracing() {
+		return items, endNothing
 	}
-	ctx, span := e.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		attribute.String("messaging.system", "queen"),
-		attribute.String("messaging.operation.name", "send"),
-		attribute.String("messaging.destination.name", queue),
-		attribute.Int("messaging.batch.message_count", len(items)),
-	))
-	carrier := propagation.MapCarrier{}
-	e.prop.Inject(ctx, carrier)
-	if len(carrier) > 0 {
-		out := make([]Item, len(items))
-		for i, it := range items {
-			h := make(map[string]string, len(it.Headers)+len(carrier))
-			maps.Copy(h, carrier)
-			maps.Copy(h, it.Headers)
-			it.Headers = h
-			out[i] = it
+	ctx, span := e.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
+	recording := span.IsRecording()
+	if !recording && !e.injects {
+		// The global provider without an SDK behind it: nothing would be
+		// recorded or carried, so the push path stays as without tracing.
+		return items, endNothing
+	}
+	if recording {
+		span.SetAttributes(
+			attribute.String("messaging.system", "queen"),
+			attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", queue),
+			attribute.Int("messaging.batch.message_count", len(items)),
+		)
+	}
+	if e.injects {
+		carrier := propagation.MapCarrier{}
+		e.prop.Inject(ctx, carrier)
+		if len(carrier) > 0 {
+			out := make([]Item, len(items))
+			for i, it := range items {
+				h := make(map[string]string, len(it.Headers)+len(carrier))
+				maps.Copy(h, carrier)
+				maps.Copy(h, it.Headers)
+				it.Headers = h
+				out[i] = it
+			}
+			items = out
 		}
-		items = out
 	}
 	return items, func(err error) { endSpan(span, err) }
 }
+
+func endNothing(error) {}
 
 // startProcess starts the consumer span of one handled message, child of
 // the message's creation context (the producer span it was pushed under) or
@@ -66,8 +101,14 @@ func (e *engine) startProcess(ctx context.Context, m *Message) (context.Context,
 	// Not a child of whatever span Consume's context carries: one long
 	// consumer would otherwise gather every message into one trace.
 	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	ctx = e.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
-	ctx, span := e.tracer.Start(ctx, "process "+m.Queue, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+	if len(m.Headers) > 0 {
+		ctx = e.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+	}
+	ctx, span := e.tracer.Start(ctx, "process "+m.Queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		return ctx, endNothing
+	}
+	span.SetAttributes(
 		attribute.String("messaging.system", "queen"),
 		attribute.String("messaging.operation.name", "process"),
 		attribute.String("messaging.destination.name", m.Queue),
@@ -75,7 +116,7 @@ func (e *engine) startProcess(ctx context.Context, m *Message) (context.Context,
 		attribute.String("messaging.consumer.group.name", m.Group),
 		attribute.String("messaging.message.id", m.ID.String()),
 		attribute.Int64("messaging.queen.offset", m.Offset),
-	))
+	)
 	return ctx, func(err error) { endSpan(span, err) }
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -172,5 +173,31 @@ func TestTracingNoopAddsNothing(t *testing.T) {
 	m := pop(t, q, queen.PopOptions{AutoAck: true})
 	if len(m) != 1 || m[0].Headers != nil {
 		t.Fatalf("popped %+v", m)
+	}
+}
+
+// A client left on the global provider traces nothing (and costs nothing)
+// until the application installs an SDK, then traces without reopening.
+// It changes the global provider: not parallel, and it leaves a no-op one.
+func TestTracingGlobalProviderInstalledAfterOpen(t *testing.T) {
+	c := open(t, func(cfg *queen.Config) { cfg.Propagator = propagation.TraceContext{} })
+	q := c.Queue("global")
+	push(t, q, queen.Item{Data: []byte("before")})
+	m := pop(t, q, queen.PopOptions{})
+	if len(m) != 1 || len(m[0].Headers) != 0 {
+		t.Fatalf("before an SDK: %d messages, headers %v; want one without headers", len(m), m)
+	}
+	ack(t, m[0])
+
+	rec := tracetest.NewSpanRecorder()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	push(t, q, queen.Item{Data: []byte("after")})
+	if n := len(spanNamed(rec, "send global")); n != 1 {
+		t.Fatalf("after installing an SDK: %d send spans, want 1", n)
+	}
+	m = pop(t, q, queen.PopOptions{})
+	if len(m) != 1 || m[0].Headers["traceparent"] == "" {
+		t.Fatalf("after installing an SDK: headers %v, want a traceparent", m[0].Headers)
 	}
 }
