@@ -73,12 +73,14 @@ type Config struct {
 	// <queue>" per message Consume hands to its handler, a child of the
 	// context the message was pushed under (see ContextFrom). A no-op
 	// provider (go.opentelemetry.io/otel/trace/noop) turns this off: no
-	// span, no header. Defaults to the OpenTelemetry global.
+	// span, no header. Defaults to the OpenTelemetry global: while no SDK
+	// is installed there (otel.SetTracerProvider), no span is started, and
+	// one installed after Open is used from then on.
 	TracerProvider trace.TracerProvider
 	// Propagator writes the trace context into pushed messages' headers and
 	// reads it back. Defaults to the OpenTelemetry global
 	// (otel.GetTextMapPropagator(), which propagates nothing until one is
-	// set).
+	// set). Read when Open runs: set the global one before.
 	Propagator propagation.TextMapPropagator
 	// MeterProvider defaults to the OpenTelemetry global.
 	MeterProvider metric.MeterProvider
