@@ -508,11 +508,13 @@ func TestPopSharedSegmentsConcurrentGroups(t *testing.T) {
 	wg.Wait()
 }
 
-// A leasing pop does not wait for its WAL flush (a lost lease is only a
-// redelivery); an auto-ack pop does (it moves the cursor past what it
-// delivers), and a pop never changes the durability of a larger
-// transaction it is part of. Each case is one simple-protocol query string:
-// its statements share one implicit transaction, as a pop on its own has.
+// Every pop waits for its WAL flush. An auto-ack pop moves the cursor past
+// what it delivers; a leasing pop's lease is the mutual exclusion: a lease
+// lost in a PostgreSQL crash would let a second consumer claim the
+// partition while the first still handles it. And a pop never changes the
+// durability of a larger transaction it is part of. Each case is one
+// simple-protocol query string: its statements share one implicit
+// transaction, as a pop on its own has.
 func TestClaimCommitDurability(t *testing.T) {
 	schema := pgtest.Schema(t)
 	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
@@ -528,7 +530,7 @@ func TestClaimCommitDurability(t *testing.T) {
 		query string
 		want  string
 	}{
-		{"leasing pop", popSQL("a", false), "off"},
+		{"leasing pop", popSQL("a", false), "on"},
 		{"auto-ack pop", popSQL("b", true), "on"},
 		{"leasing pop after a write of its transaction", "SELECT txid_current();" + popSQL("c", false), "on"},
 		{"leasing pop in a transaction begun earlier", "", "on"},

@@ -397,16 +397,6 @@ BEGIN
     IF p_lease_ms <= 0 THEN
         p_lease_ms := v_q.lease_time_ms;
     END IF;
-    -- A lease lost in a crash only means a redelivery, so a leasing pop in
-    -- its own transaction does not wait for its WAL flush (a later
-    -- synchronous commit, such as the lease's ack, flushes it first). An
-    -- auto-ack pop moves the cursor past what it delivers: that must be
-    -- durable, or a crash would deliver the messages again. Never inside a
-    -- transaction that began earlier or has written: its commit is not ours.
-    IF NOT p_auto_ack AND transaction_timestamp() = statement_timestamp()
-       AND txid_current_if_assigned() IS NULL THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
     -- First contact (bounded, see seed_consumers), or one more step of its
