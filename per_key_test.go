@@ -666,14 +666,7 @@ func backlogCount(t *testing.T, schema, group string) int {
 // brings back what it has not read.
 func TestReadySet(t *testing.T) {
 	const keys = 3000
-	schema := pgtest.Schema(t)
-	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
-	q := c.Queue("wide")
-	items := make([]queen.Item, keys)
-	for k := range items {
-		items[k] = queen.Item{Partition: fmt.Sprintf("k%05d", k), Data: []byte("x")}
-	}
-	push(t, q, items...)
+	schema, q := pushedWideQueue(t, keys)
 	if n := pendingCount(t, schema); n != keys {
 		t.Fatalf("after first pushes: %d pending, want %d", n, keys)
 	}
@@ -853,14 +846,7 @@ func TestFirstContactRacingAClearKeepsTheMessageVisible(t *testing.T) {
 // 100,000 drained ones does not take thousands of pops.
 func TestReadySetStaleEntriesClearedAWindowAtATime(t *testing.T) {
 	const keys = 3000
-	schema := pgtest.Schema(t)
-	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
-	q := c.Queue("wide")
-	items := make([]queen.Item, keys)
-	for k := range items {
-		items[k] = queen.Item{Partition: fmt.Sprintf("k%05d", k), Data: []byte("x")}
-	}
-	push(t, q, items...)
+	schema, q := pushedWideQueue(t, keys)
 	// Drain with explicit acks: an ack leaves its partition in the ready set.
 	got := 0
 	for got < keys {
@@ -888,4 +874,19 @@ func TestReadySetStaleEntriesClearedAWindowAtATime(t *testing.T) {
 	if n := pendingCount(t, schema); n != 0 {
 		t.Fatalf("%d empty pops left %d of %d stale entries in the ready set", pops, n, before)
 	}
+}
+
+// pushedWideQueue pushes one message to each of keys partitions of a queue in a
+// fresh schema, and returns the schema and the queue.
+func pushedWideQueue(t *testing.T, keys int) (string, *queen.Queue) {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	c := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	q := c.Queue("wide")
+	items := make([]queen.Item, keys)
+	for k := range items {
+		items[k] = queen.Item{Partition: fmt.Sprintf("k%05d", k), Data: []byte("x")}
+	}
+	push(t, q, items...)
+	return schema, q
 }
