@@ -109,7 +109,7 @@ func (h *wakeHub) remote(payload string) {
 		if err != nil {
 			continue
 		}
-		h.deliver(queueKey{tenant, q}, nil)
+		h.deliver(queueKey{tenant, q})
 	}
 }
 
@@ -122,6 +122,6 @@ func (h *wakeHub) wakeAll() {
 	}
 	h.mu.Unlock()
 	for _, k := range keys {
-		h.deliver(k, nil)
+		h.deliver(k)
 	}
 }

@@ -48,11 +48,9 @@ func (w *waiter) takeHints() []string {
 type wakeHub struct {
 	e       *engine
 	mu      sync.Mutex
-	pending map[queueKey]map[string]struct{} // committed, not yet delivered here
-	toSend  map[queueKey]struct{}            // delivered here, not yet notified
+	toSend  map[queueKey]struct{} // delivered here, not yet notified
 	waiters map[queueKey]map[*waiter]struct{}
-	kick    chan struct{}   // pending has entries
-	send    chan struct{}   // toSend has entries
+	send    chan struct{}   // toSend became non-empty
 	ctx     context.Context // ends at close, cutting a NOTIFY short
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
@@ -61,33 +59,57 @@ type wakeHub struct {
 func newWakeHub(e *engine) *wakeHub {
 	h := &wakeHub{
 		e:       e,
-		pending: make(map[queueKey]map[string]struct{}),
 		toSend:  make(map[queueKey]struct{}),
 		waiters: make(map[queueKey]map[*waiter]struct{}),
-		kick:    make(chan struct{}, 1),
 		send:    make(chan struct{}, 1),
 	}
 	h.ctx, h.stop = context.WithCancel(e.ctx)
-	h.wg.Go(h.run)
 	h.wg.Go(h.notifier)
 	return h
 }
 
-// pushed records a commit to key; called by the flush after commit.
+// pushed records a commit to key; called by the flush after commit. It
+// wakes the local waiters of the queue itself (their one-slot channels and
+// hint sets coalesce), so a local consumer never waits for a NOTIFY round
+// trip, and it wakes the notifier only when the queue is the first of a
+// tick: an isolated push hands off to no other goroutine.
 func (h *wakeHub) pushed(k fusion.Key) {
 	qk := queueKey{k.Tenant, k.Queue}
 	h.mu.Lock()
-	parts := h.pending[qk]
-	if parts == nil {
-		parts = make(map[string]struct{})
-		h.pending[qk] = parts
-	}
-	parts[k.Partition] = struct{}{}
+	h.wakeLocked(qk, k.Partition, true)
+	first := len(h.toSend) == 0
+	h.toSend[qk] = struct{}{}
 	h.mu.Unlock()
-	select {
-	case h.kick <- struct{}{}:
-	default:
+	if first {
+		select {
+		case h.send <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// wakeLocked wakes the local waiters of qk, with partition as a hint when
+// hint is set. h.mu is held.
+func (h *wakeHub) wakeLocked(qk queueKey, partition string, hint bool) {
+	for w := range h.waiters[qk] {
+		if hint {
+			w.mu.Lock()
+			w.hints[partition] = struct{}{}
+			w.mu.Unlock()
+		}
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliver wakes the local waiters of qk without a hint (a notification
+// from another process).
+func (h *wakeHub) deliver(qk queueKey) {
+	h.mu.Lock()
+	h.wakeLocked(qk, "", false)
+	h.mu.Unlock()
 }
 
 func (h *wakeHub) subscribe(tenant uuid.UUID, queue string) *waiter {
@@ -114,50 +136,6 @@ func (h *wakeHub) unsubscribe(w *waiter) {
 	h.mu.Unlock()
 }
 
-// deliver wakes local waiters of qk with partition hints.
-func (h *wakeHub) deliver(qk queueKey, parts map[string]struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for w := range h.waiters[qk] {
-		w.mu.Lock()
-		for p := range parts {
-			w.hints[p] = struct{}{}
-		}
-		w.mu.Unlock()
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// run delivers every commit to the local waiters as soon as it is recorded
-// (their one-slot channels and hint sets coalesce), then hands the queues to
-// the notifier. A local consumer never waits for a NOTIFY round trip.
-func (h *wakeHub) run() {
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-h.kick:
-		}
-		h.mu.Lock()
-		batch := h.pending
-		h.pending = make(map[queueKey]map[string]struct{}, len(batch))
-		for qk := range batch {
-			h.toSend[qk] = struct{}{}
-		}
-		h.mu.Unlock()
-		for qk, parts := range batch {
-			h.deliver(qk, parts)
-		}
-		select {
-		case h.send <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // notifier sends the NOTIFY on the leading edge: at once unless one went out
 // less than wakeInterval ago, in which case it waits out the interval.
 func (h *wakeHub) notifier() {
@@ -182,7 +160,9 @@ func (h *wakeHub) notifier() {
 		queues := h.toSend
 		h.toSend = make(map[queueKey]struct{}, len(queues))
 		h.mu.Unlock()
-		h.notify(queues)
+		if len(queues) > 0 {
+			h.notify(queues)
+		}
 	}
 }
 
