@@ -455,7 +455,18 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	}
 	e.noteUp()
 	s.bundle.Known = p.known.all(s.segs)
-	v, err := s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
+	var v []alloc.Verdict
+	if s.bundle.Known && s.bundle.Len() == 1 {
+		// An isolated push: one segment to a partition already written to
+		// takes the single-segment statement, half push_bundle's server time.
+		v, err = s.bundle.PushSegment(ctx, conn, e.sql.PushSegment, s.verdicts)
+		if err == nil && v[0].Status == alloc.NeedsBundle {
+			v = nil
+		}
+	}
+	if err == nil && v == nil {
+		v, err = s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
+	}
 	if isCode(err, codePartitionGone) {
 		// A partition was purged (maintenance forgets idle ones) after this
 		// client saw it, or between the bundle's provisioning and its lock:

@@ -504,7 +504,7 @@ func TestPushNotifiesOtherProcesses(t *testing.T) {
 type slowTracer struct{ d time.Duration }
 
 func (s slowTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "push_bundle") {
+	if containsBundle(d.SQL) {
 		time.Sleep(s.d)
 	}
 	return ctx

@@ -48,7 +48,7 @@ func TestCloseReturnsWithinContextDuringReplay(t *testing.T) {
 	}
 	release := lockPartition(t, c, "p")
 	setMaintenance(t, c, false)
-	waitForBlockedStatement(t, c, "push_bundle")
+	waitForBlockedStatement(t, c, ".push_") // push_bundle or push_segment
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,13 +175,10 @@ func (p pidTracer) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.Trace
 }
 func (pidTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// containsBundle tells a push statement: a bundle, or the single segment
+// of an isolated push.
 func containsBundle(sql string) bool {
-	for i := 0; i+11 <= len(sql); i++ {
-		if sql[i:i+11] == "push_bundle" {
-			return true
-		}
-	}
-	return false
+	return strings.Contains(sql, "push_bundle") || strings.Contains(sql, "push_segment")
 }
 
 // Fault test: PostgreSQL stopped in immediate mode and restarted while 50

@@ -41,6 +41,10 @@ const (
 	// LanesChanged: the segment's keyed messages were routed with a lane
 	// count (Segment.Lanes) that is not the queue's; nothing was written.
 	LanesChanged Status = 3
+	// NeedsBundle: PushSegment did not take the segment (its partition
+	// does not exist, or it is its queue's first keyed segment); nothing
+	// was written. Send it with Push.
+	NeedsBundle Status = 4
 )
 
 // Segment is one partition's contribution to a bundle.
@@ -144,19 +148,44 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 	if err != nil {
 		return out, err
 	}
+	return scanVerdicts(rows, n, out)
+}
+
+// PushSegment runs the single-segment statement (sql, internal/stmt's
+// PushSegment) for a bundle of exactly one segment, cheaper than Push for
+// an isolated push. The verdict may be NeedsBundle: then nothing was
+// written, and the bundle goes through Push.
+func (b *Bundle) PushSegment(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
+	out = out[:0]
+	if b.Len() != 1 {
+		return out, fmt.Errorf("%w: PushSegment with %d segments", ErrBadResult, b.Len())
+	}
+	rows, err := q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0])
+	if err != nil {
+		return out, err
+	}
+	return scanVerdicts(rows, 1, out)
+}
+
+// scanVerdicts reads n push_result rows in input order into out.
+func scanVerdicts(rows pgx.Rows, n int, out []Verdict) ([]Verdict, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
 			ord     int32
 			v       Verdict
+			pid     *int64 // NULL when NeedsBundle
 			base    *int64
 			created *time.Time
 		)
-		if err := rows.Scan(&ord, &v.Status, &v.PartitionID, &base, &created, &v.DupIdx, &v.DupOff); err != nil {
+		if err := rows.Scan(&ord, &v.Status, &pid, &base, &created, &v.DupIdx, &v.DupOff); err != nil {
 			return out, fmt.Errorf("%w: %w", ErrBadResult, err)
 		}
 		if int(ord) != len(out)+1 {
 			return out, fmt.Errorf("%w: result %d out of order", ErrBadResult, ord)
+		}
+		if pid != nil {
+			v.PartitionID = *pid
 		}
 		if base != nil {
 			v.BaseOffset = *base

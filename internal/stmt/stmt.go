@@ -21,6 +21,10 @@ type Set struct {
 	// $7 tenants, $8 flags, $9 every partition known to exist, $10 the lane
 	// count each segment's keyed messages were routed with (0: none).
 	PushBundle string
+	// PushSegment commits one segment to a partition known to exist: $1
+	// tenant, $2 queue, $3 partition, $4 count, $5 hash blob, $6 payload
+	// blob, $7 flags, $8 lane count. One row, PushBundle's columns.
+	PushSegment string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
 	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted and its
@@ -63,6 +67,8 @@ func New(schema string) *Set {
 	s := &Set{Schema: schema, Channel: channel(schema)}
 	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
 FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool, $10::int4[])`)
+	s.PushSegment = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
+FROM {{s}}.push_segment($1::uuid, $2::text, $3::text, $4::int4, $5::bytea, $6::bytea, $7::int4, $8::int4)`)
 	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
 	s.QueueMeta = r.Replace(`SELECT encryption, lanes FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
 	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,

@@ -6,7 +6,8 @@
 -- dup_idx/dup_off pair incoming frame indexes with the stored offsets they
 -- repeat), 2 rejected because the queue is encrypted and the segment is not,
 -- 3 rejected because the client routed keys to lanes with a lane count that
--- is not the queue's (its cached settings were stale).
+-- is not the queue's (its cached settings were stale), 4 not taken by
+-- push_segment (see there): send it with push_bundle.
 CREATE TYPE {{schema}}.push_result AS (
     ord          integer,
     status       smallint,
@@ -314,6 +315,67 @@ BEGIN
         END IF;
         RETURN NEXT v_res[i];
     END LOOP;
+END
+$$;
+
+-- One segment to a partition the client has committed to before: the idle
+-- push. push_bundle's arrays, provisioning and loops cost an isolated push
+-- more than its commit; this resolves and locks the one partition in one
+-- statement and allocates with push_one. It answers status 4, writing
+-- nothing, when push_bundle's extra work is needed: the partition does not
+-- exist (new, or purged since) or the segment is the first keyed one of its
+-- queue (which marks the queue keyed). Verdicts 0-3 are push_bundle's.
+CREATE FUNCTION {{schema}}.push_segment(
+    p_tenant    uuid,
+    p_queue     text,
+    p_partition text,
+    p_count     integer,
+    p_hashes    bytea,
+    p_blob      bytea,
+    p_flags     integer,
+    p_lanes     integer
+) RETURNS {{schema}}.push_result
+LANGUAGE plpgsql
+-- As push_bundle: the generic plan of the keyed lookup is the right one.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_pid   bigint;
+    v_win   bigint;
+    v_enc   boolean;
+    v_lanes integer;
+    v_keyed boolean;
+    r       {{schema}}.push_result;
+BEGIN
+    -- Written like push_bundle's resolve (a subquery with both keys), for
+    -- the same reason: no plan can walk the queue's partitions.
+    SELECT pp.id, x.dedup_window_ms, x.encryption, x.lanes, x.keyed
+    INTO v_pid, v_win, v_enc, v_lanes, v_keyed
+    FROM (SELECT qq.dedup_window_ms, qq.encryption, qq.lanes, qq.keyed,
+                 (SELECT p2.id FROM {{schema}}.partitions p2
+                  WHERE p2.queue_id = qq.id AND p2.name = p_partition) AS pid
+          FROM {{schema}}.queues qq
+          WHERE qq.tenant = p_tenant AND qq.name = p_queue) x
+    JOIN {{schema}}.partitions pp ON pp.id = x.pid
+    FOR NO KEY UPDATE OF pp;
+
+    r.ord := 1;
+    IF v_pid IS NULL OR ((p_flags & 2) <> 0 AND NOT v_keyed) THEN
+        r.status := 4;
+        RETURN r;
+    END IF;
+    r.partition_id := v_pid;
+    IF v_enc AND (p_flags & 1) = 0 THEN
+        r.status := 2;
+        RETURN r;
+    END IF;
+    IF coalesce(p_lanes, 0) <> 0 AND p_lanes <> v_lanes THEN
+        r.status := 3;
+        RETURN r;
+    END IF;
+    r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, clock_timestamp());
+    r.ord := 1;
+    RETURN r;
 END
 $$;
 

@@ -1,0 +1,150 @@
+package queen_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+)
+
+// pushLog records which push statements a pool ran, in order.
+type pushLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *pushLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	for _, fn := range []string{"push_segment", "push_bundle"} {
+		if strings.Contains(d.SQL, "."+fn+"(") {
+			l.mu.Lock()
+			l.calls = append(l.calls, fn)
+			l.mu.Unlock()
+		}
+	}
+	return ctx
+}
+
+func (*pushLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// take returns the calls since the last take.
+func (l *pushLog) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := strings.Join(l.calls, ",")
+	l.calls = nil
+	return s
+}
+
+// An isolated push to a partition the client wrote to before is one
+// push_segment call, and every verdict the bundle path gives comes out of
+// it the same: queued, duplicate, encryption switched on since the client
+// looked, lanes changed, and the queue's first keyed message, which only
+// push_bundle may store.
+func TestIsolatedPushVerdicts(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &pushLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	key := bytes.Repeat([]byte{7}, 32)
+	schema := pgtest.Schema(t)
+	c1 := open(t, func(c *queen.Config) { c.Pool, c.Schema, c.EncryptionKey = pool, schema, key })
+	c2 := open(t, func(c *queen.Config) { c.Schema, c.EncryptionKey = schema, key })
+
+	one := func(q *queen.Queue, it queen.Item) queen.PushResult {
+		t.Helper()
+		res, err := q.Push(ctx, []queen.Item{it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	want := func(step, calls string) {
+		t.Helper()
+		if got := log.take(); got != calls {
+			t.Fatalf("%s: push statements %q, want %q", step, got, calls)
+		}
+	}
+
+	q := c1.Queue("plain")
+	one(q, queen.Item{Partition: "p", Data: []byte("a")})
+	log.take()
+	if r := one(q, queen.Item{Partition: "p", Data: []byte("b")}); r.Status != queen.Queued || r.Offset != 1 {
+		t.Fatalf("second push: %+v", r)
+	}
+	want("queued", "push_segment")
+
+	dq := configure(t, c1, "dedup", queen.QueueOptions{DedupWindow: 60e9})
+	first := one(dq, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("a")})
+	log.take()
+	if r := one(dq, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("again")}); r.Status != queen.Duplicate || r.MessageID != first.MessageID {
+		t.Fatalf("repeat: %+v, want Duplicate of %s", r, first.MessageID)
+	}
+	want("duplicate", "push_segment")
+
+	eq := c1.Queue("enc")
+	one(eq, queen.Item{Partition: "p", Data: []byte("plain")}) // c1 caches: not encrypted
+	configure(t, c2, "enc", queen.QueueOptions{Encryption: true})
+	log.take()
+	if r := one(eq, queen.Item{Partition: "p", Data: []byte("secret")}); r.Status != queen.Queued || r.Offset != 1 {
+		t.Fatalf("push after encryption was switched on: %+v", r)
+	}
+	want("encryption switched on", "push_segment,push_segment")
+	var stored []byte
+	if err := c1.Pool().QueryRow(ctx, "SELECT blob FROM "+pgx.Identifier{c1.Schema(), "segments"}.Sanitize()+
+		" s JOIN "+pgx.Identifier{c1.Schema(), "partitions"}.Sanitize()+" p ON p.id = s.partition_id"+
+		" JOIN "+pgx.Identifier{c1.Schema(), "queues"}.Sanitize()+" q ON q.id = p.queue_id"+
+		" WHERE q.name = 'enc' AND s.base_offset = 1").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(stored, []byte("secret")) {
+		t.Fatal("the message pushed after encryption was switched on is stored in plaintext")
+	}
+
+	// The first keyed message marks its queue keyed: push_segment leaves it
+	// to push_bundle, even on a known partition.
+	kq := c1.Queue("keyed")
+	one(kq, queen.Item{Partition: "lane-33", Data: []byte("unkeyed")})
+	log.take()
+	if r := one(kq, queen.Item{Key: "customer-42", Data: []byte("k")}); r.Status != queen.Queued || r.Partition != "lane-33" {
+		t.Fatalf("first keyed push: %+v", r)
+	}
+	want("first keyed", "push_segment,push_bundle")
+	if err := c2.Queue("keyed").Configure(ctx, queen.QueueOptions{Lanes: 8}); !errors.Is(err, queen.ErrLanesFixed) {
+		t.Fatalf("Configure after the first keyed push: %v, want ErrLanesFixed", err)
+	}
+	if r := one(kq, queen.Item{Key: "customer-42", Data: []byte("k2")}); r.Status != queen.Queued || r.Offset != 2 {
+		t.Fatalf("second keyed push: %+v", r)
+	}
+	want("keyed", "push_segment")
+
+	// Lanes changed while c1 held a stale count: c2 set 8 and stored a
+	// keyed message, fixing it; c1 routes customer-42 to lane-33 of 64, a
+	// partition it knows, and is sent back to route it again.
+	lq := c1.Queue("lanes")
+	one(lq, queen.Item{Partition: "lane-33", Data: []byte("unkeyed")}) // c1 caches 64 lanes
+	configure(t, c2, "lanes", queen.QueueOptions{Lanes: 8})
+	push(t, c2.Queue("lanes"), queen.Item{Key: "other", Data: []byte("x")})
+	log.take()
+	if r := one(lq, queen.Item{Key: "customer-42", Data: []byte("k")}); r.Status != queen.Queued || r.Partition != "lane-1" {
+		t.Fatalf("push with a stale lane count: %+v, want Queued to lane-1", r)
+	}
+	if got := log.take(); !strings.HasPrefix(got, "push_segment,") {
+		t.Fatalf("stale lanes: push statements %q, want push_segment first", got)
+	}
+}
