@@ -29,7 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // EnvURL names the environment variable holding an existing database to
