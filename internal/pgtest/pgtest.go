@@ -113,4 +113,3 @@ func newPool(url string) (*pgxpool.Pool, error) {
 	}
 	return p, nil
 }
-
