@@ -30,7 +30,8 @@ type PeekOptions struct {
 
 // Peek reads the messages the queue holds without leasing them and without
 // moving any cursor: what a new consumer group subscribed with SubscribeAll
-// would see, whatever any group has already consumed. Messages come by
+// would see, whatever any group has already consumed, and also messages
+// not deliverable yet (DelayedProcessing, WindowBuffer). Messages come by
 // partition (in byte order of the partition names), then by offset, from
 // offset o.From on; each carries its Partition and Offset. Payloads are
 // decrypted and keys and headers decoded as Pop does. A peeked message

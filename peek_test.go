@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gofrs/uuid/v5"
 
@@ -202,4 +203,15 @@ func TestPeekClosed(t *testing.T) {
 	if _, err := q.Peek(ctxT(t), queen.PeekOptions{}); !errors.Is(err, queen.ErrClosed) {
 		t.Fatalf("Peek after Close = %v, want ErrClosed", err)
 	}
+}
+
+// Peek shows what is stored, also messages no pop delivers yet.
+func TestPeekDelayed(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "later", queen.QueueOptions{DelayedProcessing: time.Hour})
+	push(t, q, queen.Item{Partition: "p", Data: []byte("x")})
+	if got := pop(t, q, queen.PopOptions{}); len(got) != 0 {
+		t.Fatalf("Pop of a delayed message returned %q", datas(got))
+	}
+	wantWhere(t, peek(t, q, queen.PeekOptions{}), "p/0:x")
 }

@@ -211,7 +211,7 @@ func Work(ctx context.Context, tb testing.TB, q *queen.Queue, fn func(context.Co
 	}
 	m := msgs[0]
 	r := WorkResult{Message: m}
-	r.Err, r.Panic = call(ctx, fn, m)
+	r.Panic, r.Err = call(ctx, fn, m)
 	switch {
 	case r.Panic != nil:
 		r.Outcome = Panicked
@@ -232,7 +232,7 @@ func Work(ctx context.Context, tb testing.TB, q *queen.Queue, fn func(context.Co
 }
 
 // call runs fn, turning a panic into an error as Consume does.
-func call(ctx context.Context, fn func(context.Context, *queen.Message) error, m *queen.Message) (err error, p any) {
+func call(ctx context.Context, fn func(context.Context, *queen.Message) error, m *queen.Message) (p any, err error) {
 	panicked := true
 	defer func() {
 		if panicked {
@@ -247,5 +247,5 @@ func call(ctx context.Context, fn func(context.Context, *queen.Message) error, m
 	}()
 	err = fn(ctx, m)
 	panicked = false
-	return err, nil
+	return nil, err
 }
