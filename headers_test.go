@@ -16,8 +16,8 @@ import (
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
-	"github.com/e03140bc/queen/internal/pgcluster"
 	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 func wantHeaders(t testing.TB, what string, got, want map[string]string) {

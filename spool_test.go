@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgcluster"
 	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // The lifecycle workload: per-key event streams (an order's created, paid,

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // PgQue beside the lifecycle workload: the same keys × events, loaded by 8

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 const files = 200

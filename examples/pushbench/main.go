@@ -28,7 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 var (

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 func main() {

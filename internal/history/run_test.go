@@ -30,9 +30,9 @@ import (
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/history"
-	"github.com/e03140bc/queen/internal/pgcluster"
 	"github.com/e03140bc/queen/internal/pgtest"
 	"github.com/e03140bc/queen/internal/segment"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 var (

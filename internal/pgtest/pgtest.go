@@ -1,137 +1,81 @@
-// Package pgtest gives tests a PostgreSQL database: QUEEN_TEST_DATABASE_URL
-// when set, otherwise one throwaway cluster per test binary, started on
-// first use and torn down by Run. Tests isolate themselves with a fresh
-// schema from Schema; fault tests get a dedicated cluster from NewCluster.
+// Package pgtest gives this module's tests a PostgreSQL database: the
+// database and cluster handling of package queentest (URL, Schema,
+// NewCluster, Logger, Run), plus a pool shared by the test binary.
 //
-// Without a database URL or PostgreSQL binaries, tests are skipped, except
-// when CI=true, where they fail so a missing server cannot pass silently.
-//
-// Use it from TestMain, or the shared cluster's files are left in /tmp:
+// Use it from TestMain, so the test binary shares one cluster:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/e03140bc/queen/internal/pgcluster"
+	"github.com/e03140bc/queen/queentest"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // EnvURL names the environment variable holding an existing database to
 // test against instead of a throwaway cluster.
-const EnvURL = "QUEEN_TEST_DATABASE_URL"
+const EnvURL = queentest.EnvURL
 
 // EnvFsync set to "on" starts the shared cluster with fsync on, as the
 // benchmarks need; ordinary test runs leave it off.
-const EnvFsync = "QUEEN_TEST_FSYNC"
+const EnvFsync = queentest.EnvFsync
 
-const (
-	poolMaxConns = 20
-	startTimeout = 2 * time.Minute
-)
+const poolMaxConns = 20
 
-// shared is the per-binary database. A mutex rather than sync.Once: the
-// first caller starts the cluster while others wait, the outcome
-// (including failure) is remembered, and Run can read it safely.
 var shared struct {
-	mu      sync.Mutex
-	tried   bool
-	url     string
-	cluster *pgcluster.Cluster
-	err     error
-
+	mu        sync.Mutex
 	poolTried bool
 	pool      *pgxpool.Pool
 	poolErr   error
 }
 
-// Run runs the tests, then closes the shared pool and cluster (if any
-// were started) and returns the exit code for os.Exit.
+// Run runs the tests with queentest.Run (which removes the shared cluster),
+// closes the shared pool and returns the exit code for os.Exit.
 func Run(m *testing.M) int {
-	code := m.Run()
+	code := queentest.Run(m)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.pool != nil {
 		shared.pool.Close()
 		shared.pool = nil
 	}
-	if c := shared.cluster; c != nil {
-		if code != 0 {
-			// Failing tests often explain themselves in the server log.
-			fmt.Fprintf(os.Stderr, "pgtest: shared cluster log tail:\n%s\n", tail(c.ServerLog(), 40))
-		}
-		if err := c.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "pgtest:", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-		shared.cluster = nil
-	}
-	// Later calls fail rather than use a cluster that is gone.
-	shared.url, shared.err = "", errors.New("pgtest: used after Run returned")
-	shared.poolErr = shared.err
-	shared.tried, shared.poolTried = true, true
+	shared.poolErr, shared.poolTried = errors.New("pgtest: used after Run returned"), true
 	return code
 }
 
-// URL returns the database URL for this test binary: $QUEEN_TEST_DATABASE_URL,
-// or else a shared throwaway cluster's.
+// URL returns the database URL for this test binary; see queentest.URL.
 func URL(tb testing.TB) string {
 	tb.Helper()
-	url, err := sharedURL()
-	if err != nil {
-		unavailable(tb, err)
-	}
-	return url
+	return queentest.URL(tb)
 }
 
-func sharedURL() (string, error) {
-	if u := os.Getenv(EnvURL); u != "" {
-		return u, nil
-	}
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.tried {
-		shared.tried = true
-		// Not the test's context: the cluster outlives the first test.
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-		defer cancel()
-		// Benchmarks want the durability cost real: QUEEN_TEST_FSYNC=on.
-		shared.cluster, shared.err = pgcluster.Start(ctx, pgcluster.Options{Fsync: os.Getenv(EnvFsync) == "on"})
-		if shared.err == nil {
-			shared.url = shared.cluster.URL
-		}
-	}
-	return shared.url, shared.err
-}
-
-// unavailable skips when PostgreSQL is simply not installed (unless on
-// CI) and fails on anything else.
-func unavailable(tb testing.TB, err error) {
+// Schema returns a fresh schema name, dropped when the test ends; see
+// queentest.Schema.
+func Schema(tb testing.TB) string {
 	tb.Helper()
-	if errors.Is(err, pgcluster.ErrNoBinaries) || errors.Is(err, pgcluster.ErrNoUser) {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); !ci {
-			tb.Skipf("no PostgreSQL: set %s or install the PostgreSQL server: %v", EnvURL, err)
-		}
-	}
-	tb.Fatal(err)
+	return queentest.Schema(tb)
 }
+
+// NewCluster starts a dedicated cluster closed when the test ends; see
+// queentest.NewCluster.
+func NewCluster(tb testing.TB, o pgcluster.Options) *pgcluster.Cluster {
+	tb.Helper()
+	return queentest.NewCluster(tb, o)
+}
+
+// Logger returns a logger writing into the test's output; see
+// queentest.Logger.
+func Logger(tb testing.TB) *slog.Logger { return queentest.Logger(tb) }
 
 // Pool returns the pool shared by the test binary (MaxConns 20). Do not
 // close it; Run does.
@@ -168,96 +112,4 @@ func newPool(url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("pgtest: ping %s: %w", cfg.ConnConfig.Host, err)
 	}
 	return p, nil
-}
-
-// Schema returns a fresh schema name for this test in the shared database
-// and drops the schema (CASCADE) when the test ends. It does not create
-// the schema.
-func Schema(tb testing.TB) string {
-	tb.Helper()
-	pool := Pool(tb)
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // never fails
-	// Lower-case hex after a letter prefix: a valid unquoted identifier,
-	// 27 bytes, far below the 63-byte limit.
-	name := "qt_" + hex.EncodeToString(b[:])
-	tb.Cleanup(func() {
-		// The test's own context is already cancelled here.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("pgtest: drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-// NewCluster starts a dedicated cluster, e.g. with Fsync for fault tests
-// that stop and restart the server, and closes it when the test ends. It
-// needs PostgreSQL binaries even when QUEEN_TEST_DATABASE_URL is set.
-func NewCluster(tb testing.TB, o pgcluster.Options) *pgcluster.Cluster {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	c, err := pgcluster.Start(ctx, o)
-	if err != nil {
-		unavailable(tb, err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("pgtest: cluster log tail:\n%s", tail(c.ServerLog(), 40))
-		}
-		if err := c.Close(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return c
-}
-
-// Logger returns a logger writing into the test's output (shown on
-// failure or with -v). Records logged after the test's cleanups have run,
-// e.g. by a leaked goroutine, are dropped: the testing package panics on
-// output after a test completes.
-func Logger(tb testing.TB) *slog.Logger {
-	w := &testWriter{w: tb.Output()}
-	tb.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
-		Level: slog.LevelDebug,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			// Wall-clock time of day, to line up with the server log.
-			if a.Key == slog.TimeKey && len(groups) == 0 {
-				return slog.String(slog.TimeKey, a.Value.Time().Format("15:04:05.000"))
-			}
-			return a
-		},
-	}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	done bool
-	w    io.Writer
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return len(p), nil
-	}
-	return w.w.Write(p)
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	s = strings.TrimRight(s, "\n")
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

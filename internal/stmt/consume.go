@@ -47,6 +47,12 @@ type Consume struct {
 	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
 	// until, $7 after id, $8 limit.
 	DeadLetters string
+	// Peek reads segments without a lease or a cursor: ($1 tenant, $2
+	// queue), $3 partition (NULL = all), $4 the first offset, $5 the most
+	// messages. One row per segment holding offsets at or after $4, by
+	// partition name (byte order) then offset, until $5 messages are
+	// covered.
+	Peek string
 }
 
 // NewConsume renders the consumption statements for schema, which must
@@ -102,5 +108,28 @@ WHERE q.tenant = $1 AND q.name = $2
   AND d.id > $7
 ORDER BY d.id
 LIMIT $8`)
+	// The lower bound on base_offset (the segment holding the first offset
+	// wanted) lets the primary key skip the partition's older segments.
+	c.Peek = r.Replace(`WITH segs AS (
+    SELECT p.id AS pid, p.name, s.base_offset, s.end_offset,
+        s.end_offset - greatest(s.base_offset, $4::int8, p.log_start) + 1 AS n
+    FROM {{s}}.queues q
+    JOIN {{s}}.partitions p ON p.queue_id = q.id
+    JOIN {{s}}.segments s ON s.partition_id = p.id
+    WHERE q.tenant = $1 AND q.name = $2 AND ($3::text IS NULL OR p.name = $3::text)
+      AND s.end_offset >= greatest($4::int8, p.log_start)
+      AND s.base_offset >= coalesce((SELECT max(f.base_offset) FROM {{s}}.segments f
+                                     WHERE f.partition_id = p.id AND f.base_offset <= greatest($4::int8, p.log_start)), 0)
+    ORDER BY p.name COLLATE "C", s.base_offset
+    LIMIT $5
+), w AS (
+    SELECT segs.*, sum(n) OVER (ORDER BY name COLLATE "C", base_offset) - n AS before FROM segs
+)
+SELECT w.pid, w.name, w.base_offset, w.end_offset, greatest(w.base_offset, $4::int8, p.log_start), s.created_at, s.blob
+FROM w
+JOIN {{s}}.partitions p ON p.id = w.pid
+JOIN {{s}}.segments s ON s.partition_id = w.pid AND s.base_offset = w.base_offset
+WHERE w.before < $5
+ORDER BY w.name COLLATE "C", w.base_offset`)
 	return c
 }

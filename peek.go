@@ -1,0 +1,158 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
+)
+
+// DefaultPeekLimit is the most messages a Peek returns when
+// PeekOptions.Limit is 0.
+const DefaultPeekLimit = 100
+
+// PeekOptions are the options of one Peek.
+type PeekOptions struct {
+	// Partition restricts the peek to one partition. Defaults to "": every
+	// partition of the queue, in byte order of their names.
+	Partition string
+	// From is the first offset read in each partition; offsets below a
+	// partition's oldest retained message read from that message. Defaults
+	// to 0.
+	From int64
+	// Limit is the most messages returned, across all partitions. Defaults
+	// to DefaultPeekLimit; at most MaxBatch.
+	Limit int
+}
+
+// Peek reads the messages the queue holds without leasing them and without
+// moving any cursor: what a new consumer group subscribed with SubscribeAll
+// would see, whatever any group has already consumed, and also messages
+// not deliverable yet (DelayedProcessing, WindowBuffer). Messages come by
+// partition (in byte order of the partition names), then by offset, from
+// offset o.From on; each carries its Partition and Offset. Payloads are
+// decrypted and keys and headers decoded as Pop does. A peeked message
+// holds no lease: its Ack, Fail, Retry, DeadLetter and ExtendLease return
+// ErrUnknownMessage, and its Group, LeaseID and Attempt are zero.
+//
+// A queue that was never pushed to reads as empty, as for Pop. A message
+// that cannot be decoded (a corrupt segment, a payload the client's keys do
+// not open) fails the whole Peek with an error wrapping ErrEncryption or
+// describing the damage: unlike Pop, Peek moves nothing to the dead-letter
+// store.
+//
+// Peek is meant for tests, tools and debugging; it reads every retained
+// segment from o.From on, and without a Partition it sorts the queue's
+// segments, so keep Limit small on large queues.
+func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	if !validName(q.name) {
+		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	}
+	if o.Partition != "" && !validName(o.Partition) {
+		return nil, fmt.Errorf("%w: partition %q", ErrInvalidName, o.Partition)
+	}
+	if o.From < 0 || o.Limit < 0 {
+		return nil, fmt.Errorf("queen: PeekOptions: From and Limit must not be negative")
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultPeekLimit
+	}
+	if o.Limit > MaxBatch {
+		return nil, fmt.Errorf("queen: PeekOptions.Limit %d exceeds MaxBatch (%d)", o.Limit, MaxBatch)
+	}
+	if e.aead == nil {
+		// As Pop: say why at once rather than fail on the first message.
+		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+		if err != nil {
+			if e.isClosed() {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+		if meta.encryption {
+			return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+		}
+	}
+	var part *string
+	if o.Partition != "" {
+		part = &o.Partition
+	}
+	rows, err := e.pool.Query(ctx, e.csql.Peek, q.c.tenant, q.name, part, o.From, o.Limit)
+	if err != nil {
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
+	}
+	defer rows.Close()
+	var (
+		out     []*Message
+		pid     int64
+		pname   string
+		base    int64
+		end     int64
+		lo      int64
+		created time.Time
+		blob    []byte
+		raw     []byte
+	)
+	for rows.Next() {
+		if err := rows.Scan(&pid, &pname, &base, &end, &lo, &created, &blob); err != nil {
+			return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
+		}
+		if raw, err = segment.Decompress(raw[:0], blob); err != nil {
+			return nil, fmt.Errorf("queen: peek %q: partition %q segment %d-%d: %w", q.name, pname, base, end, err)
+		}
+		hi := min(end, lo+int64(o.Limit-len(out))-1)
+		next := lo
+		err = frame.DecodeRange(raw, int(lo-base), int(hi-base), func(k int, f *frame.Frame) error {
+			off := base + int64(k)
+			next = off + 1
+			m := &Message{
+				ID: f.ID, TransactionID: f.TransactionID, Key: f.Key, Queue: q.name, Partition: pname,
+				Offset: off, CreatedAt: created, flags: f.Flags,
+			}
+			if len(f.Headers) > 0 {
+				var err error
+				if m.Headers, err = frame.DecodeHeaders(f.Headers); err != nil {
+					return fmt.Errorf("offset %d: headers: %w", off, err)
+				}
+			}
+			if f.Flags&frame.FlagEncrypted != 0 {
+				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
+				if err != nil {
+					return fmt.Errorf("offset %d: %w", off, err)
+				}
+				m.Data = plain
+			} else {
+				// raw is reused for the next segment.
+				m.Data = slices.Clone(f.Payload)
+				if m.Data == nil {
+					m.Data = []byte{}
+				}
+			}
+			out = append(out, m)
+			return nil
+		})
+		if err == nil && next <= hi {
+			err = fmt.Errorf("%w: segment %d-%d has no frame for offset %d", frame.ErrCorrupt, base, end, next)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queen: peek %q: partition %q: %w", q.name, pname, err)
+		}
+		if len(out) >= o.Limit {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
+	}
+	return out, nil
+}
