@@ -90,6 +90,22 @@ func (h *wakeHub) pushed(k fusion.Key) {
 	}
 }
 
+// woken wakes the queue's consumers, here and (by the next NOTIFY) in
+// other processes, without partition hints: something other than a push
+// made it claimable (Resume, a requeue). Called after that committed.
+func (h *wakeHub) woken(tenant uuid.UUID, queue string) {
+	qk := queueKey{tenant, queue}
+	h.mu.Lock()
+	if h.pending[qk] == nil {
+		h.pending[qk] = make(map[string]struct{})
+	}
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
 func (h *wakeHub) subscribe(tenant uuid.UUID, queue string) *waiter {
 	w := &waiter{key: queueKey{tenant, queue}, ch: make(chan struct{}, 1), hints: make(map[string]struct{})}
 	h.mu.Lock()
