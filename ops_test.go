@@ -107,6 +107,74 @@ func TestRequeueDeadLetters(t *testing.T) {
 	}
 }
 
+// A requeue that does not commit (here: cancelled while it waits for a
+// partition lock, as a crash would end it) changes nothing, and its retry
+// requeues each dead letter once; so do concurrent requeues of the same
+// dead letters.
+func TestRequeueDeadLettersAtomic(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
+	pushN(t, q, "p", "m", 6)
+	deadLetterSome(t, q, "p", "m0", "m1", "m2", "m3", "m4", "m5")
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+
+	tx, err := c.Pool().Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+s+".partitions WHERE name = 'p' FOR NO KEY UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
+	_, err = q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{Limit: 4})
+	cancel()
+	if err == nil {
+		t.Fatal("requeue behind a held partition lock succeeded")
+	}
+	// The cancelled statement is gone before the lock is released.
+	poll(t, "the cancelled requeue to end", func() bool {
+		var n int
+		err := c.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(&n)
+		return err == nil && n == 0
+	})
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if dl, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{}); err != nil || len(dl) != 6 {
+		t.Fatalf("after the failed requeue: %d dead letters, %v", len(dl), err)
+	}
+	if st, err := q.Status(ctxT(t)); err != nil || st.Partitions[0].LastOffset != 5 {
+		t.Fatalf("after the failed requeue: %+v, %v", st, err)
+	}
+
+	// The retry, racing a second caller with the same selection, and a
+	// third for the rest.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for range 2 {
+		wg.Go(func() {
+			n, err := q.RequeueDeadLetters(ctxT(t), queen.DeadLetterQuery{Limit: 4})
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	n, err := q.RequeueDeadLetters(ctxT(t), queen.DeadLetterQuery{})
+	if err != nil || total+n != 6 {
+		t.Fatalf("requeued %d + %d, %v; want 6 in all", total, n, err)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{Batch: 100}), "m0", "m1", "m2", "m3", "m4", "m5")
+	if dl, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{}); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters left: %d, %v", len(dl), err)
+	}
+}
+
 // Dead letters of one message from several groups give one copy; a group
 // filter requeues only that group's.
 func TestRequeueDeadLettersGroups(t *testing.T) {
@@ -368,6 +436,12 @@ func TestQueues(t *testing.T) {
 	if d := mustQueues(t, c)[0].Options; d.RetryLimit != 3 || d.LeaseTime != 5*time.Minute || d.Lanes != queen.DefaultLanes ||
 		d.FailurePolicy != queen.FailurePause {
 		t.Fatalf("defaults as stored: %+v", d)
+	}
+
+	// A group subscribed to a queue without partitions is listed.
+	pop(t, c.Queue("b-configured"), queen.PopOptions{Group: "early"})
+	if g := mustQueues(t, c)[1].Groups; len(g) != 1 || g[0].Group != "early" || g[0].Lag != 0 {
+		t.Fatalf("groups of b: %+v", g)
 	}
 
 	// Queue mode consumed all of p1 and 1 of p2; g consumed 4 of p1 and is

@@ -160,8 +160,11 @@ FROM {{s}}.requeue_dead_letters($1::int8, $2::int8[], $3::bytea[], $4::bytea[], 
     CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{s}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
                                                                        sub.created_at, sub.from_time)) AS committed) k
 ), g AS (
-    SELECT x.queue_id, x.group_name, sum(x.lag)::bigint AS lag, min(x.head) AS head
-    FROM pg x GROUP BY x.queue_id, x.group_name
+    SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
+    FROM {{s}}.subscriptions sub
+    JOIN q ON q.id = sub.queue_id
+    LEFT JOIN pg x ON x.queue_id = sub.queue_id AND x.group_name = sub.group_name
+    GROUP BY sub.queue_id, sub.group_name
     UNION ALL
     SELECT pz.queue_id, pz.group_name, 0, NULL
     FROM {{s}}.paused_groups pz JOIN q ON q.id = pz.queue_id
