@@ -116,7 +116,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return out, nil
 }
 
-// Pause stops group (""  is queue mode) from claiming anything on the
+// Pause stops group ("" is queue mode) from claiming anything on the
 // queue, in every process, until Resume: Pop returns no messages and Consume
 // idles. It is durable (a row in the database) and creates the queue if it
 // does not exist. Pushes still land. Leases already held are not affected:

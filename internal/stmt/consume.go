@@ -40,8 +40,8 @@ type Consume struct {
 	// $4 milliseconds from now. No row means the lease is lost.
 	Extend string
 	// Status lists every partition of ($1 tenant, $2 queue) with each
-	// group's cursor and lease; a partition without groups has NULL group
-	// columns.
+	// group's cursor and lease and whether the group is paused; a partition
+	// without groups has NULL group columns.
 	Status string
 	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
 	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6

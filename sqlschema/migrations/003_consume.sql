@@ -72,8 +72,8 @@ $$;
 
 -- Paused consumer groups (Queue.Pause): a pop of a paused (queue, group)
 -- claims nothing; leases already held run to their end. Empty unless an
--- operator paused something, so the probe pop makes costs one index probe
--- of an empty table.
+-- operator paused something: pop's check is one index probe that finds
+-- nothing (one buffer hit, microseconds).
 CREATE TABLE {{schema}}.paused_groups (
     queue_id   bigint      NOT NULL REFERENCES {{schema}}.queues (id) ON DELETE CASCADE,
     group_name text        NOT NULL,
