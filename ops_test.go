@@ -15,7 +15,7 @@ import (
 	"github.com/e03140bc/queen"
 )
 
-// deadLetterAll pops every message of queue mode on partition part one at
+// deadLetterSome pops every message of queue mode on partition part one at
 // a time and dead-letters those whose data is in kill, acking the others.
 func deadLetterSome(t *testing.T, q *queen.Queue, part string, kill ...string) {
 	t.Helper()
@@ -49,8 +49,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 		queen.Item{Partition: "p", TransactionID: "t2", Data: []byte("a2")},
 		queen.Item{Partition: "r", TransactionID: "t3", Data: []byte("b0")},
 	)
-	// Dead-lettered in the order a1, a0 would be wrong: the order is by
-	// dead-letter id, so kill a0 first (offset order) and a1 after it.
+	// Dead-lettered in offset order: a0, a1 (ids ascending), then b0.
 	deadLetterSome(t, q, "p", "a0", "a1")
 	deadLetterSome(t, q, "r", "b0")
 	push(t, q, queen.Item{Partition: "p", TransactionID: "t4", Data: []byte("a3")})
