@@ -490,3 +490,22 @@ func mustQueues(t *testing.T, c *queen.Client) []queen.QueueInfo {
 	}
 	return qs
 }
+
+// The tail takes dead letters in dead-letter id order, not offset order.
+func TestRequeueDeadLettersOrder(t *testing.T) {
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
+	pushN(t, q, "p", "x", 2)
+	g1 := pop(t, q, queen.PopOptions{Group: "g1", Batch: 2})
+	if err := g1[1].DeadLetter(ctxT(t), nil); err != nil { // x1 first
+		t.Fatal(err)
+	}
+	g2 := pop(t, q, queen.PopOptions{Group: "g2"})
+	if err := g2[0].DeadLetter(ctxT(t), nil); err != nil { // then x0
+		t.Fatal(err)
+	}
+	if n, err := q.RequeueDeadLetters(ctxT(t), queen.DeadLetterQuery{}); err != nil || n != 2 {
+		t.Fatalf("requeue: %d, %v", n, err)
+	}
+	wantData(t, pop(t, q, queen.PopOptions{Group: "g3", Batch: 10, AutoAck: true}), "x0", "x1", "x1", "x0")
+}
