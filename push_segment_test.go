@@ -148,3 +148,50 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 		t.Fatalf("stale lanes: push statements %q, want push_segment first", got)
 	}
 }
+
+// A partition deleted (the idle purge) while an isolated push to it waits
+// for its row: the push must not report Queued for a message it did not
+// store. It lands in the partition created again under the same name.
+func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
+
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = 'p'"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan queen.PushResult, 1)
+	go func() {
+		res, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("raced")}})
+		if err != nil {
+			t.Error(err)
+			close(done)
+			return
+		}
+		done <- res[0]
+	}()
+	waitForBlockedStatement(t, c, ".push_")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := <-done
+	if !ok {
+		return
+	}
+	if r.Status != queen.Queued {
+		t.Fatalf("%+v, want Queued", r)
+	}
+	msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || string(msgs[0].Data) != "raced" || msgs[0].Offset != r.Offset {
+		t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), r.Offset)
+	}
+}
