@@ -343,9 +343,11 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 // down the process and every lease it holds.
 func (c *consumer) call(m *Message) (err error) {
 	ctx := c.work
-	start := time.Now()
 	c.dm.consumed(ctx, 1, false)
-	defer func() { c.dm.processed(ctx, time.Since(start), err) }() // last: after the recover below
+	if c.dm.timed(ctx) {
+		start := time.Now()
+		defer func() { c.dm.processed(ctx, time.Since(start), err) }() // last: after the recover below
+	}
 	if e := c.q.c.e; e.tracing() {
 		var end func(error)
 		ctx, end = e.startProcess(ctx, m)

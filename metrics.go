@@ -280,6 +280,10 @@ func (d *destMeter) consumed(ctx context.Context, n int, receive bool) {
 	d.m.consumed.Add(ctx, int64(n), opts...)
 }
 
+// timed reports whether processed records anything: else a handler call
+// need not read the clock.
+func (d *destMeter) timed(ctx context.Context) bool { return d.m.process.Enabled(ctx) }
+
 // processed records one handler call of duration dur that returned err.
 func (d *destMeter) processed(ctx context.Context, dur time.Duration, err error) {
 	if err == nil {
