@@ -119,7 +119,9 @@ const (
 
 var destQ = []string{"messaging.system=queen", "messaging.destination.name=q", "messaging.consumer.group.name="}
 
-func with(base []string, more ...string) []string { return append(append([]string(nil), base...), more...) }
+func with(base []string, more ...string) []string {
+	return append(append([]string(nil), base...), more...)
+}
 
 // Consume: every handled message is consumed and timed; acks, fails and
 // the failure that spends the retry budget (a dead letter) are counted,
