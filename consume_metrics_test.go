@@ -309,3 +309,74 @@ func TestConsumeMetricsKeyed(t *testing.T) {
 		t.Fatalf("%s = %d, want 6", mConsumed, n)
 	}
 }
+
+// Client.Tx counts the settlements it carried once it commits, and none
+// when it rolls back.
+func TestTxMetricsCountOnCommit(t *testing.T) {
+	c, reader := metered(t)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "a"}, queen.Item{Partition: "b"})
+	ma := pop(t, q, queen.PopOptions{Partition: "a"})[0]
+	mb := pop(t, q, queen.PopOptions{Partition: "b"})[0]
+	boom := errors.New("boom")
+	if err := c.Tx(ctxT(t), func(tx *queen.Tx) error { tx.Ack(ma); return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Tx: %v", err)
+	}
+	if n := collect(t, reader).sum(t, mSettled); n != 0 {
+		t.Fatalf("%s = %d after a rollback, want 0", mSettled, n)
+	}
+	if err := c.Tx(ctxT(t), func(tx *queen.Tx) error { tx.Ack(ma); tx.Fail(mb, boom); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, reader)
+	if a, f := got.sum(t, mSettled, with(destQ, "messaging.operation.name=ack")...), got.sum(t, mSettled, with(destQ, "messaging.operation.name=fail")...); a != 1 || f != 1 {
+		t.Fatalf("%s: ack %d, fail %d; want 1 and 1", mSettled, a, f)
+	}
+}
+
+// An Ack or ExtendLease refused because another consumer took the lease
+// over counts a lease loss each.
+func TestPopMetricsLeaseLost(t *testing.T) {
+	c, reader := metered(t)
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: 50 * time.Millisecond})
+	push(t, q, queen.Item{Data: []byte("a")})
+	m := pop(t, q, queen.PopOptions{})[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pop(t, q, queen.PopOptions{LeaseTime: time.Hour})) == 0 { // taken over once m's lease expires
+		if time.Now().After(deadline) {
+			t.Fatal("the expired lease was not taken over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := m.Ack(ctxT(t)); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("Ack: %v, want ErrLeaseLost", err)
+	}
+	if err := m.ExtendLease(ctxT(t), time.Minute); !errors.Is(err, queen.ErrLeaseLost) {
+		t.Fatalf("ExtendLease: %v, want ErrLeaseLost", err)
+	}
+	got := collect(t, reader)
+	if n := got.sum(t, mLost, destQ...); n != 2 {
+		t.Fatalf("%s = %d, want 2", mLost, n)
+	}
+	if n := got.sum(t, mSettled); n != 0 {
+		t.Fatalf("%s = %d, want 0: the Ack was refused", mSettled, n)
+	}
+}
+
+// A message a claim cannot decrypt is dead-lettered as undecodable and not
+// counted as consumed.
+func TestPopMetricsUndecodable(t *testing.T) {
+	c1, reader := metered(t, withKey(testKey(1)))
+	c2 := openOn(t, c1, withKey(testKey(2)))
+	q := configure(t, c1, "q", queen.QueueOptions{Encryption: true})
+	push(t, c2.Queue("q"), queen.Item{Data: []byte("x")})
+	push(t, q, queen.Item{Data: []byte("ok")})
+	wantData(t, pop(t, q, queen.PopOptions{Batch: 10, AutoAck: true}), "ok")
+	got := collect(t, reader)
+	if n := got.sum(t, mDead, with(destQ, "queen.dead_letter.cause=undecodable")...); n != 1 {
+		t.Fatalf("%s{undecodable} = %d, want 1", mDead, n)
+	}
+	if n := got.sum(t, mConsumed, destQ...); n != 1 {
+		t.Fatalf("%s = %d, want 1", mConsumed, n)
+	}
+}
