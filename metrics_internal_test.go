@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 )
 
 // BenchmarkConsumeCall is the per-message instrumentation of Consume: one
@@ -38,5 +39,14 @@ func BenchmarkConsumeCall(b *testing.B) {
 				c.dm.settledOp(context.Background(), &op, 1, 0, stApplied)
 			}
 		})
+	}
+}
+
+// The messaging.* instruments are named and united as the semantic
+// conventions of the otel module in go.mod define them.
+func TestConsumeMetricNamesFollowSemconv(t *testing.T) {
+	c, p := messagingconv.ClientConsumedMessages{}, messagingconv.ProcessDuration{}
+	if c.Name() != metricConsumed || c.Unit() != "{message}" || p.Name() != metricProcess || p.Unit() != "s" {
+		t.Fatalf("semconv: %s (%s), %s (%s); have %s, %s", c.Name(), c.Unit(), p.Name(), p.Unit(), metricConsumed, metricProcess)
 	}
 }
