@@ -497,7 +497,7 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 				acks++
 			}
 		}
-		d := e.meter.consume.dest(q.name, ops[k].m.Group)
+		d := e.meter.consume.dest(ops[k].m.q.name, ops[k].m.Group)
 		d.settledOp(ctx, &ops[k], acks, 1, st)
 		if st == stLeaseLost {
 			d.leaseLost(ctx)

@@ -380,3 +380,20 @@ func TestPopMetricsUndecodable(t *testing.T) {
 		t.Fatalf("%s = %d, want 1", mConsumed, n)
 	}
 }
+
+// AckBatch counts what it applied: the acks and the failure, not the
+// requests it skipped after the failure.
+func TestAckBatchMetrics(t *testing.T) {
+	c, reader := metered(t)
+	q := c.Queue("q")
+	pushN(t, q, "p", "m", 3)
+	ms := pop(t, q, queen.PopOptions{Batch: 3})
+	errs, err := q.AckBatch(ctxT(t), []queen.AckRequest{{Message: ms[0]}, {Message: ms[1], Status: queen.AckFail}, {Message: ms[2]}})
+	if err != nil || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], queen.ErrAckSkipped) {
+		t.Fatalf("AckBatch: %v, %v", errs, err)
+	}
+	got := collect(t, reader)
+	if a, f := got.sum(t, mSettled, with(destQ, "messaging.operation.name=ack")...), got.sum(t, mSettled, with(destQ, "messaging.operation.name=fail")...); a != 1 || f != 1 {
+		t.Fatalf("%s: ack %d, fail %d; want 1 and 1", mSettled, a, f)
+	}
+}
