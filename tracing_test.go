@@ -215,12 +215,12 @@ func TestTracingGlobalProviderInstalledAfterOpen(t *testing.T) {
 func TestTracingPopReceiveSpan(t *testing.T) {
 	c, rec, tr := traced(t)
 	q := c.Queue("q")
-	push(t, q, queen.Item{Partition: "p1", Data: []byte("a")}, queen.Item{Partition: "p1", Data: []byte("b")},
-		queen.Item{Partition: "p2", Data: []byte("c")})
+	push(t, q, queen.Item{Partition: "p1", Data: []byte("a")}, queen.Item{Partition: "p1", Data: []byte("b")})
 	ctx, parent := tr.Start(ctxT(t), "parent")
 	if m, err := q.Pop(ctx, queen.PopOptions{Group: "g", Batch: 5}); err != nil || len(m) != 2 {
 		t.Fatalf("Pop: %d messages, %v", len(m), err)
 	}
+	push(t, q, queen.Item{Partition: "p2", Data: []byte("c")})
 	if m, err := q.Pop(ctx, queen.PopOptions{Group: "g", Partition: "p2"}); err != nil || len(m) != 1 {
 		t.Fatalf("Pop p2: %d messages, %v", len(m), err)
 	}
