@@ -243,11 +243,27 @@ func (m *Message) settleOne(ctx context.Context, op settleOp) error {
 	if m == nil || m.q == nil {
 		return ErrUnknownMessage
 	}
-	st, err := m.q.c.e.settle(ctx, []settleOp{op})
+	e := m.q.c.e
+	st, err := e.settle(ctx, []settleOp{op})
 	if err != nil {
 		return err
 	}
+	e.countSettled(ctx, &op, st[0])
 	return statusErr(st[0])
+}
+
+// countSettled counts what a settlement an application asked for applied
+// (or the lease it found lost). op acks its message when it has no action.
+func (e *engine) countSettled(ctx context.Context, op *settleOp, st int16) {
+	d := e.meter.consume.dest(op.m.q.name, op.m.Group)
+	acks := 0
+	if op.act == actNone && op.ok >= 0 {
+		acks = 1
+	}
+	d.settledOp(ctx, op, acks, 1, st)
+	if st == stLeaseLost {
+		d.leaseLost(ctx)
+	}
 }
 
 // MaxReasonLen is the longest reason (the text of the error passed to Fail
@@ -305,9 +321,15 @@ func (m *Message) settleKeyedOne(act int16, reason string) error {
 	if e.isClosed() {
 		return ErrClosed
 	}
-	sts, err := e.settleKeyedFused(settleOp{m: m, keyed: []keyedRow{{m: m, act: act, reason: reason}}})
+	rows := []keyedRow{{m: m, act: act, reason: reason}}
+	sts, err := e.settleKeyedFused(settleOp{m: m, keyed: rows})
 	if err != nil {
 		return err
+	}
+	d := e.meter.consume.dest(m.q.name, m.Group)
+	d.settledRows(context.Background(), rows, sts)
+	if sts[0] == stLeaseLost {
+		d.leaseLost(context.Background())
 	}
 	return statusErr(sts[0])
 }
@@ -359,6 +381,9 @@ func (m *Message) ExtendLease(ctx context.Context, d time.Duration) error {
 	}
 	exp, err := m.q.c.e.extend(ctx, m, d)
 	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			m.q.c.e.meter.consume.dest(m.q.name, m.Group).leaseLost(ctx)
+		}
 		return err
 	}
 	m.LeaseExpiresAt = exp
@@ -465,8 +490,17 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 		return nil, err
 	}
 	for k, st := range sts {
+		acks := 0
 		for _, i := range members[k] {
 			errs[i] = statusErr(st)
+			if reqs[i].Status == AckSuccess {
+				acks++
+			}
+		}
+		d := e.meter.consume.dest(ops[k].m.q.name, ops[k].m.Group)
+		d.settledOp(ctx, &ops[k], acks, 1, st)
+		if st == stLeaseLost {
+			d.leaseLost(ctx)
 		}
 	}
 	return errs, nil

@@ -139,6 +139,7 @@ type consumer struct {
 	timeout time.Duration
 	keyConc int // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
 	fn      func(context.Context, *Message) error
+	dm      *destMeter // the consume-side instruments' attributes of (queue, group)
 
 	// stop ends when Consume's ctx does: claim nothing more, start no
 	// handler. work is the handlers' context: it ends with stop, or
@@ -207,7 +208,8 @@ func (e *engine) stopConsumes(ctx context.Context) {
 }
 
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
-	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{})}
+	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{}),
+		dm: q.c.e.meter.consume.dest(q.name, po.Group)}
 	c.stop, c.cancelStop = context.WithCancelCause(ctx)
 	if o.SoftStop <= 0 {
 		c.work, c.cancelWork = context.WithCancel(c.stop)
@@ -303,16 +305,29 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 		break
 	}
 	stopRenew()
+	lostByRenewal := exp.Load() == 0
 	if lastOK >= 0 {
 		op.ok = msgs[lastOK].Offset
 	}
 	if op.ok < 0 && op.act == actNone {
+		if lostByRenewal {
+			c.dm.leaseLost(context.Background())
+		}
 		return nil // nothing handled: the lease runs out by itself
+	}
+	released := 0 // what an interrupt hands back: the message and the unstarted rest
+	if op.act == actInterrupt {
+		released = len(msgs) - (lastOK + 1)
 	}
 	return func() {
 		// Not e.settle: a Consume stopped by Close settles while it closes.
-		st, err := e.settleFused(context.Background(), []settleOp{op})
+		ctx := context.Background()
+		st, err := e.settleFused(ctx, []settleOp{op})
 		if err == nil {
+			c.dm.settledOp(ctx, &op, lastOK+1, released, st[0])
+			if lostByRenewal || st[0] == stLeaseLost {
+				c.dm.leaseLost(ctx)
+			}
 			err = statusErr(st[0])
 		}
 		if err != nil {
@@ -328,6 +343,11 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 // down the process and every lease it holds.
 func (c *consumer) call(m *Message) (err error) {
 	ctx := c.work
+	c.dm.consumed(ctx, 1, false)
+	if c.dm.timed(ctx) {
+		start := time.Now()
+		defer func() { c.dm.processed(ctx, time.Since(start), err) }() // last: after the recover below
+	}
 	if e := c.q.c.e; e.tracing() {
 		var end func(error)
 		ctx, end = e.startProcess(ctx, m)

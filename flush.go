@@ -114,7 +114,10 @@ var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 // flush commits one bundle. It runs on a fusion goroutine with the engine's
 // context, never a caller's.
 func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) error {
-	return p.commit(ctx, p.e.pool, bundle, true)
+	ctx, end := p.e.startFlush(ctx, bundle)
+	err := p.commit(ctx, p.e.pool, bundle, true)
+	end(err)
+	return err
 }
 
 // commit sends bundle as one push_bundle call on q and resolves its items;

@@ -2,6 +2,7 @@ package queen
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"math"
 	"sync"
@@ -137,6 +138,9 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 		}
 	}
 	if !b.started && len(rows) == 0 {
+		if b.exp.Load() == 0 {
+			c.dm.leaseLost(context.Background())
+		}
 		return nil // nothing handled: the lease runs out by itself
 	}
 	rows = append(rows, keyedRow{m: msgs[len(msgs)-1], act: actCarry})
@@ -144,6 +148,9 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 		_, err := b.write(rows, true)
 		if err == nil && b.exp.Load() == 0 {
 			err = ErrLeaseLost
+		}
+		if b.exp.Load() == 0 {
+			c.dm.leaseLost(context.Background()) // by a renewal or a write: once per batch
 		}
 		if err != nil {
 			e.log.Warn("queen: consume: settle failed; the batch's unsettled messages will be redelivered after its lease",
@@ -274,6 +281,7 @@ func (b *keyBatch) write(rows []keyedRow, release bool) ([]int16, error) {
 			"partition", b.head.Partition, "err", err)
 		return nil, err
 	}
+	b.c.dm.settledRows(context.Background(), rows, sts)
 	for _, st := range sts {
 		if st == stLeaseLost || st == stUnknown {
 			b.exp.Store(0) // start nothing more: the partition may be someone else's

@@ -54,7 +54,7 @@ func (o PopOptions) withDefaults() (PopOptions, error) {
 // by other consumers are skipped. With o.Wait it parks until a push arrives
 // or o.Wait passes, then returns what it found (possibly nothing, with a nil
 // error). Messages of one partition come in offset order.
-func (q *Queue) Pop(ctx context.Context, o PopOptions) ([]*Message, error) {
+func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err error) {
 	e := q.c.e
 	if e.isClosed() {
 		return nil, ErrClosed
@@ -62,10 +62,20 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) ([]*Message, error) {
 	if !validName(q.name) {
 		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
 	}
-	o, err := o.withDefaults()
+	o, err = o.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	if e.tracing() {
+		var end func([]*Message, error)
+		ctx, end = e.startReceive(ctx, q.name, &o)
+		defer func() { end(msgs, err) }()
+	}
+	defer func() {
+		if len(msgs) > 0 {
+			e.meter.consume.dest(q.name, o.Group).consumed(ctx, len(msgs), true)
+		}
+	}()
 	if e.aead == nil {
 		// Fail before claiming: a client without a key would otherwise
 		// dead-letter every message it takes (see deadLetterUndecodable).
@@ -396,6 +406,9 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 		if o.AutoAck {
 			err = ErrUnknownMessage // the partition is gone
 		}
+	}
+	if err == nil {
+		e.meter.consume.dest(q.name, o.Group).deadLettered(ctx, causeUndecodable, n)
 	}
 	for i, d := range dead {
 		attrs := []any{"queue", q.name, "partition", p.name, "group", o.Group, "offset", d.m.Offset,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/zeebo/xxh3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
@@ -121,6 +122,9 @@ type pushItem struct {
 	// noSpool marks items replayed from the spool: a failure fails them
 	// (the drain retries) instead of spooling them again.
 	noSpool bool
+	// send is the push call's recording send span, which the flush span
+	// links to; nil when not tracing.
+	send trace.Span
 }
 
 // pushItemOverhead approximates what an item holds besides its payload and
@@ -230,7 +234,7 @@ func validTransactionID(s string) bool {
 // push to a queue whose setting the database cannot tell it fails with
 // ErrEncryption instead.
 func (q *Queue) Push(ctx context.Context, items []Item) (res []PushResult, err error) {
-	items, end := q.c.e.startSend(ctx, q.name, items)
+	ctx, items, end := q.c.e.startSend(ctx, q.name, items)
 	defer func() { end(err) }()
 	return q.push(ctx, items)
 }
@@ -379,6 +383,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	}
 	slab := make([]pushItem, len(items))
 	b.slab = slab
+	send := e.sendSpan(ctx)
 	l1 := layer1Pool.Get().(*dedup.Layer1)
 	l1.Reset()
 	defer func() { l1.Reset(); layer1Pool.Put(l1) }()
@@ -419,7 +424,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		}
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
-		pi.key, pi.lanes = it.Key, routed
+		pi.key, pi.lanes, pi.send = it.Key, routed, send
 		hdrs := frame.EncodeHeaders(it.Headers)
 		pi.hdrs = hdrs
 		if meta.encryption {

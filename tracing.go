@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"reflect"
+	"slices"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -11,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/e03140bc/queen/fusion"
 )
 
 const tracerName = "github.com/e03140bc/queen"
@@ -51,24 +54,26 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 }
 
 // startSend starts the producer span of one push call of n items to queue
-// and returns the items to push: with tracing on, copies whose headers carry
-// the span's context (the caller's own headers win on a name clash), else
-// items unchanged. end finishes the span with the call's error.
-func (e *engine) startSend(ctx context.Context, queue string, items []Item) ([]Item, func(error)) {
+// and returns ctx with it (sendSpan finds it there) and the items to push:
+// with tracing on, copies whose headers carry the span's context (the
+// caller's own headers win on a name clash), else items unchanged. end
+// finishes the span with the call's error.
+func (e *engine) startSend(ctx context.Context, queue string, items []Item) (context.Context, []Item, func(error)) {
 	if len(items) == 0 || !e.tracing() {
-		return items, endNothing
+		return ctx, items, endNothing
 	}
 	ctx, span := e.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer))
 	recording := span.IsRecording()
 	if !recording && !e.injects {
 		// The global provider without an SDK behind it: nothing would be
 		// recorded or carried, so the push path stays as without tracing.
-		return items, endNothing
+		return ctx, items, endNothing
 	}
 	if recording {
 		span.SetAttributes(
 			attribute.String("messaging.system", "queen"),
 			attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", queue),
 			attribute.Int("messaging.batch.message_count", len(items)),
 		)
@@ -88,7 +93,94 @@ func (e *engine) startSend(ctx context.Context, queue string, items []Item) ([]I
 			items = out
 		}
 	}
-	return items, func(err error) { endSpan(span, err) }
+	return ctx, items, func(err error) { endSpan(span, err) }
+}
+
+// sendSpan is the recording send span startSend put in ctx, or nil: what
+// a flush span links to.
+func (e *engine) sendSpan(ctx context.Context) trace.Span {
+	if !e.tracing() {
+		return nil
+	}
+	if s := trace.SpanFromContext(ctx); s.IsRecording() {
+		return s
+	}
+	return nil
+}
+
+// MaxFlushLinks caps the links of a fusion flush span "queen.flush" to the
+// send spans of the push calls whose items it commits: a bundle may carry
+// thousands of calls. The first MaxFlushLinks distinct recording send spans
+// in bundle order are linked.
+const MaxFlushLinks = 32
+
+// startFlush starts the internal span of one fusion flush, a root linked to
+// the recording send spans of its items' push calls (at most
+// MaxFlushLinks), when there is one; end finishes it with the flush's
+// error.
+func (e *engine) startFlush(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (context.Context, func(error)) {
+	if !e.tracing() {
+		return ctx, endNothing
+	}
+	var (
+		links []trace.Link
+		last  trace.Span
+		items int
+	)
+	for _, b := range bundle {
+		items += len(b.Items)
+		for _, it := range b.Items {
+			// A call's items share its span: compare with the last first.
+			if it.send == nil || it.send == last || len(links) == MaxFlushLinks {
+				continue
+			}
+			last = it.send
+			if !last.IsRecording() {
+				continue // the caller gave up and its span ended
+			}
+			sc := last.SpanContext()
+			if !slices.ContainsFunc(links, func(l trace.Link) bool { return l.SpanContext.SpanID() == sc.SpanID() }) {
+				links = append(links, trace.Link{SpanContext: sc})
+			}
+		}
+	}
+	if len(links) == 0 {
+		return ctx, endNothing
+	}
+	ctx, span := e.tracer.Start(ctx, "queen.flush", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithLinks(links...), trace.WithAttributes(
+			attribute.String("messaging.system", "queen"),
+			attribute.Int("messaging.batch.message_count", items),
+			attribute.Int("queen.flush.partitions", len(bundle)),
+		))
+	return ctx, func(err error) { endSpan(span, err) }
+}
+
+// startReceive starts the client span of one Pop call on queue, child of
+// ctx's span; end finishes it with the messages Pop returns and its error.
+func (e *engine) startReceive(ctx context.Context, queue string, o *PopOptions) (context.Context, func([]*Message, error)) {
+	ctx, span := e.tracer.Start(ctx, "receive "+queue, trace.WithSpanKind(trace.SpanKindClient))
+	if !span.IsRecording() {
+		return ctx, func([]*Message, error) {}
+	}
+	span.SetAttributes(
+		attribute.String("messaging.system", "queen"),
+		attribute.String("messaging.operation.name", "receive"),
+		attribute.String("messaging.operation.type", "receive"),
+		attribute.String("messaging.destination.name", queue),
+		attribute.String("messaging.consumer.group.name", o.Group),
+	)
+	part := o.Partition
+	return ctx, func(msgs []*Message, err error) {
+		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)))
+		if part == "" && len(msgs) > 0 && !slices.ContainsFunc(msgs, func(m *Message) bool { return m.Partition != msgs[0].Partition }) {
+			part = msgs[0].Partition
+		}
+		if part != "" {
+			span.SetAttributes(attribute.String("messaging.destination.partition.id", part))
+		}
+		endSpan(span, err)
+	}
 }
 
 func endNothing(error) {}
@@ -111,6 +203,7 @@ func (e *engine) startProcess(ctx context.Context, m *Message) (context.Context,
 	span.SetAttributes(
 		attribute.String("messaging.system", "queen"),
 		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.operation.type", "process"),
 		attribute.String("messaging.destination.name", m.Queue),
 		attribute.String("messaging.destination.partition.id", m.Partition),
 		attribute.String("messaging.consumer.group.name", m.Group),
@@ -120,9 +213,11 @@ func (e *engine) startProcess(ctx context.Context, m *Message) (context.Context,
 	return ctx, func(err error) { endSpan(span, err) }
 }
 
-// endSpan ends span, with error status when err is not nil.
+// endSpan ends span, with error status and error.type when err is not
+// nil.
 func endSpan(span trace.Span, err error) {
 	if err != nil {
+		span.SetAttributes(attribute.String("error.type", errorType(err)))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}

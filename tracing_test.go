@@ -101,6 +101,12 @@ func TestTracingPushThenConsume(t *testing.T) {
 	if procs[0].Status().Code == codes.Error || procs[1].Status().Code != codes.Error {
 		t.Fatalf("statuses %v, %v: want the failed handler's span only in error", procs[0].Status(), procs[1].Status())
 	}
+	if et := attrOf(procs[1], "error.type").AsString(); et != "*errors.errorString" {
+		t.Fatalf("failed process span error.type %q, want the error's Go type", et)
+	}
+	if attrOf(procs[0], "error.type").Type() != attribute.INVALID {
+		t.Fatal("succeeded process span has an error.type")
+	}
 	if sc := inHandler.Load().(trace.SpanContext); sc.SpanID() != procs[1].SpanContext().SpanID() {
 		t.Fatal("the handler's context does not carry its process span")
 	}
@@ -152,8 +158,9 @@ func TestTracingPushTxTxPushAndPanic(t *testing.T) {
 		}
 	}
 	// The first message consumed is PushTx's.
-	if procs[0].Parent().SpanID() != sends[0].SpanContext().SpanID() || procs[0].Status().Code != codes.Error {
-		t.Fatalf("process span: parent %v status %v", procs[0].Parent(), procs[0].Status())
+	if procs[0].Parent().SpanID() != sends[0].SpanContext().SpanID() || procs[0].Status().Code != codes.Error ||
+		attrOf(procs[0], "error.type").AsString() != "panic" {
+		t.Fatalf("process span: parent %v status %v attrs %v", procs[0].Parent(), procs[0].Status(), procs[0].Attributes())
 	}
 }
 
@@ -199,5 +206,80 @@ func TestTracingGlobalProviderInstalledAfterOpen(t *testing.T) {
 	m = pop(t, q, queen.PopOptions{})
 	if len(m) != 1 || m[0].Headers["traceparent"] == "" {
 		t.Fatalf("after installing an SDK: headers %v, want a traceparent", m[0].Headers)
+	}
+}
+
+// Pop records a client span "receive <queue>" under the caller's, with the
+// destination, group, the number of messages it returned and their
+// partition when they share one.
+func TestTracingPopReceiveSpan(t *testing.T) {
+	c, rec, tr := traced(t)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "p1", Data: []byte("a")}, queen.Item{Partition: "p1", Data: []byte("b")})
+	ctx, parent := tr.Start(ctxT(t), "parent")
+	if m, err := q.Pop(ctx, queen.PopOptions{Group: "g", Batch: 5}); err != nil || len(m) != 2 {
+		t.Fatalf("Pop: %d messages, %v", len(m), err)
+	}
+	push(t, q, queen.Item{Partition: "p2", Data: []byte("c")})
+	if m, err := q.Pop(ctx, queen.PopOptions{Group: "g", Partition: "p2"}); err != nil || len(m) != 1 {
+		t.Fatalf("Pop p2: %d messages, %v", len(m), err)
+	}
+	if m, err := q.Pop(ctx, queen.PopOptions{Group: "g"}); err != nil || len(m) != 0 {
+		t.Fatalf("Pop of nothing: %d messages, %v", len(m), err)
+	}
+	parent.End()
+	recv := spanNamed(rec, "receive q")
+	if len(recv) != 3 {
+		t.Fatalf("%d receive spans, want 3", len(recv))
+	}
+	for i, want := range []struct {
+		n    int64
+		part string
+	}{{2, "p1"}, {1, "p2"}, {0, ""}} {
+		s := recv[i]
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() || s.SpanKind() != trace.SpanKindClient ||
+			attrOf(s, "messaging.system").AsString() != "queen" || attrOf(s, "messaging.operation.type").AsString() != "receive" ||
+			attrOf(s, "messaging.destination.name").AsString() != "q" || attrOf(s, "messaging.consumer.group.name").AsString() != "g" ||
+			attrOf(s, "messaging.batch.message_count").AsInt64() != want.n ||
+			attrOf(s, "messaging.destination.partition.id").AsString() != want.part || s.Status().Code == codes.Error {
+			t.Fatalf("receive span %d: parent %v kind %v status %v attrs %v; want %d messages of partition %q", i,
+				s.Parent(), s.SpanKind(), s.Status(), s.Attributes(), want.n, want.part)
+		}
+	}
+}
+
+// A fusion flush records an internal root span "queen.flush" linked to the
+// send span of the push call it commits; with the send span not sampled
+// there is none.
+func TestTracingFlushSpanLinksSendSpans(t *testing.T) {
+	c, rec, tr := traced(t)
+	ctx, parent := tr.Start(ctxT(t), "parent")
+	if _, err := c.Queue("q").Push(ctx, []queen.Item{{Partition: "a"}, {Partition: "b"}, {Partition: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	sends, flushes := spanNamed(rec, "send q"), spanNamed(rec, "queen.flush")
+	if len(sends) != 1 || len(flushes) == 0 {
+		t.Fatalf("%d send and %d flush spans", len(sends), len(flushes))
+	}
+	var items int64
+	for _, f := range flushes {
+		if f.SpanKind() != trace.SpanKindInternal || f.Parent().IsValid() || len(f.Links()) != 1 ||
+			f.Links()[0].SpanContext.SpanID() != sends[0].SpanContext().SpanID() || f.Status().Code == codes.Error {
+			t.Fatalf("flush span: kind %v parent %v links %v status %v", f.SpanKind(), f.Parent(), f.Links(), f.Status())
+		}
+		items += attrOf(f, "messaging.batch.message_count").AsInt64()
+	}
+	if items != 3 {
+		t.Fatalf("flush spans carried %d items, want 3", items)
+	}
+
+	rec2 := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec2), sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	c2 := open(t, func(cfg *queen.Config) { cfg.TracerProvider, cfg.Propagator = tp, propagation.TraceContext{} })
+	push(t, c2.Queue("q"), queen.Item{Data: []byte("x")})
+	if n := len(rec2.Ended()); n != 0 {
+		t.Fatalf("%d spans recorded with nothing sampled", n)
 	}
 }

@@ -24,7 +24,7 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 	if tx == nil {
 		return nil, errors.New("queen: PushTx: nil transaction")
 	}
-	items, end := q.c.e.startSend(ctx, q.name, items)
+	ctx, items, end := q.c.e.startSend(ctx, q.name, items)
 	defer func() { end(err) }()
 	b, err := q.prepare(ctx, items)
 	if err != nil {
@@ -138,7 +138,7 @@ func (tx *Tx) Fail(m *Message, reason error) {
 
 // Push records items to push to queue on commit.
 func (tx *Tx) Push(queue string, items []Item) {
-	items, end := tx.c.e.startSend(tx.ctx, queue, items)
+	_, items, end := tx.c.e.startSend(tx.ctx, queue, items)
 	tx.ends = append(tx.ends, end)
 	tx.queues = append(tx.queues, tx.c.Queue(queue))
 	tx.items = append(tx.items, items)
@@ -189,6 +189,15 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		}
 		bs[i] = b
 	}
+	var settled []int16
+	defer func() {
+		if err == nil {
+			// Committed: count the settlements it carried.
+			for i, st := range settled {
+				e.countSettled(ctx, &tx.ops[i], st)
+			}
+		}
+	}()
 	return pgx.BeginFunc(ctx, e.pool, func(ptx pgx.Tx) error {
 		if len(bs) > 0 {
 			if err := e.pushInTx(ctx, ptx, tx.queues, bs); err != nil {
@@ -209,6 +218,7 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if err != nil {
 			return err
 		}
+		settled = sts
 		for i, st := range sts {
 			if st != stApplied && st != stDeadLetter && st != stDropped {
 				return fmt.Errorf("%w: ack %d: %w", ErrTxAborted, i, statusErr(st))
