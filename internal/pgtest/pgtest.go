@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -58,12 +59,22 @@ var shared struct {
 	poolTried bool
 	pool      *pgxpool.Pool
 	poolErr   error
+
+	atExit []func()
 }
 
 // Run runs the tests, then closes the shared pool and cluster (if any
 // were started) and returns the exit code for os.Exit.
 func Run(m *testing.M) int {
 	code := m.Run()
+	shared.mu.Lock()
+	atExit := shared.atExit
+	shared.atExit = nil
+	shared.mu.Unlock()
+	// Before the cluster goes: these clean up in it.
+	for _, f := range atExit {
+		f()
+	}
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.pool != nil {
@@ -119,6 +130,37 @@ func sharedURL() (string, error) {
 		}
 	}
 	return shared.url, shared.err
+}
+
+// ExampleURL is URL for Examples, which have no testing.TB to skip or
+// fail: it returns the error instead.
+func ExampleURL() (string, error) { return sharedURL() }
+
+// AtExit registers f to run when the tests are done, before Run stops the
+// shared cluster: cleanup for Examples, which have no Cleanup of their own.
+func AtExit(f func()) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.atExit = append(shared.atExit, f)
+}
+
+// SkipExamplesWithoutDatabase makes the test binary skip its Examples when
+// no database can be had, as URL skips tests (Examples cannot skip
+// themselves); on CI they run and fail. Call it from TestMain after
+// flag.Parse. It starts the shared cluster if it has to look.
+func SkipExamplesWithoutDatabase() error {
+	_, err := sharedURL()
+	if err == nil || !(errors.Is(err, pgcluster.ErrNoBinaries) || errors.Is(err, pgcluster.ErrNoUser)) {
+		return nil
+	}
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		return nil
+	}
+	skip := "^Example"
+	if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+		skip = f.Value.String() + "|" + skip
+	}
+	return flag.Set("test.skip", skip)
 }
 
 // unavailable skips when PostgreSQL is simply not installed (unless on
