@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,13 +131,13 @@ func ExampleQueue_Consume() {
 	// Here the handler stops Consume after the third message; a service
 	// would cancel on SIGTERM instead (see the graceful shutdown example).
 	cctx, stop := context.WithCancel(ctx)
-	handled := 0
+	var handled atomic.Int32 // handlers of different partitions run at once
 	err = orders.Consume(cctx, queen.ConsumeOptions{
 		PopOptions:  queen.PopOptions{Group: "billing", Batch: 100},
 		Concurrency: 4, // partitions in parallel
 	}, func(ctx context.Context, m *queen.Message) error {
 		fmt.Println(m.Partition, m.Offset, string(m.Data))
-		if handled++; handled == 3 {
+		if handled.Add(1) == 3 {
 			stop()
 		}
 		return nil // ack
