@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -14,9 +15,14 @@ import (
 	"github.com/e03140bc/queen/internal/pgtest"
 )
 
-// TestMain runs the package's tests against one throwaway cluster and fails
-// the binary if any goroutine outlives them.
+// TestMain runs the package's tests and Examples against one throwaway
+// cluster and fails the binary if any goroutine outlives them.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if err := pgtest.SkipExamplesWithoutDatabase(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	code := pgtest.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -67,6 +67,8 @@ var shared struct {
 	err     error
 	// own is the cluster of each test that needed one outside Main.
 	own map[testing.TB]string
+	// atExit runs after the tests, before the shared cluster stops.
+	atExit []func()
 }
 
 // Main runs the tests with Run and exits with its code. Call it from
@@ -82,6 +84,14 @@ func Run(m *testing.M) int {
 	shared.inMain = true
 	shared.mu.Unlock()
 	code := m.Run()
+	shared.mu.Lock()
+	atExit := shared.atExit
+	shared.atExit = nil
+	shared.mu.Unlock()
+	// Before the cluster goes: these clean up in it.
+	for _, f := range atExit {
+		f()
+	}
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	shared.inMain, shared.done = false, true
@@ -134,6 +144,15 @@ func URL(tb testing.TB) string {
 		return c.URL
 	}
 	defer shared.mu.Unlock()
+	u, err := sharedLocked()
+	if err != nil {
+		unavailable(tb, err)
+	}
+	return u
+}
+
+// sharedLocked starts the shared cluster once. shared.mu is held.
+func sharedLocked() (string, error) {
 	if !shared.tried {
 		shared.tried = true
 		// Not the test's context: the cluster outlives the first test.
@@ -144,10 +163,28 @@ func URL(tb testing.TB) string {
 			shared.url = shared.cluster.URL
 		}
 	}
-	if shared.err != nil {
-		unavailable(tb, shared.err)
+	return shared.url, shared.err
+}
+
+// SharedURL is URL for code without a testing.TB, such as Examples: the
+// database of $QUEEN_TEST_DATABASE_URL, else the shared cluster of the test
+// binary, which only Main or Run stop: call it from TestMain or while they
+// run the tests. It returns an error where URL would skip or fail.
+func SharedURL() (string, error) {
+	if u := os.Getenv(EnvURL); u != "" {
+		return u, nil
 	}
-	return shared.url
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return sharedLocked()
+}
+
+// AtExit registers f to run when Run has run the tests, before it stops the
+// shared cluster: cleanup for Examples, which have no Cleanup of their own.
+func AtExit(f func()) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.atExit = append(shared.atExit, f)
 }
 
 func clusterOptions() pgcluster.Options {

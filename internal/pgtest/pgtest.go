@@ -10,8 +10,11 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +60,33 @@ func Run(m *testing.M) int {
 func URL(tb testing.TB) string {
 	tb.Helper()
 	return queentest.URL(tb)
+}
+
+// ExampleURL is URL for Examples, which have no testing.TB to skip or
+// fail: it returns the error instead; see queentest.SharedURL.
+func ExampleURL() (string, error) { return queentest.SharedURL() }
+
+// AtExit registers f to run when the tests are done, before Run stops the
+// shared cluster: cleanup for Examples; see queentest.AtExit.
+func AtExit(f func()) { queentest.AtExit(f) }
+
+// SkipExamplesWithoutDatabase makes the test binary skip its Examples when
+// no database can be had, as URL skips tests (Examples cannot skip
+// themselves); on CI they run and fail. Call it from TestMain after
+// flag.Parse. It starts the shared cluster if it has to look.
+func SkipExamplesWithoutDatabase() error {
+	_, err := queentest.SharedURL()
+	if err == nil || !(errors.Is(err, pgcluster.ErrNoBinaries) || errors.Is(err, pgcluster.ErrNoUser)) {
+		return nil
+	}
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		return nil
+	}
+	skip := "^Example"
+	if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+		skip = f.Value.String() + "|" + skip
+	}
+	return flag.Set("test.skip", skip)
 }
 
 // Schema returns a fresh schema name, dropped when the test ends; see

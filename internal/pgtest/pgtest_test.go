@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
@@ -17,6 +18,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := pgtest.Run(m)
+	if code == 0 && atExit.registered && (!atExit.ran || atExit.err != nil) {
+		fmt.Fprintf(os.Stderr, "AtExit: ran %v, database reachable from it: %v\n", atExit.ran, atExit.err)
+		code = 1
+	}
 	// After Run: the shared pool and cluster must be fully shut down.
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -112,4 +117,36 @@ func TestLogger(t *testing.T) {
 	log := pgtest.Logger(t)
 	log.Debug("debug is shown", "k", 1)
 	log.Info("info", "group", "x")
+}
+
+// atExit records what the function TestAtExit registers saw when Run ran it.
+var atExit struct {
+	registered, ran bool
+	err             error
+}
+
+// AtExit functions run after the tests, while the shared database is still
+// up (they clean up in it); TestMain checks what this one saw.
+func TestAtExit(t *testing.T) {
+	atExit.registered = true
+	pgtest.URL(t) // start the shared database, as an Example would
+	pgtest.AtExit(func() {
+		atExit.ran = true
+		url, err := pgtest.ExampleURL()
+		if err != nil {
+			atExit.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			atExit.err = err
+			return
+		}
+		atExit.err = conn.Close(ctx)
+	})
+	if atExit.ran {
+		t.Fatal("AtExit ran its function before the tests were done")
+	}
 }
