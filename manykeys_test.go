@@ -177,8 +177,13 @@ func TestFirstContactOnManyPartitionsIsBoundedPerPop(t *testing.T) {
 // partitions; the backlog is 20 times that).
 func TestCaughtUpGroupDoesNotReadAnotherGroupsBacklog(t *testing.T) {
 	const (
-		keys    = 5000
-		maxRows = 2000
+		keys = 5000
+		// Reading the stalled group's backlog touches every one of the
+		// keys. The first pop after the drain also clears stale ready-set
+		// entries, a window per pass: ~1,020 rows on a quiet machine and
+		// 2,020 seen once on a loaded one (a second pass), so the bound
+		// leaves room for that and none for the backlog.
+		maxRows = 3000
 	)
 	c := open(t, manual)
 	ctx := ctxT(t)
