@@ -38,6 +38,9 @@ var readmeImports = map[string]string{
 	"queen":   "github.com/e03140bc/queen",
 	"pgx":     "github.com/jackc/pgx/v5",
 	"uuid":    "github.com/gofrs/uuid/v5",
+	// Only in whole-file snippets, which import them themselves.
+	"testing":   "testing",
+	"queentest": "github.com/e03140bc/queen/queentest",
 }
 
 type readmeSnippet struct {
