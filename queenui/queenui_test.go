@@ -1,0 +1,301 @@
+package queenui_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/queentest"
+	"github.com/e03140bc/queen/queenui"
+)
+
+func TestMain(m *testing.M) { queentest.Main(m) }
+
+// Hostile names and payloads: each would run a script or break the markup
+// if shown unescaped.
+const (
+	evilQueue     = `<script>alert("queue")</script>`
+	evilPartition = `<img src=x onerror=alert(2)>`
+	evilPayload   = `<script>window.pwned=1</script>`
+	evilReason    = `<b onmouseover=alert(3)>bold</b>`
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func push(t *testing.T, q *queen.Queue, items ...queen.Item) {
+	t.Helper()
+	res, err := q.Push(ctxT(t), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Status != queen.Queued {
+			t.Fatalf("push %d: %s %v", i, r.Status, r.Err)
+		}
+	}
+}
+
+// deadLetters pushes n messages to partition and dead-letters them.
+func deadLetters(t *testing.T, q *queen.Queue, partition string, n int, payload, reason string) {
+	t.Helper()
+	ctx := ctxT(t)
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]queen.Item, n)
+	for i := range items {
+		items[i] = queen.Item{Partition: partition, Data: []byte(payload)}
+	}
+	push(t, q, items...)
+	for left := n; left > 0; {
+		msgs, err := q.Pop(ctx, queen.PopOptions{Partition: partition, Batch: left, Wait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.DeadLetter(ctx, errors.New(reason)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		left -= len(msgs)
+	}
+}
+
+type resp struct {
+	code   int
+	body   string
+	header http.Header
+}
+
+func do(t *testing.T, h http.Handler, method, target string, form url.Values, mod func(*http.Request)) resp {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	r := httptest.NewRequest(method, target, body)
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if mod != nil {
+		mod(r)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return resp{w.Code, w.Body.String(), w.Header()}
+}
+
+func queuePath(name string) string { return "/queue?name=" + url.QueryEscape(name) }
+
+// TestQueuePageEscapes: hostile queue, partition, payload and reason are
+// shown, escaped, and never as markup.
+func TestQueuePageEscapes(t *testing.T) {
+	c := queentest.Open(t)
+	deadLetters(t, c.Queue(evilQueue), evilPartition, 2, evilPayload, evilReason)
+	push(t, c.Queue(evilQueue), queen.Item{Partition: evilPartition, Data: []byte("live")})
+	h := queenui.New(c, queenui.Options{Actions: true})
+
+	res := do(t, h, "GET", queuePath(evilQueue), nil, nil)
+	if res.code != 200 {
+		t.Fatalf("status %d: %s", res.code, res.body)
+	}
+	for _, raw := range []string{evilQueue, evilPartition, evilPayload, evilReason, "<script>alert", "<img", "<b "} {
+		if strings.Contains(res.body, raw) {
+			t.Errorf("page holds %q unescaped", raw)
+		}
+	}
+	for _, esc := range []string{
+		`&lt;script&gt;alert(&#34;queue&#34;)&lt;/script&gt;`,
+		`&lt;img src=x onerror=alert(2)&gt;`,
+		`&lt;script&gt;window.pwned=1&lt;/script&gt;`,
+		`&lt;b onmouseover=alert(3)&gt;bold&lt;/b&gt;`,
+	} {
+		if !strings.Contains(res.body, esc) {
+			t.Errorf("page lacks escaped %q", esc)
+		}
+	}
+	// Two dead letters with a replay button each, and the partition's log.
+	if n := strings.Count(res.body, `class="replay"`); n != 2 {
+		t.Errorf("%d replay buttons, want 2", n)
+	}
+	if !regexp.MustCompile(`<td class="num"[^>]*>2</td>`).MatchString(res.body) {
+		t.Errorf("page does not show last offset 2")
+	}
+	if csp := res.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("Content-Security-Policy %q does not restrict scripts", csp)
+	}
+	// The hidden form fields carry the name escaped too (attribute context).
+	if !strings.Contains(res.body, `name="queue" value="&lt;script&gt;`) {
+		t.Errorf("form field does not carry the escaped queue name")
+	}
+}
+
+func TestQueuePageUnknownQueue(t *testing.T) {
+	c := queentest.Open(t)
+	h := queenui.New(c, queenui.Options{})
+	res := do(t, h, "GET", queuePath(evilQueue), nil, nil)
+	if res.code != http.StatusNotFound {
+		t.Fatalf("status %d, want 404", res.code)
+	}
+	if !strings.Contains(res.body, `There is no queue &#34;&lt;script&gt;alert(\&#34;queue\&#34;)&lt;/script&gt;&#34;`) {
+		t.Errorf("404 page does not name the queue escaped:\n%s", res.body)
+	}
+	if res := do(t, h, "GET", "/queue", nil, nil); res.code != http.StatusBadRequest {
+		t.Errorf("no name: status %d, want 400", res.code)
+	}
+	if res := do(t, h, "GET", "/nowhere", nil, nil); res.code != http.StatusNotFound {
+		t.Errorf("unknown page: status %d, want 404", res.code)
+	}
+}
+
+// TestReadOnly: no action is offered and every POST is refused, even with
+// a valid-looking form.
+func TestReadOnly(t *testing.T) {
+	c := queentest.Open(t)
+	q := c.Queue("orders")
+	deadLetters(t, q, "p", 1, "x", "bad")
+	h := queenui.New(c, queenui.Options{})
+	res := do(t, h, "GET", queuePath("orders"), nil, nil)
+	if res.code != 200 || strings.Contains(res.body, "<form") || !strings.Contains(res.body, "read-only") {
+		t.Fatalf("read-only page: status %d, has a form or lacks the read-only mark:\n%s", res.code, res.body)
+	}
+	if res.header.Get("Set-Cookie") != "" {
+		t.Errorf("read-only page sets a cookie: %q", res.header.Get("Set-Cookie"))
+	}
+	res = do(t, h, "POST", "/replay", url.Values{"queue": {"orders"}, "confirm": {"yes"}, "token": {"x"}}, nil)
+	if res.code != http.StatusForbidden || !strings.Contains(res.body, "read-only") {
+		t.Fatalf("POST to a read-only dashboard: status %d:\n%s", res.code, res.body)
+	}
+	dls, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters after refused POST: %d, %v", len(dls), err)
+	}
+}
+
+// session GETs a page of h and returns its CSRF cookie and form token.
+func session(t *testing.T, h http.Handler, target string) (*http.Cookie, string) {
+	t.Helper()
+	r := httptest.NewRequest("GET", target, nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	cookies := w.Result().Cookies()
+	if len(cookies) != 1 {
+		t.Fatalf("%d cookies, want 1", len(cookies))
+	}
+	ck := cookies[0]
+	if ck.SameSite != http.SameSiteStrictMode || !ck.HttpOnly {
+		t.Errorf("cookie %v: want SameSite=Strict and HttpOnly", ck)
+	}
+	m := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(w.Body.String())
+	if m == nil {
+		t.Fatalf("no token in the page:\n%s", w.Body.String())
+	}
+	return ck, m[1]
+}
+
+// TestCSRF: a POST goes through only with this handler's token for the
+// cookie it is sent with, from the same origin.
+func TestCSRF(t *testing.T) {
+	c := queentest.Open(t)
+	q := c.Queue("orders")
+	deadLetters(t, q, "p", 1, "x", "bad")
+	h := queenui.New(c, queenui.Options{Actions: true})
+	other := queenui.New(c, queenui.Options{Actions: true})
+	ck, token := session(t, h, queuePath("orders"))
+	_, otherToken := session(t, other, queuePath("orders"))
+	_, otherToken2 := session(t, h, queuePath("orders")) // a token for another cookie
+	form := func(tok string) url.Values {
+		return url.Values{"queue": {"orders"}, "confirm": {"yes"}, "token": {tok}}
+	}
+	withCookie := func(r *http.Request) { r.AddCookie(ck) }
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		mod  func(*http.Request)
+	}{
+		{"no token", url.Values{"queue": {"orders"}, "confirm": {"yes"}}, withCookie},
+		{"no cookie", form(token), nil},
+		{"another handler's token", form(otherToken), withCookie},
+		{"another cookie's token", form(otherToken2), withCookie},
+		{"cross-site fetch", form(token), func(r *http.Request) { withCookie(r); r.Header.Set("Sec-Fetch-Site", "cross-site") }},
+		{"foreign origin", form(token), func(r *http.Request) { withCookie(r); r.Header.Set("Origin", "https://evil.example") }},
+	} {
+		res := do(t, h, "POST", "/replay", tc.form, tc.mod)
+		if res.code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", tc.name, res.code)
+		}
+	}
+	dls, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters after refused POSTs: %d, %v", len(dls), err)
+	}
+	// The genuine form asks for confirmation first and changes nothing.
+	res := do(t, h, "POST", "/replay", url.Values{"queue": {"orders"}, "token": {token}}, func(r *http.Request) {
+		withCookie(r)
+		r.Header.Set("Origin", "http://example.com")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+	})
+	if res.code != 200 || !strings.Contains(res.body, `name="confirm" value="yes"`) || !strings.Contains(res.body, "1 dead letter of queue") {
+		t.Fatalf("unconfirmed replay: status %d:\n%s", res.code, res.body)
+	}
+	if dls, _ := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{}); len(dls) != 1 {
+		t.Fatalf("the confirmation step replayed something")
+	}
+}
+
+// TestPartialAndStatic: the refresh fetches only the live part; the assets
+// are served from the embedded files.
+func TestPartialAndStatic(t *testing.T) {
+	c := queentest.Open(t)
+	push(t, c.Queue("orders"), queen.Item{Partition: "p1", Data: []byte("x")})
+	h := queenui.New(c, queenui.Options{})
+	res := do(t, h, "GET", queuePath("orders"), nil, func(r *http.Request) { r.Header.Set("X-Queen-Partial", "1") })
+	if res.code != 200 || strings.Contains(res.body, "<html") || !strings.Contains(res.body, `<table id="partitions">`) {
+		t.Fatalf("partial: status %d:\n%s", res.code, res.body)
+	}
+	full := do(t, h, "GET", queuePath("orders"), nil, nil)
+	if !strings.Contains(full.body, `<div id="live">`) || !strings.Contains(full.body, `data-refresh="5000"`) {
+		t.Errorf("full page lacks the live part or the refresh interval:\n%s", full.body)
+	}
+	for path, ctype := range map[string]string{"/static/app.js": "javascript", "/static/app.css": "text/css"} {
+		res := do(t, h, "GET", path, nil, nil)
+		if res.code != 200 || !strings.Contains(res.header.Get("Content-Type"), ctype) {
+			t.Errorf("%s: status %d, type %q", path, res.code, res.header.Get("Content-Type"))
+		}
+	}
+	if res := do(t, h, "PUT", "/", nil, nil); res.code != http.StatusMethodNotAllowed {
+		t.Errorf("PUT: status %d, want 405", res.code)
+	}
+}
+
+func TestPreview(t *testing.T) {
+	for _, tc := range []struct {
+		in     []byte
+		max    int
+		want   string
+		binary bool
+	}{
+		{[]byte("hello"), 10, "hello", false},
+		{[]byte("héllo"), 2, "h…", false}, // never cuts inside a character
+		{[]byte{0xff, 0x00, 0x01}, 10, "ff0001", true},
+		{[]byte{0xff, 0x00, 0x01, 0x02}, 4, "ff00…", true},
+		{nil, 10, "", false},
+	} {
+		got, bin := queenui.Preview(tc.in, tc.max)
+		if got != tc.want || bin != tc.binary {
+			t.Errorf("Preview(%q, %d) = %q, %v; want %q, %v", tc.in, tc.max, got, bin, tc.want, tc.binary)
+		}
+	}
+}
