@@ -146,3 +146,53 @@ func benchAckPerMessage(b *testing.B, batch int) {
 	b.ReportMetric(float64(after.Pops-before.Pops)/float64(max(after.Claims-before.Claims, 1)), "pops/claim")
 	b.ReportMetric(float64(after.Acks-before.Acks)/float64(max(after.AckCommits-before.AckCommits, 1)), "acks/commit")
 }
+
+// One pop at a time of one message with AutoAck, from a backlog on one
+// partition: the claim's fixed cost, where a check on the claim path (the
+// pause probe) would show.
+func BenchmarkPopOneAutoAck(b *testing.B) {
+	q := open(b).Queue("pop")
+	ctx := context.Background()
+	items := make([]queen.Item, 1000)
+	for i := range items {
+		items[i] = queen.Item{Partition: "p", Data: benchPayload}
+	}
+	for range b.N/len(items) + 1 {
+		if _, err := q.Push(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	o := queen.PopOptions{Partition: "p", AutoAck: true}
+	b.ResetTimer()
+	for range b.N {
+		msgs, err := q.Pop(ctx, o)
+		if err != nil || len(msgs) != 1 {
+			b.Fatalf("pop: %d, %v", len(msgs), err)
+		}
+	}
+	reportRate(b, b.N)
+}
+
+// An empty pop (nothing ready) of a queue with 100 drained partitions: a
+// consumer's idle claim.
+func BenchmarkPopEmpty(b *testing.B) {
+	q := open(b).Queue("empty")
+	ctx := context.Background()
+	items := make([]queen.Item, 100)
+	for i := range items {
+		items[i] = queen.Item{Partition: fmt.Sprint("p", i), Data: benchPayload}
+	}
+	if _, err := q.Push(ctx, items); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := q.Pop(ctx, queen.PopOptions{AutoAck: true, Batch: 1000, Partitions: 100}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if msgs, err := q.Pop(ctx, queen.PopOptions{}); err != nil || len(msgs) != 0 {
+			b.Fatalf("pop: %d, %v", len(msgs), err)
+		}
+	}
+	reportRate(b, b.N)
+}

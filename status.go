@@ -47,6 +47,8 @@ type GroupStatus struct {
 	// as 0), read when Status runs.
 	KeysInFlight int
 	KeysPaused   int
+	// Paused reports the group paused on the queue (Queue.Pause).
+	Paused bool
 }
 
 // Status reports the queue's partitions with each group's committed offset,
@@ -78,9 +80,10 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			settled  *int32
 			headAt   *time.Time
 			now      time.Time
+			paused   bool
 		)
 		if err := rows.Scan(&p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &group, &comm, &batchEnd, &owner,
-			&expires, &attempts, &headAt, &now, &settled); err != nil {
+			&expires, &attempts, &headAt, &now, &settled, &paused); err != nil {
 			return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 		}
 		n := len(st.Partitions)
@@ -91,7 +94,7 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 		if group == nil {
 			continue
 		}
-		g := GroupStatus{Group: *group, Committed: *comm, Failures: int(*attempts)}
+		g := GroupStatus{Group: *group, Committed: *comm, Failures: int(*attempts), Paused: paused}
 		if settled != nil {
 			g.Settled = int(*settled)
 		}

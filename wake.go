@@ -74,9 +74,20 @@ func newWakeHub(e *engine) *wakeHub {
 // trip, and it wakes the notifier only when the queue is the first of a
 // tick: an isolated push hands off to no other goroutine.
 func (h *wakeHub) pushed(k fusion.Key) {
-	qk := queueKey{k.Tenant, k.Queue}
+	h.record(queueKey{k.Tenant, k.Queue}, k.Partition, true)
+}
+
+// woken wakes the queue's consumers, here and (by the next NOTIFY) in
+// other processes, without partition hints: something other than a push
+// made it claimable (Resume, a requeue). Called after that committed.
+func (h *wakeHub) woken(tenant uuid.UUID, queue string) {
+	h.record(queueKey{tenant, queue}, "", false)
+}
+
+// record wakes the local waiters of qk and queues it for the next NOTIFY.
+func (h *wakeHub) record(qk queueKey, partition string, hint bool) {
 	h.mu.Lock()
-	h.wakeLocked(qk, k.Partition, true)
+	h.wakeLocked(qk, partition, hint)
 	first := len(h.toSend) == 0
 	h.toSend[qk] = struct{}{}
 	h.mu.Unlock()

@@ -40,8 +40,8 @@ type Consume struct {
 	// $4 milliseconds from now. No row means the lease is lost.
 	Extend string
 	// Status lists every partition of ($1 tenant, $2 queue) with each
-	// group's cursor and lease; a partition without groups has NULL group
-	// columns.
+	// group's cursor and lease and whether the group is paused; a partition
+	// without groups has NULL group columns.
 	Status string
 	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
 	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
@@ -53,6 +53,24 @@ type Consume struct {
 	// partition name (byte order) then offset, until $5 messages are
 	// covered.
 	Peek string
+	// Pause pauses ($1 tenant, $2 queue, $3 group), creating the queue if
+	// missing; Resume deletes the pause and returns a row if there was one.
+	Pause  string
+	Resume string
+	// RequeueCandidates pages dead letters like DeadLetters ($1..$8) for a
+	// requeue: id, transaction id, and, only when ($9) the queue is
+	// encrypted and the dead letter is not, what sealing it needs.
+	RequeueCandidates string
+	// QueueIDEnc reads ($1 tenant, $2 name)'s id and encryption flag.
+	QueueIDEnc string
+	// Requeue requeues dead letters: $1 queue id, $2 ids, $3 hashes, $4
+	// replacement payloads, $5 replacement flags; see
+	// requeue_dead_letters() in migration 003.
+	Requeue string
+	// Queues lists every queue of tenant $1 with its options, partition
+	// count, depth and oldest unconsumed message, one row per group (NULL
+	// group columns for a queue without groups), ordered by queue and group.
+	Queues string
 }
 
 // NewConsume renders the consumption statements for schema, which must
@@ -85,7 +103,8 @@ RETURNING lease_expires_at`)
     (SELECT s.created_at FROM {{s}}.segments s
      WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
      ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
-    now(), cardinality(c.settled)
+    now(), cardinality(c.settled),
+    EXISTS (SELECT 1 FROM {{s}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
 FROM {{s}}.queues q
 JOIN {{s}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{s}}.subscriptions sub ON sub.queue_id = q.id
@@ -131,5 +150,79 @@ JOIN {{s}}.partitions p ON p.id = w.pid
 JOIN {{s}}.segments s ON s.partition_id = w.pid AND s.base_offset = w.base_offset
 WHERE w.before < $5
 ORDER BY w.name COLLATE "C", w.base_offset`)
+	c.Pause = r.Replace(`SELECT {{s}}.pause_group($1::uuid, $2::text, $3::text)`)
+	c.Resume = r.Replace(`DELETE FROM {{s}}.paused_groups pg USING {{s}}.queues q
+WHERE q.tenant = $1 AND q.name = $2 AND pg.queue_id = q.id AND pg.group_name = $3
+RETURNING 1`)
+	c.QueueIDEnc = r.Replace(`SELECT id, encryption FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
+	c.RequeueCandidates = r.Replace(`SELECT d.id, d.transaction_id, (d.flags & 1) = 0 AND $9::bool,
+    CASE WHEN (d.flags & 1) = 0 AND $9::bool THEN d.payload END, d.partition_name, d.message_id,
+    coalesce(d.message_key, ''), d.message_headers, d.flags
+FROM {{s}}.dead_letters d
+JOIN {{s}}.queues q ON q.id = d.queue_id
+WHERE q.tenant = $1 AND q.name = $2
+  AND ($3::text[] IS NULL OR d.group_name = ANY ($3::text[]))
+  AND ($4::text IS NULL OR d.partition_name = $4::text)
+  AND ($5::timestamptz IS NULL OR d.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR d.created_at < $6::timestamptz)
+  AND d.id > $7
+ORDER BY d.id
+LIMIT $8`)
+	c.Requeue = r.Replace(`SELECT part_name, requeued
+FROM {{s}}.requeue_dead_letters($1::int8, $2::int8[], $3::bytea[], $4::bytea[], $5::int4[])`)
+	// Per (partition, group) as Status counts it, then per group (lag
+	// summed, the oldest unconsumed message) and per queue (per partition
+	// the group furthest behind, summed; with no group, every retained
+	// message).
+	c.Queues = r.Replace(`WITH q AS (
+    SELECT * FROM {{s}}.queues WHERE tenant = $1
+), pg AS (
+    SELECT p.queue_id, p.id AS pid, sub.group_name, greatest(p.last_offset - k.committed, 0) AS lag,
+        CASE WHEN p.last_offset > k.committed THEN
+            (SELECT s.created_at FROM {{s}}.segments s
+             WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
+             ORDER BY s.base_offset DESC LIMIT 1) END AS head
+    FROM q
+    JOIN {{s}}.partitions p ON p.queue_id = q.id
+    JOIN {{s}}.subscriptions sub ON sub.queue_id = q.id
+    LEFT JOIN {{s}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{s}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
+                                                                       sub.created_at, sub.from_time)) AS committed) k
+), g AS (
+    SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
+    FROM {{s}}.subscriptions sub
+    JOIN q ON q.id = sub.queue_id
+    LEFT JOIN pg x ON x.queue_id = sub.queue_id AND x.group_name = sub.group_name
+    GROUP BY sub.queue_id, sub.group_name
+    UNION ALL
+    SELECT pz.queue_id, pz.group_name, 0, NULL
+    FROM {{s}}.paused_groups pz JOIN q ON q.id = pz.queue_id
+    WHERE NOT EXISTS (SELECT 1 FROM {{s}}.subscriptions sub
+                      WHERE sub.queue_id = pz.queue_id AND sub.group_name = pz.group_name)
+), pd AS (
+    SELECT y.queue_id, sum(y.lag)::bigint AS depth, min(y.head) AS oldest
+    FROM (SELECT x.queue_id, x.pid, max(x.lag) AS lag, min(x.head) AS head FROM pg x GROUP BY x.queue_id, x.pid) y
+    GROUP BY y.queue_id
+), pc AS (
+    SELECT p.queue_id, count(*) AS n, sum(greatest(p.last_offset - p.log_start + 1, 0))::bigint AS retained,
+        min(fs.created_at) AS oldest
+    FROM q JOIN {{s}}.partitions p ON p.queue_id = q.id
+    LEFT JOIN LATERAL (SELECT s.created_at FROM {{s}}.segments s WHERE s.partition_id = p.id
+                       ORDER BY s.base_offset LIMIT 1) fs ON true
+    GROUP BY p.queue_id
+)
+SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_window_ms, q.encryption,
+    q.delayed_processing_ms, q.window_buffer_ms, q.retention_ms, q.completed_retention_ms, q.failure_policy, q.lanes,
+    coalesce(pc.n, 0)::bigint,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.depth ELSE coalesce(pc.retained, 0) END,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.oldest ELSE pc.oldest END,
+    g.group_name, g.lag, g.head,
+    EXISTS (SELECT 1 FROM {{s}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
+    now()
+FROM q
+LEFT JOIN pc ON pc.queue_id = q.id
+LEFT JOIN pd ON pd.queue_id = q.id
+LEFT JOIN g ON g.queue_id = q.id
+ORDER BY q.name, g.group_name`)
 	return c
 }
