@@ -467,7 +467,10 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	http.Redirect(w, r, "queue?name="+urlQuery(name)+"&replayed="+strconv.Itoa(total), http.StatusSeeOther)
+	// Relative, as every link here: http.Redirect would make it absolute
+	// from the path the handler sees, losing the prefix it is mounted at.
+	w.Header().Set("Location", "queue?name="+urlQuery(name)+"&replayed="+strconv.Itoa(total))
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // deadLetter finds dead letter id of q, nil if it is not there.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,14 @@ func TestPartialAndStatic(t *testing.T) {
 			t.Errorf("%s: status %d, type %q", path, res.code, res.header.Get("Content-Type"))
 		}
 	}
+	// Mounted under a prefix: the page's relative links reach the assets.
+	mounted := http.StripPrefix("/queen", h)
+	if res := do(t, mounted, "GET", "/queen/", nil, nil); res.code != 200 || !strings.Contains(res.body, `src="static/app.js"`) {
+		t.Errorf("mounted page: status %d", res.code)
+	}
+	if res := do(t, mounted, "GET", "/queen/static/app.js", nil, nil); res.code != 200 {
+		t.Errorf("mounted asset: status %d", res.code)
+	}
 	if res := do(t, h, "PUT", "/", nil, nil); res.code != http.StatusMethodNotAllowed {
 		t.Errorf("PUT: status %d, want 405", res.code)
 	}
@@ -296,6 +305,149 @@ func TestPreview(t *testing.T) {
 		got, bin := queenui.Preview(tc.in, tc.max)
 		if got != tc.want || bin != tc.binary {
 			t.Errorf("Preview(%q, %d) = %q, %v; want %q, %v", tc.in, tc.max, got, bin, tc.want, tc.binary)
+		}
+	}
+}
+
+// TestOverview: queues with partitions, depth and groups (a paused one
+// marked), names escaped, and the maintenance flag.
+func TestOverview(t *testing.T) {
+	c := queentest.Open(t)
+	ctx := ctxT(t)
+	push(t, c.Queue(evilQueue), queen.Item{Partition: "a", Data: []byte("1")}, queen.Item{Partition: "b", Data: []byte("2")},
+		queen.Item{Partition: "b", Data: []byte("3")})
+	push(t, c.Queue("orders"), queen.Item{Partition: "p", Data: []byte("x")})
+	if err := c.Queue("orders").Pause(ctx, "billing"); err != nil {
+		t.Fatal(err)
+	}
+	h := queenui.New(c, queenui.Options{})
+	res := do(t, h, "GET", "/", nil, nil)
+	if res.code != 200 {
+		t.Fatalf("status %d: %s", res.code, res.body)
+	}
+	if strings.Contains(res.body, evilQueue) || !strings.Contains(res.body, `&lt;script&gt;alert(&#34;queue&#34;)&lt;/script&gt;</a>`) {
+		t.Errorf("queue name not shown escaped")
+	}
+	// The link's query is URL-escaped.
+	if !strings.Contains(res.body, `href="queue?name=%3cscript%3ealert%28%22queue%22%29%3c%2fscript%3e"`) {
+		t.Errorf("queue link not URL-escaped:\n%s", res.body)
+	}
+	rows := regexp.MustCompile(`(?s)<tr>\s*<td class="name">.*?</tr>`).FindAllString(res.body, -1)
+	if len(rows) != 2 {
+		t.Fatalf("%d queue rows, want 2:\n%s", len(rows), res.body)
+	}
+	cells := regexp.MustCompile(`<td class="num">([^<]*)</td>`)
+	got := func(row string) []string {
+		var out []string
+		for _, m := range cells.FindAllStringSubmatch(row, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	// Sorted by name: "<script>..." before "orders". Partitions, depth,
+	// throughput (not known on the first look).
+	if g := got(rows[0]); strings.Join(g, ",") != "2,3,–" {
+		t.Errorf("first row numbers %v, want 2,3,–", g)
+	}
+	if g := got(rows[1]); strings.Join(g, ",") != "1,1,–" {
+		t.Errorf("second row numbers %v, want 1,1,–", g)
+	}
+	if !strings.Contains(rows[1], "billing: 0 (paused)") {
+		t.Errorf("paused group not shown: %s", rows[1])
+	}
+	if !strings.Contains(res.body, "Maintenance mode: <strong>off") {
+		t.Errorf("maintenance off not shown")
+	}
+	if err := c.SetMaintenance(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.SetMaintenance(context.Background(), false) })
+	if res := do(t, h, "GET", "/", nil, nil); !strings.Contains(res.body, "Maintenance mode: <strong>on") {
+		t.Errorf("maintenance on not shown")
+	}
+}
+
+func TestOverviewEmpty(t *testing.T) {
+	c := queentest.Open(t)
+	res := do(t, queenui.New(c, queenui.Options{}), "GET", "/", nil, nil)
+	if res.code != 200 || !strings.Contains(res.body, "No queues yet") {
+		t.Fatalf("status %d:\n%s", res.code, res.body)
+	}
+}
+
+// post sends a same-origin form with h's token and cookie.
+func post(t *testing.T, h http.Handler, ck *http.Cookie, form url.Values) resp {
+	t.Helper()
+	return do(t, h, "POST", "/replay", form, func(r *http.Request) {
+		r.AddCookie(ck)
+		r.Header.Set("Origin", "http://example.com")
+	})
+}
+
+// TestReplay: one dead letter by its button, after the confirmation; a
+// second submission of the same form finds it gone; then all the rest.
+func TestReplay(t *testing.T) {
+	c := queentest.Open(t)
+	q := c.Queue("orders")
+	deadLetters(t, q, "p", 3, "payload", "bad")
+	ctx := ctxT(t)
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters: %d, %v", len(dls), err)
+	}
+	h := queenui.New(c, queenui.Options{Actions: true})
+	ck, token := session(t, h, queuePath("orders"))
+	id := strconv.FormatInt(dls[1].ID, 10)
+
+	res := post(t, h, ck, url.Values{"queue": {"orders"}, "id": {id}, "token": {token}})
+	if res.code != 200 || !strings.Contains(res.body, "Dead letter "+id+" of queue") || !strings.Contains(res.body, "payload") {
+		t.Fatalf("confirmation: status %d:\n%s", res.code, res.body)
+	}
+	confirm := url.Values{"queue": {"orders"}, "id": {id}, "token": {token}, "confirm": {"yes"}}
+	res = post(t, h, ck, confirm)
+	if res.code != http.StatusSeeOther || res.header.Get("Location") != "queue?name=orders&replayed=1" {
+		t.Fatalf("replay: status %d, location %q:\n%s", res.code, res.header.Get("Location"), res.body)
+	}
+	left, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(left) != 2 || left[0].ID != dls[0].ID || left[1].ID != dls[2].ID {
+		t.Fatalf("dead letters after replaying %s: %+v, %v", id, left, err)
+	}
+	// The message is back at the tail: offset 3 of partition p.
+	msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: "p", From: 3})
+	if err != nil || len(msgs) != 1 || msgs[0].ID != dls[1].MessageID {
+		t.Fatalf("tail after replay: %v, %v", msgs, err)
+	}
+	// Submitted again (a double click): gone, and nothing else replayed.
+	res = post(t, h, ck, confirm)
+	if res.code != http.StatusNotFound || !strings.Contains(res.body, "already replayed") {
+		t.Fatalf("second replay: status %d:\n%s", res.code, res.body)
+	}
+	if left, _ := q.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left) != 2 {
+		t.Fatalf("second replay changed the dead letters: %d left", len(left))
+	}
+	res = do(t, h, "GET", "/queue?name=orders&replayed=1", nil, nil)
+	if !strings.Contains(res.body, "Replayed 1 dead letter.") {
+		t.Errorf("no notice after the replay")
+	}
+
+	// All: confirmation counts them, then both go.
+	res = post(t, h, ck, url.Values{"queue": {"orders"}, "token": {token}})
+	if res.code != 200 || !strings.Contains(res.body, "2 dead letters of queue") {
+		t.Fatalf("confirmation of all: status %d:\n%s", res.code, res.body)
+	}
+	res = post(t, h, ck, url.Values{"queue": {"orders"}, "token": {token}, "confirm": {"yes"}})
+	if res.code != http.StatusSeeOther || res.header.Get("Location") != "queue?name=orders&replayed=2" {
+		t.Fatalf("replay all: status %d, location %q", res.code, res.header.Get("Location"))
+	}
+	if left, _ := q.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left) != 0 {
+		t.Fatalf("%d dead letters left after replaying all", len(left))
+	}
+	for _, bad := range []url.Values{
+		{"queue": {"orders"}, "id": {"-1"}, "token": {token}},
+		{"queue": {""}, "token": {token}},
+	} {
+		if res := post(t, h, ck, bad); res.code != http.StatusBadRequest {
+			t.Errorf("form %v: status %d, want 400", bad, res.code)
 		}
 	}
 }
