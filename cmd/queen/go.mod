@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/e03140bc/queen => ../..
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/e03140bc/queen v0.0.0-00010101000000-000000000000
 	github.com/gofrs/uuid/v5 v5.5.1
 	github.com/jackc/pgx/v5 v5.13.0
@@ -12,6 +13,8 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
