@@ -417,3 +417,77 @@ func httpGet(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// TestDLQFilters: list pages with --after; replay honours --partition,
+// --group, --since, --until and --limit, and --dry-run changes nothing.
+func TestDLQFilters(t *testing.T) {
+	c := queentest.Open(t)
+	ctx := ctxT(t)
+	q := c.Queue("jobs")
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	// a: 2 dead letters of queue mode, 1 of group g1; b: 1 of queue mode.
+	push(t, q, queen.Item{Partition: "a", Data: []byte("a0")}, queen.Item{Partition: "a", Data: []byte("a1")})
+	push(t, q, queen.Item{Partition: "b", Data: []byte("b0")})
+	kill := func(o queen.PopOptions) {
+		for _, m := range pop(t, q, o) {
+			if err := m.DeadLetter(ctx, errors.New("no")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	kill(queen.PopOptions{Partition: "a", Batch: 1})
+	kill(queen.PopOptions{Partition: "a", Batch: 1})
+	kill(queen.PopOptions{Partition: "a", Batch: 1, Group: "g1"})
+	kill(queen.PopOptions{Partition: "b", Batch: 1})
+	db := []string{"--database-url", queentest.URL(t), "--schema", c.Schema()}
+	cli := func(args ...string) result { return runCLI(ctx, append(args, db...)...) }
+	count := func() int {
+		dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(dls)
+	}
+
+	r := cli("dlq", "list", "jobs", "--limit", "1")
+	if r.code != exitOK || strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stderr, "add --after 1 for the next page") {
+		t.Errorf("list --limit 1: %+v", r)
+	}
+	if r := cli("dlq", "list", "jobs", "--after", "3"); r.code != exitOK || strings.Count(r.stdout, "\n") != 2 || r.stderr != "" {
+		t.Errorf("list --after 3: %+v", r)
+	}
+	if r := cli("dlq", "list", "jobs", "--group", "g1", "--group", ""); r.code != exitOK || strings.Count(r.stdout, "\n") != 5 {
+		t.Errorf("list with both groups: %+v", r)
+	}
+	if r := cli("dlq", "replay", "jobs", "--partition", "a", "--dry-run"); r.code != exitOK ||
+		!strings.HasPrefix(r.stdout, "would replay 3 dead letters") || count() != 4 {
+		t.Errorf("dry run: %+v, %d left", r, count())
+	}
+	if r := cli("dlq", "replay", "jobs", "--until", "1h"); r.code != exitOK || !strings.HasPrefix(r.stdout, "nothing to replay") || count() != 4 {
+		t.Errorf("--until 1h ago: %+v, %d left", r, count())
+	}
+	if r := cli("dlq", "replay", "jobs", "--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); r.code != exitOK ||
+		!strings.HasPrefix(r.stdout, "nothing to replay") {
+		t.Errorf("--since in an hour: %+v", r)
+	}
+	if r := cli("dlq", "replay", "jobs", "--group", "g1", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"replayed": 1`) || count() != 3 {
+		t.Errorf("replay g1: %+v, %d left", r, count())
+	}
+	if r := cli("dlq", "replay", "jobs", "--partition", "a", "--limit", "1", "--since", "1h"); r.code != exitOK ||
+		!strings.HasPrefix(r.stdout, "replayed 1 message") || count() != 2 {
+		t.Errorf("replay a --limit 1: %+v, %d left", r, count())
+	}
+	if r := cli("dlq", "replay", "jobs"); r.code != exitOK || !strings.HasPrefix(r.stdout, "replayed 2 messages") || count() != 0 {
+		t.Errorf("replay the rest: %+v, %d left", r, count())
+	}
+	for _, bad := range [][]string{
+		{"dlq", "replay", "jobs", "--after", "1"}, {"dlq", "list", "jobs", "--dry-run"}, {"dlq", "list", "jobs", "--limit", "10001"},
+		{"dlq", "purge", "jobs"}, {"dlq"}, {"dlq", "list", "jobs", "--partition", "bad\x00"}, {"dlq", "list", "jobs", "--until", "-1h"},
+	} {
+		if r := cli(bad...); r.code != exitUsage {
+			t.Errorf("%q: exit %d, want 2: %s", bad, r.code, r.stderr)
+		}
+	}
+}
