@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,6 +290,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 type queuePage struct {
 	base
 	Queue       string
+	Groups      []groupRow // summed over every partition
 	Partitions  []partitionRow
 	More        int // partitions not shown
 	DeadLetters []deadLetterRow
@@ -345,6 +347,7 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("replayed")); err == nil && n >= 0 {
 		p.Replayed = n
 	}
+	p.Groups = summarize(st)
 	parts := st.Partitions
 	if len(parts) > h.opts.Partitions {
 		p.More = len(parts) - h.opts.Partitions
@@ -369,6 +372,29 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		p.DeadLetters = append(p.DeadLetters, row)
 	}
 	h.page(w, r, http.StatusOK, "queue", p)
+}
+
+// summarize sums each group's lag over the partitions, keeping the
+// oldest lag age; groups by name.
+func summarize(st queen.QueueStatus) []groupRow {
+	idx := map[string]int{}
+	var out []groupRow
+	for _, p := range st.Partitions {
+		for _, g := range p.Groups {
+			i, ok := idx[g.Group]
+			if !ok {
+				i = len(out)
+				idx[g.Group] = i
+				out = append(out, groupRow{Name: g.Group})
+			}
+			r := &out[i]
+			r.Lag += g.Lag
+			r.LagAge = max(r.LagAge, g.LagAge)
+			r.Paused = r.Paused || g.Paused
+		}
+	}
+	slices.SortFunc(out, func(a, b groupRow) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Preview renders at most max bytes of a payload for display: the text

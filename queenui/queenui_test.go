@@ -451,3 +451,41 @@ func TestReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuePageGroups: the groups summed over the partitions, a paused one
+// marked.
+func TestQueuePageGroups(t *testing.T) {
+	c := queentest.Open(t)
+	ctx := ctxT(t)
+	q := c.Queue("orders")
+	push(t, q, queen.Item{Partition: "a", Data: []byte("1")}, queen.Item{Partition: "a", Data: []byte("2")},
+		queen.Item{Partition: "b", Data: []byte("3")})
+	for _, p := range []string{"a", "b"} {
+		for _, g := range []string{"", "billing"} {
+			msgs, err := q.Pop(ctx, queen.PopOptions{Partition: p, Group: g, Batch: 1, Wait: 5 * time.Second})
+			if err != nil || len(msgs) != 1 {
+				t.Fatalf("pop %s/%s: %d, %v", p, g, len(msgs), err)
+			}
+			if g == "billing" {
+				if err := msgs[0].Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := q.Pause(ctx, "billing"); err != nil {
+		t.Fatal(err)
+	}
+	res := do(t, queenui.New(c, queenui.Options{}), "GET", queuePath("orders"), nil, nil)
+	m := regexp.MustCompile(`(?s)<table id="groups">.*?</table>`).FindString(res.body)
+	rows := regexp.MustCompile(`<tr><td class="name">([^<]*)</td><td class="num">(\d+)</td><td>[^<]*</td><td>(?:<span class="paused">)?(\w+)`).FindAllStringSubmatch(m, -1)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r[1]+"="+r[2]+" "+r[3])
+	}
+	// Queue mode holds leases on a/0 and b/0 (nothing acked): lag 3;
+	// billing acked a/0 and b/0: lag 1.
+	if want := "(queue mode)=3 running,billing=1 paused"; strings.Join(got, ",") != want {
+		t.Errorf("groups %q, want %q:\n%s", strings.Join(got, ","), want, m)
+	}
+}
