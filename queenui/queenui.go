@@ -471,12 +471,12 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 			row.Preview, row.Binary = Preview(one.Data, 200)
 			p.Letter, p.Count = &row, 1
 		} else {
-			dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{Limit: 10_000})
+			n, err := h.countDeadLetters(ctx, name, countMax+1)
 			if err != nil {
 				h.fail(w, r, "count dead letters", err)
 				return
 			}
-			p.Count, p.More = len(dls), len(dls) == 10_000
+			p.Count, p.More = min(n, countMax), n > countMax
 		}
 		h.page(w, r, http.StatusOK, "confirm", p)
 		return
@@ -513,6 +513,20 @@ func (h *handler) deadLetter(ctx context.Context, q *queen.Queue, id int64) (*qu
 func exactly(d *queen.DeadLetter) queen.DeadLetterQuery {
 	return queen.DeadLetterQuery{Groups: []string{d.Group}, Partition: d.Partition, Since: d.DeadAt,
 		Until: d.DeadAt.Add(time.Microsecond), After: d.ID - 1, Limit: 1}
+}
+
+// countMax bounds the count the confirmation of "replay all" shows.
+const countMax = 100_000
+
+// countDeadLetters counts the queue's dead letters, up to limit, without
+// reading their payloads as DeadLetters would.
+func (h *handler) countDeadLetters(ctx context.Context, queue string, limit int) (int, error) {
+	s := h.c.Schema()
+	var n int
+	err := h.c.Pool().QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+pgx.Identifier{s, "dead_letters"}.Sanitize()+
+		" d JOIN "+pgx.Identifier{s, "queues"}.Sanitize()+" q ON q.id = d.queue_id WHERE q.tenant = $1 AND q.name = $2 LIMIT $3) x",
+		h.c.Tenant(), queue, limit).Scan(&n)
+	return n, err
 }
 
 // queueExists reads the queue's row: Status cannot tell a queue with no

@@ -127,11 +127,13 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		return exitOK
 	}
 	if e.o.dryRun {
+		// Page by page: dead letters carry whole payloads.
 		var all []queen.DeadLetter
+		seen := 0
 		for {
 			page := 1000
 			if e.o.limit > 0 {
-				page = min(page, e.o.limit-len(all))
+				page = min(page, e.o.limit-seen)
 			}
 			if page == 0 {
 				break
@@ -141,7 +143,14 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 			if err != nil {
 				return e.fail(err)
 			}
-			all = append(all, dls...)
+			if e.o.json {
+				all = append(all, dls...)
+			} else if len(dls) > 0 {
+				if code := e.printDeadLetters(name, dls); code != exitOK {
+					return code
+				}
+			}
+			seen += len(dls)
 			if len(dls) < page {
 				break
 			}
@@ -150,12 +159,12 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		if e.o.json {
 			return e.printDeadLetters(name, all)
 		}
-		if len(all) == 0 {
+		if seen == 0 {
 			fmt.Fprintf(e.stdout, "nothing to replay: no dead letters of queue %q match\n", name)
 			return exitOK
 		}
-		fmt.Fprintf(e.stdout, "would replay %d dead letter%s of queue %q (dry run, nothing changed):\n", len(all), plural(len(all)), name)
-		return e.printDeadLetters(name, all)
+		fmt.Fprintf(e.stdout, "would replay the %d dead letter%s of queue %q listed above (dry run, nothing changed)\n", seen, plural(seen), name)
+		return exitOK
 	}
 	total := 0
 	for e.o.limit == 0 || total < e.o.limit {

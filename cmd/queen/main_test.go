@@ -462,7 +462,7 @@ func TestDLQFilters(t *testing.T) {
 		t.Errorf("list with both groups: %+v", r)
 	}
 	if r := cli("dlq", "replay", "jobs", "--partition", "a", "--dry-run"); r.code != exitOK ||
-		!strings.HasPrefix(r.stdout, "would replay 3 dead letters") || count() != 4 {
+		!strings.HasSuffix(r.stdout, "would replay the 3 dead letters of queue \"jobs\" listed above (dry run, nothing changed)\n") || count() != 4 {
 		t.Errorf("dry run: %+v, %d left", r, count())
 	}
 	if r := cli("dlq", "replay", "jobs", "--until", "1h"); r.code != exitOK || !strings.HasPrefix(r.stdout, "nothing to replay") || count() != 4 {
