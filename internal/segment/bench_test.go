@@ -124,3 +124,29 @@ func BenchmarkDecompress(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*benchMsgs)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkSegmentSizes compresses segments of 10 to 1000 messages with
+// and without entropy coding of literals (what Compress picks below and
+// above SmallBlock), reporting the cost per message and the ratio.
+func BenchmarkSegmentSizes(b *testing.B) {
+	for _, n := range []int{10, 50, 200, 1000} {
+		var raw []byte
+		for _, p := range payloads(n) {
+			id := uuid.Must(uuid.NewV7())
+			raw = frame.Append(raw, &frame.Frame{ID: id, TransactionID: id.String(), Payload: p})
+		}
+		for _, c := range []struct {
+			name string
+			pool *pool[*zstd.Encoder]
+		}{{"entropy", encoders}, {"no-entropy", smallEncoders}} {
+			b.Run(fmt.Sprintf("%d-msgs/%s", n, c.name), func(b *testing.B) {
+				var blob []byte
+				for b.Loop() {
+					blob = compress(c.pool, blob[:0], raw)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+				b.ReportMetric(float64(len(blob))/float64(len(raw)), "size/raw")
+			})
+		}
+	}
+}

@@ -48,6 +48,8 @@ func TestRoundTrip(t *testing.T) {
 		{"just below threshold", bytes.Repeat([]byte("a"), MinCompress-1), CodecRaw},
 		{"at threshold", bytes.Repeat([]byte("a"), MinCompress), CodecZstd},
 		{"json 4 KiB", jsonish(1, 4<<10), CodecZstd},
+		{"json just below SmallBlock", jsonish(5, SmallBlock-1), CodecZstd},
+		{"json at SmallBlock", jsonish(6, SmallBlock), CodecZstd},
 		{"json 1 MiB", jsonish(2, 1<<20), CodecZstd},
 		{"json 3 MiB", jsonish(3, 3<<20), CodecZstd},
 		{"random 4 KiB", randomBytes(4, 4<<10), CodecRaw},
