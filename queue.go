@@ -39,9 +39,11 @@ type QueueOptions struct {
 	// is stored in whole milliseconds: under 1ms is an error. Defaults to 5
 	// minutes.
 	LeaseTime time.Duration
-	// RetryLimit is how many explicit failures a message gets before it is
-	// dead-lettered (or dropped). Defaults to 3; negative means none (the
-	// first failure is final).
+	// RetryLimit is how many explicit failures a message may have: its
+	// RetryLimit-th failure dead-letters it (or drops it), so with 3 it is
+	// handled at most three times before that (expired leases are not
+	// failures). Defaults to 3; negative means none (the first failure is
+	// final).
 	RetryLimit int
 	// DeadLetter keeps exhausted messages in the dead-letter store; else they
 	// are dropped. Defaults to false.
