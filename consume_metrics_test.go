@@ -397,3 +397,27 @@ func TestAckBatchMetrics(t *testing.T) {
 		t.Fatalf("%s: ack %d, fail %d; want 1 and 1", mSettled, a, f)
 	}
 }
+
+// A handler that acks its message itself and returns nil: each message
+// counts as acked once, by whichever settlement applied it.
+func TestConsumeMetricsHandlerAckCountedOnce(t *testing.T) {
+	c, reader := metered(t)
+	q := c.Queue("q")
+	pushN(t, q, "", "m", 3)
+	var handled atomic.Int32
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}},
+		func(ctx context.Context, m *queen.Message) error {
+			defer handled.Add(1)
+			if string(m.Data) == "m1" {
+				return m.Ack(ctx)
+			}
+			return nil
+		}, func() bool { return handled.Load() == 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, reader)
+	if n := got.sum(t, mSettled, with(with(destQ, "messaging.operation.type=settle"), "messaging.operation.name=ack")...); n != 3 {
+		t.Fatalf("%s{ack} = %d for 3 messages, want 3", mSettled, n)
+	}
+}
