@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -249,7 +250,11 @@ func (m *Message) settleOne(ctx context.Context, op settleOp) error {
 		return err
 	}
 	e.countSettled(ctx, &op, st[0])
-	return statusErr(st[0])
+	err = statusErr(st[0])
+	if err == nil {
+		atomic.StoreInt32(&m.appSettled, 1)
+	}
+	return err
 }
 
 // countSettled counts what a settlement an application asked for applied

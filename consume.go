@@ -324,7 +324,14 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 		ctx := context.Background()
 		st, err := e.settleFused(ctx, []settleOp{op})
 		if err == nil {
-			c.dm.settledOp(ctx, &op, lastOK+1, released, st[0])
+			// A message the handler settled itself was counted then.
+			acks := 0
+			for _, m := range msgs[:lastOK+1] {
+				if atomic.LoadInt32(&m.appSettled) == 0 {
+					acks++
+				}
+			}
+			c.dm.settledOp(ctx, &op, acks, released, st[0])
 			if lostByRenewal || st[0] == stLeaseLost {
 				c.dm.leaseLost(ctx)
 			}

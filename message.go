@@ -113,4 +113,8 @@ type Message struct {
 	// keyed marks a message a per-key parallel Consume handles: its own
 	// settlement is per offset (settle_keyed), never through the lease.
 	keyed bool
+	// appSettled is set (atomically) once an Ack, Fail, Retry or
+	// DeadLetter of the application applied: Consume's batch settlement
+	// then does not count the message again.
+	appSettled int32
 }
