@@ -67,6 +67,29 @@ type Consume struct {
 	Queues string
 }
 
+// Settle actions, the $5 of Settle and SettleKeyed per input, as
+// sqlschema/functions/settle.sql numbers them.
+const (
+	ActNone       int16 = 0 // an ack
+	ActFail       int16 = 1 // charge a failure (retry limit, failure policy)
+	ActRetry      int16 = 2 // redeliver in place, uncharged
+	ActDeadLetter int16 = 3 // dead-letter the message
+	ActInterrupt  int16 = 4 // a retry that also takes back the lease's delivery
+	ActCarry      int16 = 5 // SettleKeyed only: no outcome, only the lease's release
+)
+
+// Settle statuses, the status column of Settle, SettleKeyed and AckMany, as
+// sqlschema/functions/settle.sql numbers them.
+const (
+	SettleApplied      int16 = 0 // the cursor moved (or the failure was charged)
+	SettleBelowCursor  int16 = 1 // already settled; nothing changed
+	SettleLeaseLost    int16 = 2 // the lease is not the cursor's live one
+	SettleDeadLettered int16 = 3 // applied; the message went to the dead letters
+	SettleDropped      int16 = 4 // applied; the exhausted message was dropped
+	SettleUnknown      int16 = 5 // no such cursor
+	SettleRequeued     int16 = 6 // SettleKeyed only: applied, the failure re-enqueued at the tail
+)
+
 // NewConsume renders the consumption statements for schema, which must
 // already be validated.
 func NewConsume(schema string) *Consume {

@@ -2,6 +2,16 @@
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
+-- push_result.status, the verdict per segment of push_bundle and
+-- push_segment. alloc.Status mirrors this list and TestStatusCodesMatchSQL
+-- compares the two: a code keeps its meaning for good (a new verdict is a
+-- new code, and callers that cannot handle it call a new function name).
+--   push status 0 queued: stored at base_offset
+--   push status 1 duplicate: nothing written; dup_idx/dup_off pair incoming frame indexes with the stored offsets they repeat
+--   push status 2 encryption_required: the queue is encrypted and the segment is not; nothing written
+--   push status 3 lanes_changed: keys were routed with a lane count that is not the queue's (stale settings); nothing written
+--   push status 4 needs_bundle: push_segment did not take the segment (see there); nothing written, send it with push_bundle
+
 -- The dedup probe: the offsets of stored messages, within the window, that
 -- the incoming hashes repeat (pairwise with their frame indexes), or NULLs.
 CREATE OR REPLACE FUNCTION {{schema}}.dedup_probe(

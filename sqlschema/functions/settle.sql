@@ -2,6 +2,24 @@
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
+-- settle_result.status, the verdict per input of settle, ack_many and
+-- settle_keyed, and the actions (p_act, p_actions) they take. The constants
+-- of internal/stmt (Settle*, Act*) mirror these lists and
+-- TestStatusCodesMatchSQL compares them: a code keeps its meaning for good.
+--   settle status 0 applied: the cursor moved (or the failure was charged)
+--   settle status 1 below_cursor: already settled; nothing changed
+--   settle status 2 lease_lost: the lease is not the cursor's live one; nothing changed
+--   settle status 3 dead_lettered: applied, and the message went to the dead letters
+--   settle status 4 dropped: applied, and the exhausted message was dropped
+--   settle status 5 unknown: no such cursor
+--   settle status 6 requeued: applied, the failure re-enqueued at the tail (settle_keyed only; settle answers 0)
+--   settle action 0 none: an ack
+--   settle action 1 fail: charge a failure (retry limit, failure policy)
+--   settle action 2 retry: redeliver in place, uncharged
+--   settle action 3 dead_letter: dead-letter the message
+--   settle action 4 interrupt: a retry that also takes back the lease's delivery
+--   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
+
 -- The minimal unsigned LEB128 varint of p_n (the frame format's uvarint).
 CREATE OR REPLACE FUNCTION {{schema}}.uvarint(p_n bigint)
 RETURNS bytea
