@@ -284,3 +284,17 @@ func TestMigrateFunctionLayerFromNewerVersion(t *testing.T) {
 		t.Fatalf("functions touched: %+v -> %+v", before, after)
 	}
 }
+
+// Migrations after 005 hold stored state only: functions and views belong
+// to the function layer, where they can change without a new version.
+func TestNewMigrationsHoldNoFunctions(t *testing.T) {
+	re := regexp.MustCompile(`(?i)\bCREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|VIEW|TRIGGER)\b`)
+	for _, m := range sqlschema.Migrations() {
+		if m.Version <= 5 {
+			continue
+		}
+		if loc := re.FindStringIndex(m.SQL("s")); loc != nil {
+			t.Errorf("migration %d (%s) creates %q: put it in functions/*.sql", m.Version, m.Name, m.SQL("s")[loc[0]:loc[1]])
+		}
+	}
+}
