@@ -13,6 +13,8 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // Sentinel errors of the ack path, matched with errors.Is.
@@ -54,22 +56,23 @@ type AckRequest struct {
 	Reason  error     // recorded with a dead letter; optional
 }
 
-// settle actions, as settle() in migration 003 numbers them.
+// settle actions and verdict statuses (see internal/stmt).
 const (
-	actNone       int16 = 0
-	actFail       int16 = 1
-	actRetry      int16 = 2
-	actDeadLetter int16 = 3
-)
+	actNone       = stmt.ActNone
+	actFail       = stmt.ActFail
+	actRetry      = stmt.ActRetry
+	actDeadLetter = stmt.ActDeadLetter
+	// actInterrupt is settle()'s retry that also takes back the lease's
+	// delivery: what a stopping consumer did not finish goes back
+	// uncharged, and its next delivery is not counted as a retry.
+	actInterrupt = stmt.ActInterrupt
 
-// settle() verdict statuses.
-const (
-	stApplied     = 0
-	stBelowCursor = 1
-	stLeaseLost   = 2
-	stDeadLetter  = 3
-	stDropped     = 4
-	stUnknown     = 5
+	stApplied     = stmt.SettleApplied
+	stBelowCursor = stmt.SettleBelowCursor
+	stLeaseLost   = stmt.SettleLeaseLost
+	stDeadLetter  = stmt.SettleDeadLettered
+	stDropped     = stmt.SettleDropped
+	stUnknown     = stmt.SettleUnknown
 )
 
 // settleOp is one lease's settlement: commit through ok, then act on act.
@@ -94,11 +97,11 @@ type keyedRow struct {
 
 // actCarry is settle_keyed's row without an outcome: it carries a lease's
 // release.
-const actCarry int16 = 5
+const actCarry = stmt.ActCarry
 
 // stRequeued is settle_keyed's status of a failure the skip policy
 // re-enqueued at the tail (settle reports it as stApplied).
-const stRequeued = 6
+const stRequeued = stmt.SettleRequeued
 
 // settleKeyedSQL runs one settle_keyed() call for ops (all keyed) and
 // returns each op's row statuses.

@@ -127,11 +127,6 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	return c.dispatch(n)
 }
 
-// actInterrupt is settle()'s retry that also takes back the lease's
-// delivery: what a stopping consumer did not finish goes back uncharged,
-// and its next delivery is not counted as a retry.
-const actInterrupt int16 = 4
-
 // consumer is one Consume call's state.
 type consumer struct {
 	q       *Queue

@@ -1,14 +1,46 @@
-// Package sqlschema holds queen's PostgreSQL schema as embedded, numbered
-// migrations and applies them.
+// Package sqlschema holds queen's PostgreSQL schema and applies it. It has
+// two layers:
 //
-// Migrations are templates: every object lives in one schema whose name is
-// substituted when the SQL is rendered, so one set serves any number of
-// independent schemas in a database. [Migrate] applies what is missing, one
-// transaction per version (including its row in the version table), under a
-// PostgreSQL advisory lock, so any number of processes may call it at once.
+//   - Migrations (migrations/NNN_name.sql): numbered, applied once each, never
+//     edited once released (a checksum guards them). They hold the stored
+//     state: tables, indexes, types, constraints and data fixes. Migrations 001
+//     to 005 also created the first functions; from 006 on a migration holds
+//     no function or view.
+//   - The function layer (functions/*.sql, one concern per file): CREATE OR
+//     REPLACE definitions of every function and view, as they are now. It is
+//     edited in place, like Go code. [Migrate] applies it after the
+//     migrations, under the same advisory lock and in one transaction,
+//     whenever the database records an older [FunctionsRevision], or the same
+//     one with another [FunctionsHash], in the schema_functions table (with
+//     the migration version of the binary that applied it).
+//
+// Versioning rules, so that two adjacent releases can run side by side
+// during a rolling upgrade:
+//
+//   - A binary never overwrites a newer function layer: a database whose
+//     recorded layer has a higher revision keeps it, and one whose migrations
+//     or recorded layer are ahead of the binary's newest migration fails with
+//     [ErrSchemaTooNew] before anything is touched.
+//   - A change to a function's signature, result columns or semantics (what
+//     a caller may observe, status codes included) gives it a new name (a
+//     suffix: pop_v2); the old name stays, unchanged, for at least the next
+//     release, since older processes still call it. Only a body change that
+//     callers cannot tell apart (a faster plan, a fix that every caller
+//     wants) keeps the name.
+//   - Every edit of functions/*.sql bumps FunctionsRevision and appends the
+//     new hash to testdata/functions.sum (a test fails otherwise).
+//   - Dropping a function that no supported release calls any more is a
+//     migration.
+//
+// Templates render for one schema ({{schema}} is the quoted name), so one
+// set serves any number of independent schemas in a database. [Migrate]
+// applies what is missing, one transaction per version (including its row
+// in the version table), under a PostgreSQL advisory lock, so any number of
+// processes may call it at once.
 //
 // Teams that run their own migration tool can take the SQL text from
-// [Migrations] and [Script] instead of letting queen.Open apply it.
+// [Script] (which ends with the function layer) instead of letting
+// queen.Open apply it.
 package sqlschema
 
 import (
@@ -34,7 +66,8 @@ var migrationFS embed.FS
 
 var (
 	// ErrSchemaTooNew means the database has migrations this binary does not
-	// know: a newer release migrated it. Upgrade the binary.
+	// know, or functions a binary with such migrations applied: a newer
+	// release migrated it. Upgrade the binary.
 	ErrSchemaTooNew = errors.New("queen: database schema is newer than this binary")
 	// ErrChecksumMismatch means an applied migration's text differs from the
 	// embedded one. Applied migrations are never re-run.
@@ -116,6 +149,9 @@ func render(tmpl, schema string) string {
 
 // Script renders migrations (from, to] for schema as one SQL script that also
 // maintains the version table, for teams that apply SQL with their own tool.
+// When to is Latest it ends with the function layer; apply the script of a
+// binary only to a database no newer binary has migrated (Migrate checks
+// that, a script cannot).
 func Script(schema string, from, to int) (string, error) {
 	if err := ValidSchema(schema); err != nil {
 		return "", err
@@ -131,6 +167,10 @@ func Script(schema string, from, to int) (string, error) {
 		fmt.Fprintf(&b, "INSERT INTO %s.schema_migrations (version, name, checksum) VALUES (%d, '%s', '%s');\nCOMMIT;\n",
 			pgx.Identifier{schema}.Sanitize(), m.Version, m.Name, m.Checksum)
 	}
+	// The function layer is written for the newest migrations only.
+	if to == Latest() {
+		fmt.Fprintf(&b, "\n-- function layer, revision %d\nBEGIN;\n%sCOMMIT;\n", FunctionsRevision, functionsSQL(schema))
+	}
 	return b.String(), nil
 }
 
@@ -140,7 +180,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.schema_migrations (
     name       text        NOT NULL,
     checksum   text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
-)`
+);
+` + functionsTableSQL
 
 // lockKey is the advisory lock that serializes migrations of one schema
 // across processes.
@@ -155,12 +196,15 @@ type Applied struct {
 	Checksum string
 }
 
-// Migrate brings schema up to Latest. It is safe to call concurrently from
-// many processes: an advisory lock serializes them and each migration is
-// applied exactly once. It returns the versions it applied.
+// Migrate brings schema up to Latest, then (re)applies the function layer if
+// the database holds an older one (see the package doc). It is safe to call
+// concurrently from many processes: an advisory lock serializes them and
+// each migration is applied exactly once. It returns the versions it
+// applied.
 //
-// It fails with ErrSchemaTooNew if the database is ahead of this binary and
-// with ErrChecksumMismatch if an applied migration's text changed.
+// It fails with ErrSchemaTooNew, having changed nothing, if the database's
+// migrations or function layer are ahead of this binary, and with
+// ErrChecksumMismatch if an applied migration's text changed.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
 	if err := ValidSchema(schema); err != nil {
 		return nil, err
@@ -193,6 +237,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 	if err := check(applied); err != nil {
 		return nil, err
 	}
+	fstate, ok, err := readFunctions(ctx, conn.Conn(), schema)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFunctions(fstate, ok); err != nil {
+		return nil, err
+	}
 	var done []int
 	for _, m := range migrations[len(applied):] {
 		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
@@ -207,6 +258,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 			return done, fmt.Errorf("sqlschema: migration %d (%s): %w", m.Version, m.Name, err)
 		}
 		done = append(done, m.Version)
+	}
+	if _, err := applyFunctions(ctx, conn.Conn(), schema); err != nil {
+		return done, err
 	}
 	return done, nil
 }

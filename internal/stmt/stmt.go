@@ -1,14 +1,14 @@
-// Package stmt is the one place where queen's SQL statements are written down
-// (the functions they call live in sqlschema's migrations). Statements are
-// rendered once per schema and then used as constants, so pgx caches their
-// prepared forms per connection.
+// Package stmt holds queen's SQL statements: the text in this directory's
+// *.sql files (one "-- name: Field" block per statement, {{schema}} for the
+// schema), the parameters and result columns in the doc of the Set or
+// Consume field each fills. The functions they call live in sqlschema's
+// function layer. Statements are rendered once per schema and then used as
+// constants, so pgx caches their prepared forms per connection.
 package stmt
 
 import (
 	"fmt"
-	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/zeebo/xxh3"
 )
 
@@ -63,50 +63,8 @@ type Set struct {
 
 // New renders the statements for schema, which must already be validated.
 func New(schema string) *Set {
-	r := strings.NewReplacer("{{s}}", pgx.Identifier{schema}.Sanitize())
 	s := &Set{Schema: schema, Channel: channel(schema)}
-	s.PushBundle = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
-FROM {{s}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5::int8[], $6::bytea[], $7::uuid[], $8::int4[], $9::bool, $10::int4[])`)
-	s.PushSegment = r.Replace(`SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
-FROM {{s}}.push_segment($1::uuid, $2::text, $3::text, $4::int4, $5::bytea, $6::bytea, $7::int4, $8::int4)`)
-	s.SegmentAt = r.Replace(`SELECT base_offset, end_offset, created_at, blob FROM {{s}}.segment_at($1, $2)`)
-	s.QueueMeta = r.Replace(`SELECT encryption, lanes FROM {{s}}.queues WHERE tenant = $1 AND name = $2`)
-	s.QueueUpsert = r.Replace(`INSERT INTO {{s}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
-    dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
-    failure_policy, lanes)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-ON CONFLICT (tenant, name) DO UPDATE SET
-    lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
-    dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
-    encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
-    window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
-    completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
-    lanes = EXCLUDED.lanes, updated_at = now()
-WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
-RETURNING 1`)
-	s.QueueDelete = r.Replace(`SELECT {{s}}.delete_queue($1, $2)`)
-	s.Notify = `SELECT pg_notify($1, $2)`
-	s.MaintenanceWindow = r.Replace(`SELECT id FROM {{s}}.partitions WHERE id > $1 ORDER BY id LIMIT $2`)
-	s.MaintenanceDue = r.Replace(`SELECT p.id,
-    coalesce((q.retention_ms > 0 OR q.completed_retention_ms > 0) AND fs.created_at < clock_timestamp()
-        - least(nullif(q.retention_ms, 0), nullif(q.completed_retention_ms, 0)) * interval '1 millisecond', false),
-    coalesce(ft.created_at < clock_timestamp()
-        - greatest(q.dedup_window_ms, q.lease_time_ms, $2) * interval '1 millisecond', false),
-    greatest(q.dedup_window_ms, q.lease_time_ms, $2),
-    $3 > 0 AND fs.created_at IS NULL AND p.last_write_at < clock_timestamp() - $3 * interval '1 millisecond'
-FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
-LEFT JOIN LATERAL (SELECT s.created_at FROM {{s}}.segments s WHERE s.partition_id = p.id
-                   ORDER BY s.base_offset LIMIT 1) fs ON true
-LEFT JOIN LATERAL (SELECT t.created_at FROM {{s}}.txns t WHERE t.partition_id = p.id
-                   ORDER BY t.base_offset LIMIT 1) ft ON true
-WHERE p.id = ANY ($1::int8[])`)
-	s.RetentionStep = r.Replace(`SELECT {{s}}.retention_step($1, $2)`)
-	s.PurgeTxnsStep = r.Replace(`SELECT {{s}}.purge_txns_step($1, $2, $3)`)
-	s.PurgePartition = r.Replace(`SELECT {{s}}.purge_partition($1, $2)`)
-	s.LagByGroup = r.Replace(`SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
-FROM {{s}}.consumer_lag GROUP BY tenant, queue, group_name`)
-	s.GetMaintenance = r.Replace(`SELECT maintenance FROM {{s}}.settings`)
-	s.SetMaintenance = r.Replace(`UPDATE {{s}}.settings SET maintenance = $1, updated_at = now()`)
+	current().fill(s, schema)
 	s.MaintenanceLockKey = int64(xxh3.HashString("queen:maintenance:" + schema))
 	return s
 }

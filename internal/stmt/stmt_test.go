@@ -1,8 +1,13 @@
 package stmt
 
 import (
+	"bytes"
+	"io/fs"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 // Every valid schema name gets a channel PostgreSQL accepts as is, short
@@ -25,4 +30,94 @@ func TestChannelFitsIdentifier(t *testing.T) {
 			seen[c] = true
 		}
 	}
+}
+
+// Every statement field is filled from the .sql files and rendered for the
+// schema, with no placeholder left.
+func TestStatementsRendered(t *testing.T) {
+	for _, v := range []any{New("some_schema"), NewConsume("some_schema")} {
+		rv := reflect.ValueOf(v).Elem()
+		fields := sqlFields(rv)
+		if len(fields) < 10 {
+			t.Fatalf("%T: only %d statement fields", v, len(fields))
+		}
+		for _, f := range fields {
+			sql := rv.FieldByName(f).String()
+			if sql == "" || strings.Contains(sql, "{{") || strings.HasPrefix(sql, "--") {
+				t.Errorf("%s = %q", f, sql)
+			}
+			if f != "Notify" && !strings.Contains(sql, `"some_schema".`) {
+				t.Errorf("%s names no object of the schema: %q", f, sql)
+			}
+		}
+	}
+}
+
+// A statement set that does not fill exactly the fields is refused with an
+// error naming the problem, never a panic.
+func TestParseRejectsMismatch(t *testing.T) {
+	full := fstest.MapFS{}
+	for _, name := range mustGlob(t) {
+		b, err := fs.ReadFile(Files(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full[name] = &fstest.MapFile{Data: b}
+	}
+	if _, err := parse(full); err != nil {
+		t.Fatalf("the embedded files: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		extra string
+		want  string
+	}{
+		"unknown name": {"-- name: NoSuchField\nSELECT 1\n", "fills no field"},
+		"duplicate":    {"-- name: Pop\nSELECT 1\n", "defined twice"},
+		"empty":        {"-- name: Extra\n-- only a comment\n", "is empty"},
+		"no name":      {"-- name: \nSELECT 1\n", "without a name"},
+	} {
+		fsys := maps.Clone(full)
+		fsys["zz.sql"] = &fstest.MapFile{Data: []byte("-- test\n" + tc.extra)}
+		if _, err := parse(fsys); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	missing := maps.Clone(full)
+	delete(missing, "consume.sql")
+	if _, err := parse(missing); err == nil || !strings.Contains(err.Error(), "no statement for field") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// Use swaps the statement source for New until restored.
+func TestUse(t *testing.T) {
+	fsys := fstest.MapFS{}
+	for _, name := range mustGlob(t) {
+		b, _ := fs.ReadFile(Files(), name)
+		fsys[name] = &fstest.MapFile{Data: bytes.ReplaceAll(b, []byte("SELECT maintenance FROM"), []byte("SELECT maintenance /* other */ FROM"))}
+	}
+	restore, err := Use(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := New("s").GetMaintenance; !strings.Contains(got, "/* other */") {
+		restore()
+		t.Fatalf("with Use: %q", got)
+	}
+	restore()
+	if got := New("s").GetMaintenance; strings.Contains(got, "/* other */") {
+		t.Fatalf("after restore: %q", got)
+	}
+	if _, err := Use(fstest.MapFS{}); err == nil {
+		t.Fatal("an empty statement set accepted")
+	}
+}
+
+func mustGlob(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(Files(), "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("embedded files %v %v", names, err)
+	}
+	return names
 }

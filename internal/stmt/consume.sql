@@ -1,0 +1,32 @@
+-- Consuming: pop, settle, ack and lease renewal.
+-- Statements, one per "-- name: Field" block (the field of stmt.Set or
+-- stmt.Consume it fills); {{schema}} is the quoted schema name.
+
+-- name: Pop
+SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts
+FROM {{schema}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
+    $10::text, $11::text, $12::timestamptz, $13::int4)
+
+-- name: PopDeadLetter
+SELECT {{schema}}.pop_dead_letter($1::int8, $2::text, $3::uuid, $4::int8, $5::int8[], $6::uuid[],
+    $7::text[], $8::int4[], $9::bytea[], $10::timestamptz[], $11::text[], $12::text[], $13::bytea[])
+
+-- name: AckMany
+SELECT ord, status, committed FROM {{schema}}.ack_many($1::int8[], $2::text[], $3::uuid[], $4::int8[])
+
+-- name: Settle
+SELECT ord, status, committed
+FROM {{schema}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
+    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[])
+
+-- name: SettleKeyed
+SELECT ord, status, committed
+FROM {{schema}}.settle_keyed($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
+    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[])
+
+-- name: Extend
+UPDATE {{schema}}.consumers
+SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
+WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
+RETURNING lease_expires_at

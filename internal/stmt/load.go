@@ -1,0 +1,150 @@
+package stmt
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"reflect"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements live in *.sql files of this directory, each a run of
+// blocks
+//
+//	-- name: Field
+//	-- comments (not sent)
+//	SELECT ... {{schema}}.f($1)
+//
+// where Field is the name of the Set or Consume field the statement fills
+// and {{schema}} is replaced by the quoted schema name.
+//
+//go:embed *.sql
+var embedded embed.FS
+
+// notSQL are the string fields of Set that hold no statement.
+var notSQL = map[string]bool{"Schema": true, "Channel": true}
+
+// library is one parsed set of statement files.
+type library map[string]string
+
+var (
+	builtin = mustParse(embedded)
+	active  atomic.Pointer[library]
+)
+
+func mustParse(fsys fs.FS) *library {
+	l, err := parse(fsys)
+	if err != nil {
+		panic(err) // the embedded files are part of the build
+	}
+	return l
+}
+
+func current() *library {
+	if l := active.Load(); l != nil {
+		return l
+	}
+	return builtin
+}
+
+// parse reads every *.sql file at the root of fsys and checks that its
+// statements fill exactly the statement fields of Set and Consume.
+func parse(fsys fs.FS) (*library, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	l := library{}
+	for _, file := range names {
+		body, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.add(file, string(body)); err != nil {
+			return nil, err
+		}
+	}
+	want := map[string]bool{}
+	for _, v := range []any{&Set{}, &Consume{}} {
+		for _, f := range sqlFields(reflect.ValueOf(v).Elem()) {
+			want[f] = true
+			if _, ok := l[f]; !ok {
+				return nil, fmt.Errorf("stmt: no statement for field %s", f)
+			}
+		}
+	}
+	for n := range l {
+		if !want[n] {
+			return nil, fmt.Errorf("stmt: statement %s fills no field", n)
+		}
+	}
+	return &l, nil
+}
+
+const marker = "-- name: "
+
+func (l library) add(file, body string) error {
+	blocks := strings.Split(body, "\n"+marker)
+	// What precedes the first marker is the file's own comment.
+	for _, b := range blocks[1:] {
+		name, text, _ := strings.Cut(b, "\n")
+		name = strings.TrimSpace(name)
+		lines := strings.Split(text, "\n")
+		for len(lines) > 0 && strings.HasPrefix(lines[0], "--") {
+			lines = lines[1:]
+		}
+		text = strings.TrimRight(strings.Join(lines, "\n"), " \t\n")
+		switch {
+		case name == "":
+			return fmt.Errorf("stmt: %s: a block without a name", file)
+		case text == "":
+			return fmt.Errorf("stmt: %s: statement %s is empty", file, name)
+		}
+		if _, dup := l[name]; dup {
+			return fmt.Errorf("stmt: %s: statement %s defined twice", file, name)
+		}
+		l[name] = text
+	}
+	return nil
+}
+
+// sqlFields names the statement fields of a Set or Consume.
+func sqlFields(v reflect.Value) []string {
+	var out []string
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() == reflect.String && !notSQL[f.Name] {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// fill renders every statement field of dst (a *Set or *Consume) for schema.
+func (l *library) fill(dst any, schema string) {
+	r := strings.NewReplacer("{{schema}}", pgx.Identifier{schema}.Sanitize())
+	v := reflect.ValueOf(dst).Elem()
+	for _, f := range sqlFields(v) {
+		v.FieldByName(f).SetString(r.Replace((*l)[f]))
+	}
+}
+
+// Use makes New and NewConsume render the statements of fsys instead of
+// the embedded ones until the returned function is called: for tests that
+// run a client with another release's statements beside the current one.
+func Use(fsys fs.FS) (restore func(), err error) {
+	l, err := parse(fsys)
+	if err != nil {
+		return nil, err
+	}
+	prev := active.Swap(l)
+	return func() { active.Store(prev) }, nil
+}
+
+// Files returns the embedded statement files.
+func Files() fs.FS { return embedded }

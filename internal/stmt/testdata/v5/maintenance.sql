@@ -1,0 +1,40 @@
+-- Maintenance: the due work, its steps, lag and the maintenance flag.
+-- Statements, one per "-- name: Field" block (the field of stmt.Set or
+-- stmt.Consume it fills); {{schema}} is the quoted schema name.
+
+-- name: MaintenanceWindow
+SELECT id FROM {{schema}}.partitions WHERE id > $1 ORDER BY id LIMIT $2
+
+-- name: MaintenanceDue
+SELECT p.id,
+    coalesce((q.retention_ms > 0 OR q.completed_retention_ms > 0) AND fs.created_at < clock_timestamp()
+        - least(nullif(q.retention_ms, 0), nullif(q.completed_retention_ms, 0)) * interval '1 millisecond', false),
+    coalesce(ft.created_at < clock_timestamp()
+        - greatest(q.dedup_window_ms, q.lease_time_ms, $2) * interval '1 millisecond', false),
+    greatest(q.dedup_window_ms, q.lease_time_ms, $2),
+    $3 > 0 AND fs.created_at IS NULL AND p.last_write_at < clock_timestamp() - $3 * interval '1 millisecond'
+FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
+LEFT JOIN LATERAL (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                   ORDER BY s.base_offset LIMIT 1) fs ON true
+LEFT JOIN LATERAL (SELECT t.created_at FROM {{schema}}.txns t WHERE t.partition_id = p.id
+                   ORDER BY t.base_offset LIMIT 1) ft ON true
+WHERE p.id = ANY ($1::int8[])
+
+-- name: RetentionStep
+SELECT {{schema}}.retention_step($1, $2)
+
+-- name: PurgeTxnsStep
+SELECT {{schema}}.purge_txns_step($1, $2, $3)
+
+-- name: PurgePartition
+SELECT {{schema}}.purge_partition($1, $2)
+
+-- name: LagByGroup
+SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
+FROM {{schema}}.consumer_lag GROUP BY tenant, queue, group_name
+
+-- name: GetMaintenance
+SELECT maintenance FROM {{schema}}.settings
+
+-- name: SetMaintenance
+UPDATE {{schema}}.settings SET maintenance = $1, updated_at = now()

@@ -1,0 +1,137 @@
+-- Queues: settings, pause and resume, listing, status and peeking.
+-- Statements, one per "-- name: Field" block (the field of stmt.Set or
+-- stmt.Consume it fills); {{schema}} is the quoted schema name.
+
+-- name: QueueMeta
+SELECT encryption, lanes FROM {{schema}}.queues WHERE tenant = $1 AND name = $2
+
+-- name: QueueUpsert
+INSERT INTO {{schema}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
+    dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
+    failure_policy, lanes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+ON CONFLICT (tenant, name) DO UPDATE SET
+    lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
+    dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
+    encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
+    window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
+    completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
+    lanes = EXCLUDED.lanes, updated_at = now()
+WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
+RETURNING 1
+
+-- name: QueueDelete
+SELECT {{schema}}.delete_queue($1, $2)
+
+-- name: QueueIDEnc
+SELECT id, encryption FROM {{schema}}.queues WHERE tenant = $1 AND name = $2
+
+-- name: Pause
+SELECT {{schema}}.pause_group($1::uuid, $2::text, $3::text)
+
+-- name: Resume
+DELETE FROM {{schema}}.paused_groups pg USING {{schema}}.queues q
+WHERE q.tenant = $1 AND q.name = $2 AND pg.queue_id = q.id AND pg.group_name = $3
+RETURNING 1
+
+-- name: Queues
+-- Per (partition, group) as Status counts it, then per group (lag
+-- summed, the oldest unconsumed message) and per queue (per partition
+-- the group furthest behind, summed; with no group, every retained
+-- message).
+WITH q AS (
+    SELECT * FROM {{schema}}.queues WHERE tenant = $1
+), pg AS (
+    SELECT p.queue_id, p.id AS pid, sub.group_name, greatest(p.last_offset - k.committed, 0) AS lag,
+        CASE WHEN p.last_offset > k.committed THEN
+            (SELECT s.created_at FROM {{schema}}.segments s
+             WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
+             ORDER BY s.base_offset DESC LIMIT 1) END AS head
+    FROM q
+    JOIN {{schema}}.partitions p ON p.queue_id = q.id
+    JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
+    LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
+                                                                       sub.created_at, sub.from_time)) AS committed) k
+), g AS (
+    SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
+    FROM {{schema}}.subscriptions sub
+    JOIN q ON q.id = sub.queue_id
+    LEFT JOIN pg x ON x.queue_id = sub.queue_id AND x.group_name = sub.group_name
+    GROUP BY sub.queue_id, sub.group_name
+    UNION ALL
+    SELECT pz.queue_id, pz.group_name, 0, NULL
+    FROM {{schema}}.paused_groups pz JOIN q ON q.id = pz.queue_id
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions sub
+                      WHERE sub.queue_id = pz.queue_id AND sub.group_name = pz.group_name)
+), pd AS (
+    SELECT y.queue_id, sum(y.lag)::bigint AS depth, min(y.head) AS oldest
+    FROM (SELECT x.queue_id, x.pid, max(x.lag) AS lag, min(x.head) AS head FROM pg x GROUP BY x.queue_id, x.pid) y
+    GROUP BY y.queue_id
+), pc AS (
+    SELECT p.queue_id, count(*) AS n, sum(greatest(p.last_offset - p.log_start + 1, 0))::bigint AS retained,
+        min(fs.created_at) AS oldest
+    FROM q JOIN {{schema}}.partitions p ON p.queue_id = q.id
+    LEFT JOIN LATERAL (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                       ORDER BY s.base_offset LIMIT 1) fs ON true
+    GROUP BY p.queue_id
+)
+SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_window_ms, q.encryption,
+    q.delayed_processing_ms, q.window_buffer_ms, q.retention_ms, q.completed_retention_ms, q.failure_policy, q.lanes,
+    coalesce(pc.n, 0)::bigint,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.depth ELSE coalesce(pc.retained, 0) END,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.oldest ELSE pc.oldest END,
+    g.group_name, g.lag, g.head,
+    EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
+    now()
+FROM q
+LEFT JOIN pc ON pc.queue_id = q.id
+LEFT JOIN pd ON pd.queue_id = q.id
+LEFT JOIN g ON g.queue_id = q.id
+ORDER BY q.name, g.group_name
+
+-- name: Status
+-- A subscribed group has a cursor row on a partition only once one of
+-- its pops met it; until then its position is where that row would
+-- start (seed_offset).
+SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
+    sub.group_name, k.committed, c.batch_end, c.lease_owner, c.lease_expires_at, coalesce(c.attempts, 0),
+    (SELECT s.created_at FROM {{schema}}.segments s
+     WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
+     ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
+    now(), cardinality(c.settled),
+    EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
+FROM {{schema}}.queues q
+JOIN {{schema}}.partitions p ON p.queue_id = q.id
+LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
+LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
+                                                                  sub.created_at, sub.from_time)) AS committed) k
+    ON sub.group_name IS NOT NULL
+WHERE q.tenant = $1 AND q.name = $2
+ORDER BY p.name, sub.group_name
+
+-- name: Peek
+-- The lower bound on base_offset (the segment holding the first offset
+-- wanted) lets the primary key skip the partition's older segments.
+WITH segs AS (
+    SELECT p.id AS pid, p.name, s.base_offset, s.end_offset,
+        s.end_offset - greatest(s.base_offset, $4::int8, p.log_start) + 1 AS n
+    FROM {{schema}}.queues q
+    JOIN {{schema}}.partitions p ON p.queue_id = q.id
+    JOIN {{schema}}.segments s ON s.partition_id = p.id
+    WHERE q.tenant = $1 AND q.name = $2 AND ($3::text IS NULL OR p.name = $3::text)
+      AND s.end_offset >= greatest($4::int8, p.log_start)
+      AND s.base_offset >= coalesce((SELECT max(f.base_offset) FROM {{schema}}.segments f
+                                     WHERE f.partition_id = p.id AND f.base_offset <= greatest($4::int8, p.log_start)), 0)
+    ORDER BY p.name COLLATE "C", s.base_offset
+    LIMIT $5
+), w AS (
+    SELECT segs.*, sum(n) OVER (ORDER BY name COLLATE "C", base_offset) - n AS before FROM segs
+)
+SELECT w.pid, w.name, w.base_offset, w.end_offset, greatest(w.base_offset, $4::int8, p.log_start), s.created_at, s.blob
+FROM w
+JOIN {{schema}}.partitions p ON p.id = w.pid
+JOIN {{schema}}.segments s ON s.partition_id = w.pid AND s.base_offset = w.base_offset
+WHERE w.before < $5
+ORDER BY w.name COLLATE "C", w.base_offset

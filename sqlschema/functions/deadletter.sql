@@ -1,0 +1,124 @@
+-- Operator actions on groups and dead letters: pause and requeue.
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+
+-- Pauses group p_group of queue (p_tenant, p_queue), creating the queue
+-- (default options, as a first push would) if it does not exist.
+CREATE OR REPLACE FUNCTION {{schema}}.pause_group(p_tenant uuid, p_queue text, p_group text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid bigint;
+BEGIN
+    INSERT INTO {{schema}}.queues (tenant, name) VALUES (p_tenant, p_queue) ON CONFLICT DO NOTHING;
+    SELECT id INTO v_qid FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
+    INSERT INTO {{schema}}.paused_groups (queue_id, group_name) VALUES (v_qid, p_group) ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- Requeues dead letters p_ids of queue p_qid: each goes back to the tail of
+-- its partition (by name: a partition forgotten since is created again) as
+-- a segment of its own, with its message id, transaction id, key, headers
+-- and stored payload (still ciphertext if it was), no failures, and hash
+-- p_hashes[i] (xxh3-128 of its transaction id: ack by transaction id and
+-- later producer retries find it; the copy itself is not probed, so it is
+-- never a duplicate of its original). p_payloads[i] / p_flags[i], when not
+-- NULL, replace the stored payload and flags (a plaintext dead letter of a
+-- queue encrypted since, sealed by the client). In dead-letter id order per
+-- partition; dead letters of one message (partition, message id) selected
+-- together give one copy. The dead letters are deleted in the same
+-- transaction: a retry finds only those not yet requeued. Ids of another
+-- queue, gone already, or plaintext for an encrypted queue are left alone.
+-- Lock order: partitions in ascending id, then dead letters (a leaf).
+-- Returns the partitions written and how many messages each got.
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_dead_letters(
+    p_qid      bigint,
+    p_ids      bigint[],
+    p_hashes   bytea[],
+    p_payloads bytea[],
+    p_flags    integer[]
+) RETURNS TABLE (part_name text, requeued integer)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_ids), 0);
+    v_enc   boolean;
+    v_names text[];
+    v_pids  bigint[];
+    v_now   timestamptz;
+    v_mids  uuid[];
+    v_txns  text[];
+    v_keys  text[];
+    v_hdrs  bytea[];
+    v_fls   integer[];
+    v_pls   bytea[];
+    v_hs    bytea[];
+    v_cnt   integer := 0;
+    i       integer;
+BEGIN
+    IF coalesce(cardinality(p_hashes), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n THEN
+        RAISE EXCEPTION 'queen: requeue_dead_letters arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT q.encryption INTO v_enc FROM {{schema}}.queues q WHERE q.id = p_qid;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(DISTINCT d.partition_name) INTO v_names
+    FROM {{schema}}.dead_letters d WHERE d.id = ANY (p_ids) AND d.queue_id = p_qid;
+    IF v_names IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {{schema}}.partitions (queue_id, name)
+    SELECT p_qid, u.nm FROM unnest(v_names) AS u(nm) ORDER BY u.nm
+    ON CONFLICT DO NOTHING;
+    -- Only partitions locked here take dead letters (one forgotten again
+    -- since the insert keeps its dead letters for the next call).
+    SELECT array_agg(l.name) INTO v_names FROM (
+        SELECT p.id, p.name FROM {{schema}}.partitions p
+        WHERE p.queue_id = p_qid AND p.name = ANY (v_names)
+        ORDER BY p.id
+        FOR NO KEY UPDATE) l;
+    v_now := clock_timestamp(); -- after the row locks: created_at stays monotone
+    WITH x AS (
+        SELECT * FROM unnest(p_ids, p_hashes, p_payloads, p_flags) AS x(id, h, pl, fl)
+    ), del AS (
+        DELETE FROM {{schema}}.dead_letters d
+        USING x
+        WHERE d.id = x.id AND d.queue_id = p_qid AND d.partition_name = ANY (v_names)
+          AND NOT (v_enc AND (coalesce(x.fl, d.flags) & 1) = 0)
+        RETURNING d.id, d.partition_name, d.message_id, d.transaction_id, d.message_key,
+                  d.message_headers, coalesce(x.fl, d.flags) AS flags, coalesce(x.pl, d.payload) AS payload, x.h
+    ), one AS (
+        SELECT DISTINCT ON (p.id, del.message_id) p.id AS pid, p.name, del.*
+        FROM del JOIN {{schema}}.partitions p ON p.queue_id = p_qid AND p.name = del.partition_name
+        ORDER BY p.id, del.message_id, del.id
+    )
+    SELECT array_agg(o.pid ORDER BY o.pid, o.id), array_agg(o.name ORDER BY o.pid, o.id),
+           array_agg(o.message_id ORDER BY o.pid, o.id), array_agg(o.transaction_id ORDER BY o.pid, o.id),
+           array_agg(o.message_key ORDER BY o.pid, o.id), array_agg(o.message_headers ORDER BY o.pid, o.id),
+           array_agg(o.flags ORDER BY o.pid, o.id), array_agg(o.payload ORDER BY o.pid, o.id),
+           array_agg(o.h ORDER BY o.pid, o.id)
+    INTO v_pids, v_names, v_mids, v_txns, v_keys, v_hdrs, v_fls, v_pls, v_hs
+    FROM one o;
+    FOR i IN 1 .. coalesce(cardinality(v_pids), 0) LOOP
+        -- The allocator without a dedup probe (window 0): the copy repeats
+        -- its original's transaction id on purpose.
+        PERFORM {{schema}}.push_one(v_pids[i], 1,
+            CASE WHEN octet_length(v_hs[i]) = 16 THEN v_hs[i] ELSE '\x00000000000000000000000000000000'::bytea END,
+            -1, {{schema}}.raw_segment(v_mids[i], v_fls[i], v_txns[i], v_pls[i], v_keys[i], v_hdrs[i]), 0, v_now, 0);
+        IF i = cardinality(v_pids) OR v_pids[i + 1] <> v_pids[i] THEN
+            part_name := v_names[i];
+            requeued := v_cnt + 1;
+            RETURN NEXT;
+            v_cnt := 0;
+        ELSE
+            v_cnt := v_cnt + 1;
+        END IF;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,212 @@
+-- Maintenance steps, queue deletion and the consumer_lag view.
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+
+-- Deletes up to p_max whole segments from the head of partition p_pid that
+-- are due under the queue's rules: older than retention (consumed or not),
+-- or older than completed retention and not needed by any group.
+-- created_at is monotone in offset order, so what is due is a prefix.
+-- Returns the number of segments deleted.
+--
+-- The groups are those with a cursor row on the partition and those
+-- subscribed to the queue (queue mode '' included) that have none here yet:
+-- a partition created after a group's first contact is seeded on its next
+-- pop that sees it. A group with a row needs what is above its cursor. A
+-- group without one needs what its seeding would deliver: everything when
+-- it subscribes to all or the partition is younger than its subscription
+-- (then it is read from its start); else the segments created at or after
+-- its subscription (SubscribeNew) or its from time (SubscribeFrom). A group
+-- pins retention from the commit of its first contact on. With no group at
+-- all, nothing has been consumed and nothing is due.
+CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid       bigint;
+    v_ret       bigint;
+    v_done_ret  bigint;
+    v_created   timestamptz;
+    v_committed bigint;
+    v_groups    boolean;
+    v_keep_from timestamptz;
+    v_now       timestamptz := clock_timestamp();
+    v_n         integer;
+    v_end       bigint;
+BEGIN
+    SELECT q.id, q.retention_ms, q.completed_retention_ms, p.created_at
+    INTO v_qid, v_ret, v_done_ret, v_created
+    FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
+    WHERE p.id = p_pid
+    FOR NO KEY UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
+    IF NOT FOUND OR (v_ret <= 0 AND v_done_ret <= 0) THEN
+        RETURN 0;
+    END IF;
+    IF v_done_ret > 0 THEN
+        -- The slowest cursor here; then the oldest message some group
+        -- without a cursor here needs (NULL: none does).
+        SELECT min(c.committed), count(*) > 0 INTO v_committed, v_groups
+        FROM {{schema}}.consumers c WHERE c.partition_id = p_pid;
+        SELECT min(CASE WHEN s.mode = 'all' OR v_created >= s.created_at THEN '-infinity'::timestamptz
+                        WHEN s.mode = 'new' THEN s.created_at
+                        ELSE least(coalesce(s.from_time, '-infinity'), s.created_at) END),
+               v_groups OR count(*) > 0
+        INTO v_keep_from, v_groups
+        FROM {{schema}}.subscriptions s
+        WHERE s.queue_id = v_qid
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p_pid AND c.group_name = s.group_name);
+    END IF;
+
+    WITH head AS (
+        SELECT s.base_offset, s.end_offset,
+               bool_and((v_ret > 0 AND s.created_at < v_now - v_ret * interval '1 millisecond')
+                     OR (v_done_ret > 0 AND v_groups
+                         AND s.created_at < v_now - v_done_ret * interval '1 millisecond'
+                         AND (v_committed IS NULL OR s.end_offset <= v_committed)
+                         AND (v_keep_from IS NULL OR s.created_at < v_keep_from)))
+                   OVER (ORDER BY s.base_offset) AS due
+        FROM {{schema}}.segments s
+        WHERE s.partition_id = p_pid
+        ORDER BY s.base_offset
+        LIMIT p_max
+    ), d AS (
+        DELETE FROM {{schema}}.segments s
+        USING head h
+        WHERE s.partition_id = p_pid AND s.base_offset = h.base_offset AND h.due
+        RETURNING s.end_offset
+    )
+    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
+    IF v_n > 0 THEN
+        UPDATE {{schema}}.partitions SET log_start = v_end + 1 WHERE id = p_pid;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Deletes up to p_max hash rows from the head of partition p_pid older than
+-- p_keep_ms (the caller passes max(dedup window, floor)); the hash sidecar
+-- thereby stays O(rate x window) whatever the backlog.
+CREATE OR REPLACE FUNCTION {{schema}}.purge_txns_step(p_pid bigint, p_keep_ms bigint, p_max integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n   integer;
+    v_end bigint;
+BEGIN
+    PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED; -- busy: next pass
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH head AS (
+        SELECT t.base_offset,
+               bool_and(t.created_at < clock_timestamp() - p_keep_ms * interval '1 millisecond')
+                   OVER (ORDER BY t.base_offset) AS due
+        FROM {{schema}}.txns t
+        WHERE t.partition_id = p_pid
+        ORDER BY t.base_offset
+        LIMIT p_max
+    ), d AS (
+        DELETE FROM {{schema}}.txns t
+        USING head h
+        WHERE t.partition_id = p_pid AND t.base_offset = h.base_offset AND h.due
+        RETURNING t.end_offset
+    )
+    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
+    IF v_n > 0 THEN
+        UPDATE {{schema}}.partitions SET txns_start = v_end + 1 WHERE id = p_pid;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
+-- Forgets partition p_pid if it has been idle for p_idle_ms, holds no
+-- message, no lease and no hash row inside its queue's dedup window (the
+-- partition's hash rows go with it: a producer retrying a transaction id
+-- still inside the window must stay a duplicate). Its offsets start again
+-- at 0 if it is pushed to later. Returns whether it was deleted. Skips a
+-- partition someone holds.
+CREATE OR REPLACE FUNCTION {{schema}}.purge_partition(p_pid bigint, p_idle_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {{schema}}.partitions p
+    WHERE p.id = p_pid
+      AND p.last_write_at < clock_timestamp() - p_idle_ms * interval '1 millisecond'
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- A statement of its own: its snapshot follows the lock, so it sees
+    -- everything a push committed before it.
+    IF EXISTS (SELECT 1 FROM {{schema}}.segments s WHERE s.partition_id = p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
+                  AND c.lease_expires_at > clock_timestamp())
+       -- created_at is monotone in offset order: the newest hash row decides.
+       OR (SELECT t.created_at FROM {{schema}}.txns t WHERE t.partition_id = p_pid
+           ORDER BY t.base_offset DESC LIMIT 1)
+          > clock_timestamp() - (SELECT q.dedup_window_ms FROM {{schema}}.queues q
+                                 JOIN {{schema}}.partitions p ON p.queue_id = q.id
+                                 WHERE p.id = p_pid) * interval '1 millisecond' THEN
+        RETURN false;
+    END IF;
+    DELETE FROM {{schema}}.txns WHERE partition_id = p_pid;
+    DELETE FROM {{schema}}.partitions WHERE id = p_pid;  -- consumers cascade
+    RETURN true;
+END
+$$;
+
+-- Deletes queue (p_tenant, p_name) with everything stored for it; returns
+-- whether it existed. The leaf rows (segments, hash rows) have no foreign
+-- key, so they are deleted explicitly, and only once nothing can add more:
+-- the queue row is locked first (FOR UPDATE conflicts with the key-share
+-- lock a new partition's foreign key check takes, so no push creates a
+-- partition of it meanwhile, and pushes that did have committed), then its
+-- partitions in ascending id (the global order; a push or re-enqueue
+-- holding one commits first, and any that locks one later finds it gone
+-- and re-provisions a new queue). Each statement's snapshot follows those
+-- locks, so every committed row is seen.
+CREATE OR REPLACE FUNCTION {{schema}}.delete_queue(p_tenant uuid, p_name text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid  bigint;
+    v_pids bigint[];
+BEGIN
+    SELECT id INTO v_qid FROM {{schema}}.queues
+    WHERE tenant = p_tenant AND name = p_name
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
+    FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid
+          ORDER BY p.id FOR UPDATE) l;
+    DELETE FROM {{schema}}.segments WHERE partition_id = ANY (v_pids);
+    DELETE FROM {{schema}}.txns WHERE partition_id = ANY (v_pids);
+    -- Partitions, cursors, subscriptions and dead letters cascade.
+    DELETE FROM {{schema}}.queues WHERE id = v_qid;
+    RETURN true;
+END
+$$;
+
+-- Consumer lag per (queue, partition, group), for operators: messages and
+-- seconds behind (age of the oldest unconsumed message).
+CREATE OR REPLACE VIEW {{schema}}.consumer_lag AS
+SELECT q.tenant,
+       q.name AS queue,
+       p.name AS partition,
+       c.group_name,
+       p.last_offset,
+       c.committed,
+       greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS lag_messages,
+       CASE WHEN p.last_offset > greatest(c.committed, p.log_start - 1) THEN
+           extract(epoch FROM clock_timestamp() - (
+               SELECT s.created_at FROM {{schema}}.segments s
+               WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
+               ORDER BY s.base_offset DESC LIMIT 1))
+       ELSE 0 END AS lag_seconds,
+       c.lease_owner,
+       c.lease_expires_at
+FROM {{schema}}.consumers c
+JOIN {{schema}}.partitions p ON p.id = c.partition_id
+JOIN {{schema}}.queues q ON q.id = p.queue_id;

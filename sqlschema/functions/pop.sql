@@ -1,0 +1,506 @@
+-- Claiming: the ready set's clearing, pop and the dead-lettering of undecodable claims.
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+
+-- Upkeep of the ready set for partition p_pid after a pop of group p_group
+-- consumed it. If it is pending: every subscribed group behind on it (a
+-- group without a cursor row there counts from where that row would start)
+-- gets a backlog row, and the flag is cleared. Then p_group's own backlog
+-- row goes if p_group has consumed everything retained. Never waits: a
+-- partition someone holds (a push in flight) is skipped, and so is every
+-- pending partition of a queue on which a group's first contact is in
+-- progress (it holds the queue's contact lock exclusively until it commits;
+-- its subscription is not visible yet, so it would get no backlog row).
+-- Each check is a statement of its own, so its snapshot is taken after the
+-- locks: a push cannot commit in between, and every committed group is
+-- seen.
+CREATE OR REPLACE FUNCTION {{schema}}.clear_pending(p_pid bigint, p_group text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_qid     bigint;
+    v_pending boolean;
+    v_done    boolean := false;
+BEGIN
+    SELECT queue_id, pending INTO v_qid, v_pending FROM {{schema}}.partitions
+    WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_pending THEN
+        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
+            RETURN false;
+        END IF;
+        INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
+        SELECT s.queue_id, s.group_name, p.id
+        FROM {{schema}}.partitions p
+        JOIN {{schema}}.subscriptions s ON s.queue_id = p.queue_id
+        LEFT JOIN LATERAL (SELECT c.committed FROM {{schema}}.consumers c
+                           WHERE c.partition_id = p.id AND c.group_name = s.group_name LIMIT 1) c ON true
+        WHERE p.id = p_pid AND p.last_offset >= p.log_start
+          AND coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, s.mode, s.created_at,
+                                                           s.from_time)) < p.last_offset
+        ORDER BY s.group_name
+        ON CONFLICT DO NOTHING;
+        UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
+        v_done := true;
+    END IF;
+    DELETE FROM {{schema}}.backlog b
+    USING {{schema}}.partitions p
+    WHERE b.queue_id = v_qid AND b.group_name = p_group AND b.partition_id = p_pid AND p.id = p_pid
+      AND (p.last_offset < p.log_start
+           OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset
+                      OFFSET 0));
+    RETURN v_done OR FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{schema}}.pop(
+    p_tenant     uuid,
+    p_queue      text,
+    p_group      text,
+    p_partition  text,
+    p_hints      text[],
+    p_batch      integer,
+    p_partitions integer,
+    p_lease_ms   bigint,
+    p_auto_ack   boolean,
+    p_owner      text,
+    p_mode       text,
+    p_from       timestamptz,
+    -- At most this many messages from one partition (a fused claim takes
+    -- one partition for each of several callers, each with its own Batch).
+    p_part_batch integer
+) RETURNS SETOF {{schema}}.pop_row
+LANGUAGE plpgsql
+-- Array-driven statements would otherwise be re-planned on every call (as
+-- in 003). Every statement here is a keyed lookup or a walk of the pending
+-- index, never a scan.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_q        record;
+    v_c        record;
+    v_x        record;
+    v_pend     bigint[];
+    v_cand     bigint[];
+    v_win      integer;
+    v_lo       bigint;
+    v_hi       bigint;
+    v_from     bigint;
+    v_pass     integer;
+    v_n        integer;
+    v_left     integer := p_batch;
+    v_claimed  integer := 0;
+    v_now      timestamptz := clock_timestamp();
+    v_cutoff   timestamptz;
+    v_start    bigint;
+    v_end      bigint;
+    v_seg_lo   bigint;
+    v_vis      bigint;
+    v_lease    uuid;
+    v_expires  timestamptz;
+    v_try      integer;
+    v_deliv    integer;
+    v_drained  bigint[] := '{}';
+    v_caught   bigint[] := '{}';
+    v_missing  boolean;
+    v_seed     integer;
+    v_full     boolean := false;
+    v_seen     bigint[] := '{}';
+    v_more     bigint[];
+    v_pid      bigint;
+    v_after    text;
+    v_adv      bigint;
+BEGIN
+    p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
+    SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
+    FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_lease_ms <= 0 THEN
+        p_lease_ms := v_q.lease_time_ms;
+    END IF;
+    v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
+
+    -- First contact (bounded, see seed_consumers), or one more step of its
+    -- marking when no other pop of the group is taking one.
+    SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
+    WHERE s.queue_id = v_q.id AND s.group_name = p_group;
+    IF NOT FOUND THEN
+        PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from);
+    ELSIF v_after IS NOT NULL
+          AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || v_q.id || '/' || p_group, 0)) THEN
+        PERFORM {{schema}}.seed_chunk(v_q.id, p_group);
+    END IF;
+    -- A paused group claims nothing (see paused_groups). After the first
+    -- contact, so a group paused before it still counts from its
+    -- subscription, not from its Resume.
+    IF EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_q.id AND g.group_name = p_group) THEN
+        RETURN;
+    END IF;
+
+    -- Up to two passes: the first over a window sized to the claim, the
+    -- second, only if the first claimed less than asked and did not see the
+    -- whole ready set, over a wider one.
+    FOR v_pass IN 1 .. 2 LOOP
+        -- The window this pop looks at: hinted partitions, then up to v_win ids
+        -- of the shared ready set (pending) and up to v_win of this group's
+        -- backlog, each from a random point, wrapping around. Never another
+        -- group's backlog, and never more than a window: a pop is O(window) even
+        -- when 100k keys have backlog, whichever group it is; the random start
+        -- spreads concurrent pops and is fair over time. The ids are read on
+        -- their own (the indexes are the only fit): in a join the planner may
+        -- drive from the group's consumer rows (every partition) when
+        -- statistics are stale.
+        IF p_partition IS NULL THEN
+            v_win := CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END;
+            v_full := false;
+            SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+            FROM {{schema}}.partitions p
+            WHERE v_pass = 1 AND p.queue_id = v_q.id AND p.name = ANY (p_hints)
+              AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                                        WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
+                                        OFFSET 0));
+            -- queue_id as a range, ordered by (queue_id, id): only the partial
+            -- index gives that order. With queue_id = a parameter the order is
+            -- by id alone, and a generic plan walked the primary key filtering
+            -- pending (it takes half the rows for pending), every partition of
+            -- the schema when the set is small. Likewise for the backlog, whose
+            -- partition_id index would otherwise give the order.
+            v_lo := (SELECT p.id FROM {{schema}}.partitions p
+                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                     ORDER BY p.queue_id, p.id LIMIT 1);
+            v_hi := (SELECT p.id FROM {{schema}}.partitions p
+                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
+                     ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
+            IF v_lo IS NOT NULL THEN
+                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+                v_n := cardinality(v_pend);
+                v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                          WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id >= v_from
+                                          ORDER BY p.queue_id, p.id LIMIT v_win);
+                IF cardinality(v_pend) - v_n < v_win THEN
+                    v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                              WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id < v_from
+                                              ORDER BY p.queue_id, p.id LIMIT v_win - (cardinality(v_pend) - v_n));
+                END IF;
+                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
+            END IF;
+            v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
+                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                     ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
+            v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
+                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
+                     ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
+            IF v_lo IS NOT NULL THEN
+                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+                v_n := cardinality(v_pend);
+                v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                          WHERE b.queue_id BETWEEN v_q.id AND v_q.id
+                                            AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
+                                          ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT v_win);
+                IF cardinality(v_pend) - v_n < v_win THEN
+                    v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                              WHERE b.queue_id BETWEEN v_q.id AND v_q.id
+                                                AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
+                                              ORDER BY b.queue_id, b.group_name, b.partition_id
+                                              LIMIT v_win - (cardinality(v_pend) - v_n));
+                END IF;
+                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
+            END IF;
+            -- The second pass reads only what the first did not.
+            IF v_pass = 2 THEN
+                v_pend := ARRAY(SELECT u.id FROM unnest(v_pend) AS u(id) WHERE NOT (u.id = ANY (v_seen)));
+            END IF;
+        ELSE
+            SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
+            FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
+        END IF;
+
+        -- One read of the window: whether some partition of it was created
+        -- since the group's first contact (no consumer row yet: seed, then
+        -- read again), the claimable ones (something retained after the
+        -- cursor, no live lease, the window buffer passed, the head message
+        -- visible) in claim order, and the ones this group has consumed (the
+        -- only ones the ready-set upkeep below needs to look at). No locks.
+        FOR v_seed IN 1 .. 2 LOOP
+            SELECT coalesce(bool_or(x.missing), false),
+                   coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid) FILTER (WHERE x.claimable), '{}'),
+                   coalesce(array_agg(x.pid) FILTER (WHERE x.caught), '{}')
+            INTO v_missing, v_cand, v_more
+            FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
+                         cc.partition_id IS NULL AS missing,
+                         -- Written to in the last second or so: it is likely
+                         -- to be written again soon, so it stays in the ready
+                         -- set (clearing it costs a partition write, and its
+                         -- next push a non-HOT update to set it again).
+                         ((p.last_offset < p.log_start OR cc.committed >= p.last_offset)
+                          AND p.last_write_at < v_now - interval '2 seconds') AS caught,
+                         (cc.partition_id IS NOT NULL
+                          AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                          AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                          AND (v_q.window_buffer_ms = 0 OR coalesce(
+                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
+                                <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
+                          AND (v_q.delayed_processing_ms = 0 OR coalesce(
+                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                                   AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
+                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= v_cutoff)) AS claimable
+                  FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
+                  JOIN {{schema}}.partitions p ON p.id = r.id
+                  -- A keyed lookup per partition (LIMIT keeps the planner from
+                  -- flattening it): as a plain join, a generic plan cached while
+                  -- the table was small read every cursor of the group instead.
+                  LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at
+                                     FROM {{schema}}.consumers c
+                                     WHERE c.partition_id = r.id AND c.group_name = p_group
+                                     LIMIT 1) cc ON true) x;
+            EXIT WHEN NOT v_missing OR v_seed = 2;
+            PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from, v_pend);
+        END LOOP;
+        v_caught := v_caught || v_more;
+
+        -- Claim in that order: one keyed try-lock each (SKIP LOCKED: never
+        -- waits), re-checking the lease on the locked row.
+        FOREACH v_pid IN ARRAY v_cand LOOP
+            EXIT WHEN v_left <= 0 OR v_claimed >= p_partitions;
+            -- A second try only if retention took the claimed messages
+            -- between the lock and the read (see below).
+            FOR v_try IN 1 .. 2 LOOP
+                SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
+                       p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
+                INTO v_c
+                FROM {{schema}}.consumers cc
+                JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+                WHERE cc.partition_id = v_pid AND cc.group_name = p_group
+                  AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                  AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
+                FOR UPDATE OF cc SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+                v_start := greatest(v_c.committed + 1, v_c.log_start);
+                IF v_c.settled IS NOT NULL THEN
+                    v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
+                END IF;
+                v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
+                v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                                      WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
+                IF v_q.delayed_processing_ms > 0 THEN
+                    -- created_at is monotone in offset order: the visible part is a prefix.
+                    SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+                    WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                      AND s.created_at <= v_cutoff;
+                    v_end := least(v_end, coalesce(v_vis, v_start - 1));
+                END IF;
+                IF v_end < v_start AND v_start - 1 > v_c.committed AND v_c.settled IS NOT NULL THEN
+                    -- Only settled offsets are left past a retention cut:
+                    -- the cursor passes them, so the partition is not
+                    -- claimable for nothing again.
+                    UPDATE {{schema}}.consumers SET committed = v_start - 1,
+                        settled = {{schema}}.offsets_above(settled, v_start - 1),
+                        attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_start),
+                        fail_offs = {{schema}}.offsets_above(fail_offs, v_start),
+                        fail_counts = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start),
+                        deliveries = 0, updated_at = v_now
+                    WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                END IF;
+                EXIT WHEN v_end < v_start;
+                IF p_auto_ack THEN
+                    v_lease := NULL;
+                    v_expires := NULL;
+                    v_deliv := v_c.deliveries + 1;
+                ELSE
+                    v_lease := gen_random_uuid();
+                    v_expires := v_now + p_lease_ms * interval '1 millisecond';
+                    v_deliv := CASE WHEN v_c.committed = v_start - 1 THEN v_c.deliveries + 1 ELSE 1 END;
+                END IF;
+
+                -- The segments first, the cursor write after, and only if
+                -- some segment was read: retention committing between the
+                -- claim and the read leaves fewer segments (or none), never
+                -- a lease (or an auto-ack) over messages nobody received.
+                -- The row is locked: nothing else can move it meanwhile.
+                RETURN QUERY
+                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
+                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
+                       -- The out-of-order settlement state, once per partition;
+                       -- the failures with the head's (attempts) when the
+                       -- claim starts at it.
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.settled END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_start || v_c.fail_offs
+                                ELSE v_c.fail_offs END END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_c.attempts || v_c.fail_counts
+                                ELSE v_c.fail_counts END END
+                FROM {{schema}}.segments s
+                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                ORDER BY s.base_offset;
+                IF FOUND THEN
+                    IF p_auto_ack THEN
+                        v_adv := v_end;
+                        IF v_c.settled IS NOT NULL THEN
+                            v_adv := {{schema}}.settled_advance(v_end, v_c.settled);
+                        END IF;
+                        UPDATE {{schema}}.consumers SET committed = v_adv,
+                            batch_end = NULL, lease_id = NULL,
+                            lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
+                            attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
+                            settled = CASE WHEN settled IS NULL THEN NULL
+                                           ELSE {{schema}}.offsets_above(settled, v_adv) END,
+                            fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
+                                             ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
+                            fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
+                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    ELSE
+                        UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
+                            lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
+                            deliveries = v_deliv,
+                            attempts = CASE WHEN committed = v_start - 1 THEN attempts
+                                            ELSE {{schema}}.fail_at(fail_offs, fail_counts, v_start) END,
+                            settled = CASE WHEN committed = v_start - 1 THEN settled
+                                           ELSE {{schema}}.offsets_above(settled, v_start - 1) END,
+                            fail_offs = CASE WHEN committed = v_start - 1 THEN fail_offs
+                                             ELSE {{schema}}.offsets_above(fail_offs, v_start) END,
+                            fail_counts = CASE WHEN committed = v_start - 1 THEN fail_counts
+                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start) END,
+                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
+                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
+                    END IF;
+                    v_left := v_left - (v_end - v_start + 1)::integer;
+                    v_claimed := v_claimed + 1;
+                    IF p_auto_ack AND v_end >= v_c.last_offset THEN
+                        v_drained := v_drained || v_c.partition_id;
+                    END IF;
+                    EXIT;
+                END IF;
+            END LOOP;
+        END LOOP;
+        EXIT WHEN p_partition IS NOT NULL OR NOT v_full OR v_left <= 0 OR v_claimed >= p_partitions;
+        v_seen := v_seen || v_pend;
+    END LOOP;
+
+    -- Ready-set upkeep, at the end: this transaction does nothing after
+    -- these try-locks, so they cannot join a deadlock. Acks leave drained
+    -- partitions where they are (settle takes no partition locks); every pop
+    -- passes to clear_pending the partitions its own auto-ack drained and up
+    -- to 256 more of its window that its group has consumed, which keeps
+    -- stale entries bounded by the pop rate, not the number of keys. A
+    -- partition this group is behind on stays where it is (it is in the
+    -- group's reach), so it is not even looked at.
+    FOREACH v_pid IN ARRAY v_drained LOOP
+        PERFORM {{schema}}.clear_pending(v_pid, p_group);
+    END LOOP;
+    IF p_partition IS NULL THEN
+        FOR v_x IN
+            SELECT r.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
+            WHERE NOT (r.id = ANY (v_drained))
+            LIMIT 256
+        LOOP
+            PERFORM {{schema}}.clear_pending(v_x.id, p_group);
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- What a pop claimed but cannot hand over: messages Go cannot decompress,
+-- parse or decrypt (a corrupt segment, a message sealed with another key).
+-- They go to the dead-letter store with their reasons instead of failing
+-- every claim that meets them. Under a lease (p_lease) they must be the
+-- lease's head (consecutive; any offsets between the cursor and the first
+-- were taken by retention), and the cursor moves past them; the lease is
+-- cut to end at p_end (the message before the next undecodable one, which
+-- a later claim then finds at its head) and released once nothing of it is
+-- left. Returns false, writing nothing, if the lease is no
+-- longer held. With AutoAck (p_lease NULL) the claim already moved the
+-- cursor: only the dead letters are written.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_dead_letter(
+    p_pid      bigint,
+    p_group    text,
+    p_lease    uuid,
+    p_end      bigint,
+    p_offs     bigint[],
+    p_ids      uuid[],
+    p_txns     text[],
+    p_flags    integer[],
+    p_payloads bytea[],
+    p_created  timestamptz[],
+    p_reasons  text[],
+    p_keys     text[] DEFAULT NULL, -- ordering keys ('' or NULL: none)
+    p_headers  bytea[] DEFAULT NULL -- encoded headers (empty or NULL: none)
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    n      integer := coalesce(cardinality(p_offs), 0);
+    v_c    record;
+    v_p    record;
+    v_comm bigint;
+    v_end  bigint;
+    v_now  timestamptz := clock_timestamp();
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_txns), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
+       OR coalesce(cardinality(p_created), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
+       OR (p_keys IS NOT NULL AND cardinality(p_keys) <> n)
+       OR (p_headers IS NOT NULL AND cardinality(p_headers) <> n) THEN
+        RAISE EXCEPTION 'queen: pop_dead_letter arrays are not aligned';
+    END IF;
+    SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_lease IS NOT NULL THEN
+        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at, c.settled INTO v_c
+        FROM {{schema}}.consumers c
+        WHERE c.partition_id = p_pid AND c.group_name = p_group
+        FOR UPDATE;
+        IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
+           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] <> p_offs[1] + n - 1
+                          OR p_offs[n] > v_c.batch_end)) THEN
+            RETURN false;
+        END IF;
+        v_comm := {{schema}}.settled_advance(CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END, v_c.settled);
+        v_end := least(v_c.batch_end, coalesce(p_end, v_c.batch_end));
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = CASE WHEN v_comm > committed THEN {{schema}}.fail_at(fail_offs, fail_counts, v_comm + 1)
+                                    ELSE attempts END,
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
+            deliveries       = CASE WHEN v_comm = committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
+            lease_id         = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload, message_created_at,
+        attempts, reason)
+    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, nullif(x.key, ''), nullif(x.hdrs, '\x'::bytea),
+           x.flags, x.payload, x.created, 0, x.reason
+    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons, p_keys, p_headers)
+         AS x(off, id, txn, flags, payload, created, reason, key, hdrs)
+    ORDER BY x.off;
+    RETURN true;
+END
+$$;

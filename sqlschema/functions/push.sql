@@ -1,0 +1,418 @@
+-- Pushing: the allocator and its callers.
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+
+-- push_result.status, the verdict per segment of push_bundle and
+-- push_segment. alloc.Status mirrors this list and TestStatusCodesMatchSQL
+-- compares the two: a code keeps its meaning for good (a new verdict is a
+-- new code, and callers that cannot handle it call a new function name).
+--   push status 0 queued: stored at base_offset
+--   push status 1 duplicate: nothing written; dup_idx/dup_off pair incoming frame indexes with the stored offsets they repeat
+--   push status 2 encryption_required: the queue is encrypted and the segment is not; nothing written
+--   push status 3 lanes_changed: keys were routed with a lane count that is not the queue's (stale settings); nothing written
+--   push status 4 needs_bundle: push_segment did not take the segment (see there); nothing written, send it with push_bundle
+
+-- The dedup probe: the offsets of stored messages, within the window, that
+-- the incoming hashes repeat (pairwise with their frame indexes), or NULLs.
+CREATE OR REPLACE FUNCTION {{schema}}.dedup_probe(
+    p_pid       bigint,
+    p_count     integer,
+    p_hashes    bytea,
+    p_verified  bigint,
+    p_last      bigint,
+    p_txns_from bigint,
+    p_window_ms bigint,
+    p_now       timestamptz,
+    OUT dup_idx integer[],
+    OUT dup_off bigint[]
+)
+LANGUAGE plpgsql
+-- push_bundle forbids hash joins for its own keyed statements, and a
+-- function's settings reach the functions it calls: this joins every
+-- incoming hash against every stored one of the window, which as a nested
+-- loop made a 200-message segment cost half a second. The settings live
+-- here, not on push_one, whose every call would pay for them.
+SET enable_seqscan = on
+SET enable_hashjoin = on
+SET enable_mergejoin = on
+AS $$
+BEGIN
+    WITH inc AS (
+        SELECT k, substring(p_hashes FROM k * 16 + 1 FOR 16) AS h
+        FROM generate_series(0, p_count - 1) AS k
+    ), st AS (
+        SELECT t.base_offset + j AS off, substring(t.hashes FROM j * 16 + 1 FOR 16) AS h
+        FROM {{schema}}.txns t
+        CROSS JOIN LATERAL generate_series(0, (t.end_offset - t.base_offset)::integer) AS j
+        WHERE t.partition_id = p_pid
+          AND t.end_offset > GREATEST(p_verified, p_txns_from - 1)
+          AND t.base_offset <= p_last
+          AND t.created_at > p_now - p_window_ms * interval '1 millisecond'
+    ), d AS (
+        SELECT inc.k, min(st.off) AS off FROM inc JOIN st USING (h) GROUP BY inc.k
+    )
+    SELECT array_agg(d.k ORDER BY d.k), array_agg(d.off ORDER BY d.k)
+    INTO dup_idx, dup_off FROM d;
+END
+$$;
+
+-- The allocator, also marking the partition pending. Status 4 (nothing
+-- written) when the partition row is gone: only push_segment, which does
+-- not lock the row before, can meet that.
+CREATE OR REPLACE FUNCTION {{schema}}.push_one(
+    p_pid       bigint,
+    p_count     integer,
+    p_hashes    bytea,
+    p_verified  bigint,
+    p_blob      bytea,
+    p_window_ms bigint,
+    p_now       timestamptz,
+    -- Failures the segment's (single) message already carries: set when
+    -- settle re-enqueues a failed message under the 'skip' policy.
+    p_failures  integer DEFAULT 0
+) RETURNS {{schema}}.push_result
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_last       bigint;
+    v_txns_start bigint;
+    r            {{schema}}.push_result;
+BEGIN
+    -- A stride mismatch would mis-address acks silently: fail loudly.
+    IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
+        RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+            octet_length(p_hashes), p_count;
+    END IF;
+    r.partition_id := p_pid;
+
+    IF p_window_ms > 0 THEN
+        SELECT last_offset, txns_start INTO v_last, v_txns_start
+        FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            r.status := 4;
+            RETURN r;
+        END IF;
+        SELECT d.dup_idx, d.dup_off INTO r.dup_idx, r.dup_off
+        FROM {{schema}}.dedup_probe(p_pid, p_count, p_hashes, p_verified, v_last, v_txns_start,
+                                    p_window_ms, p_now) d;
+        IF r.dup_idx IS NOT NULL THEN
+            r.status := 1;
+            RETURN r;
+        END IF;
+    END IF;
+
+    -- One statement allocates, marks the partition ready and writes both
+    -- rows. pending = true changes nothing (so stays HOT) unless the
+    -- partition had been drained.
+    WITH u AS (
+        UPDATE {{schema}}.partitions SET
+            last_offset   = last_offset + p_count,
+            last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
+                                 THEN p_now ELSE last_write_at END,
+            pending       = true
+        WHERE id = p_pid
+        RETURNING last_offset
+    ), s AS (
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_blob, p_failures FROM u
+    ), t AS (
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_hashes FROM u
+    )
+    SELECT u.last_offset INTO v_last FROM u;
+    IF v_last IS NULL THEN
+        r.status := 4;
+        RETURN r;
+    END IF;
+
+    r.status := 0;
+    r.base_offset := v_last - p_count + 1;
+    r.created_at := p_now;
+    RETURN r;
+END
+$$;
+
+-- 3. push_bundle, as in 002, with its two partition lookups written so the
+-- only index that fits is the unique (queue_id, name): each is a subquery
+-- with both keys as parameters. Written as a join, a generic plan cached
+-- while the partitions table was small (a new install, a queue gaining
+-- 100k keys) looked partitions up by queue_id alone through another
+-- (queue_id, ...) index and filtered on the name, so every bundle
+-- walked every partition of its queue until autovacuum's next ANALYZE
+-- invalidated the plan (measured: 50 ms per bundle at ~50k partitions,
+-- first-touch pushes at ~300 keys/s for a minute).
+CREATE OR REPLACE FUNCTION {{schema}}.push_bundle(
+    p_queues     text[],
+    p_partitions text[],
+    p_counts     integer[],
+    p_hashes     bytea[],
+    p_verified   bigint[],
+    p_blobs      bytea[],
+    p_tenants    uuid[],
+    p_flags      integer[],
+    -- The client saw every partition of the bundle committed to before:
+    -- skip the existence check. Wrong only if one was purged since, which
+    -- the resolve below detects (QN001) and the client retries without it.
+    p_known      boolean DEFAULT false,
+    -- Per segment, the lane count the client routed its keyed messages
+    -- with (0: none of its messages was routed to a lane). A count that is
+    -- not the queue's rejects the segment (status 3): the client re-routes.
+    p_lanes      integer[] DEFAULT NULL
+) RETURNS SETOF {{schema}}.push_result
+LANGUAGE plpgsql
+-- Custom plans would be re-planned on every call (array sizes vary); the
+-- generic plans of these key lookups are the right ones. The setting also
+-- covers push_one, called from here. A generic plan is cached for the life
+-- of the connection, possibly while partitions is small: the planner is
+-- denied the scans and joins that walk a whole table (as in pop), so the
+-- set-based allocator below stays a keyed lookup per partition.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_queues), 0);
+    v_order integer[] := '{}';
+    v_pids  bigint[];
+    v_win   bigint[];
+    v_enc   boolean[];
+    v_lanes integer[];
+    rec     record;
+    v_now   timestamptz;
+    v_res   {{schema}}.push_result[];
+    r       {{schema}}.push_result;
+    i       integer;
+    v_fast  integer[] := '{}';
+BEGIN
+    -- Alignment guard: a silent misalignment would route verdicts to the
+    -- wrong callers.
+    IF coalesce(cardinality(p_partitions), 0) <> n OR coalesce(cardinality(p_counts), 0) <> n
+       OR coalesce(cardinality(p_hashes), 0) <> n OR coalesce(cardinality(p_verified), 0) <> n
+       OR coalesce(cardinality(p_blobs), 0) <> n OR coalesce(cardinality(p_tenants), 0) <> n
+       OR coalesce(cardinality(p_flags), 0) <> n
+       OR (p_lanes IS NOT NULL AND cardinality(p_lanes) <> n) THEN
+        RAISE EXCEPTION 'queen: push_bundle arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Provisioning skip: only insert when something is missing. Inserts are
+    -- ordered on their unique keys so overlapping bundles never convoy.
+    IF NOT p_known AND EXISTS (
+        SELECT 1 FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {{schema}}.queues qq
+            WHERE qq.tenant = u.t AND qq.name = u.q
+              AND EXISTS (SELECT 1 FROM {{schema}}.partitions pp WHERE pp.queue_id = qq.id AND pp.name = u.p))
+    ) THEN
+        INSERT INTO {{schema}}.queues (tenant, name)
+        SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
+        ORDER BY t, q
+        ON CONFLICT DO NOTHING;
+        INSERT INTO {{schema}}.partitions (queue_id, name)
+        SELECT DISTINCT qq.id, u.p
+        FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
+        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
+        ORDER BY qq.id, u.p
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- A segment with keyed messages (flag 2) marks its queue keyed, which
+    -- freezes the queue's lane count. Done before the partition locks (the
+    -- lock order is queues, then partitions), and only while unset, so the
+    -- queue row is written once in its life. The row lock it takes orders
+    -- this push with a Configure changing lanes: that one either committed
+    -- first (the resolve below, a later statement, reads its count) or
+    -- waits and then sees keyed.
+    -- Rows are locked in ascending id, so two first keyed pushes to the
+    -- same queues cannot deadlock.
+    IF EXISTS (SELECT 1 FROM unnest(p_flags) AS f(fl) WHERE (f.fl & 2) <> 0) THEN
+        UPDATE {{schema}}.queues qq SET keyed = true
+        FROM (SELECT q2.id FROM {{schema}}.queues q2
+              WHERE q2.id IN (SELECT q3.id FROM unnest(p_tenants, p_queues, p_flags) AS u(t, q, fl)
+                              JOIN {{schema}}.queues q3 ON q3.tenant = u.t AND q3.name = u.q
+                              WHERE (u.fl & 2) <> 0)
+                AND NOT q2.keyed
+              ORDER BY q2.id
+              FOR NO KEY UPDATE) l
+        WHERE qq.id = l.id;
+    END IF;
+
+    -- Resolve and lock every partition row in one statement, in ascending
+    -- partition id: the global lock order shared with transactions and
+    -- retention.
+    FOR rec IN
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes
+        FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
+                     (SELECT p2.id FROM {{schema}}.partitions p2
+                      WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
+              FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
+              JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
+        JOIN {{schema}}.partitions pp ON pp.id = x.pid
+        ORDER BY pp.id, x.o -- a partition twice (Client.Tx): its segments in input order
+        FOR NO KEY UPDATE OF pp
+    LOOP
+        v_order := v_order || rec.o::integer;
+        v_pids[rec.o] := rec.id;
+        v_win[rec.o] := rec.dedup_window_ms;
+        v_enc[rec.o] := rec.encryption;
+        v_lanes[rec.o] := rec.lanes;
+    END LOOP;
+    IF coalesce(cardinality(v_order), 0) <> n THEN
+        -- A partition purged between provisioning and the lock: the client
+        -- retries the bundle once on this code.
+        RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
+            coalesce(cardinality(v_order), 0), n USING ERRCODE = 'QN001';
+    END IF;
+    v_now := clock_timestamp();
+
+    FOREACH i IN ARRAY v_order LOOP
+        IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
+            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
+            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSIF v_win[i] > 0 THEN
+            r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                     p_blobs[i], v_win[i], v_now);
+            r.ord := i;
+            v_res[i] := r;
+        ELSE
+            -- push_one's stride check, for the set-based path below.
+            IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
+                RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                    octet_length(p_hashes[i]), p_counts[i];
+            END IF;
+            v_fast := v_fast || i;
+        END IF;
+    END LOOP;
+
+    -- Segments with no dedup window (nothing to probe) are allocated all at
+    -- once: one UPDATE of their partitions and one INSERT into each of
+    -- segments and txns, instead of one push_one statement per segment. It
+    -- is push_one's allocation; keep the two in step. A partition listed
+    -- twice (Client.Tx) is bumped once by the sum of its counts, and its
+    -- segments take consecutive ranges in input order.
+    IF cardinality(v_fast) = 1 THEN
+        -- One segment: push_one's single statement is cheaper than the CTE.
+        i := v_fast[1];
+        r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                 p_blobs[i], 0, v_now);
+        r.ord := i;
+        v_res[i] := r;
+    ELSIF cardinality(v_fast) > 1 THEN
+        FOR rec IN
+            WITH x AS (
+                SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
+                       sum(p_counts[f.o]) OVER (PARTITION BY v_pids[f.o] ORDER BY f.o) AS upto
+                FROM unnest(v_fast) AS f(o)
+            ), a AS (
+                SELECT x.pid, sum(x.cnt) AS tot FROM x GROUP BY x.pid
+            ), u AS (
+                UPDATE {{schema}}.partitions p SET
+                    last_offset   = p.last_offset + a.tot,
+                    last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                         THEN v_now ELSE p.last_write_at END,
+                    pending       = true
+                FROM a
+                WHERE p.id = a.pid
+                RETURNING p.id, p.last_offset - a.tot AS before
+            ), z AS (
+                SELECT x.o, x.pid, x.cnt, u.before + x.upto AS last
+                FROM x JOIN u ON u.id = x.pid
+            ), s AS (
+                INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_blobs[z.o], 0 FROM z
+            ), t AS (
+                INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_hashes[z.o] FROM z
+            )
+            SELECT z.o, z.pid, z.last - z.cnt + 1 AS base FROM z
+        LOOP
+            v_res[rec.o] := ROW(rec.o, 0, rec.pid, rec.base, v_now, NULL, NULL);
+        END LOOP;
+    END IF;
+
+    -- Completeness guard: exactly one result per input, in input order.
+    FOR i IN 1 .. n LOOP
+        IF v_res[i].ord IS DISTINCT FROM i THEN
+            RAISE EXCEPTION 'queen: push_bundle has no result for segment %', i;
+        END IF;
+        RETURN NEXT v_res[i];
+    END LOOP;
+END
+$$;
+
+-- One segment to a partition the client has committed to before: the idle
+-- push. push_bundle's arrays, provisioning and loops cost an isolated push
+-- more than its commit; this resolves the one partition in one statement
+-- and allocates with push_one. It answers status 4, writing nothing, when
+-- push_bundle's extra work is needed: the partition does not exist (new,
+-- or purged since) or the segment is the first keyed one of its queue
+-- (which marks the queue keyed). Verdicts 0-3 are push_bundle's.
+-- The row is not locked ahead: push_one's UPDATE locks it (and without a
+-- dedup window nothing is read before), which saves a lock record per push
+-- (~60 us of an isolated push's latency). A partition deleted in between
+-- makes push_one answer 4.
+CREATE OR REPLACE FUNCTION {{schema}}.push_segment(
+    p_tenant    uuid,
+    p_queue     text,
+    p_partition text,
+    p_count     integer,
+    p_hashes    bytea,
+    p_blob      bytea,
+    p_flags     integer,
+    p_lanes     integer
+) RETURNS {{schema}}.push_result
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_pid   bigint;
+    v_win   bigint;
+    v_enc   boolean;
+    v_lanes integer;
+    v_keyed boolean;
+    r       {{schema}}.push_result;
+BEGIN
+    -- Written like push_bundle's resolve (a subquery with both keys), for
+    -- the same reason: no plan can walk the queue's partitions.
+    SELECT (SELECT p2.id FROM {{schema}}.partitions p2
+            WHERE p2.queue_id = qq.id AND p2.name = p_partition),
+           qq.dedup_window_ms, qq.encryption, qq.lanes, qq.keyed
+    INTO v_pid, v_win, v_enc, v_lanes, v_keyed
+    FROM {{schema}}.queues qq
+    WHERE qq.tenant = p_tenant AND qq.name = p_queue;
+
+    r.ord := 1;
+    IF v_pid IS NULL OR ((p_flags & 2) <> 0 AND NOT v_keyed) THEN
+        r.status := 4;
+        RETURN r;
+    END IF;
+    r.partition_id := v_pid;
+    IF v_enc AND (p_flags & 1) = 0 THEN
+        r.status := 2;
+        RETURN r;
+    END IF;
+    IF coalesce(p_lanes, 0) <> 0 AND p_lanes <> v_lanes THEN
+        r.status := 3;
+        RETURN r;
+    END IF;
+    r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, clock_timestamp());
+    r.ord := 1;
+    RETURN r;
+END
+$$;
+
+-- The segment covering offset p_off of partition p_pid, if retention kept it.
+CREATE OR REPLACE FUNCTION {{schema}}.segment_at(p_pid bigint, p_off bigint)
+RETURNS TABLE (base_offset bigint, end_offset bigint, created_at timestamptz, blob bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT c.base_offset, c.end_offset, c.created_at, c.blob
+    FROM (SELECT s.base_offset, s.end_offset, s.created_at, s.blob
+          FROM {{schema}}.segments s
+          WHERE s.partition_id = p_pid AND s.base_offset <= p_off
+          ORDER BY s.base_offset DESC
+          LIMIT 1) c
+    WHERE c.end_offset >= p_off
+$$;

@@ -1,0 +1,649 @@
+-- Settling: acks, failures, retries and dead letters, and the re-enqueue that the skip policy and requeues share.
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+
+-- settle_result.status, the verdict per input of settle, ack_many and
+-- settle_keyed, and the actions (p_act, p_actions) they take. The constants
+-- of internal/stmt (Settle*, Act*) mirror these lists and
+-- TestStatusCodesMatchSQL compares them: a code keeps its meaning for good.
+--   settle status 0 applied: the cursor moved (or the failure was charged)
+--   settle status 1 below_cursor: already settled; nothing changed
+--   settle status 2 lease_lost: the lease is not the cursor's live one; nothing changed
+--   settle status 3 dead_lettered: applied, and the message went to the dead letters
+--   settle status 4 dropped: applied, and the exhausted message was dropped
+--   settle status 5 unknown: no such cursor
+--   settle status 6 requeued: applied, the failure re-enqueued at the tail (settle_keyed only; settle answers 0)
+--   settle action 0 none: an ack
+--   settle action 1 fail: charge a failure (retry limit, failure policy)
+--   settle action 2 retry: redeliver in place, uncharged
+--   settle action 3 dead_letter: dead-letter the message
+--   settle action 4 interrupt: a retry that also takes back the lease's delivery
+--   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
+
+-- The minimal unsigned LEB128 varint of p_n (the frame format's uvarint).
+CREATE OR REPLACE FUNCTION {{schema}}.uvarint(p_n bigint)
+RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_n   bigint := p_n;
+    v_var bytea := '\x'::bytea;
+BEGIN
+    LOOP
+        IF v_n >= 128 THEN
+            v_var := v_var || set_byte('\x00'::bytea, 0, ((v_n & 127) | 128)::integer);
+            v_n := v_n >> 7;
+        ELSE
+            RETURN v_var || set_byte('\x00'::bytea, 0, v_n::integer);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- 6. The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
+-- see internal/segment) holding one frame (see internal/frame): u32 LE body
+-- length, flags, 16-byte id, uvarint transaction-id length, transaction id,
+-- the key (uvarint length and bytes) when there is one, the encoded headers
+-- when there are any (passed through as Go encoded them), payload.
+CREATE OR REPLACE FUNCTION {{schema}}.raw_segment(p_id uuid, p_flags integer, p_txn text, p_payload bytea,
+                                        p_key text DEFAULT NULL, p_headers bytea DEFAULT NULL)
+RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_txn  bytea := convert_to(coalesce(p_txn, ''), 'UTF8');
+    v_key  bytea := convert_to(coalesce(p_key, ''), 'UTF8');
+    v_flag integer := coalesce(p_flags, 0) & 1;
+    v_body bytea;
+    v_len  bigint;
+BEGIN
+    -- The frame's key (FlagKey, bit 2) follows the transaction id, present
+    -- exactly when non-empty (see internal/frame).
+    IF octet_length(v_key) > 0 THEN
+        v_flag := v_flag | 4;
+        v_txn := v_txn || {{schema}}.uvarint(octet_length(v_key)) || v_key;
+    END IF;
+    -- The headers (FlagHeaders, bit 1) follow the key, present exactly when
+    -- non-empty.
+    IF octet_length(coalesce(p_headers, '\x'::bytea)) > 0 THEN
+        v_flag := v_flag | 2;
+        v_txn := v_txn || p_headers;
+    END IF;
+    v_body := set_byte('\x00'::bytea, 0, v_flag) || uuid_send(p_id)
+              || {{schema}}.uvarint(octet_length(convert_to(coalesce(p_txn, ''), 'UTF8'))) || v_txn
+              || coalesce(p_payload, '\x'::bytea);
+    v_len := octet_length(v_body);
+    RETURN '\x00'::bytea
+        || set_byte(set_byte(set_byte(set_byte('\x00000000'::bytea,
+               0, (v_len & 255)::integer), 1, ((v_len >> 8) & 255)::integer),
+               2, ((v_len >> 16) & 255)::integer), 3, ((v_len >> 24) & 255)::integer)
+        || v_body;
+END
+$$;
+
+-- Appends one failed message at the tail of partition p_pid (whose row the
+-- caller holds) as a segment of its own carrying p_failures, with the
+-- original's hash row when that is still retained (a producer retrying the
+-- transaction id while the message is live is still a duplicate), else a
+-- zero hash (its dedup window had passed). Returns the new offset.
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_one(
+    p_pid      bigint,
+    p_off      bigint,
+    p_id       uuid,
+    p_flags    integer,
+    p_txn      text,
+    p_payload  bytea,
+    p_failures integer,
+    p_key      text DEFAULT NULL,
+    p_headers  bytea DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_hash bytea;
+    v_now  timestamptz := clock_timestamp();  -- after the row lock: created_at stays monotone
+BEGIN
+    SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
+    FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
+          WHERE tt.partition_id = p_pid AND tt.base_offset <= p_off
+          ORDER BY tt.base_offset DESC LIMIT 1) t
+    WHERE t.end_offset >= p_off;
+    IF v_hash IS NULL OR octet_length(v_hash) <> 16 THEN
+        v_hash := '\x00000000000000000000000000000000'::bytea;
+    END IF;
+    -- The single allocator, without a dedup probe: the copy repeats its
+    -- original's transaction id on purpose.
+    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload, p_key, p_headers),
+                                0, v_now, p_failures)).base_offset;
+END
+$$;
+
+-- 7. Settle, as in 003, with the failure policy and re-enqueued messages'
+-- failure counts: a message's retry budget is what its segment carries plus
+-- what its cursor has charged. A Fail under 'skip' that does not exhaust the
+-- budget re-enqueues the message (requeue_one) and commits the cursor
+-- through it; the result is status 0 (applied) as for any Fail. The
+-- partition rows of those inputs are locked first, in ascending id, before
+-- any consumer row: the global order (see the lock below for settle() inside
+-- a larger transaction). Actions: 0 none, 1 fail, 2 retry, 3 dead letter,
+-- 4 interrupt (a retry that also takes back the lease's delivery: a consumer
+-- shutting down hands back what it did not finish, uncharged and uncounted).
+CREATE OR REPLACE FUNCTION {{schema}}.settle(
+    p_pids       bigint[],
+    p_groups     text[],
+    p_leases     uuid[],
+    p_ok         bigint[],
+    p_act        smallint[],
+    p_act_off    bigint[],
+    p_release    boolean[],
+    p_reasons    text[],
+    p_dl_ids     uuid[],
+    p_dl_txns    text[],
+    p_dl_flags   integer[],
+    p_dl_payload bytea[],
+    p_dl_created timestamptz[],
+    -- The messages' ordering keys ('' or NULL: none), kept by a re-enqueue
+    -- and a dead letter.
+    p_dl_keys    text[] DEFAULT NULL,
+    -- Their encoded headers (empty or NULL: none), kept likewise.
+    p_dl_headers bytea[] DEFAULT NULL
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+-- Array-driven statements would otherwise be re-planned on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_pids), 0);
+    v_rqp   bigint[] := '{}';
+    i       integer;
+    v_c     record;
+    v_now   timestamptz := clock_timestamp();
+    v_comm  bigint;
+    v_att   integer;
+    v_prior integer;
+    v_rel   boolean;
+    v_dl    boolean;
+    v_rq    boolean;
+    v_spent integer;
+    v_st    smallint;
+    v_res   {{schema}}.settle_result[];
+BEGIN
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR coalesce(cardinality(p_ok), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
+       OR coalesce(cardinality(p_act_off), 0) <> n OR coalesce(cardinality(p_release), 0) <> n
+       OR coalesce(cardinality(p_reasons), 0) <> n OR coalesce(cardinality(p_dl_ids), 0) <> n
+       OR coalesce(cardinality(p_dl_txns), 0) <> n OR coalesce(cardinality(p_dl_flags), 0) <> n
+       OR coalesce(cardinality(p_dl_payload), 0) <> n OR coalesce(cardinality(p_dl_created), 0) <> n
+       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
+        RAISE EXCEPTION 'queen: settle arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Partitions a skip-policy failure may append to, locked before any
+    -- consumer row. As the first statement of its transaction (a fused
+    -- settle) nothing else is held, so waiting in ascending id is safe. Later
+    -- in a transaction (Client.Tx settles after its pushes, whose partition
+    -- locks it holds) waiting could close a cycle with a push bundle, so it
+    -- takes only rows free now; a failure whose partition is busy at that
+    -- instant is redelivered in place, as under pause.
+    IF 1 = ANY (p_act) THEN
+        IF transaction_timestamp() = statement_timestamp() THEN
+            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+                SELECT p.id FROM {{schema}}.partitions p
+                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+                  AND qq.failure_policy = 'skip'
+                ORDER BY p.id
+                FOR NO KEY UPDATE OF p) l;
+        ELSE
+            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+                SELECT p.id FROM {{schema}}.partitions p
+                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+                  AND qq.failure_policy = 'skip'
+                ORDER BY p.id
+                FOR NO KEY UPDATE OF p SKIP LOCKED) l;
+        END IF;
+    END IF;
+
+    FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
+        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
+               cc.settled, cc.fail_offs, cc.fail_counts,
+               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
+               qq.failure_policy, qq.encryption
+        INTO v_c
+        FROM {{schema}}.consumers cc
+        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        WHERE cc.partition_id = p_pids[i] AND cc.group_name = p_groups[i]
+        FOR UPDATE OF cc;
+        IF NOT FOUND THEN
+            v_res[i] := ROW(i, 5, NULL);
+            CONTINUE;
+        END IF;
+        IF greatest(p_ok[i], CASE WHEN p_act[i] = 0 THEN -1 ELSE p_act_off[i] END) <= v_c.committed THEN
+            v_res[i] := ROW(i, 1, v_c.committed);
+            CONTINUE;
+        END IF;
+        IF v_c.lease_id IS DISTINCT FROM p_leases[i] OR v_c.lease_expires_at <= v_now
+           OR greatest(p_ok[i], p_act_off[i]) > v_c.batch_end THEN
+            v_res[i] := ROW(i, 2, v_c.committed);
+            CONTINUE;
+        END IF;
+
+        v_comm := greatest(v_c.committed, p_ok[i]);
+        v_att := v_c.attempts;
+        v_rel := p_release[i];
+        v_dl := false;
+        v_rq := false;
+        v_st := 0;
+        v_prior := 0;
+        IF p_act[i] IN (1, 3) THEN
+            -- Failures the message carried in from an earlier re-enqueue.
+            SELECT s.failures INTO v_prior
+            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+                  WHERE ss.partition_id = p_pids[i] AND ss.base_offset <= p_act_off[i]
+                  ORDER BY ss.base_offset DESC LIMIT 1) s
+            WHERE s.end_offset >= p_act_off[i];
+            v_prior := coalesce(v_prior, 0);
+        END IF;
+        IF p_act[i] IN (1, 2, 4) THEN
+            v_comm := greatest(v_comm, p_act_off[i] - 1);
+            v_rel := true;
+        END IF;
+        IF v_comm > v_c.committed THEN
+            -- the new head's failures, if out-of-order settlement stored any
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+        END IF;
+        v_spent := v_prior + v_att;
+        IF p_act[i] = 1 THEN
+            v_att := v_att + 1;
+            v_spent := v_prior + v_att;
+            IF v_spent >= greatest(v_c.retry_limit, 1) THEN
+                v_comm := p_act_off[i];
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+                v_dl := v_c.dead_letter;
+                v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
+            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp)
+                  -- push_bundle's check: nothing plaintext is written to an
+                  -- encrypted queue. A message from before encryption was
+                  -- switched on is redelivered in place instead.
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[i], 0) & 1) = 0) THEN
+                -- Out of the way: a copy at the tail, the cursor past it.
+                v_rq := true;
+                v_comm := p_act_off[i];
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+            END IF;
+        ELSIF p_act[i] = 3 THEN
+            v_comm := p_act_off[i];
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+            v_dl := true;
+            v_st := 3;
+        END IF;
+        IF v_c.settled IS NOT NULL AND {{schema}}.settled_advance(v_comm, v_c.settled) > v_comm THEN
+            -- Settled out of order above: the cursor passes the run.
+            v_comm := {{schema}}.settled_advance(v_comm, v_c.settled);
+            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+        END IF;
+        IF v_comm >= v_c.batch_end THEN
+            v_rel := true;
+        END IF;
+
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = v_att,
+            settled          = CASE WHEN settled IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
+            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
+            -- An interrupt (4) takes back this lease's delivery of the
+            -- message at the new cursor, so its next one is not a retry.
+            deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
+                                    WHEN p_act[i] = 4 THEN 0
+                                    WHEN v_comm = v_c.committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
+            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
+
+        IF v_rq THEN
+            PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_dl_ids[i], p_dl_flags[i], p_dl_txns[i],
+                                           p_dl_payload[i], v_spent, p_dl_keys[i], p_dl_headers[i]);
+        END IF;
+        IF v_dl THEN
+            INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+                msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
+                message_created_at, attempts, reason)
+            VALUES (v_c.queue_id, p_pids[i], v_c.partition_name, p_groups[i], p_act_off[i], p_dl_ids[i],
+                p_dl_txns[i], nullif(p_dl_keys[i], ''), nullif(p_dl_headers[i], '\x'::bytea), p_dl_flags[i], p_dl_payload[i], p_dl_created[i],
+                v_spent, p_reasons[i]);
+        END IF;
+        v_res[i] := ROW(i, v_st, v_comm);
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+END
+$$;
+
+-- The common case of ack fusion, set-based: pure acks (commit the cursor
+-- through p_ok under lease p_leases), at most one per (partition, group).
+-- Same verdicts as settle for such inputs. In the common case (every ack
+-- valid) the whole batch is one UPDATE: it locks the cursor rows itself, in
+-- ascending (partition id, group), the lock order, because the nested loop
+-- it is forced into is driven by the sorted input, and it re-checks each
+-- lease on the row version it locked. Only when some ack did not apply is a
+-- second statement run, to tell why.
+CREATE OR REPLACE FUNCTION {{schema}}.ack_many(
+    p_pids   bigint[],
+    p_groups text[],
+    p_leases uuid[],
+    p_ok     bigint[]
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+-- Generic plans of keyed lookups only: a plan cached while the table was
+-- small must not turn into a scan of every cursor later.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    n      integer := coalesce(cardinality(p_pids), 0);
+    v_now  timestamptz := clock_timestamp();
+    v_done integer[];
+BEGIN
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR coalesce(cardinality(p_ok), 0) <> n THEN
+        RAISE EXCEPTION 'queen: ack_many arrays are not aligned';
+    END IF;
+    WITH u AS (
+        -- With out-of-order settlement stored (settled, fail_offs not NULL)
+        -- the cursor also passes the settled run above o.ok; the CASEs keep
+        -- the common case (both NULL) free of the helpers, which are not
+        -- inlined.
+        UPDATE {{schema}}.consumers c SET
+            committed        = CASE WHEN c.settled IS NULL THEN o.ok
+                                    ELSE {{schema}}.settled_advance(o.ok, c.settled) END,
+            attempts         = CASE WHEN c.settled IS NULL AND c.fail_offs IS NULL THEN 0
+                                    ELSE {{schema}}.fail_at(c.fail_offs, c.fail_counts,
+                                                            {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            settled          = CASE WHEN c.settled IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(c.settled, {{schema}}.settled_advance(o.ok, c.settled)) END,
+            fail_offs        = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(c.fail_offs, {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            fail_counts      = CASE WHEN c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts,
+                                                                      {{schema}}.settled_advance(o.ok, c.settled) + 1) END,
+            deliveries       = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) < c.delivered_max
+                                    THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
+                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
+                                    THEN NULL ELSE c.lease_expires_at END,
+            updated_at       = v_now
+        FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
+              ORDER BY x.pid, x.g) o
+        WHERE c.partition_id = o.pid AND c.group_name = o.g
+          AND o.ok > c.committed AND o.ok <= c.batch_end
+          AND c.lease_id = o.lease AND c.lease_expires_at > v_now
+        RETURNING o.ord
+    )
+    SELECT coalesce(array_agg(u.ord::integer), '{}') INTO v_done FROM u;
+
+    IF cardinality(v_done) = n THEN
+        RETURN QUERY SELECT o.ord::integer, 0::smallint, o.ok
+                     FROM unnest(p_ok) WITH ORDINALITY AS o(ok, ord);
+        RETURN;
+    END IF;
+    -- Why the others did not apply, from the rows as they are now (this
+    -- transaction holds the ones it updated; the rest may have moved on).
+    RETURN QUERY
+    SELECT o.ord::integer,
+           (CASE WHEN o.ord = ANY (v_done) THEN 0
+                 WHEN c.partition_id IS NULL THEN 5
+                 WHEN o.ok <= c.committed THEN 1
+                 ELSE 2 END)::smallint,
+           CASE WHEN o.ord = ANY (v_done) THEN o.ok ELSE c.committed END
+    FROM unnest(p_pids, p_groups, p_ok) WITH ORDINALITY AS o(pid, g, ok, ord)
+    LEFT JOIN LATERAL (SELECT c.partition_id, c.committed FROM {{schema}}.consumers c
+                       WHERE c.partition_id = o.pid AND c.group_name = o.g LIMIT 1) c ON true
+    ORDER BY o.ord;
+END
+$$;
+
+-- Out-of-order settlement, for per-key parallel Consume (KeyConcurrency >
+-- 1): one row per message outcome, rows of one lease together with its
+-- (partition, group, lease), many leases per call (fused like settle).
+-- Actions per row: 0 ack, 1 fail, 2 retry, 3 dead letter, 4 interrupt, 5
+-- nothing (carries a lease's release, with the batch's last offset). A
+-- lease's rows are applied together: an ack, a dead letter, a failure that
+-- spends the budget (dead letter or drop) and a skip-policy failure (a copy
+-- at the tail, requeue_one) settle their offset; committed moves over the
+-- contiguous settled prefix and the rest goes to consumers.settled, which a
+-- later claim skips. Any other failure is charged to its own offset (the
+-- head's in attempts, others' in fail_offs / fail_counts), so RetryLimit
+-- holds per message wherever it sits. A retry or an interrupt settles
+-- nothing; an interrupt of the new head takes back the lease's delivery as
+-- in settle. The lease is released when a row asks for it (p_release) or
+-- committed reaches batch_end, and kept otherwise (a checkpoint). An
+-- offset already settled gets status 1 and changes nothing, so resending
+-- an outcome is harmless except a failure's charge. Status per row as
+-- settle's, and 6: applied, the failure re-enqueued at the tail. Lock
+-- order as settle: skip-policy partitions first, then cursor rows in
+-- ascending (partition id, group).
+CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed(
+    p_pids       bigint[],
+    p_groups     text[],
+    p_leases     uuid[],
+    p_offs       bigint[],
+    p_act        smallint[],
+    p_release    boolean[],
+    p_reasons    text[],
+    p_dl_ids     uuid[],
+    p_dl_txns    text[],
+    p_dl_flags   integer[],
+    p_dl_payload bytea[],
+    p_dl_created timestamptz[],
+    p_dl_keys    text[] DEFAULT NULL, -- ordering keys ('' or NULL: none)
+    p_dl_headers bytea[] DEFAULT NULL -- encoded headers (empty or NULL: none)
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_pids), 0);
+    v_rqp   bigint[] := '{}';
+    v_l     record;
+    v_c     record;
+    j       integer;
+    k       integer;
+    v_now   timestamptz := clock_timestamp();
+    v_set   bigint[];
+    v_fo    bigint[];
+    v_fc    integer[];
+    v_intr  bigint[];
+    v_dup   integer[];
+    v_comm  bigint;
+    v_att   integer;
+    v_prior integer;
+    v_cnt   integer;
+    v_rel   boolean;
+    v_bad   boolean;
+    v_st    smallint[];
+    v_res   {{schema}}.settle_result[];
+BEGIN
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR coalesce(cardinality(p_offs), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
+       OR coalesce(cardinality(p_release), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
+       OR coalesce(cardinality(p_dl_ids), 0) <> n OR coalesce(cardinality(p_dl_txns), 0) <> n
+       OR coalesce(cardinality(p_dl_flags), 0) <> n OR coalesce(cardinality(p_dl_payload), 0) <> n
+       OR coalesce(cardinality(p_dl_created), 0) <> n
+       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
+        RAISE EXCEPTION 'queen: settle_keyed arrays are not aligned';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- As in settle: partitions a skip-policy failure may append to, first.
+    IF 1 = ANY (p_act) THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
+            SELECT p.id FROM {{schema}}.partitions p
+            JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+            WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+              AND qq.failure_policy = 'skip'
+            ORDER BY p.id
+            FOR NO KEY UPDATE OF p) l;
+    END IF;
+
+    FOR v_l IN
+        SELECT x.pid, x.g, x.lease, array_agg(x.o::integer ORDER BY x.off, x.o) AS ords
+        FROM unnest(p_pids, p_groups, p_leases, p_offs) WITH ORDINALITY AS x(pid, g, lease, off, o)
+        GROUP BY x.pid, x.g, x.lease
+        ORDER BY x.pid, x.g, min(x.o)
+    LOOP
+        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
+               cc.settled, cc.fail_offs, cc.fail_counts,
+               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
+               qq.failure_policy, qq.encryption
+        INTO v_c
+        FROM {{schema}}.consumers cc
+        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        WHERE cc.partition_id = v_l.pid AND cc.group_name = v_l.g
+        FOR UPDATE OF cc;
+        v_bad := NOT FOUND;
+        IF v_bad THEN
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, 5, NULL);
+            END LOOP;
+            CONTINUE;
+        END IF;
+        SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+        IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
+            -- Everything at or below the cursor (a release carrier names
+            -- the batch's last offset): nothing was left to do, as when the
+            -- cursor reached the batch's end and that ended the lease.
+            SELECT bool_and(p_offs[o] <= v_c.committed) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, CASE WHEN v_bad THEN 1 ELSE 2 END, v_c.committed);
+            END LOOP;
+            CONTINUE;
+        END IF;
+
+        -- The failure map with the head's count in it, for the duration.
+        v_fo := coalesce(v_c.fail_offs, '{}');
+        v_fc := coalesce(v_c.fail_counts, '{}');
+        IF v_c.attempts > 0 THEN
+            v_fo := (v_c.committed + 1) || v_fo;
+            v_fc := v_c.attempts || v_fc;
+        END IF;
+        -- Acks, set-based (a batch's settlement has a row per message):
+        -- those already settled get status 1, the rest join the set.
+        SELECT coalesce(array_agg(u.o), '{}') INTO v_dup
+        FROM unnest(v_l.ords) AS u(o)
+        WHERE p_act[u.o] = 0
+          AND (p_offs[u.o] <= v_c.committed OR p_offs[u.o] IN (SELECT unnest(v_c.settled)));
+        v_set := ARRAY(SELECT x.o FROM unnest(v_c.settled) AS x(o)
+                       UNION
+                       SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o)
+                       WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
+                       ORDER BY 1);
+        v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
+        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_st[j] := 0;
+        END LOOP;
+        FOREACH j IN ARRAY v_dup LOOP
+            v_st[j] := 1;
+        END LOOP;
+        -- Failures and dead letters, one by one (few: a failure is written
+        -- as it happens); retries and interrupts settle nothing.
+        FOR j IN SELECT u.o FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] IN (1, 3) ORDER BY p_offs[u.o], u.o LOOP
+            IF p_offs[j] <= v_c.committed OR p_offs[j] = ANY (v_set) THEN
+                v_st[j] := 1;
+                CONTINUE;
+            END IF;
+            SELECT s.failures INTO v_prior
+            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+                  WHERE ss.partition_id = v_l.pid AND ss.base_offset <= p_offs[j]
+                  ORDER BY ss.base_offset DESC LIMIT 1) s
+            WHERE s.end_offset >= p_offs[j];
+            v_prior := coalesce(v_prior, 0);
+            k := array_position(v_fo, p_offs[j]);
+            v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
+            IF p_act[j] = 1 THEN
+                v_cnt := v_cnt + 1;
+            END IF;
+            IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
+                v_set := v_set || p_offs[j];
+                v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
+                IF v_st[j] = 3 THEN
+                    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+                        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
+                        message_created_at, attempts, reason)
+                    VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
+                        p_dl_txns[j], nullif(p_dl_keys[j], ''), nullif(p_dl_headers[j], '\x'::bytea), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
+                        v_prior + v_cnt, p_reasons[j]);
+                END IF;
+            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
+                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j], p_dl_headers[j]);
+                v_set := v_set || p_offs[j];
+                v_st[j] := 6;
+            ELSIF k IS NULL THEN
+                v_fo := v_fo || p_offs[j];
+                v_fc := v_fc || v_cnt;
+            ELSE
+                v_fc[k] := v_cnt;
+            END IF;
+        END LOOP;
+
+        -- Sorted and unique, then the cursor over the contiguous run.
+        v_set := ARRAY(SELECT DISTINCT u.o FROM unnest(v_set) AS u(o) ORDER BY u.o);
+        v_comm := {{schema}}.settled_advance(v_c.committed, v_set);
+        v_att := {{schema}}.fail_at(v_fo, v_fc, v_comm + 1);
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.c ORDER BY u.o) INTO v_fo, v_fc
+        FROM unnest(v_fo, v_fc) AS u(o, c)
+        WHERE u.o > v_comm + 1 AND NOT (u.o = ANY (v_set));
+        IF v_comm >= v_c.batch_end THEN
+            v_rel := true;
+        END IF;
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = v_att,
+            settled          = {{schema}}.offsets_above(v_set, v_comm),
+            fail_offs        = v_fo,
+            fail_counts      = v_fc,
+            deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
+                                        THEN greatest(deliveries - 1, 0)
+                                    WHEN (v_comm + 1) = ANY (v_intr) THEN 0
+                                    WHEN v_comm = v_c.committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
+            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
+            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            updated_at       = v_now
+        WHERE partition_id = v_l.pid AND group_name = v_l.g;
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_res[j] := ROW(j, v_st[j], v_comm);
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+END
+$$;

@@ -1,0 +1,300 @@
+package sqlschema_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/sqlschema"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Each revision of the function layer has one hash, pinned in
+// testdata/functions.sum: editing functions/*.sql without bumping
+// FunctionsRevision (and appending the new line) fails here.
+func TestFunctionsRevisionPinned(t *testing.T) {
+	f, err := os.Open("testdata/functions.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]int{}
+	rev := 0
+	var last string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		r, h, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.Atoi(r)
+		if !ok || err != nil || n != rev+1 || len(h) != 64 {
+			t.Fatalf("functions.sum line %q: want %d <sha256 hex>", sc.Text(), rev+1)
+		}
+		if prev, dup := seen[h]; dup {
+			t.Fatalf("revisions %d and %d have the same hash", prev, n)
+		}
+		seen[h], rev, last = n, n, h
+	}
+	if rev != sqlschema.FunctionsRevision || last != sqlschema.FunctionsHash() {
+		t.Fatalf("functions/*.sql hash %s at revision %d; functions.sum ends with revision %d %s.\n"+
+			"After editing functions/*.sql, bump FunctionsRevision and append %q",
+			sqlschema.FunctionsHash(), sqlschema.FunctionsRevision, rev, last,
+			fmt.Sprintf("%d %s", sqlschema.FunctionsRevision+1, sqlschema.FunctionsHash()))
+	}
+}
+
+var createRE = regexp.MustCompile(`(?m)^CREATE OR REPLACE (FUNCTION|VIEW) "s"\.([a-z_0-9]+)`)
+
+// Every function and view of a migrated schema is defined in the function
+// layer, and the layer defines nothing else (no table, no type).
+func TestFunctionLayerCoversSchema(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	for _, f := range sqlschema.FunctionFiles() {
+		tmpl := f.SQL("s")
+		for _, m := range createRE.FindAllStringSubmatch(tmpl, -1) {
+			defined[m[2]] = true
+		}
+		for _, l := range strings.Split(tmpl, "\n") {
+			if u := strings.ToUpper(l); strings.HasPrefix(u, "CREATE ") && !strings.HasPrefix(u, "CREATE OR REPLACE FUNCTION ") &&
+				!strings.HasPrefix(u, "CREATE OR REPLACE VIEW ") {
+				t.Errorf("functions/%s: %q belongs in a migration", f.Name, l)
+			}
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT p.proname FROM pg_proc p WHERE p.pronamespace = $1::regnamespace
+UNION SELECT c.relname FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'v'`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 20 {
+		t.Fatalf("only %d functions and views in the schema: %v", len(names), names)
+	}
+	for _, n := range names {
+		if !defined[n] {
+			t.Errorf("%s is in the schema but in no functions/*.sql", n)
+		}
+		delete(defined, n)
+	}
+	for n := range defined {
+		t.Errorf("functions/*.sql defines %s, which the schema does not hold", n)
+	}
+}
+
+// functionDefs is every function's and view's definition in schema, by
+// signature, as PostgreSQL prints it.
+func functionDefs(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) map[string]string {
+	t.Helper()
+	rows, err := pool.Query(ctx, `SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) FROM pg_proc p
+WHERE p.pronamespace = $1::regnamespace
+UNION ALL SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'v'`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var sig, def string
+		if err := rows.Scan(&sig, &def); err != nil {
+			t.Fatal(err)
+		}
+		out[strings.ReplaceAll(sig, schema, "S")] = strings.ReplaceAll(def, schema, "S")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Revision 1 of the function layer is the functions exactly as migrations
+// 001-005 left them: moving them changed no definition.
+func TestFunctionLayerRevision1MatchesMigrations(t *testing.T) {
+	if sqlschema.FunctionsRevision != 1 {
+		t.Skip("the function layer has moved on from the migrations' definitions")
+	}
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	onlyMigrations, layered := pgtest.Schema(t), pgtest.Schema(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, m := range sqlschema.Migrations() {
+		if m.Version == 1 {
+			if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{onlyMigrations}.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(ctx, m.SQL(onlyMigrations)); err != nil {
+			t.Fatalf("migration %d: %v", m.Version, err)
+		}
+	}
+	if _, err := sqlschema.Migrate(ctx, pool, layered); err != nil {
+		t.Fatal(err)
+	}
+	want, got := functionDefs(t, ctx, pool, onlyMigrations), functionDefs(t, ctx, pool, layered)
+	if len(want) != len(got) {
+		t.Fatalf("%d definitions from the migrations, %d with the function layer", len(want), len(got))
+	}
+	for sig, def := range want {
+		if got[sig] != def {
+			t.Errorf("%s differs:\nmigrations:\n%s\nfunction layer:\n%s", sig, def, got[sig])
+		}
+	}
+}
+
+func functionsRow(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) (sqlschema.FunctionsState, time.Time) {
+	t.Helper()
+	var s sqlschema.FunctionsState
+	var at time.Time
+	if err := pool.QueryRow(ctx, "SELECT version, revision, hash, applied_at FROM "+
+		pgx.Identifier{schema, "schema_functions"}.Sanitize()).Scan(&s.Version, &s.Revision, &s.Hash, &at); err != nil {
+		t.Fatal(err)
+	}
+	return s, at
+}
+
+// markFunction gives uvarint a body that tells whether the function layer
+// was applied over it since.
+func markFunction(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	if _, err := pool.Exec(ctx, "CREATE OR REPLACE FUNCTION "+pgx.Identifier{schema, "uvarint"}.Sanitize()+
+		"(p_n bigint) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$ SELECT '\\x6d61726b'::bytea $$"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func marked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, schema string) bool {
+	t.Helper()
+	var b []byte
+	if err := pool.QueryRow(ctx, "SELECT "+pgx.Identifier{schema, "uvarint"}.Sanitize()+"(300)").Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	return string(b) == "mark"
+}
+
+// Migrate records the function layer it applied, applies it again only
+// when the recorded one is older or differs, and repairs it then.
+func TestMigrateAppliesFunctionLayer(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	s, at := functionsRow(t, ctx, pool, schema)
+	want := sqlschema.FunctionsState{Version: sqlschema.Latest(), Revision: sqlschema.FunctionsRevision, Hash: sqlschema.FunctionsHash()}
+	if s != want {
+		t.Fatalf("recorded %+v, want %+v", s, want)
+	}
+	if got, ok, err := sqlschema.Functions(ctx, pool, schema); err != nil || !ok || got != want {
+		t.Fatalf("Functions = %+v %v %v", got, ok, err)
+	}
+	// Up to date: nothing is applied, so a hand edit stays.
+	markFunction(t, ctx, pool, schema)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, at2 := functionsRow(t, ctx, pool, schema); !at2.Equal(at) || !marked(t, ctx, pool, schema) {
+		t.Fatal("an up-to-date function layer was applied again")
+	}
+	// An older revision, or the same one with other text: applied again.
+	for _, set := range []string{"revision = revision - 1", "hash = 'other'"} {
+		if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "schema_functions"}.Sanitize()+" SET "+set); err != nil {
+			t.Fatal(err)
+		}
+		markFunction(t, ctx, pool, schema)
+		if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := functionsRow(t, ctx, pool, schema); s != want || marked(t, ctx, pool, schema) {
+			t.Fatalf("after %s: recorded %+v, marked %v; want the layer applied", set, s, marked(t, ctx, pool, schema))
+		}
+	}
+}
+
+// A function layer of a newer revision stays: this binary's statements
+// still find their functions under the names they know.
+func TestMigrateKeepsNewerFunctionLayer(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "schema_functions"}.Sanitize()+
+		" SET revision = revision + 1, hash = 'newer'"); err != nil {
+		t.Fatal(err)
+	}
+	markFunction(t, ctx, pool, schema)
+	before, at := functionsRow(t, ctx, pool, schema)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	if after, at2 := functionsRow(t, ctx, pool, schema); after != before || !at2.Equal(at) || !marked(t, ctx, pool, schema) {
+		t.Fatalf("a newer function layer was overwritten: %+v -> %+v", before, after)
+	}
+}
+
+// A function layer applied by a binary with newer migrations stops Migrate
+// with ErrSchemaTooNew before it touches anything.
+func TestMigrateFunctionLayerFromNewerVersion(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	// Revision 0 and another hash: this binary would apply its layer if
+	// the version did not stop it.
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "schema_functions"}.Sanitize()+
+		" SET version = version + 1, revision = 0, hash = 'from the future'"); err != nil {
+		t.Fatal(err)
+	}
+	markFunction(t, ctx, pool, schema)
+	before, at := functionsRow(t, ctx, pool, schema)
+	_, err := sqlschema.Migrate(ctx, pool, schema)
+	if !errors.Is(err, sqlschema.ErrSchemaTooNew) {
+		t.Fatalf("Migrate: %v, want ErrSchemaTooNew", err)
+	}
+	if after, at2 := functionsRow(t, ctx, pool, schema); after != before || !at2.Equal(at) || !marked(t, ctx, pool, schema) {
+		t.Fatalf("functions touched: %+v -> %+v", before, after)
+	}
+}
+
+// Migrations after 005 hold stored state only: functions and views belong
+// to the function layer, where they can change without a new version.
+func TestNewMigrationsHoldNoFunctions(t *testing.T) {
+	re := regexp.MustCompile(`(?i)\bCREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|VIEW|TRIGGER)\b`)
+	for _, m := range sqlschema.Migrations() {
+		if m.Version <= 5 {
+			continue
+		}
+		if loc := re.FindStringIndex(m.SQL("s")); loc != nil {
+			t.Errorf("migration %d (%s) creates %q: put it in functions/*.sql", m.Version, m.Name, m.SQL("s")[loc[0]:loc[1]])
+		}
+	}
+}
