@@ -132,7 +132,7 @@ BEGIN
 END
 $$;
 
--- 3. push_bundle, as in 002, with its two partition lookups written so the
+-- push_bundle, with its two partition lookups written so the
 -- only index that fits is the unique (queue_id, name): each is a subquery
 -- with both keys as parameters. Written as a join, a generic plan cached
 -- while the partitions table was small (a new install, a queue gaining

@@ -39,7 +39,7 @@ BEGIN
 END
 $$;
 
--- 6. The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
+-- The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
 -- see internal/segment) holding one frame (see internal/frame): u32 LE body
 -- length, flags, 16-byte id, uvarint transaction-id length, transaction id,
 -- the key (uvarint length and bytes) when there is one, the encoded headers
@@ -115,7 +115,7 @@ BEGIN
 END
 $$;
 
--- 7. Settle, as in 003, with the failure policy and re-enqueued messages'
+-- Settle, with the failure policy and re-enqueued messages'
 -- failure counts: a message's retry budget is what its segment carries plus
 -- what its cursor has charged. A Fail under 'skip' that does not exhaust the
 -- budget re-enqueues the message (requeue_one) and commits the cursor
