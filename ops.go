@@ -29,6 +29,11 @@ type QueueInfo struct {
 	// OldestAge is how long the oldest message counted in Depth has
 	// waited; 0 when Depth is 0.
 	OldestAge time.Duration
+	// Pushed is how many messages the queue's partitions were ever given
+	// (retained or not): a running total, for rates.
+	Pushed int64
+	// DeadLetters is how many dead letters the queue holds.
+	DeadLetters int64
 	// Groups are the queue's consumer groups by name ("" is queue mode),
 	// those subscribed and those paused before their first pop.
 	Groups []QueueGroupInfo
@@ -78,7 +83,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 		)
 		if err := rows.Scan(&qi.Name, &qi.Tenant, &leaseMs, &retry, &qi.Options.DeadLetter, &dedupMs, &qi.Options.Encryption,
 			&delayMs, &windowMs, &retMs, &compRtMs, &policy, &lanes, &parts, &qi.Depth, &oldest,
-			&group, &lag, &head, &paused, &now); err != nil {
+			&qi.Pushed, &qi.DeadLetters, &group, &lag, &head, &paused, &now); err != nil {
 			return nil, fmt.Errorf("queen: queues: %w", err)
 		}
 		if n := len(out); n == 0 || out[n-1].Name != qi.Name {

@@ -480,6 +480,24 @@ func TestQueues(t *testing.T) {
 	if qa.Depth != 0 || qa.OldestAge != 0 || qa.Groups[1].Paused || qa.Groups[1].Lag != 0 {
 		t.Fatalf("a drained: %+v", qa)
 	}
+	// Pushed counts every message ever appended, consumed or not; the
+	// dead letters are counted per queue.
+	if qa.Pushed != 8 || qa.DeadLetters != 0 {
+		t.Fatalf("a: pushed %d, dead letters %d; want 8 and 0", qa.Pushed, qa.DeadLetters)
+	}
+	pushN(t, a, "p3", "z", 2)
+	for _, m := range pop(t, a, queen.PopOptions{Partition: "p3", Batch: 2}) {
+		if err := m.DeadLetter(ctxT(t), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if qa = mustQueues(t, c)[0]; qa.Pushed != 10 || qa.DeadLetters != 2 || qa.Partitions != 3 {
+		t.Fatalf("a after two dead letters: pushed %d, dead letters %d, partitions %d; want 10, 2, 3",
+			qa.Pushed, qa.DeadLetters, qa.Partitions)
+	}
+	if qb := mustQueues(t, c)[1]; qb.Pushed != 0 || qb.DeadLetters != 0 {
+		t.Fatalf("b: pushed %d, dead letters %d", qb.Pushed, qb.DeadLetters)
+	}
 }
 
 func mustQueues(t *testing.T, c *queen.Client) []queen.QueueInfo {

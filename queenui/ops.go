@@ -7,20 +7,24 @@ import (
 	"github.com/e03140bc/queen"
 )
 
-func (h *handler) listQueues(ctx context.Context) ([]queueRow, error) {
+// listQueues returns the rows of the overview and, per queue, how many
+// messages it was ever given (for the throughput).
+func (h *handler) listQueues(ctx context.Context) ([]queueRow, map[string]int64, error) {
 	qs, err := h.c.Queues(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]queueRow, len(qs))
+	totals := make(map[string]int64, len(qs))
 	for i, q := range qs {
+		totals[q.Name] = q.Pushed
 		r := queueRow{Name: q.Name, Partitions: q.Partitions, Depth: q.Depth, OldestAge: q.OldestAge}
 		for _, g := range q.Groups {
 			r.Groups = append(r.Groups, groupRow{Name: g.Group, Lag: g.Lag, LagAge: g.LagAge, Paused: g.Paused})
 		}
 		out[i] = r
 	}
-	return out, nil
+	return out, totals, nil
 }
 
 func (h *handler) requeue(ctx context.Context, q *queen.Queue, o queen.DeadLetterQuery) (int, error) {

@@ -35,8 +35,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/e03140bc/queen"
 )
 
@@ -266,14 +264,9 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	if p.Spool.LastError != nil {
 		p.SpoolError = p.Spool.LastError.Error()
 	}
-	qs, err := h.listQueues(r.Context())
+	qs, totals, err := h.listQueues(r.Context())
 	if err != nil {
 		h.fail(w, r, "list queues", err)
-		return
-	}
-	totals, err := h.pushedTotals(r.Context())
-	if err != nil {
-		h.fail(w, r, "read throughput", err)
 		return
 	}
 	rates := h.rates.update(time.Now(), totals)
@@ -471,12 +464,16 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 			row.Preview, row.Binary = Preview(one.Data, 200)
 			p.Letter, p.Count = &row, 1
 		} else {
-			n, err := h.countDeadLetters(ctx, name, countMax+1)
+			qi, err := h.queueInfo(ctx, name)
 			if err != nil {
 				h.fail(w, r, "count dead letters", err)
 				return
 			}
-			p.Count, p.More = min(n, countMax), n > countMax
+			var n int64
+			if qi != nil {
+				n = qi.DeadLetters
+			}
+			p.Count, p.More = int(min(n, countMax)), n > countMax
 		}
 		h.page(w, r, http.StatusOK, "confirm", p)
 		return
@@ -518,41 +515,24 @@ func exactly(d *queen.DeadLetter) queen.DeadLetterQuery {
 // countMax bounds the count the confirmation of "replay all" shows.
 const countMax = 100_000
 
-// countDeadLetters counts the queue's dead letters, up to limit, without
-// reading their payloads as DeadLetters would.
-func (h *handler) countDeadLetters(ctx context.Context, queue string, limit int) (int, error) {
-	s := h.c.Schema()
-	var n int
-	err := h.c.Pool().QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+pgx.Identifier{s, "dead_letters"}.Sanitize()+
-		" d JOIN "+pgx.Identifier{s, "queues"}.Sanitize()+" q ON q.id = d.queue_id WHERE q.tenant = $1 AND q.name = $2 LIMIT $3) x",
-		h.c.Tenant(), queue, limit).Scan(&n)
-	return n, err
-}
-
-// queueExists reads the queue's row: Status cannot tell a queue with no
-// partitions from one that does not exist.
-func (h *handler) queueExists(ctx context.Context, name string) (bool, error) {
-	var ok bool
-	err := h.c.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{h.c.Schema(), "queues"}.Sanitize()+
-		" WHERE tenant = $1 AND name = $2)", h.c.Tenant(), name).Scan(&ok)
-	return ok, err
-}
-
-// pushedTotals is, per queue of the tenant, how many messages its
-// partitions have been given (the sum of their next offsets).
-func (h *handler) pushedTotals(ctx context.Context) (map[string]int64, error) {
-	s := h.c.Schema()
-	rows, err := h.c.Pool().Query(ctx, "SELECT q.name, COALESCE(sum(p.last_offset + 1), 0)::bigint FROM "+
-		pgx.Identifier{s, "queues"}.Sanitize()+" q LEFT JOIN "+pgx.Identifier{s, "partitions"}.Sanitize()+
-		" p ON p.queue_id = q.id WHERE q.tenant = $1 GROUP BY q.name", h.c.Tenant())
+// queueInfo is the queue's row of Client.Queues, or nil when it does not
+// exist (Status cannot tell a queue with no partitions from a missing one).
+func (h *handler) queueInfo(ctx context.Context, name string) (*queen.QueueInfo, error) {
+	qs, err := h.c.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	var name string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil })
-	return out, err
+	for i := range qs {
+		if qs[i].Name == name {
+			return &qs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (h *handler) queueExists(ctx context.Context, name string) (bool, error) {
+	qi, err := h.queueInfo(ctx, name)
+	return qi != nil, err
 }
 
 // rates turns successive totals into messages per second. Samples closer

@@ -20,7 +20,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
@@ -431,12 +430,18 @@ func (e *env) client(maxConns int32) (*queen.Client, func(), int) {
 }
 
 // queueExists tells a missing queue from one with no partitions, which
-// Queue.Status cannot.
+// Queue.Status cannot: Client.Queues lists the queues that exist.
 func queueExists(ctx context.Context, c *queen.Client, name string) (bool, error) {
-	var ok bool
-	err := c.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{c.Schema(), "queues"}.Sanitize()+
-		" WHERE tenant = $1 AND name = $2)", c.Tenant(), name).Scan(&ok)
-	return ok, err
+	qs, err := c.Queues(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // validName mirrors the library's rule for queue and partition names, so

@@ -64,7 +64,9 @@ var cmdMigrateGet = &command{
 	short:    "print migrations' SQL for your own migration tool",
 	long: `Prints the SQL of migrations (from, to] rendered for --schema, as one script that
 also maintains the schema_migrations table, for teams that apply SQL with their
-own tool. Needs no database. --version N prints migration N alone.`,
+own tool; up to the latest version it ends with the function layer (every
+function and view, recorded in schema_functions). Needs no database.
+--version N prints migration N alone.`,
 	flags: func(fs *flag.FlagSet, o *opts) {
 		fs.IntVar(&o.from, "from", 0, "the version the database is at; print the migrations after it")
 		fs.IntVar(&o.to, "to", 0, "the last version to print (default the latest)")

@@ -38,7 +38,7 @@ RETURNING 1
 -- Per (partition, group) as Status counts it, then per group (lag
 -- summed, the oldest unconsumed message) and per queue (per partition
 -- the group furthest behind, summed; with no group, every retained
--- message).
+-- message), with the messages ever appended and the dead letters.
 WITH q AS (
     SELECT * FROM {{schema}}.queues WHERE tenant = $1
 ), pg AS (
@@ -70,23 +70,29 @@ WITH q AS (
     GROUP BY y.queue_id
 ), pc AS (
     SELECT p.queue_id, count(*) AS n, sum(greatest(p.last_offset - p.log_start + 1, 0))::bigint AS retained,
-        min(fs.created_at) AS oldest
+        min(fs.created_at) AS oldest, sum(p.last_offset + 1)::bigint AS pushed
     FROM q JOIN {{schema}}.partitions p ON p.queue_id = q.id
     LEFT JOIN LATERAL (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
                        ORDER BY s.base_offset LIMIT 1) fs ON true
     GROUP BY p.queue_id
+), dl AS (
+    SELECT d.queue_id, count(*) AS n
+    FROM q JOIN {{schema}}.dead_letters d ON d.queue_id = q.id
+    GROUP BY d.queue_id
 )
 SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_window_ms, q.encryption,
     q.delayed_processing_ms, q.window_buffer_ms, q.retention_ms, q.completed_retention_ms, q.failure_policy, q.lanes,
     coalesce(pc.n, 0)::bigint,
     CASE WHEN pd.queue_id IS NOT NULL THEN pd.depth ELSE coalesce(pc.retained, 0) END,
     CASE WHEN pd.queue_id IS NOT NULL THEN pd.oldest ELSE pc.oldest END,
+    coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
     g.group_name, g.lag, g.head,
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
     now()
 FROM q
 LEFT JOIN pc ON pc.queue_id = q.id
 LEFT JOIN pd ON pd.queue_id = q.id
+LEFT JOIN dl ON dl.queue_id = q.id
 LEFT JOIN g ON g.queue_id = q.id
 ORDER BY q.name, g.group_name
 
