@@ -3,9 +3,11 @@
 //
 //   - Migrations (migrations/NNN_name.sql): numbered, applied once each, never
 //     edited once released (a checksum guards them). They hold the stored
-//     state: tables, indexes, types, constraints and data fixes. Migrations 001
-//     to 005 also created the first functions; from 006 on a migration holds
-//     no function or view.
+//     state: tables, indexes, types, constraints and data fixes, never a
+//     function or view. (Before the first release, migrations 002-004 also
+//     defined the engine's functions; a database that applied that earlier
+//     text is accepted, its checksums listed in legacyChecksums, since the
+//     function layer re-creates the same definitions.)
 //   - The function layer (functions/*.sql, one concern per file): CREATE OR
 //     REPLACE definitions of every function and view, as they are now. It is
 //     edited in place, like Go code. [Migrate] applies it after the
@@ -52,6 +54,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -303,6 +306,17 @@ func readApplied(ctx context.Context, conn *pgx.Conn, schema string) ([]Applied,
 	return out, nil
 }
 
+// legacyChecksums are earlier texts of migrations that a database may have
+// applied and that count as the current one: migrations 2-4 defined the
+// engine's functions and view until those moved to the function layer,
+// which re-creates the same definitions; the tables, indexes and types
+// they create did not change.
+var legacyChecksums = map[int][]string{
+	2: {"c9bda8ab0399f3ed70d5bc8969ab9e91a22b6d181460fbc6b54640bd1e5f51fc"},
+	3: {"b0dff00e58e68adeceda3e20ab2e9fc8220eab3ec48fe6e776778d5dc760a331"},
+	4: {"680a50ca95296209cebe1f4acc8f588911c7e1745e390f0b64b4aa60c9042978"},
+}
+
 // check validates the applied set against the embedded one.
 func check(applied []Applied) error {
 	for i, a := range applied {
@@ -312,7 +326,7 @@ func check(applied []Applied) error {
 		if a.Version != i+1 {
 			return fmt.Errorf("sqlschema: version table has a gap: version %d at position %d", a.Version, i+1)
 		}
-		if m := migrations[i]; a.Checksum != m.Checksum {
+		if m := migrations[i]; a.Checksum != m.Checksum && !slices.Contains(legacyChecksums[a.Version], a.Checksum) {
 			return fmt.Errorf("%w: version %d (%s)", ErrChecksumMismatch, a.Version, m.Name)
 		}
 	}

@@ -1,6 +1,17 @@
 -- A consumer group's first contact: where its cursors start and the backlog rows that seed it.
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
+--
+-- Seeding. A group's first contact is bounded work: it records the
+-- subscription (and its time) and nothing per partition. Cursor rows are
+-- created lazily, by the pops that meet a partition lacking the group's row
+-- in their window (seed_consumers with p_pids), at the offset seed_offset
+-- gives. What a first contact must still find per partition (a partition
+-- out of the ready set, holding messages the new group is to read) goes to
+-- the group's backlog by seed_chunk, 1024 partitions of the queue at a
+-- time, one step per pop of the group until the queue's partitions are
+-- covered (a partition created after the first contact is created pending,
+-- so needs no step).
 
 -- Where a new cursor of a group with subscription (p_mode, p_since, p_from)
 -- starts on partition p_pid: 'all', or a partition created since the
