@@ -51,6 +51,29 @@ type DeadLetter struct {
 	DeadAt    time.Time
 }
 
+// limit is the page size: Limit, 100 when unset, at most 10,000.
+func (o DeadLetterQuery) limit() int {
+	if o.Limit <= 0 {
+		return 100
+	}
+	return min(o.Limit, 10_000)
+}
+
+// filters are the query's optional filters as statement arguments (NULL
+// when unset).
+func (o DeadLetterQuery) filters() (part *string, since, until *time.Time) {
+	if o.Partition != "" {
+		part = &o.Partition
+	}
+	if !o.Since.IsZero() {
+		since = &o.Since
+	}
+	if !o.Until.IsZero() {
+		until = &o.Until
+	}
+	return part, since, until
+}
+
 // DeadLetters lists the queue's dead letters in ID order (oldest first).
 func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLetter, error) {
 	e := q.c.e
@@ -60,21 +83,8 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 	if !validName(q.name) {
 		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
 	}
-	if o.Limit <= 0 {
-		o.Limit = 100
-	}
-	o.Limit = min(o.Limit, 10_000)
-	var part *string
-	if o.Partition != "" {
-		part = &o.Partition
-	}
-	var since, until *time.Time
-	if !o.Since.IsZero() {
-		since = &o.Since
-	}
-	if !o.Until.IsZero() {
-		until = &o.Until
-	}
+	o.Limit = o.limit()
+	part, since, until := o.filters()
 	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part, since, until, o.After, o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)

@@ -211,10 +211,7 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	if !validName(q.name) {
 		return 0, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
 	}
-	if o.Limit <= 0 {
-		o.Limit = 100
-	}
-	o.Limit = min(o.Limit, 10_000)
+	o.Limit = o.limit()
 	var qid int64
 	var enc bool
 	if err := e.pool.QueryRow(ctx, e.csql.QueueIDEnc, q.c.tenant, q.name).Scan(&qid, &enc); err != nil {
@@ -223,17 +220,7 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		}
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
-	var part *string
-	if o.Partition != "" {
-		part = &o.Partition
-	}
-	var since, until *time.Time
-	if !o.Since.IsZero() {
-		since = &o.Since
-	}
-	if !o.Until.IsZero() {
-		until = &o.Until
-	}
+	part, since, until := o.filters()
 	rows, err := e.pool.Query(ctx, e.csql.RequeueCandidates, q.c.tenant, q.name, o.Groups, part, since, until,
 		o.After, o.Limit, enc)
 	if err != nil {
