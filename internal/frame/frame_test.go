@@ -3,6 +3,7 @@ package frame
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -435,5 +436,41 @@ func BenchmarkAtLast(b *testing.B) {
 		if _, err := At(blob, len(frames)-1); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Frames written by the first release (before keys and headers existed,
+// when bit 1 was an unused trace flag) decode unchanged: these bytes are
+// what its encoder produced for a plain and an encrypted frame.
+func TestDecodesFramesOfTheFirstRelease(t *testing.T) {
+	blob, err := hex.DecodeString("19000000000102030405060708090a0b0c0d0e0f1002743168656c6c6f" +
+		"14000000010102030405060708090a0b0c0d0e0f1000ff00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeAll(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	want := []Frame{
+		{ID: id, TransactionID: "t1", Payload: []byte("hello")},
+		{ID: id, Flags: FlagEncrypted, Payload: []byte{0xff, 0x00}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d frames, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !equalFrame(&got[i], &want[i]) {
+			t.Fatalf("frame %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// And the current encoder still writes them byte for byte.
+	var again []byte
+	for i := range want {
+		again = Append(again, &want[i])
+	}
+	if !bytes.Equal(again, blob) {
+		t.Fatalf("re-encoded %x, want %x", again, blob)
 	}
 }
