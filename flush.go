@@ -376,7 +376,6 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int
 		Partition: b.Key.Partition,
 		Count:     int32(len(frames)),
 		Hashes:    s.hashes[hashStart:len(s.hashes):len(s.hashes)],
-		Verified:  -1,
 		Blob:      s.blobs[blobStart:len(s.blobs):len(s.blobs)],
 		Flags:     flags,
 		Lanes:     lanes,

@@ -54,7 +54,6 @@ type Segment struct {
 	Partition string
 	Count     int32
 	Hashes    []byte // 16 bytes per frame, frame order
-	Verified  int64  // offsets at or below this are known not to hold duplicates; -1 for none
 	Blob      []byte
 	Flags     int32
 	// Lanes is the lane count the segment's keyed messages were routed to
@@ -95,12 +94,16 @@ type Bundle struct {
 	partitions []string
 	counts     []int32
 	hashes     [][]byte
-	verified   []int64
-	blobs      [][]byte
-	tenants    [][16]byte
-	flags      []int32
-	lanes      []int32
-	anyLanes   bool // some segment has Lanes != 0; else the array is sent as NULL
+	// verified fills push_bundle's p_verified with -1 (no offset known
+	// duplicate-free) for every segment. Nothing sets it any more; the
+	// parameter stays because the previous release's statements call
+	// push_bundle with it.
+	verified []int64
+	blobs    [][]byte
+	tenants  [][16]byte
+	flags    []int32
+	lanes    []int32
+	anyLanes bool // some segment has Lanes != 0; else the array is sent as NULL
 }
 
 // Reset empties b, keeping its capacity. It drops references to blobs.
@@ -119,7 +122,7 @@ func (b *Bundle) Add(s *Segment) {
 	b.partitions = append(b.partitions, s.Partition)
 	b.counts = append(b.counts, s.Count)
 	b.hashes = append(b.hashes, s.Hashes)
-	b.verified = append(b.verified, s.Verified)
+	b.verified = append(b.verified, -1)
 	b.blobs = append(b.blobs, s.Blob)
 	b.tenants = append(b.tenants, [16]byte(s.Tenant))
 	b.flags = append(b.flags, s.Flags)

@@ -31,7 +31,7 @@ func setup(t *testing.T) (context.Context, *pgxpool.Pool, *stmt.Set) {
 
 func seg(queue, part string, n int) *alloc.Segment {
 	return &alloc.Segment{Queue: queue, Partition: part, Count: int32(n), Hashes: make([]byte, 16*n),
-		Verified: -1, Blob: []byte{0}}
+		Blob: []byte{0}}
 }
 
 func TestBundleVerdictsInInputOrder(t *testing.T) {
