@@ -17,22 +17,6 @@ import (
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
-// Sentinel errors of the ack path, matched with errors.Is.
-var (
-	// ErrAlreadyAcked reports an ack (or Fail, Retry, DeadLetter) of a
-	// message the cursor has already passed: acked by this or another
-	// consumer, dead-lettered, or auto-acked. Nothing changed; treat it as
-	// success when acking twice is harmless.
-	ErrAlreadyAcked = errors.New("queen: already acked")
-	// ErrAckSkipped is AckBatch's verdict for a request behind an earlier
-	// failure, retry or dead letter of the same lease: the cursor stopped
-	// below it and it will be redelivered.
-	ErrAckSkipped = errors.New("queen: ack skipped after an earlier failure in the batch")
-	// ErrUnknownMessage means the message's partition or group no longer
-	// exists (the queue was deleted) or the message never came from Pop.
-	ErrUnknownMessage = errors.New("queen: unknown message")
-)
-
 // AckStatus is the outcome a consumer reports for one message.
 type AckStatus int
 

@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -9,6 +10,9 @@ import (
 	"fmt"
 
 	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
 )
 
 // Payload encryption (queues with Encryption on) is AES-256-GCM, one random
@@ -163,4 +167,80 @@ func (e *engine) open(tenant uuid.UUID, queue, partition, key string, hdrs []byt
 		return nil, fmt.Errorf("%w: %w (tampered, or not this message's ciphertext)", ErrEncryption, err)
 	}
 	return plain, nil
+}
+
+// flagSpoolSealed marks, in a spool record's flags only, a payload that was
+// encrypted for the spool rather than for its queue: the replay restores the
+// plaintext unless the queue is encrypted. Frames never carry it.
+const flagSpoolSealed byte = 1 << 7
+
+// sealForSpool encrypts the plaintext payloads of items about to be spooled,
+// when the client has a key. The queue's setting may be stale or unknown
+// when the database is away, and the spool must never hold an encrypted
+// queue's payload in plaintext. Items the drain replays are never spooled
+// again and are left alone.
+func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
+	if e.aead == nil {
+		return
+	}
+	for _, it := range items {
+		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
+			continue
+		}
+		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.hdrs, it.id, it.payload)
+		it.flags |= frame.FlagEncrypted | flagSpoolSealed
+	}
+}
+
+// openSpooled readies the items the drain replays that were sealed only for
+// the spool (flagSpoolSealed): an encrypted queue takes the ciphertext as it
+// is, any other queue its plaintext, so a queue stores what its setting
+// says. It returns the batches whose items it had to fail (the key cannot
+// open them), and an error if the queue's setting could not be read, which
+// fails the bundle.
+func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (map[*fusion.Batch[*pushItem]]bool, error) {
+	e := p.e
+	var skip map[*fusion.Batch[*pushItem]]bool
+	for _, b := range bundle {
+		sealed := false
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed != 0 {
+				sealed = true
+				break
+			}
+		}
+		if !sealed {
+			continue
+		}
+		meta, err := e.queueMeta(ctx, b.Key.Tenant, b.Key.Queue)
+		if err != nil {
+			return skip, err
+		}
+		var failed error
+		for _, it := range b.Items {
+			if it.flags&flagSpoolSealed == 0 {
+				continue
+			}
+			it.flags &^= flagSpoolSealed
+			if meta.encryption {
+				continue
+			}
+			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.hdrs, it.id, it.payload)
+			if err != nil {
+				failed = err
+				break
+			}
+			it.payload, it.flags = plain, it.flags&^frame.FlagEncrypted
+		}
+		if failed != nil {
+			for _, it := range b.Items {
+				resolveFailed(it, failed)
+			}
+			if skip == nil {
+				skip = make(map[*fusion.Batch[*pushItem]]bool)
+			}
+			skip[b] = true
+		}
+	}
+	return skip, nil
 }

@@ -46,4 +46,19 @@ var (
 	// error (Ack and DeadLetter settle it alone). A cumulative settlement
 	// would commit past other keys' messages still running.
 	ErrKeyedSettle = errors.New("queen: a message handled with KeyConcurrency > 1 fails by its handler's error, not by Fail, Retry or AckBatch")
+	// ErrAlreadyAcked reports an ack (or Fail, Retry, DeadLetter) of a
+	// message the cursor has already passed: acked by this or another
+	// consumer, dead-lettered, or auto-acked. Nothing changed; treat it as
+	// success when acking twice is harmless.
+	ErrAlreadyAcked = errors.New("queen: already acked")
+	// ErrAckSkipped is AckBatch's verdict for a request behind an earlier
+	// failure, retry or dead letter of the same lease: the cursor stopped
+	// below it and it will be redelivered.
+	ErrAckSkipped = errors.New("queen: ack skipped after an earlier failure in the batch")
+	// ErrUnknownMessage means the message's partition or group no longer
+	// exists (the queue was deleted) or the message never came from Pop.
+	ErrUnknownMessage = errors.New("queen: unknown message")
+	// ErrTxAborted wraps the reason Client.Tx rolled back: a duplicate push, or
+	// an ack that could not apply (already acked, lease lost, unknown message).
+	ErrTxAborted = errors.New("queen: transaction rolled back")
 )

@@ -274,59 +274,6 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	return nil
 }
 
-// openSpooled readies the items the drain replays that were sealed only for
-// the spool (flagSpoolSealed): an encrypted queue takes the ciphertext as it
-// is, any other queue its plaintext, so a queue stores what its setting
-// says. It returns the batches whose items it had to fail (the key cannot
-// open them), and an error if the queue's setting could not be read, which
-// fails the bundle.
-func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (map[*fusion.Batch[*pushItem]]bool, error) {
-	e := p.e
-	var skip map[*fusion.Batch[*pushItem]]bool
-	for _, b := range bundle {
-		sealed := false
-		for _, it := range b.Items {
-			if it.flags&flagSpoolSealed != 0 {
-				sealed = true
-				break
-			}
-		}
-		if !sealed {
-			continue
-		}
-		meta, err := e.queueMeta(ctx, b.Key.Tenant, b.Key.Queue)
-		if err != nil {
-			return skip, err
-		}
-		var failed error
-		for _, it := range b.Items {
-			if it.flags&flagSpoolSealed == 0 {
-				continue
-			}
-			it.flags &^= flagSpoolSealed
-			if meta.encryption {
-				continue
-			}
-			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.hdrs, it.id, it.payload)
-			if err != nil {
-				failed = err
-				break
-			}
-			it.payload, it.flags = plain, it.flags&^frame.FlagEncrypted
-		}
-		if failed != nil {
-			for _, it := range b.Items {
-				resolveFailed(it, failed)
-			}
-			if skip == nil {
-				skip = make(map[*fusion.Batch[*pushItem]]bool)
-			}
-			skip[b] = true
-		}
-	}
-	return skip, nil
-}
-
 // buildSegment does layer-2 dedup over the batch's first n items and packs
 // their leaders into frames, the hash blob and the compressed payload blob.
 func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[*pushItem], n int) segPlan {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -98,33 +97,11 @@ const lagEvery = 10 * time.Second
 func newMaintainer(e *engine, cfg MaintenanceConfig) (*maintainer, error) {
 	m := &maintainer{e: e, cfg: cfg, done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(e.ctx)
-	meter := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
-	var err error
-	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
-		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
-		return nil, err
-	}
-	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
-		return nil, err
-	}
-	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
+	if err := m.registerLagMetrics(); err != nil {
 		return nil, err
 	}
 	go m.run()
 	return m, nil
-}
-
-func (m *maintainer) observe(_ context.Context, o metric.Observer) error {
-	m.lagSnapshotM.Lock()
-	defer m.lagSnapshotM.Unlock()
-	for _, r := range m.lag {
-		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
-			attribute.String("tenant", r.tenant.String()))
-		o.ObserveInt64(m.lagMessages, r.messages, attrs)
-		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
-	}
-	return nil
 }
 
 func (m *maintainer) run() {

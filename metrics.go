@@ -388,3 +388,69 @@ func errorType(err error) string {
 	}
 	return reflect.TypeOf(err).String()
 }
+
+// registerSpoolMetrics registers the spool depth and drain gauges.
+func registerSpoolMetrics(e *engine) (metric.Registration, error) {
+	m := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
+	pending, err := m.Int64ObservableGauge("queen_spool_pending_records", metric.WithDescription("Records in the disk spool not yet replayed."))
+	if err != nil {
+		return nil, err
+	}
+	bytes, err := m.Int64ObservableGauge("queen_spool_pending_bytes", metric.WithUnit("By"))
+	if err != nil {
+		return nil, err
+	}
+	quarantined, err := m.Int64ObservableGauge("queen_spool_quarantined_files")
+	if err != nil {
+		return nil, err
+	}
+	replayed, err := m.Int64ObservableCounter("queen_spool_replayed", metric.WithDescription("Records replayed from the disk spool."))
+	if err != nil {
+		return nil, err
+	}
+	qrecords, err := m.Int64ObservableCounter("queen_spool_quarantined_records",
+		metric.WithDescription("Spooled records set aside on their own because their replay kept failing permanently."))
+	if err != nil {
+		return nil, err
+	}
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := e.spool.Stats()
+		o.ObserveInt64(pending, s.PendingRecords)
+		o.ObserveInt64(bytes, s.PendingBytes)
+		o.ObserveInt64(quarantined, int64(s.QuarantinedFiles))
+		o.ObserveInt64(replayed, e.drain.replayed.Load())
+		o.ObserveInt64(qrecords, s.QuarantinedRecords)
+		return nil
+	}, pending, bytes, quarantined, replayed, qrecords)
+}
+
+// registerLagMetrics registers the consumer lag gauges, read from the
+// maintainer's last snapshot.
+func (m *maintainer) registerLagMetrics() error {
+	meter := m.e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
+	var err error
+	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
+		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
+		return err
+	}
+	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
+		return err
+	}
+	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (m *maintainer) observe(_ context.Context, o metric.Observer) error {
+	m.lagSnapshotM.Lock()
+	defer m.lagSnapshotM.Unlock()
+	for _, r := range m.lag {
+		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
+			attribute.String("tenant", r.tenant.String()))
+		o.ObserveInt64(m.lagMessages, r.messages, attrs)
+		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
+	}
+	return nil
+}

@@ -481,29 +481,6 @@ func (b *pushBatch) release() {
 	}
 }
 
-// flagSpoolSealed marks, in a spool record's flags only, a payload that was
-// encrypted for the spool rather than for its queue: the replay restores the
-// plaintext unless the queue is encrypted. Frames never carry it.
-const flagSpoolSealed byte = 1 << 7
-
-// sealForSpool encrypts the plaintext payloads of items about to be spooled,
-// when the client has a key. The queue's setting may be stale or unknown
-// when the database is away, and the spool must never hold an encrypted
-// queue's payload in plaintext. Items the drain replays are never spooled
-// again and are left alone.
-func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
-	if e.aead == nil {
-		return
-	}
-	for _, it := range items {
-		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
-			continue
-		}
-		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.hdrs, it.id, it.payload)
-		it.flags |= frame.FlagEncrypted | flagSpoolSealed
-	}
-}
-
 var (
 	layer1Pool = sync.Pool{New: func() any { return new(dedup.Layer1) }}
 	groupPool  = sync.Pool{New: func() any { return make(map[string][]*pushItem) }}

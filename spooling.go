@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zeebo/xxh3"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
@@ -454,38 +453,4 @@ func (c *Client) SpoolStats() SpoolStats {
 		Appended: s.Appended, Replayed: e.drain.replayed.Load(), QuarantinedFiles: s.QuarantinedFiles, QuarantinedRecords: s.QuarantinedRecords,
 		DrainFailures: e.drain.failures.Load(), LastError: s.LastError,
 	}
-}
-
-func registerSpoolMetrics(e *engine) (metric.Registration, error) {
-	m := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
-	pending, err := m.Int64ObservableGauge("queen_spool_pending_records", metric.WithDescription("Records in the disk spool not yet replayed."))
-	if err != nil {
-		return nil, err
-	}
-	bytes, err := m.Int64ObservableGauge("queen_spool_pending_bytes", metric.WithUnit("By"))
-	if err != nil {
-		return nil, err
-	}
-	quarantined, err := m.Int64ObservableGauge("queen_spool_quarantined_files")
-	if err != nil {
-		return nil, err
-	}
-	replayed, err := m.Int64ObservableCounter("queen_spool_replayed", metric.WithDescription("Records replayed from the disk spool."))
-	if err != nil {
-		return nil, err
-	}
-	qrecords, err := m.Int64ObservableCounter("queen_spool_quarantined_records",
-		metric.WithDescription("Spooled records set aside on their own because their replay kept failing permanently."))
-	if err != nil {
-		return nil, err
-	}
-	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := e.spool.Stats()
-		o.ObserveInt64(pending, s.PendingRecords)
-		o.ObserveInt64(bytes, s.PendingBytes)
-		o.ObserveInt64(quarantined, int64(s.QuarantinedFiles))
-		o.ObserveInt64(replayed, e.drain.replayed.Load())
-		o.ObserveInt64(qrecords, s.QuarantinedRecords)
-		return nil
-	}, pending, bytes, quarantined, replayed, qrecords)
 }

@@ -10,10 +10,6 @@ import (
 	"github.com/e03140bc/queen/fusion"
 )
 
-// ErrTxAborted wraps the reason Client.Tx rolled back: a duplicate push, or
-// an ack that could not apply (already acked, lease lost, unknown message).
-var ErrTxAborted = errors.New("queen: transaction rolled back")
-
 // PushTx pushes items inside the caller's own transaction: the messages
 // exist if and only if the caller commits (the outbox pattern). It bypasses
 // fusion, since the caller's transaction is the commit boundary, and runs the
