@@ -253,6 +253,8 @@ type engine struct {
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
 	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
+
+	svcs []service // what Open started, in start order
 }
 
 // Open connects, applies the embedded migrations and starts the engine.
@@ -306,30 +308,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if e.spool, err = openSpool(e); err != nil {
-		return fail(err)
-	}
 	e.refreshMaintenance(ctx)
-	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.wake = newWakeHub(e)
-	e.push = newPusher(e)
-	e.acks = newAcker(e)
-	e.drain = newDrainer(e)
-	if e.spoolReg, err = registerSpoolMetrics(e); err == nil {
-		if e.keyReg, err = registerKeyMetrics(e); err == nil {
-			e.maint, err = newMaintainer(e, cfg.Maintenance)
-		}
-	}
-	if err != nil {
-		e.drain.close()
-		e.push.close(ctx)
-		e.acks.close(ctx)
-		_ = e.spool.Close()
-		e.wake.close()
-		e.cancel()
+	if err := e.startServices(ctx); err != nil {
 		return fail(err)
 	}
-	e.listen = startListener(e)
 	return &Client{e: e, tenant: cfg.Tenant}, nil
 }
 
@@ -378,26 +360,8 @@ func (c *Client) Close(ctx context.Context) error {
 
 // shutdown is Close's work; it sets closeErr and closes closeDone.
 func (e *engine) shutdown(ctx context.Context) {
-	// Running Consume calls first: they stop claiming and settle what
-	// their handlers finish, bounded by ctx.
-	e.stopConsumes(ctx)
-	// Fixed stop order: the spool drain; intake and pending pushes (they
-	// still need the pool; what cannot commit is spooled); background loops;
-	// the spool; the pool.
-	e.drain.close()
-	err := e.push.close(ctx)
-	if aerr := e.acks.close(ctx); err == nil {
-		err = aerr
-	}
-	e.wake.close()
-	e.maint.close()
-	e.listen.close()
-	e.cancel()
-	_ = e.spoolReg.Unregister()
-	_ = e.keyReg.Unregister()
-	if serr := e.spool.Close(); err == nil && serr != nil {
-		err = fmt.Errorf("queen: close spool: %w", serr)
-	}
+	// The services in reverse start order (see services), then the pool.
+	err := stopServices(ctx, e.svcs)
 	if e.ownPool {
 		e.pool.Close()
 	}

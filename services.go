@@ -1,0 +1,119 @@
+package queen
+
+import (
+	"context"
+	"fmt"
+)
+
+// service is one part of the engine that Open starts and Close stops.
+type service struct {
+	name  string
+	start func(ctx context.Context) error
+	// stop returns once what start began is over. ctx bounds the stops that
+	// flush (pushes, settlements) or wait for Consume handlers.
+	stop func(ctx context.Context) error
+}
+
+// services lists the engine's services in start order: each may rely on the
+// ones before it, so Close stops them in reverse and nothing is stopped
+// while a service still running can reach it. The order, as Close sees it:
+//
+//   - Running Consume calls first: they stop claiming and settle what their
+//     handlers finish, which needs the ack engine and the pool.
+//   - The metric callbacks, which read the drain and the spool.
+//   - The listener: its notifications reach the wake hub and the
+//     maintenance flag it re-reads kicks the drain.
+//   - The spool drain, which hands replayed records to push fusion.
+//   - Intake and pending pushes, then settlements: they still need the pool
+//     and the engine's context; what cannot commit is spooled.
+//   - The wake hub, which the flushes tell of their commits; the maintainer.
+//   - The engine's context, which bounds every flush; then the spool, which
+//     the flushes and the drain write and read.
+//
+// The pool is not a service: Open needs it before anything starts, and it is
+// closed last.
+func (e *engine) services() []service {
+	return []service{
+		{name: "spool",
+			start: func(context.Context) (err error) {
+				e.spool, err = openSpool(e)
+				return err
+			},
+			stop: func(context.Context) error {
+				if err := e.spool.Close(); err != nil {
+					return fmt.Errorf("queen: close spool: %w", err)
+				}
+				return nil
+			}},
+		{name: "engine context",
+			start: func(context.Context) error {
+				e.ctx, e.cancel = context.WithCancel(context.Background())
+				return nil
+			},
+			stop: func(context.Context) error { e.cancel(); return nil }},
+		{name: "maintenance",
+			start: func(context.Context) (err error) {
+				e.maint, err = newMaintainer(e, e.cfg.Maintenance)
+				return err
+			},
+			stop: func(context.Context) error { e.maint.close(); return nil }},
+		{name: "wake hub",
+			start: func(context.Context) error { e.wake = newWakeHub(e); return nil },
+			stop:  func(context.Context) error { e.wake.close(); return nil }},
+		{name: "ack fusion",
+			start: func(context.Context) error { e.acks = newAcker(e); return nil },
+			stop:  func(ctx context.Context) error { return e.acks.close(ctx) }},
+		{name: "push fusion",
+			start: func(context.Context) error { e.push = newPusher(e); return nil },
+			stop:  func(ctx context.Context) error { return e.push.close(ctx) }},
+		{name: "spool drain",
+			start: func(context.Context) error { e.drain = newDrainer(e); return nil },
+			stop:  func(context.Context) error { e.drain.close(); return nil }},
+		{name: "listener",
+			start: func(context.Context) error { e.listen = startListener(e); return nil },
+			stop:  func(context.Context) error { e.listen.close(); return nil }},
+		{name: "spool metrics",
+			start: func(context.Context) (err error) {
+				e.spoolReg, err = registerSpoolMetrics(e)
+				return err
+			},
+			stop: func(context.Context) error { _ = e.spoolReg.Unregister(); return nil }},
+		{name: "key metrics",
+			start: func(context.Context) (err error) {
+				e.keyReg, err = registerKeyMetrics(e)
+				return err
+			},
+			stop: func(context.Context) error { _ = e.keyReg.Unregister(); return nil }},
+		// Consume calls start themselves; Close stops them first.
+		{name: "consumes",
+			start: func(context.Context) error { return nil },
+			stop:  func(ctx context.Context) error { e.stopConsumes(ctx); return nil }},
+	}
+}
+
+// startServices starts the engine's services in order. If one fails, those
+// already started are stopped (in reverse, bounded by ctx) and its error is
+// returned.
+func (e *engine) startServices(ctx context.Context) error {
+	e.svcs = e.services()
+	for i, s := range e.svcs {
+		if err := s.start(ctx); err != nil {
+			e.log.Debug("queen: a service failed to start; stopping the others", "service", s.name, "err", err)
+			_ = stopServices(ctx, e.svcs[:i])
+			return err
+		}
+	}
+	return nil
+}
+
+// stopServices stops svcs in reverse order, every one of them, and returns
+// the first error.
+func stopServices(ctx context.Context, svcs []service) error {
+	var first error
+	for i := len(svcs) - 1; i >= 0; i-- {
+		if err := svcs[i].stop(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
