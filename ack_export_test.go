@@ -12,7 +12,7 @@ import (
 // returns each message's verdict as the settling call would.
 func SettleInOneFlush(c *Client, msgs []*Message, statuses []AckStatus, reasons []error) []error {
 	items := make([]*ackItem, len(msgs))
-	var bundle []*fusion.Batch[*ackItem]
+	var bundle []*fusion.Batch[ackKey, *ackItem]
 	for i, m := range msgs {
 		op := settleOp{m: m, ok: m.Offset, act: actNone}
 		switch statuses[i] {
@@ -24,7 +24,7 @@ func SettleInOneFlush(c *Client, msgs []*Message, statuses []AckStatus, reasons 
 			op = settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reasons[i])}
 		}
 		items[i] = &ackItem{op: op}
-		bundle = append(bundle, &fusion.Batch[*ackItem]{Key: ackKey(op), Items: []*ackItem{items[i]}})
+		bundle = append(bundle, &fusion.Batch[ackKey, *ackItem]{Key: ackKeyOf(op), Items: []*ackItem{items[i]}})
 	}
 	_ = c.e.acks.flush(context.Background(), bundle)
 	out := make([]error, len(items))

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,7 +29,7 @@ type ackItem struct {
 // keyed by (partition, group), one flush in flight per shard, fire on idle.
 type acker struct {
 	e      *engine
-	fusion *fusion.Engine[*ackItem]
+	fusion *fusion.Engine[ackKey, *ackItem]
 }
 
 // ackShards is deliberately small: acks are cheap rows, so what costs is the
@@ -59,7 +58,7 @@ func newAcker(e *engine) *acker {
 // flush settles a bundle. Pure acks (the common case) are merged per lease
 // and committed by one set-based statement; anything else (fail, retry,
 // dead letter, release) goes through the general settle() loop.
-func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[*ackItem]) error {
+func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[ackKey, *ackItem]) error {
 	type leaseKey struct {
 		pid   int64
 		group string
@@ -207,9 +206,25 @@ func (e *engine) ackManySQL(ctx context.Context, pids []int64, groups []string, 
 	return settleStatuses(rows, err, len(pids), "ack")
 }
 
-func ackKey(op settleOp) fusion.Key {
-	m := op.m
-	return fusion.Key{Tenant: m.q.c.tenant, Queue: strconv.FormatInt(m.pid, 10), Partition: m.Group}
+// ackKey is what ack fusion orders settlements by: a consumer group's
+// cursor on one partition.
+type ackKey struct {
+	pid   int64
+	group string
+}
+
+func ackKeyOf(op settleOp) ackKey { return ackKey{op.m.pid, op.m.Group} }
+
+// Hash is FNV-1a over the partition id and the group, allocation free.
+func (k ackKey) Hash() uint64 {
+	h := uint64(14695981039346656037)
+	for i := range 8 {
+		h = (h ^ uint64(byte(k.pid>>(8*i)))) * 1099511628211
+	}
+	for i := 0; i < len(k.group); i++ {
+		h = (h ^ uint64(k.group[i])) * 1099511628211
+	}
+	return h
 }
 
 // settle applies ops through the ack fusion engine and returns each op's
@@ -230,10 +245,10 @@ func (e *engine) settleFused(ctx context.Context, ops []settleOp) ([]int16, erro
 	ctx = context.WithoutCancel(ctx)
 	items := make([]ackItem, len(ops))
 	// One submission per op keeps each op's order within its key.
-	groups := func(yield func(fusion.Key, []*ackItem) bool) {
+	groups := func(yield func(ackKey, []*ackItem) bool) {
 		for i := range ops {
 			items[i].op = ops[i]
-			if !yield(ackKey(ops[i]), []*ackItem{&items[i]}) {
+			if !yield(ackKeyOf(ops[i]), []*ackItem{&items[i]}) {
 				return
 			}
 		}
@@ -256,8 +271,8 @@ func (e *engine) settleFused(ctx context.Context, ops []settleOp) ([]int16, erro
 func (e *engine) settleKeyedFused(op settleOp) ([]int16, error) {
 	var it ackItem
 	it.op = op
-	groups := func(yield func(fusion.Key, []*ackItem) bool) {
-		yield(ackKey(op), []*ackItem{&it})
+	groups := func(yield func(ackKey, []*ackItem) bool) {
+		yield(ackKeyOf(op), []*ackItem{&it})
 	}
 	if err := submitAndWait(context.Background(), e.acks.fusion, 1, groups); err != nil {
 		return nil, err
@@ -269,7 +284,7 @@ func (e *engine) settleKeyedFused(op settleOp) ([]int16, error) {
 }
 
 func (a *acker) close(ctx context.Context) error {
-	return a.fusion.Close(ctx, func(bundle []*fusion.Batch[*ackItem]) {
+	return a.fusion.Close(ctx, func(bundle []*fusion.Batch[ackKey, *ackItem]) {
 		for _, b := range bundle {
 			for _, it := range b.Items {
 				it.err = ErrClosed

@@ -198,9 +198,9 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 // says. It returns the batches whose items it had to fail (the key cannot
 // open them), and an error if the queue's setting could not be read, which
 // fails the bundle.
-func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushItem]) (map[*fusion.Batch[*pushItem]]bool, error) {
+func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.Key, *pushItem]) (map[*fusion.Batch[fusion.Key, *pushItem]]bool, error) {
 	e := p.e
-	var skip map[*fusion.Batch[*pushItem]]bool
+	var skip map[*fusion.Batch[fusion.Key, *pushItem]]bool
 	for _, b := range bundle {
 		sealed := false
 		for _, it := range b.Items {
@@ -237,7 +237,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[*pushIt
 				resolveFailed(it, failed)
 			}
 			if skip == nil {
-				skip = make(map[*fusion.Batch[*pushItem]]bool)
+				skip = make(map[*fusion.Batch[fusion.Key, *pushItem]]bool)
 			}
 			skip[b] = true
 		}

@@ -140,7 +140,7 @@ func (it *pushItem) Bytes() int {
 // one of them has been flushed, or when ctx ends. Each group's items carry
 // their own verdicts. On an error, groups already submitted may still
 // commit: the caller learns only that the call as a whole did not complete.
-func submitAndWait[T comparable](ctx context.Context, f *fusion.Engine[T], n int, groups iter.Seq2[fusion.Key, []T]) error {
+func submitAndWait[K fusion.Keyer, T comparable](ctx context.Context, f *fusion.Engine[K, T], n int, groups iter.Seq2[K, []T]) error {
 	var pending atomic.Int32
 	pending.Store(int32(n))
 	done := make(chan struct{})

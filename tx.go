@@ -37,10 +37,10 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 // partition set per call so partition rows are locked in ascending id, until
 // every item is resolved.
 func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pushBatch) error {
-	var bundle []*fusion.Batch[*pushItem]
+	var bundle []*fusion.Batch[fusion.Key, *pushItem]
 	for i, b := range bs {
 		for part, g := range b.groups {
-			bundle = append(bundle, &fusion.Batch[*pushItem]{
+			bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
 				Key:   fusion.Key{Tenant: qs[i].c.tenant, Queue: qs[i].name, Partition: part},
 				Items: g,
 			})
@@ -78,7 +78,7 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 				return fmt.Errorf("queen: push to %q: %w", q.name, err)
 			}
 			for part, g := range e.reroute(q.c.tenant, q.name, moved, max(meta.lanes, 1)) {
-				bundle = append(bundle, &fusion.Batch[*pushItem]{
+				bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
 					Key:   fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part},
 					Items: g,
 				})

@@ -19,7 +19,7 @@ func BenchmarkSubmit(b *testing.B) {
 	for i := range keys {
 		keys[i] = keyN(i)
 	}
-	flush := func(context.Context, []*Batch[*item]) error { return nil }
+	flush := func(context.Context, []*Batch[Key, *item]) error { return nil }
 
 	for _, mode := range []string{"open", "closed"} {
 		b.Run(mode, func(b *testing.B) {

@@ -12,8 +12,8 @@ import (
 var ErrClosed = errors.New("fusion: engine closed")
 
 // Batch is one segment of a bundle: what accumulated for one key.
-type Batch[T any] struct {
-	Key Key
+type Batch[K comparable, T any] struct {
+	Key K
 	// Items are the key's items in submission order.
 	Items []T
 	// Retry is set by the FlushFunc to the items, a subsequence of Items in
@@ -34,7 +34,7 @@ type Batch[T any] struct {
 // feeds the limiter, so the verdicts must already say what happened. The
 // FlushFunc must not retain the bundle or its batches after returning; the
 // engine reuses them.
-type FlushFunc[T any] func(ctx context.Context, bundle []*Batch[T]) error
+type FlushFunc[K comparable, T any] func(ctx context.Context, bundle []*Batch[K, T]) error
 
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
@@ -135,10 +135,10 @@ const intakeDepth = 64
 
 // Engine accumulates submissions per key and flushes them in bundles. It is
 // safe for concurrent use.
-type Engine[T comparable] struct {
+type Engine[K Keyer, T comparable] struct {
 	cfg    Config
-	flush  FlushFunc[T]
-	shards []*shard[T]
+	flush  FlushFunc[K, T]
+	shards []*shard[K, T]
 	sized  bool // T implements Sizer
 	bytes  budget
 
@@ -158,8 +158,8 @@ type Engine[T comparable] struct {
 // New starts an engine that commits bundles with flush. T is normally a
 // pointer to the caller's item, which is how verdicts travel back and how
 // Batch.Retry entries are matched to Items (with ==).
-func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
-	e := &Engine[T]{
+func New[K Keyer, T comparable](cfg Config, flush FlushFunc[K, T]) *Engine[K, T] {
+	e := &Engine[K, T]{
 		cfg:     cfg.withDefaults(),
 		flush:   flush,
 		closing: make(chan struct{}),
@@ -168,7 +168,7 @@ func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
 	_, e.sized = any(zero).(Sizer)
 	e.bytes.max = e.cfg.MaxBufferedBytes
 	e.bytes.freed = make(chan struct{})
-	e.shards = make([]*shard[T], e.cfg.Shards)
+	e.shards = make([]*shard[K, T], e.cfg.Shards)
 	for i := range e.shards {
 		e.shards[i] = newShard(e)
 	}
@@ -189,7 +189,7 @@ func New[T comparable](cfg Config, flush FlushFunc[T]) *Engine[T] {
 // has begun. While the shard is over Config.MaxBuffered, or the engine would
 // be over Config.MaxBufferedBytes, it blocks until there is room or ctx ends;
 // then it returns ctx.Err() and done is never called.
-func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func()) error {
+func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()) error {
 	select {
 	case <-e.closing:
 		return ErrClosed
@@ -210,10 +210,10 @@ func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func())
 			return err
 		}
 	}
-	s := e.shards[key.hash()%uint64(len(e.shards))]
+	s := e.shards[key.Hash()%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
 	sub.bytes, sub.budget = n, &e.bytes
-	a := arrival[T]{key: key, items: items, sub: sub}
+	a := arrival[K, T]{key: key, items: items, sub: sub}
 
 	// The read lock orders this send before Close closes the channel.
 	s.mu.RLock()
@@ -240,7 +240,7 @@ func (e *Engine[T]) Submit(ctx context.Context, key Key, items []T, done func())
 }
 
 // bufferedBytes is what the unresolved submissions hold.
-func (e *Engine[T]) bufferedBytes() int64 { return e.bytes.used.Load() }
+func (e *Engine[K, T]) bufferedBytes() int64 { return e.bytes.used.Load() }
 
 // budget is a byte semaphore that admits an acquisition whole when it is
 // empty, so no single acquisition can wait forever.
@@ -318,7 +318,7 @@ func (b *budget) release(n int64) {
 //
 // Close is idempotent: later calls wait for the first to finish and return
 // nil unless their own ctx ends first.
-func (e *Engine[T]) Close(ctx context.Context, abandon func(bundle []*Batch[T])) error {
+func (e *Engine[K, T]) Close(ctx context.Context, abandon func(bundle []*Batch[K, T])) error {
 	e.closeOnce.Do(e.stopIntake)
 	var err error
 	for _, s := range e.shards {
@@ -342,7 +342,7 @@ func (e *Engine[T]) Close(ctx context.Context, abandon func(bundle []*Batch[T]))
 	return err
 }
 
-func (e *Engine[T]) stopIntake() {
+func (e *Engine[K, T]) stopIntake() {
 	e.stopping.Store(true)
 	close(e.closing)
 	for _, s := range e.shards {
@@ -356,7 +356,7 @@ func (e *Engine[T]) stopIntake() {
 
 // wakeAll makes every shard look at the engine's flags. A wake already
 // pending is as good as a new one, since the flags were set before.
-func (e *Engine[T]) wakeAll() {
+func (e *Engine[K, T]) wakeAll() {
 	for _, s := range e.shards {
 		s.poke()
 	}
@@ -364,12 +364,12 @@ func (e *Engine[T]) wakeAll() {
 
 // finish runs once every shard goroutine has exited, so their state is now
 // owned by the caller.
-func (e *Engine[T]) finish(abandon func([]*Batch[T])) {
+func (e *Engine[K, T]) finish(abandon func([]*Batch[K, T])) {
 	e.flights.Wait()
-	var left []*Batch[T]
+	var left []*Batch[K, T]
 	for _, s := range e.shards {
 		for _, ks := range s.ready[s.readyHead:] {
-			left = append(left, &Batch[T]{Key: ks.key, Items: ks.pending})
+			left = append(left, &Batch[K, T]{Key: ks.key, Items: ks.pending})
 		}
 	}
 	if len(left) == 0 {
@@ -409,7 +409,7 @@ type Stats struct {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine[T]) Stats() Stats {
+func (e *Engine[K, T]) Stats() Stats {
 	st := Stats{Limit: e.cfg.Limiter.Limit(), BufferedBytes: e.bufferedBytes()}
 	for _, s := range e.shards {
 		st.Bundles += s.bundles.Load()
@@ -422,7 +422,7 @@ func (e *Engine[T]) Stats() Stats {
 }
 
 // fly runs one bundle on its own goroutine and hands it back to its shard.
-func (e *Engine[T]) fly(s *shard[T], f *flight[T]) {
+func (e *Engine[K, T]) fly(s *shard[K, T], f *flight[K, T]) {
 	defer e.flights.Done()
 	ctx, cancel := e.cfg.FlushContext()
 	start := time.Now()
@@ -509,16 +509,16 @@ type run struct {
 	n   int
 }
 
-type arrival[T any] struct {
-	key   Key
+type arrival[K comparable, T any] struct {
+	key   K
 	items []T
 	sub   *submission
 }
 
 // flight is one bundle in flight; keys[i].batch is bundle[i].
-type flight[T comparable] struct {
-	keys   []*keyState[T]
-	bundle []*Batch[T]
+type flight[K Keyer, T comparable] struct {
+	keys   []*keyState[K, T]
+	bundle []*Batch[K, T]
 }
 
 // counters lives in its own cache lines so flush goroutines bumping one

@@ -41,7 +41,7 @@ func keysOnShards(n int) []Key {
 	found := 0
 	for i := 0; found < n; i++ {
 		k := keyN(i)
-		if s := k.hash() % uint64(n); out[s] == (Key{}) {
+		if s := k.Hash() % uint64(n); out[s] == (Key{}) {
 			out[s] = k
 			found++
 		}
@@ -59,7 +59,7 @@ func items(src, from, n int) []*item {
 
 // call is one flush held by a manual flusher until the test answers it.
 type call struct {
-	bundle []*Batch[*item]
+	bundle []*Batch[Key, *item]
 	ret    chan error
 }
 
@@ -73,7 +73,7 @@ func (c call) keys() []Key {
 	return ks
 }
 
-func seqs(b *Batch[*item]) []int {
+func seqs(b *Batch[Key, *item]) []int {
 	var out []int
 	for _, it := range b.Items {
 		out = append(out, it.seq)
@@ -95,10 +95,10 @@ func (c call) release(err error) {
 
 // manual returns a flush func that hands every flush to the test. Once the
 // test ends, flushes return unanswered, so a failed test cannot hang Close.
-func manual(t *testing.T) (FlushFunc[*item], chan call) {
+func manual(t *testing.T) (FlushFunc[Key, *item], chan call) {
 	calls := make(chan call, 64)
 	end := t.Context().Done()
-	return func(_ context.Context, bundle []*Batch[*item]) error {
+	return func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		c := call{bundle: bundle, ret: make(chan error)}
 		select {
 		case calls <- c:
@@ -138,7 +138,7 @@ func fixedLimiter(n int) *Vegas {
 	return NewVegas(VegasConfig{Initial: n, Min: n, Max: n})
 }
 
-func closeNow(t *testing.T, e *Engine[*item]) {
+func closeNow[K Keyer](t *testing.T, e *Engine[K, *item]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -181,7 +181,7 @@ func wait(t *testing.T, ch chan struct{}) {
 
 func TestFireOnIdle(t *testing.T) {
 	// A one-second Hold: anything waiting for the tick would take a second.
-	e := New(Config{Hold: time.Second}, func(_ context.Context, bundle []*Batch[*item]) error {
+	e := New(Config{Hold: time.Second}, func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		return nil
 	})
 	t.Cleanup(func() { closeNow(t, e) })
@@ -220,7 +220,7 @@ func TestOneFlightPerKeyAndOrder(t *testing.T) {
 		overlaps atomic.Int32
 		disorder atomic.Int32
 	)
-	flush := func(_ context.Context, bundle []*Batch[*item]) error {
+	flush := func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		mu.Lock()
 		for _, b := range bundle {
 			if flying[b.Key] {
@@ -300,7 +300,7 @@ func TestOneFlightPerKeyAndOrder(t *testing.T) {
 func TestBundlingAcrossPartitions(t *testing.T) {
 	const bundleMax = 8
 	var bad atomic.Int32
-	flush := func(_ context.Context, bundle []*Batch[*item]) error {
+	flush := func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		seen := map[Key]bool{}
 		for _, b := range bundle {
 			if seen[b.Key] || len(b.Items) == 0 {
@@ -465,7 +465,7 @@ func TestRetryGoesBackToTheHead(t *testing.T) {
 
 func TestSettleRejectsForeignRetry(t *testing.T) {
 	a, b := &item{}, &item{}
-	ks := &keyState[*item]{}
+	ks := &keyState[Key, *item]{}
 	ks.batch.Items = []*item{a, b}
 	ks.batch.Retry = []*item{b, a} // out of order
 	ks.flightRuns = []run{{sub: newSubmission(nil, 2), n: 2}}
@@ -640,7 +640,7 @@ func TestFlushContextAndFailure(t *testing.T) {
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithValue(context.Background(), ctxKey{}, "engine"), func() { cancels.Add(1) }
 		},
-	}, func(ctx context.Context, bundle []*Batch[*item]) error {
+	}, func(ctx context.Context, bundle []*Batch[Key, *item]) error {
 		sawOwnCtx.Store(ctx.Value(ctxKey{}) == "engine")
 		return errors.New("connection reset")
 	})
@@ -661,7 +661,7 @@ func TestFlushContextAndFailure(t *testing.T) {
 }
 
 func TestEmptySubmission(t *testing.T) {
-	e := New(Config{}, func(context.Context, []*Batch[*item]) error {
+	e := New(Config{}, func(context.Context, []*Batch[Key, *item]) error {
 		t.Error("flushed an empty submission")
 		return nil
 	})
@@ -675,7 +675,7 @@ func TestEmptySubmission(t *testing.T) {
 
 func TestCloseFlushesEverything(t *testing.T) {
 	var flushed atomic.Int64
-	e := New(Config{Shards: 4, Limiter: fixedLimiter(2)}, func(_ context.Context, bundle []*Batch[*item]) error {
+	e := New(Config{Shards: 4, Limiter: fixedLimiter(2)}, func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		time.Sleep(2 * time.Millisecond)
 		for _, b := range bundle {
 			flushed.Add(int64(len(b.Items)))
@@ -689,7 +689,7 @@ func TestCloseFlushesEverything(t *testing.T) {
 		}
 	}
 	var abandoned bool
-	if err := e.Close(context.Background(), func([]*Batch[*item]) { abandoned = true }); err != nil {
+	if err := e.Close(context.Background(), func([]*Batch[Key, *item]) { abandoned = true }); err != nil {
 		t.Fatal(err)
 	}
 	if abandoned || flushed.Load() != 1000 || dones.Load() != 1000 {
@@ -716,7 +716,7 @@ func TestCloseExpiredAbandonsPending(t *testing.T) {
 		t.Fatal("no permit")
 	}
 	defer lim.Release(time.Millisecond, false)
-	e := New(Config{Shards: 2, Limiter: lim}, func(context.Context, []*Batch[*item]) error {
+	e := New(Config{Shards: 2, Limiter: lim}, func(context.Context, []*Batch[Key, *item]) error {
 		t.Error("flushed with no permit")
 		return nil
 	})
@@ -736,7 +736,7 @@ func TestCloseExpiredAbandonsPending(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var got []int
-	err := e.Close(ctx, func(bundle []*Batch[*item]) {
+	err := e.Close(ctx, func(bundle []*Batch[Key, *item]) {
 		for _, b := range bundle {
 			got = append(got, seqs(b)...)
 		}
@@ -777,7 +777,7 @@ func TestCloseExpiredWaitsForInFlight(t *testing.T) {
 	abandoned := map[Key][]int{}
 	closed := make(chan error, 1)
 	go func() {
-		closed <- e.Close(expired, func(bundle []*Batch[*item]) {
+		closed <- e.Close(expired, func(bundle []*Batch[Key, *item]) {
 			for _, b := range bundle {
 				abandoned[b.Key] = seqs(b)
 			}
@@ -839,7 +839,7 @@ func TestSubmitBlockedByBackpressureSeesClose(t *testing.T) {
 
 func TestNoGoroutinesAfterClose(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	e := New(Config{Shards: 16}, func(_ context.Context, bundle []*Batch[*item]) error {
+	e := New(Config{Shards: 16}, func(_ context.Context, bundle []*Batch[Key, *item]) error {
 		time.Sleep(time.Millisecond)
 		return nil
 	})

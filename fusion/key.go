@@ -2,6 +2,14 @@ package fusion
 
 import "github.com/gofrs/uuid/v5"
 
+// Keyer is what an Engine keys its work by. Hash must be deterministic: a
+// key always lands on the same shard, which is what makes one goroutine the
+// sole owner of its state. Equal keys must hash alike.
+type Keyer interface {
+	comparable
+	Hash() uint64
+}
+
 // Key identifies one accumulation group: a partition of a queue of a tenant.
 // The tenant is part of the key so two tenants pushing to a queue of the
 // same name accumulate separate segments.
@@ -17,11 +25,9 @@ const (
 	keySep    = 0x1f
 )
 
-// hash is FNV-1a over tenant \x1f queue \x1f partition, computed in place so
-// routing a submission allocates nothing. It must stay deterministic: a key
-// always lands on the same shard, which is what makes one goroutine the sole
-// owner of its state.
-func (k Key) hash() uint64 {
+// Hash is FNV-1a over tenant \x1f queue \x1f partition, computed in place so
+// routing a submission allocates nothing.
+func (k Key) Hash() uint64 {
 	h := uint64(fnvOffset)
 	for _, b := range k.Tenant {
 		h = (h ^ uint64(b)) * fnvPrime

@@ -15,14 +15,14 @@ const (
 
 // shard owns a disjoint set of keys. Everything below the run-owned marker is
 // touched only by the shard's goroutine, or by finish after it exited.
-type shard[T comparable] struct {
-	e *Engine[T]
+type shard[K Keyer, T comparable] struct {
+	e *Engine[K, T]
 
 	mu     sync.RWMutex // guards closed: Submit holds it to send on in
 	closed bool
 
-	in          chan arrival[T]
-	completions chan *flight[T]
+	in          chan arrival[K, T]
+	completions chan *flight[K, T]
 	wake        chan struct{}
 	exited      chan struct{}
 	waiter      *Waiter // queued at the limiter while refused a permit
@@ -30,11 +30,11 @@ type shard[T comparable] struct {
 	counters
 
 	// run-owned
-	keys         map[Key]*keyState[T]
-	ready        []*keyState[T] // FIFO of ready keys from readyHead on
+	keys         map[K]*keyState[K, T]
+	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
-	freeKeys     []*keyState[T]
-	freeFlights  []*flight[T]
+	freeKeys     []*keyState[K, T]
+	freeFlights  []*flight[K, T]
 	inflight     int
 	buffered     int
 	closing      bool
@@ -46,28 +46,28 @@ type shard[T comparable] struct {
 
 // keyState is one key. pending and runs are the shard's; while flying, batch,
 // flightRuns and retryRuns belong to the flight goroutine.
-type keyState[T comparable] struct {
-	key     Key
+type keyState[K Keyer, T comparable] struct {
+	key     K
 	pending []T
 	runs    []run // submissions of pending, in order
 	queued  bool  // in the ready FIFO
 	flying  bool
 
-	batch      Batch[T]
+	batch      Batch[K, T]
 	flightRuns []run // submissions of batch.Items
 	retryRuns  []run // submissions of batch.Retry, built by settle
 }
 
-func newShard[T comparable](e *Engine[T]) *shard[T] {
-	s := &shard[T]{
+func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
+	s := &shard[K, T]{
 		e:    e,
-		in:   make(chan arrival[T], intakeDepth),
+		in:   make(chan arrival[K, T], intakeDepth),
 		wake: make(chan struct{}, 1),
 		// Room for every flight the shard can have, so a flush goroutine
 		// never waits on its shard.
-		completions: make(chan *flight[T], e.cfg.MaxInFlight),
+		completions: make(chan *flight[K, T], e.cfg.MaxInFlight),
 		exited:      make(chan struct{}),
-		keys:        make(map[Key]*keyState[T]),
+		keys:        make(map[K]*keyState[K, T]),
 		timer:       time.NewTimer(time.Hour),
 	}
 	s.waiter = NewWaiter(s.poke)
@@ -75,7 +75,7 @@ func newShard[T comparable](e *Engine[T]) *shard[T] {
 	return s
 }
 
-func (s *shard[T]) run() {
+func (s *shard[K, T]) run() {
 	defer close(s.exited)
 	defer s.timer.Stop()
 	defer s.e.cfg.Limiter.Cancel(s.waiter)
@@ -110,7 +110,7 @@ func (s *shard[T]) run() {
 // intake is nil, disabling the receive, while the shard is over MaxBuffered;
 // that is what blocks Submit. Once closing, everything queued is taken so
 // the shard can see the channel close.
-func (s *shard[T]) intake() chan arrival[T] {
+func (s *shard[K, T]) intake() chan arrival[K, T] {
 	if s.intakeClosed || (!s.closing && s.buffered >= s.e.cfg.MaxBuffered) {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (s *shard[T]) intake() chan arrival[T] {
 
 // absorb takes what is already queued before dispatching, so a burst shares
 // one bundle instead of the first arrival firing alone. It never waits.
-func (s *shard[T]) absorb() {
+func (s *shard[K, T]) absorb() {
 	for more := true; more; {
 		select {
 		case f := <-s.completions:
@@ -142,7 +142,7 @@ func (s *shard[T]) absorb() {
 	}
 }
 
-func (s *shard[T]) arrive(a arrival[T], ok bool) {
+func (s *shard[K, T]) arrive(a arrival[K, T], ok bool) {
 	if !ok {
 		s.intakeClosed = true
 		return
@@ -161,7 +161,7 @@ func (s *shard[T]) arrive(a arrival[T], ok bool) {
 
 // dispatch fires bundles while there are ready keys, a free in-flight slot
 // and an immediately available permit. It never waits.
-func (s *shard[T]) dispatch() {
+func (s *shard[K, T]) dispatch() {
 	if s.abandoning {
 		s.e.cfg.Limiter.Cancel(s.waiter)
 		return
@@ -213,7 +213,7 @@ func bundleSize(ready, base, limit int) int {
 // settle runs on the flight goroutine after the flush returned: it resolves
 // every item not in Retry and records which submissions the retried items
 // belong to.
-func (ks *keyState[T]) settle() {
+func (ks *keyState[K, T]) settle() {
 	items, retry := ks.batch.Items, ks.batch.Retry
 	if len(retry) == 0 {
 		for _, r := range ks.flightRuns {
@@ -245,7 +245,7 @@ func (ks *keyState[T]) settle() {
 
 // complete takes a flight back: its keys may flush again, retried items
 // first, and keys left with nothing are forgotten.
-func (s *shard[T]) complete(f *flight[T]) {
+func (s *shard[K, T]) complete(f *flight[K, T]) {
 	s.inflight--
 	for _, ks := range f.keys {
 		ks.flying = false
@@ -289,16 +289,16 @@ func (s *shard[T]) complete(f *flight[T]) {
 }
 
 // poke wakes the shard without waiting.
-func (s *shard[T]) poke() {
+func (s *shard[K, T]) poke() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (s *shard[T]) readyLen() int { return len(s.ready) - s.readyHead }
+func (s *shard[K, T]) readyLen() int { return len(s.ready) - s.readyHead }
 
-func (s *shard[T]) enqueue(ks *keyState[T]) {
+func (s *shard[K, T]) enqueue(ks *keyState[K, T]) {
 	ks.queued = true
 	if len(s.ready) == cap(s.ready) && s.readyHead > 0 {
 		n := copy(s.ready, s.ready[s.readyHead:])
@@ -308,21 +308,21 @@ func (s *shard[T]) enqueue(ks *keyState[T]) {
 	s.ready = append(s.ready, ks)
 }
 
-func (s *shard[T]) newKey(k Key) *keyState[T] {
-	var ks *keyState[T]
+func (s *shard[K, T]) newKey(k K) *keyState[K, T] {
+	var ks *keyState[K, T]
 	if n := len(s.freeKeys); n > 0 {
 		ks = s.freeKeys[n-1]
 		s.freeKeys[n-1] = nil
 		s.freeKeys = s.freeKeys[:n-1]
 	} else {
-		ks = new(keyState[T])
+		ks = new(keyState[K, T])
 	}
 	ks.key, ks.batch.Key = k, k
 	s.keys[k] = ks
 	return ks
 }
 
-func (s *shard[T]) forget(ks *keyState[T]) {
+func (s *shard[K, T]) forget(ks *keyState[K, T]) {
 	delete(s.keys, ks.key)
 	if len(s.freeKeys) >= maxFreeKeys {
 		return
@@ -336,15 +336,15 @@ func (s *shard[T]) forget(ks *keyState[T]) {
 	s.freeKeys = append(s.freeKeys, ks)
 }
 
-func (s *shard[T]) newFlight() *flight[T] {
+func (s *shard[K, T]) newFlight() *flight[K, T] {
 	if n := len(s.freeFlights); n > 0 {
 		f := s.freeFlights[n-1]
 		s.freeFlights[n-1] = nil
 		s.freeFlights = s.freeFlights[:n-1]
 		return f
 	}
-	return &flight[T]{
-		keys:   make([]*keyState[T], 0, s.e.cfg.BundleMax),
-		bundle: make([]*Batch[T], 0, s.e.cfg.BundleMax),
+	return &flight[K, T]{
+		keys:   make([]*keyState[K, T], 0, s.e.cfg.BundleMax),
+		bundle: make([]*Batch[K, T], 0, s.e.cfg.BundleMax),
 	}
 }
