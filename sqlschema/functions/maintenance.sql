@@ -189,6 +189,27 @@ BEGIN
 END
 $$;
 
+-- The messages a cursor at p_committed has not read in a partition whose
+-- newest offset is p_last_offset and oldest retained one p_log_start: what
+-- retention deleted unread is gone, not lag. The one definition of lag:
+-- the consumer_lag view, Queue.Status and Queues all count with it.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_messages(p_last_offset bigint, p_committed bigint, p_log_start bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT greatest(p_last_offset - greatest(p_committed, p_log_start - 1), 0)
+$$;
+
+-- When the oldest message a cursor at p_committed has not read was
+-- appended: the created_at of the segment holding the first retained
+-- offset above the cursor. Meaningful only with lag_messages above 0.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_head(p_pid bigint, p_committed bigint, p_log_start bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT s.created_at FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid AND s.base_offset <= greatest(p_committed + 1, p_log_start)
+    ORDER BY s.base_offset DESC LIMIT 1
+$$;
+
 -- Consumer lag per (queue, partition, group), for operators: messages and
 -- seconds behind (age of the oldest unconsumed message).
 CREATE OR REPLACE VIEW {{schema}}.consumer_lag AS
@@ -198,12 +219,9 @@ SELECT q.tenant,
        c.group_name,
        p.last_offset,
        c.committed,
-       greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS lag_messages,
-       CASE WHEN p.last_offset > greatest(c.committed, p.log_start - 1) THEN
-           extract(epoch FROM clock_timestamp() - (
-               SELECT s.created_at FROM {{schema}}.segments s
-               WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
-               ORDER BY s.base_offset DESC LIMIT 1))
+       {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) AS lag_messages,
+       CASE WHEN {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) > 0 THEN
+           extract(epoch FROM clock_timestamp() - {{schema}}.lag_head(p.id, c.committed, p.log_start))
        ELSE 0 END AS lag_seconds,
        c.lease_owner,
        c.lease_expires_at
