@@ -139,6 +139,15 @@ var changedSinceV5 = map[string]string{
 	"S.lag_messages(bigint,bigint,bigint)": "new: the one definition of lag in messages",
 	"S.lag_head(bigint,bigint,bigint)":     "new: the one definition of the oldest unread message's segment",
 	"consumer_lag":                         "reads lag_messages and lag_head",
+	// What releasing a lease clears is said once, in lease_after.
+	"S.lease_after(boolean,bigint,uuid,text,timestamp with time zone)": "new: the lease columns after a settle",
+	"S.settle(bigint[],text[],uuid[],bigint[],smallint[],bigint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after",
+	"S.settle_keyed(bigint[],text[],uuid[],bigint[],smallint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after",
+	"S.ack_many(bigint[],text[],uuid[],bigint[])": "releases the lease through lease_after",
+	"S.pop_dead_letter(bigint,text,uuid,bigint,bigint[],uuid[],text[],integer[],bytea[],timestamp with time zone[]," +
+		"text[],text[],bytea[])": "releases the lease through lease_after",
 }
 
 // Revision 1 of the function layer is the functions as migrations 001-005

@@ -304,10 +304,9 @@ BEGIN
                                     WHEN p_act[i] = 4 THEN 0
                                     WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
-            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
-            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
             updated_at       = v_now
         WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
 
@@ -381,18 +380,11 @@ BEGIN
             deliveries       = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
                                                ELSE {{schema}}.settled_advance(o.ok, c.settled) END) < c.delivered_max
                                     THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.batch_end END,
-            lease_id         = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_id END,
-            lease_owner      = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(
+                                    (CASE WHEN c.settled IS NULL THEN o.ok
+                                          ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end,
+                                    c.batch_end, c.lease_id, c.lease_owner, c.lease_expires_at)),
             updated_at       = v_now
         FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
               ORDER BY x.pid, x.g) o
@@ -634,10 +626,9 @@ BEGIN
                                     WHEN (v_comm + 1) = ANY (v_intr) THEN 0
                                     WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
-            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
-            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
             updated_at       = v_now
         WHERE partition_id = v_l.pid AND group_name = v_l.g;
         FOREACH j IN ARRAY v_l.ords LOOP
