@@ -142,12 +142,15 @@ var changedSinceV5 = map[string]string{
 	// What releasing a lease clears is said once, in lease_after.
 	"S.lease_after(boolean,bigint,uuid,text,timestamp with time zone)": "new: the lease columns after a settle",
 	"S.settle(bigint[],text[],uuid[],bigint[],smallint[],bigint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
-		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after",
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
 	"S.settle_keyed(bigint[],text[],uuid[],bigint[],smallint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
-		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after",
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
 	"S.ack_many(bigint[],text[],uuid[],bigint[])": "releases the lease through lease_after",
 	"S.pop_dead_letter(bigint,text,uuid,bigint,bigint[],uuid[],text[],integer[],bytea[],timestamp with time zone[]," +
 		"text[],text[],bytea[])": "releases the lease through lease_after",
+	// The partitions a skip-policy failure may append to are chosen and
+	// locked in one helper (settle waited or skipped, settle_keyed waited).
+	"S.lock_requeue_partitions(bigint[],smallint[],boolean)": "new: settle's and settle_keyed's partition locks",
 }
 
 // Revision 1 of the function layer is the functions as migrations 001-005
