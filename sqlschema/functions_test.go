@@ -151,6 +151,11 @@ var changedSinceV5 = map[string]string{
 	// The partitions a skip-policy failure may append to are chosen and
 	// locked in one helper (settle waited or skipped, settle_keyed waited).
 	"S.lock_requeue_partitions(bigint[],smallint[],boolean)": "new: settle's and settle_keyed's partition locks",
+	// Whether retention is due is decided once, for retention_step and the
+	// maintenance pass's MaintenanceDue statement.
+	"S.retention_due(timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,boolean,bigint," +
+		"timestamp with time zone)": "new: the retention rule per segment",
+	"S.retention_step(bigint,integer)": "decides through retention_due",
 }
 
 // Revision 1 of the function layer is the functions as migrations 001-005
