@@ -97,6 +97,73 @@ func TestSharedRuleHelpers(t *testing.T) {
 			}
 		}
 	})
+
+	// Only failures (action 1) on skip-policy queues' partitions are
+	// locked; waiting takes a busy row once it is free, not waiting skips it.
+	t.Run("lock_requeue_partitions", func(t *testing.T) {
+		var skipP, busyP, pauseP int64
+		// Queue "skip" with partitions a and b, queue "pause" with a.
+		if _, err := pool.Exec(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, failure_policy)
+    VALUES (gen_random_uuid(), 'skip', 'skip'), (gen_random_uuid(), 'pause', 'pause') RETURNING id, name)
+INSERT INTO `+s+`.partitions (queue_id, name)
+SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = 'a'`); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'a'),
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'b'),
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'pause')`).
+			Scan(&skipP, &busyP, &pauseP); err != nil {
+			t.Fatal(err)
+		}
+		holder, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback(ctx)
+		if _, err := holder.Exec(ctx, "SELECT 1 FROM "+s+".partitions WHERE id = $1 FOR NO KEY UPDATE", busyP); err != nil {
+			t.Fatal(err)
+		}
+		call := func(wait bool) []int64 {
+			t.Helper()
+			var got []int64
+			if err := pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, $3)",
+				[]int64{skipP, busyP, pauseP, skipP}, []int16{1, 1, 1, 0}, wait).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		if got := call(false); len(got) != 1 || got[0] != skipP {
+			t.Errorf("without waiting locked %v, want only the free skip partition %d", got, skipP)
+		}
+		done := make(chan []int64, 1)
+		go func() {
+			var got []int64
+			_ = pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, true)",
+				[]int64{busyP, skipP}, []int16{1, 1}).Scan(&got)
+			done <- got
+		}()
+		// The waiting call blocks on the held row until it is released.
+		holderPID := holder.Conn().PgConn().PID()
+		for blocked := false; !blocked; {
+			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE $1 = ANY (pg_blocking_pids(a.pid)))",
+				holderPID).Scan(&blocked); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-done:
+				t.Fatalf("waiting call returned %v while the row was held", got)
+			default:
+			}
+		}
+		if err := holder.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-done; len(got) != 2 || got[0] != min(skipP, busyP) || got[1] != max(skipP, busyP) {
+			t.Errorf("waiting locked %v, want both skip partitions in ascending id", got)
+		}
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
