@@ -337,4 +337,16 @@ func TestStatusLagMatchesViewAfterRetention(t *testing.T) {
 	if g.LagAge <= 0 || g.LagAge > time.Minute || viewSecs <= 0 || viewSecs > 60 {
 		t.Fatalf("Status lag age %v, consumer_lag %f s; want both that of the young segment", g.LagAge, viewSecs)
 	}
+	// Queues counts as Status does.
+	qs, err := c.Queues(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, qi := range qs {
+		for _, qg := range qi.Groups {
+			if qg.Group == "g" && (qg.Lag != 2 || qg.LagAge > time.Minute) {
+				t.Fatalf("Queues: group g lag %d, age %v; want 2 and that of the young segment", qg.Lag, qg.LagAge)
+			}
+		}
+	}
 }
