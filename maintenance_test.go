@@ -294,3 +294,59 @@ func TestIdlePurgeKeepsHashesInsideTheDedupWindow(t *testing.T) {
 		t.Fatalf("push to the forgotten k: %+v", r)
 	}
 }
+
+// Status and the consumer_lag view count lag the same way, also after
+// Retention deleted messages a group had not read: those are gone, so
+// they are not lag.
+func TestStatusLagMatchesViewAfterRetention(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{Retention: time.Hour})
+	for range 4 {
+		push(t, q, queen.Item{})
+	}
+	ack(t, pop(t, q, queen.PopOptions{Group: "g", Batch: 1})[0]) // committed 0
+	ageSegments(t, c)
+	push(t, q, queen.Item{}, queen.Item{}) // young: offsets 4 and 5 stay
+	if rep := maintain(t, c); rep.SegmentsDeleted != 4 {
+		t.Fatalf("deleted %d segments, want the 4 old ones", rep.SegmentsDeleted)
+	}
+	var viewLag int64
+	var viewSecs float64
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT lag_messages, lag_seconds FROM "+
+		pgx.Identifier{c.Schema(), "consumer_lag"}.Sanitize()+" WHERE group_name = 'g'").Scan(&viewLag, &viewSecs); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g *queen.GroupStatus
+	for i, gs := range st.Partitions[0].Groups {
+		if gs.Group == "g" {
+			g = &st.Partitions[0].Groups[i]
+		}
+	}
+	if g == nil {
+		t.Fatalf("no group g in %+v", st.Partitions)
+	}
+	if viewLag != 2 || g.Lag != viewLag {
+		t.Fatalf("Status lag %d, consumer_lag %d; want both 2 (offsets 4 and 5)", g.Lag, viewLag)
+	}
+	// Both age the head from the same segment (the young one), not the
+	// deleted ones an hour old.
+	if g.LagAge <= 0 || g.LagAge > time.Minute || viewSecs <= 0 || viewSecs > 60 {
+		t.Fatalf("Status lag age %v, consumer_lag %f s; want both that of the young segment", g.LagAge, viewSecs)
+	}
+	// Queues counts as Status does.
+	qs, err := c.Queues(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, qi := range qs {
+		for _, qg := range qi.Groups {
+			if qg.Group == "g" && (qg.Lag != 2 || qg.LagAge > time.Minute) {
+				t.Fatalf("Queues: group g lag %d, age %v; want 2 and that of the young segment", qg.Lag, qg.LagAge)
+			}
+		}
+	}
+}

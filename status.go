@@ -25,7 +25,9 @@ type PartitionStatus struct {
 type GroupStatus struct {
 	Group     string
 	Committed int64 // the last acked offset; -1 when none
-	// Lag is the number of messages after Committed.
+	// Lag is the number of retained messages after Committed: messages
+	// Retention deleted unread are gone, not lag (the consumer_lag view
+	// counts the same way).
 	Lag int64
 	// LagAge is how long the oldest unconsumed message has waited; 0 without lag.
 	LagAge time.Duration
@@ -78,12 +80,13 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			expires  *time.Time
 			attempts *int32
 			settled  *int32
+			lag      *int64
 			headAt   *time.Time
 			now      time.Time
 			paused   bool
 		)
 		if err := rows.Scan(&p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &group, &comm, &batchEnd, &owner,
-			&expires, &attempts, &headAt, &now, &settled, &paused); err != nil {
+			&expires, &attempts, &lag, &headAt, &now, &settled, &paused); err != nil {
 			return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 		}
 		n := len(st.Partitions)
@@ -101,7 +104,10 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 		if f, p, ok := e.keyStats.get(keyStatKey{q.c.tenant, q.name, g.Group, st.Partitions[n-1].Name}); ok {
 			g.KeysInFlight, g.KeysPaused = int(f), int(p)
 		}
-		g.Lag = max(p.LastOffset-g.Committed, 0)
+		// Lag as the consumer_lag view counts it (SQL lag_messages).
+		if lag != nil {
+			g.Lag = *lag
+		}
 		if g.Lag > 0 && headAt != nil {
 			g.LagAge = max(now.Sub(*headAt), 0)
 		}

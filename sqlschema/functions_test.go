@@ -128,10 +128,40 @@ UNION ALL SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c WHERE c.relnam
 	return out
 }
 
-// Revision 1 of the function layer is the functions exactly as migrations
-// 001-005 defined them before they moved to the layer: a database of
-// schema version 5 (the v5 fixture, dumped from one) has the same
-// definitions as a schema the current Migrate creates.
+// changedSinceV5 lists, by signature (views by name), what the unreleased
+// revision 1 of the function layer deliberately defines differently from
+// the version-5 database (or anew), with why. Everything else must match
+// version 5 exactly; every entry here must really differ, so the list
+// cannot go stale.
+var changedSinceV5 = map[string]string{
+	// Lag has one definition, shared with Queue.Status and Queues, which
+	// counted what Retention deleted unread as lag and the view did not.
+	"S.lag_messages(bigint,bigint,bigint)": "new: the one definition of lag in messages",
+	"S.lag_head(bigint,bigint,bigint)":     "new: the one definition of the oldest unread message's segment",
+	"consumer_lag":                         "reads lag_messages and lag_head",
+	// What releasing a lease clears is said once, in lease_after.
+	"S.lease_after(boolean,bigint,uuid,text,timestamp with time zone)": "new: the lease columns after a settle",
+	"S.settle(bigint[],text[],uuid[],bigint[],smallint[],bigint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
+	"S.settle_keyed(bigint[],text[],uuid[],bigint[],smallint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
+	"S.ack_many(bigint[],text[],uuid[],bigint[])": "releases the lease through lease_after",
+	"S.pop_dead_letter(bigint,text,uuid,bigint,bigint[],uuid[],text[],integer[],bytea[],timestamp with time zone[]," +
+		"text[],text[],bytea[])": "releases the lease through lease_after",
+	// The partitions a skip-policy failure may append to are chosen and
+	// locked in one helper (settle waited or skipped, settle_keyed waited).
+	"S.lock_requeue_partitions(bigint[],smallint[],boolean)": "new: settle's and settle_keyed's partition locks",
+	// Whether retention is due is decided once, for retention_step and the
+	// maintenance pass's MaintenanceDue statement.
+	"S.retention_due(timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,boolean,bigint," +
+		"timestamp with time zone)": "new: the retention rule per segment",
+	"S.retention_step(bigint,integer)": "decides through retention_due",
+}
+
+// Revision 1 of the function layer is the functions as migrations 001-005
+// defined them before they moved to the layer: a database of schema
+// version 5 (the v5 fixture, dumped from one) has the same definitions as
+// a schema the current Migrate creates, but for changedSinceV5.
 func TestFunctionLayerRevision1MatchesVersion5(t *testing.T) {
 	if sqlschema.FunctionsRevision != 1 {
 		t.Skip("the function layer has moved on from the version-5 definitions")
@@ -156,12 +186,28 @@ func TestFunctionLayerRevision1MatchesVersion5(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, got := functionDefs(t, ctx, pool, v5), functionDefs(t, ctx, pool, layered)
-	if len(want) != len(got) {
-		t.Fatalf("%d definitions in the version-5 database, %d with the function layer", len(want), len(got))
-	}
 	for sig, def := range want {
-		if got[sig] != def {
-			t.Errorf("%s differs:\nversion 5:\n%s\nfunction layer:\n%s", sig, def, got[sig])
+		if _, changed := changedSinceV5[sig]; changed {
+			continue
+		}
+		if g, ok := got[sig]; !ok {
+			t.Errorf("%s is in the version-5 database, not in the function layer", sig)
+		} else if g != def {
+			t.Errorf("%s differs:\nversion 5:\n%s\nfunction layer:\n%s", sig, def, g)
+		}
+	}
+	for sig := range got {
+		if _, ok := want[sig]; !ok {
+			if _, listed := changedSinceV5[sig]; !listed {
+				t.Errorf("%s is new in the function layer but not listed in changedSinceV5", sig)
+			}
+		}
+	}
+	for sig := range changedSinceV5 {
+		if g, ok := got[sig]; !ok {
+			t.Errorf("changedSinceV5 lists %s, which the function layer does not define", sig)
+		} else if g == want[sig] {
+			t.Errorf("changedSinceV5 lists %s, which is as version 5 defined it", sig)
 		}
 	}
 }

@@ -6,9 +6,11 @@
 SELECT id FROM {{schema}}.partitions WHERE id > $1 ORDER BY id LIMIT $2
 
 -- name: MaintenanceDue
+-- Retention is due when the oldest segment is, by retention_due with the
+-- groups left open (retention_step then applies them).
 SELECT p.id,
-    coalesce((q.retention_ms > 0 OR q.completed_retention_ms > 0) AND fs.created_at < clock_timestamp()
-        - least(nullif(q.retention_ms, 0), nullif(q.completed_retention_ms, 0)) * interval '1 millisecond', false),
+    coalesce({{schema}}.retention_due(fs.created_at, NULL, q.retention_ms, q.completed_retention_ms, clock_timestamp(),
+                                      true, NULL, NULL), false),
     coalesce(ft.created_at < clock_timestamp()
         - greatest(q.dedup_window_ms, q.lease_time_ms, $2) * interval '1 millisecond', false),
     greatest(q.dedup_window_ms, q.lease_time_ms, $2),

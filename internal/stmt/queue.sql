@@ -42,11 +42,9 @@ RETURNING 1
 WITH q AS (
     SELECT * FROM {{schema}}.queues WHERE tenant = $1
 ), pg AS (
-    SELECT p.queue_id, p.id AS pid, sub.group_name, greatest(p.last_offset - k.committed, 0) AS lag,
-        CASE WHEN p.last_offset > k.committed THEN
-            (SELECT s.created_at FROM {{schema}}.segments s
-             WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
-             ORDER BY s.base_offset DESC LIMIT 1) END AS head
+    SELECT p.queue_id, p.id AS pid, sub.group_name, {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start) AS lag,
+        CASE WHEN {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start) > 0 THEN
+            {{schema}}.lag_head(p.id, k.committed, p.log_start) END AS head
     FROM q
     JOIN {{schema}}.partitions p ON p.queue_id = q.id
     JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
@@ -99,12 +97,12 @@ ORDER BY q.name, g.group_name
 -- name: Status
 -- A subscribed group has a cursor row on a partition only once one of
 -- its pops met it; until then its position is where that row would
--- start (seed_offset).
+-- start (seed_offset). Lag is the consumer_lag view's (lag_messages,
+-- lag_head).
 SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
     sub.group_name, k.committed, c.batch_end, c.lease_owner, c.lease_expires_at, coalesce(c.attempts, 0),
-    (SELECT s.created_at FROM {{schema}}.segments s
-     WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)
-     ORDER BY s.base_offset DESC LIMIT 1) AS head_created_at,
+    {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start),
+    {{schema}}.lag_head(p.id, k.committed, p.log_start) AS head_created_at,
     now(), cardinality(c.settled),
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
 FROM {{schema}}.queues q

@@ -40,3 +40,19 @@ LANGUAGE sql IMMUTABLE AS $$
         ELSE (SELECT array_agg(u.c ORDER BY u.o) FROM unnest(p_offs, p_counts) AS u(o, c) WHERE u.o > p_head)
     END
 $$;
+
+-- A cursor's lease columns after a settle: all four cleared when
+-- p_release (the lease ends), else as given. The one place that says what
+-- releasing a lease clears; callers assign it with
+-- UPDATE ... SET (batch_end, lease_id, lease_owner, lease_expires_at) =
+-- (SELECT * FROM lease_after(...)). Set-returning and plain SQL, so the
+-- planner inlines it there instead of calling a function per row.
+CREATE OR REPLACE FUNCTION {{schema}}.lease_after(p_release boolean, p_batch_end bigint, p_lease_id uuid,
+                                                p_lease_owner text, p_lease_expires_at timestamptz)
+RETURNS TABLE (batch_end bigint, lease_id uuid, lease_owner text, lease_expires_at timestamptz)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_release THEN NULL ELSE p_batch_end END,
+           CASE WHEN p_release THEN NULL ELSE p_lease_id END,
+           CASE WHEN p_release THEN NULL ELSE p_lease_owner END,
+           CASE WHEN p_release THEN NULL ELSE p_lease_expires_at END
+$$;

@@ -2,6 +2,27 @@
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
+-- Whether a segment created at p_created, ending at offset p_end, is due
+-- under its queue's retention at p_now: older than p_ret_ms (consumed or
+-- not), or older than p_done_ms and needed by no group (p_groups: there is
+-- a group at all; p_committed: the slowest cursor on the partition, NULL
+-- none; p_keep_from: what a group without a cursor there still needs, from
+-- that creation time on, NULL none). 0 turns either retention off. The one
+-- place retention is decided: retention_step asks it per segment, and the
+-- maintenance pass asks it of a partition's oldest segment with the groups
+-- left open (true, NULL, NULL) to tell whether a step could delete anything.
+CREATE OR REPLACE FUNCTION {{schema}}.retention_due(p_created timestamptz, p_end bigint, p_ret_ms bigint,
+                                                  p_done_ms bigint, p_now timestamptz, p_groups boolean,
+                                                  p_committed bigint, p_keep_from timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT (p_ret_ms > 0 AND p_created < p_now - p_ret_ms * interval '1 millisecond')
+        OR (p_done_ms > 0 AND p_groups
+            AND p_created < p_now - p_done_ms * interval '1 millisecond'
+            AND (p_committed IS NULL OR p_end <= p_committed)
+            AND (p_keep_from IS NULL OR p_created < p_keep_from))
+$$;
+
 -- Deletes up to p_max whole segments from the head of partition p_pid that
 -- are due under the queue's rules: older than retention (consumed or not),
 -- or older than completed retention and not needed by any group.
@@ -59,11 +80,8 @@ BEGIN
 
     WITH head AS (
         SELECT s.base_offset, s.end_offset,
-               bool_and((v_ret > 0 AND s.created_at < v_now - v_ret * interval '1 millisecond')
-                     OR (v_done_ret > 0 AND v_groups
-                         AND s.created_at < v_now - v_done_ret * interval '1 millisecond'
-                         AND (v_committed IS NULL OR s.end_offset <= v_committed)
-                         AND (v_keep_from IS NULL OR s.created_at < v_keep_from)))
+               bool_and({{schema}}.retention_due(s.created_at, s.end_offset, v_ret, v_done_ret, v_now,
+                                                 v_groups, v_committed, v_keep_from))
                    OVER (ORDER BY s.base_offset) AS due
         FROM {{schema}}.segments s
         WHERE s.partition_id = p_pid
@@ -189,6 +207,27 @@ BEGIN
 END
 $$;
 
+-- The messages a cursor at p_committed has not read in a partition whose
+-- newest offset is p_last_offset and oldest retained one p_log_start: what
+-- retention deleted unread is gone, not lag. The one definition of lag:
+-- the consumer_lag view, Queue.Status and Queues all count with it.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_messages(p_last_offset bigint, p_committed bigint, p_log_start bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT greatest(p_last_offset - greatest(p_committed, p_log_start - 1), 0)
+$$;
+
+-- When the oldest message a cursor at p_committed has not read was
+-- appended: the created_at of the segment holding the first retained
+-- offset above the cursor. Meaningful only with lag_messages above 0.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_head(p_pid bigint, p_committed bigint, p_log_start bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT s.created_at FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid AND s.base_offset <= greatest(p_committed + 1, p_log_start)
+    ORDER BY s.base_offset DESC LIMIT 1
+$$;
+
 -- Consumer lag per (queue, partition, group), for operators: messages and
 -- seconds behind (age of the oldest unconsumed message).
 CREATE OR REPLACE VIEW {{schema}}.consumer_lag AS
@@ -198,12 +237,9 @@ SELECT q.tenant,
        c.group_name,
        p.last_offset,
        c.committed,
-       greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS lag_messages,
-       CASE WHEN p.last_offset > greatest(c.committed, p.log_start - 1) THEN
-           extract(epoch FROM clock_timestamp() - (
-               SELECT s.created_at FROM {{schema}}.segments s
-               WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)
-               ORDER BY s.base_offset DESC LIMIT 1))
+       {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) AS lag_messages,
+       CASE WHEN {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) > 0 THEN
+           extract(epoch FROM clock_timestamp() - {{schema}}.lag_head(p.id, c.committed, p.log_start))
        ELSE 0 END AS lag_seconds,
        c.lease_owner,
        c.lease_expires_at

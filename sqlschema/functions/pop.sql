@@ -486,10 +486,9 @@ BEGIN
                                     ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
             deliveries       = CASE WHEN v_comm = committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v_comm >= v_end THEN NULL ELSE v_end END,
-            lease_id         = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_id END,
-            lease_owner      = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN v_comm >= v_end THEN NULL ELSE lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_comm >= v_end, v_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
             updated_at       = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;

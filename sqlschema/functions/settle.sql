@@ -115,6 +115,35 @@ BEGIN
 END
 $$;
 
+-- Locks, in ascending id, the partitions a failure (action 1) of settle or
+-- settle_keyed may re-enqueue to (those of skip-policy queues) and returns
+-- the ids it holds. With p_wait it waits for each; without, it takes only
+-- the rows free now (see settle). The wait policy is syntax, not a value, so
+-- without dynamic SQL (re-planned on every call) the two policies are two
+-- statements; they stay side by side here, with the rule of which
+-- partitions written once.
+CREATE OR REPLACE FUNCTION {{schema}}.lock_requeue_partitions(p_pids bigint[], p_act smallint[], p_wait boolean)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    -- Unlocked candidates: locking re-checks each row it waited for.
+    v_ids := ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                   JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+                   WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
+                     AND qq.failure_policy = 'skip');
+    IF p_wait THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM (
+            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_ids) ORDER BY p.id FOR NO KEY UPDATE) l;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM (
+            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_ids) ORDER BY p.id FOR NO KEY UPDATE SKIP LOCKED) l;
+    END IF;
+    RETURN v_ids;
+END
+$$;
+
 -- Settle, with the failure policy and re-enqueued messages'
 -- failure counts: a message's retry budget is what its segment carries plus
 -- what its cursor has charged. A Fail under 'skip' that does not exhaust the
@@ -187,23 +216,7 @@ BEGIN
     -- takes only rows free now; a failure whose partition is busy at that
     -- instant is redelivered in place, as under pause.
     IF 1 = ANY (p_act) THEN
-        IF transaction_timestamp() = statement_timestamp() THEN
-            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
-                SELECT p.id FROM {{schema}}.partitions p
-                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
-                  AND qq.failure_policy = 'skip'
-                ORDER BY p.id
-                FOR NO KEY UPDATE OF p) l;
-        ELSE
-            SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
-                SELECT p.id FROM {{schema}}.partitions p
-                JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-                WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
-                  AND qq.failure_policy = 'skip'
-                ORDER BY p.id
-                FOR NO KEY UPDATE OF p SKIP LOCKED) l;
-        END IF;
+        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, transaction_timestamp() = statement_timestamp());
     END IF;
 
     FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
@@ -304,10 +317,9 @@ BEGIN
                                     WHEN p_act[i] = 4 THEN 0
                                     WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
-            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
-            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
             updated_at       = v_now
         WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
 
@@ -381,18 +393,11 @@ BEGIN
             deliveries       = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
                                                ELSE {{schema}}.settled_advance(o.ok, c.settled) END) < c.delivered_max
                                     THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.batch_end END,
-            lease_id         = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_id END,
-            lease_owner      = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN (CASE WHEN c.settled IS NULL THEN o.ok
-                                               ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end
-                                    THEN NULL ELSE c.lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(
+                                    (CASE WHEN c.settled IS NULL THEN o.ok
+                                          ELSE {{schema}}.settled_advance(o.ok, c.settled) END) >= c.batch_end,
+                                    c.batch_end, c.lease_id, c.lease_owner, c.lease_expires_at)),
             updated_at       = v_now
         FROM (SELECT * FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS x(pid, g, lease, ok, ord)
               ORDER BY x.pid, x.g) o
@@ -500,13 +505,7 @@ BEGIN
     END IF;
     -- As in settle: partitions a skip-policy failure may append to, first.
     IF 1 = ANY (p_act) THEN
-        SELECT coalesce(array_agg(l.id), '{}') INTO v_rqp FROM (
-            SELECT p.id FROM {{schema}}.partitions p
-            JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-            WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
-              AND qq.failure_policy = 'skip'
-            ORDER BY p.id
-            FOR NO KEY UPDATE OF p) l;
+        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, true);
     END IF;
 
     FOR v_l IN
@@ -634,10 +633,9 @@ BEGIN
                                     WHEN (v_comm + 1) = ANY (v_intr) THEN 0
                                     WHEN v_comm = v_c.committed THEN deliveries
                                     WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            batch_end        = CASE WHEN v_rel THEN NULL ELSE batch_end END,
-            lease_id         = CASE WHEN v_rel THEN NULL ELSE lease_id END,
-            lease_owner      = CASE WHEN v_rel THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN v_rel THEN NULL ELSE lease_expires_at END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
             updated_at       = v_now
         WHERE partition_id = v_l.pid AND group_name = v_l.g;
         FOREACH j IN ARRAY v_l.ords LOOP

@@ -1,0 +1,169 @@
+package sqlschema_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/sqlschema"
+)
+
+// The helpers that hold one rule each for several callers, called directly.
+func TestSharedRuleHelpers(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+
+	t.Run("lag_messages", func(t *testing.T) {
+		for _, c := range []struct{ last, comm, start, want int64 }{
+			{9, 4, 0, 5},   // plain lag
+			{9, 9, 0, 0},   // caught up
+			{9, 2, 6, 4},   // retention deleted 3..5 unread: not lag
+			{9, -1, 10, 0}, // everything deleted
+			{-1, -1, 0, 0}, // nothing pushed
+		} {
+			var got int64
+			if err := pool.QueryRow(ctx, "SELECT "+s+".lag_messages($1, $2, $3)", c.last, c.comm, c.start).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Errorf("lag_messages(%d, %d, %d) = %d, want %d", c.last, c.comm, c.start, got, c.want)
+			}
+		}
+	})
+
+	t.Run("lease_after", func(t *testing.T) {
+		var end *int64
+		var owner *string
+		var exp *time.Time
+		if err := pool.QueryRow(ctx, "SELECT batch_end, lease_owner, lease_expires_at FROM "+s+
+			".lease_after(true, 7, gen_random_uuid(), 'o', now())").Scan(&end, &owner, &exp); err != nil {
+			t.Fatal(err)
+		}
+		if end != nil || owner != nil || exp != nil {
+			t.Errorf("released lease kept %v %v %v", end, owner, exp)
+		}
+		for _, rel := range []*bool{new(bool), nil} { // false and NULL keep it
+			if err := pool.QueryRow(ctx, "SELECT batch_end, lease_owner, lease_expires_at FROM "+s+
+				".lease_after($1, 7, gen_random_uuid(), 'o', now())", rel).Scan(&end, &owner, &exp); err != nil {
+				t.Fatal(err)
+			}
+			if end == nil || *end != 7 || owner == nil || *owner != "o" || exp == nil {
+				t.Errorf("kept lease (release %v) lost its columns: %v %v %v", rel, end, owner, exp)
+			}
+		}
+	})
+
+	t.Run("retention_due", func(t *testing.T) {
+		old := time.Now().Add(-time.Hour)
+		young := time.Now()
+		hour := time.Hour.Milliseconds()
+		keepFrom := old.Add(time.Minute)
+		for _, c := range []struct {
+			name      string
+			created   *time.Time
+			end       int64
+			ret, done int64
+			groups    bool
+			committed *int64
+			keepFrom  *time.Time
+			want      bool
+		}{
+			{"both off", &old, 0, 0, 0, true, nil, nil, false},
+			{"retention, old", &old, 0, 1, 0, false, nil, nil, true},
+			{"retention, young", &young, 0, hour, 0, false, nil, nil, false},
+			{"completed, no group", &old, 0, 0, 1, false, nil, nil, false},
+			{"completed, groups open", &old, 0, 0, 1, true, nil, nil, true},
+			{"completed, read", &old, 3, 0, 1, true, ptr(int64(3)), nil, true},
+			{"completed, unread", &old, 4, 0, 1, true, ptr(int64(3)), nil, false},
+			{"completed, still needed", &old, 0, 0, 1, true, nil, &old, false},
+			{"completed, needed from later", &old, 0, 0, 1, true, nil, &keepFrom, true},
+			{"retention beats an unread cursor", &old, 4, 1, 1, true, ptr(int64(3)), nil, true},
+			{"no segment", nil, 0, 1, 1, true, nil, nil, false},
+		} {
+			var got *bool
+			if err := pool.QueryRow(ctx, "SELECT "+s+".retention_due($1, $2, $3, $4, clock_timestamp(), $5, $6, $7)",
+				c.created, c.end, c.ret, c.done, c.groups, c.committed, c.keepFrom).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if (got != nil && *got) != c.want {
+				t.Errorf("%s: retention_due = %v, want %v", c.name, got, c.want)
+			}
+		}
+	})
+
+	// Only failures (action 1) on skip-policy queues' partitions are
+	// locked; waiting takes a busy row once it is free, not waiting skips it.
+	t.Run("lock_requeue_partitions", func(t *testing.T) {
+		var skipP, busyP, pauseP int64
+		// Queue "skip" with partitions a and b, queue "pause" with a.
+		if _, err := pool.Exec(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, failure_policy)
+    VALUES (gen_random_uuid(), 'skip', 'skip'), (gen_random_uuid(), 'pause', 'pause') RETURNING id, name)
+INSERT INTO `+s+`.partitions (queue_id, name)
+SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = 'a'`); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'a'),
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'b'),
+    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'pause')`).
+			Scan(&skipP, &busyP, &pauseP); err != nil {
+			t.Fatal(err)
+		}
+		holder, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback(ctx)
+		if _, err := holder.Exec(ctx, "SELECT 1 FROM "+s+".partitions WHERE id = $1 FOR NO KEY UPDATE", busyP); err != nil {
+			t.Fatal(err)
+		}
+		call := func(wait bool) []int64 {
+			t.Helper()
+			var got []int64
+			if err := pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, $3)",
+				[]int64{skipP, busyP, pauseP, skipP}, []int16{1, 1, 1, 0}, wait).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		if got := call(false); len(got) != 1 || got[0] != skipP {
+			t.Errorf("without waiting locked %v, want only the free skip partition %d", got, skipP)
+		}
+		done := make(chan []int64, 1)
+		go func() {
+			var got []int64
+			_ = pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, true)",
+				[]int64{busyP, skipP}, []int16{1, 1}).Scan(&got)
+			done <- got
+		}()
+		// The waiting call blocks on the held row until it is released.
+		holderPID := holder.Conn().PgConn().PID()
+		for blocked := false; !blocked; {
+			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE $1 = ANY (pg_blocking_pids(a.pid)))",
+				holderPID).Scan(&blocked); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-done:
+				t.Fatalf("waiting call returned %v while the row was held", got)
+			default:
+			}
+		}
+		if err := holder.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-done; len(got) != 2 || got[0] != min(skipP, busyP) || got[1] != max(skipP, busyP) {
+			t.Errorf("waiting locked %v, want both skip partitions in ascending id", got)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
