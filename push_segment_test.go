@@ -195,3 +195,79 @@ func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
 		t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), r.Offset)
 	}
 }
+
+// The allocation is written twice (push_one for an isolated push, a
+// set-based statement in push_bundle for a bundle of segments without a
+// dedup window): both leave the same rows behind.
+func TestAllocationPathsAgree(t *testing.T) {
+	ctx := ctxT(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &pushLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := open(t, func(c *queen.Config) { c.Pool = pool })
+	q := c.Queue("q")
+	for _, p := range []string{"bundled-a", "bundled-b", "alone"} {
+		push(t, q, queen.Item{Partition: p, Data: []byte("first")}) // known from now on
+	}
+	log.take()
+	// Two partitions in one PushTx: one bundle of two segments (set-based).
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := q.PushTx(ctx, tx, []queen.Item{{Partition: "bundled-a", Data: []byte("x"), TransactionID: "t1"},
+			{Partition: "bundled-a", Data: []byte("y"), TransactionID: "t2"},
+			{Partition: "bundled-b", Data: []byte("z"), TransactionID: "t3"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); got != "push_bundle" {
+		t.Fatalf("a two-partition PushTx ran %q, want one push_bundle", got)
+	}
+	// One partition: push_segment, that is push_one.
+	push(t, q, queen.Item{Partition: "alone", Data: []byte("x"), TransactionID: "t1"},
+		queen.Item{Partition: "alone", Data: []byte("y"), TransactionID: "t2"})
+	if got := log.take(); got != "push_segment" {
+		t.Fatalf("a one-partition push ran %q, want one push_segment", got)
+	}
+	type row struct {
+		last           int64
+		pending        bool
+		segs, txns     int
+		base, end, n16 int64
+		failures       int
+	}
+	read := func(part string) row {
+		t.Helper()
+		var r row
+		s := pgx.Identifier{c.Schema()}.Sanitize()
+		err := c.Pool().QueryRow(ctx, `
+SELECT p.last_offset, p.pending,
+    (SELECT count(*) FROM `+s+`.segments x WHERE x.partition_id = p.id),
+    (SELECT count(*) FROM `+s+`.txns x WHERE x.partition_id = p.id),
+    g.base_offset, g.end_offset, octet_length(h.hashes) / 16, g.failures
+FROM `+s+`.partitions p
+JOIN `+s+`.segments g ON g.partition_id = p.id AND g.base_offset = 1
+JOIN `+s+`.txns h ON h.partition_id = p.id AND h.base_offset = 1
+WHERE p.name = $1`, part).Scan(&r.last, &r.pending, &r.segs, &r.txns, &r.base, &r.end, &r.n16, &r.failures)
+		if err != nil {
+			t.Fatalf("%s: %v", part, err)
+		}
+		return r
+	}
+	bundled, alone := read("bundled-a"), read("alone")
+	want := row{last: 2, pending: true, segs: 2, txns: 2, base: 1, end: 2, n16: 2}
+	if bundled != want || alone != want {
+		t.Fatalf("bundled %+v, alone %+v, want both %+v", bundled, alone, want)
+	}
+	if b := read("bundled-b"); b.last != 1 || b.end != 1 || b.n16 != 1 {
+		t.Fatalf("bundled-b %+v", b)
+	}
+}
