@@ -247,7 +247,7 @@ func (m *Message) settleOne(ctx context.Context, op settleOp) error {
 // countSettled counts what a settlement an application asked for applied
 // (or the lease it found lost). op acks its message when it has no action.
 func (e *engine) countSettled(ctx context.Context, op *settleOp, st int16) {
-	d := e.meter.consume.dest(op.m.q.name, op.m.Group)
+	d := op.m.meter()
 	acks := 0
 	if op.act == actNone && op.ok >= 0 {
 		acks = 1
@@ -318,7 +318,7 @@ func (m *Message) settleKeyedOne(act int16, reason string) error {
 	if err != nil {
 		return err
 	}
-	d := e.meter.consume.dest(m.q.name, m.Group)
+	d := m.meter()
 	d.settledRows(context.Background(), rows, sts)
 	if sts[0] == stLeaseLost {
 		d.leaseLost(context.Background())
@@ -374,7 +374,7 @@ func (m *Message) ExtendLease(ctx context.Context, d time.Duration) error {
 	exp, err := m.q.c.e.extend(ctx, m, d)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			m.q.c.e.meter.consume.dest(m.q.name, m.Group).leaseLost(ctx)
+			m.meter().leaseLost(ctx)
 		}
 		return err
 	}
@@ -489,7 +489,7 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 				acks++
 			}
 		}
-		d := e.meter.consume.dest(ops[k].m.q.name, ops[k].m.Group)
+		d := ops[k].m.meter()
 		d.settledOp(ctx, &ops[k], acks, 1, st)
 		if st == stLeaseLost {
 			d.leaseLost(ctx)

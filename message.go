@@ -117,4 +117,15 @@ type Message struct {
 	// DeadLetter of the application applied: Consume's batch settlement
 	// then does not count the message again.
 	appSettled int32
+	// dm is the consume-side instruments of (queue, group), looked up once
+	// per claim so a settlement takes no lock to count.
+	dm *destMeter
+}
+
+// meter returns the message's consume-side instruments.
+func (m *Message) meter() *destMeter {
+	if m.dm != nil {
+		return m.dm
+	}
+	return m.q.c.e.meter.consume.dest(m.q.name, m.Group)
 }

@@ -73,7 +73,7 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	}
 	defer func() {
 		if len(msgs) > 0 {
-			e.meter.consume.dest(q.name, o.Group).consumed(ctx, len(msgs), true)
+			msgs[0].meter().consumed(ctx, len(msgs), true)
 		}
 	}()
 	if e.aead == nil {
@@ -153,6 +153,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		hints = []string{}
 	}
 	mode, from := o.Subscription.sqlMode()
+	dm := e.meter.consume.dest(q.name, o.Group) // once per claim: settlements use it
 	e.claims.claims.Add(1)
 	// The claim commits on the server even if the caller gives up, so it
 	// runs to completion on a detached context: a lease nobody received
@@ -219,7 +220,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			m := &Message{
 				Queue: q.name, Partition: pname, Offset: off, CreatedAt: created, Group: o.Group,
 				LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-				q: q, pid: pid, lease: p.lease, leaseDur: dur,
+				q: q, pid: pid, lease: p.lease, leaseDur: dur, dm: dm,
 			}
 			if off <= dmax && deliv > 1 {
 				m.Attempt = int(deliv)
