@@ -165,7 +165,12 @@ func submitAndWait[K fusion.Keyer, T comparable](ctx context.Context, f *fusion.
 	}
 }
 
-// validName reports whether s can name a queue or partition.
+// ValidName reports whether s can name a queue, a partition or a consumer
+// group: 1 to MaxNameLen bytes of UTF-8 without control characters. Calls
+// given another name fail with ErrInvalidName; tools can check up front.
+func ValidName(s string) bool { return validName(s) }
+
+// validName is ValidName.
 func validName(s string) bool {
 	if s == "" || len(s) > MaxNameLen || !utf8.ValidString(s) {
 		return false

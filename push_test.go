@@ -646,3 +646,22 @@ func TestPushLayer2AcrossCallsInOneFlush(t *testing.T) {
 		t.Fatalf("stored %d frames, want 3 (first, holder, one of five)", n)
 	}
 }
+
+// ValidName is the rule Push, Pop and the operator calls apply: a name it
+// refuses fails a push with ErrInvalidName, one it accepts does not.
+func TestValidNameIsThePushRule(t *testing.T) {
+	c := open(t)
+	for _, name := range []string{"", "ok", "a\x00b", "tab\there", "\xff", strings.Repeat("n", queen.MaxNameLen),
+		strings.Repeat("n", queen.MaxNameLen+1), "é-ü", "\u0085"} {
+		_, err := c.Queue("q").Push(ctxT(t), []queen.Item{{Partition: name, Data: []byte("x")}})
+		if name == "" {
+			continue // "" is the Default partition for a push, not a name
+		}
+		if refused := errors.Is(err, queen.ErrInvalidName); refused == queen.ValidName(name) {
+			t.Errorf("%q: ValidName %v, push error %v", name, queen.ValidName(name), err)
+		}
+	}
+	if queen.ValidName("") {
+		t.Error(`ValidName("") = true`)
+	}
+}

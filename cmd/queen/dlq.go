@@ -80,11 +80,11 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 	if e.o.limit < 0 || (sub == "list" && e.o.limit > 10_000) {
 		return e.usageError("--limit must be between 0 and 10000")
 	}
-	if e.o.partition != "" && !validName(e.o.partition) {
+	if e.o.partition != "" && !queen.ValidName(e.o.partition) {
 		return e.usageError("--partition: invalid name %q", e.o.partition)
 	}
 	for _, g := range e.o.groups {
-		if g != "" && !validName(g) {
+		if g != "" && !queen.ValidName(g) {
 			return e.usageError("--group: invalid name %q", g)
 		}
 	}

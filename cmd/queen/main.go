@@ -17,7 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -444,23 +443,9 @@ func queueExists(ctx context.Context, c *queen.Client, name string) (bool, error
 	return false, nil
 }
 
-// validName mirrors the library's rule for queue and partition names, so
-// that a bad one is a usage error rather than "not found".
-func validName(s string) bool {
-	if s == "" || len(s) > queen.MaxNameLen || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return false
-		}
-	}
-	return true
-}
-
 // mustQueue checks that the queue exists, reporting exit 3 if not.
 func (e *env) mustQueue(c *queen.Client, name string) int {
-	if !validName(name) {
+	if !queen.ValidName(name) {
 		return e.errorf(exitUsage, "invalid queue name %q: names are 1-%d bytes of UTF-8 without control characters", name, queen.MaxNameLen)
 	}
 	ok, err := queueExists(e.ctx, c, name)

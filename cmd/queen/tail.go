@@ -43,7 +43,7 @@ func runTail(e *env, _ *flag.FlagSet, pos []string) int {
 	if e.o.limit < 0 || e.o.limit > queen.MaxBatch {
 		return e.usageError("--limit must be between 0 and %d", queen.MaxBatch)
 	}
-	if e.o.partition != "" && !validName(e.o.partition) {
+	if e.o.partition != "" && !queen.ValidName(e.o.partition) {
 		return e.usageError("--partition: invalid name %q", e.o.partition)
 	}
 	if e.o.interval <= 0 {
