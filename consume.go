@@ -260,7 +260,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	if c.po.AutoAck {
 		// Already committed by the claim: stopping cannot give them back.
 		for _, m := range msgs {
-			if err := c.call(m); err != nil {
+			if err := c.call(m, nil); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -278,17 +278,17 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			op.act, op.actMsg = actInterrupt, m
 			break
 		}
-		if time.Now().UnixNano() >= exp.Load() {
+		err := c.call(m, &exp)
+		if err == nil {
+			lastOK = i
+			continue
+		}
+		if errors.Is(err, errLeaseEnded) {
 			// The lease ended (the pop was slow, or a renewal found it taken
 			// over): another consumer may hold the partition now, so the rest
 			// of the batch is theirs. Ack what was handled; if the lease was
 			// taken over that ack is refused and the batch redelivered.
 			break
-		}
-		err := c.call(m)
-		if err == nil {
-			lastOK = i
-			continue
 		}
 		if c.work.Err() != nil && !errors.Is(err, ErrPanic) {
 			// Most likely the shutdown itself cancelled the handler: do not
@@ -343,12 +343,15 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 // deadline if any, and turns a panic into an error wrapping
 // ErrPanic, logged at Error with the stack: one poison message must not take
 // down the process and every lease it holds.
-func (c *consumer) call(m *Message) (err error) {
+func (c *consumer) call(m *Message, exp *atomic.Int64) (err error) {
 	ctx := c.work
-	c.dm.consumed(ctx, 1, false)
 	if c.dm.timed(ctx) {
 		start := time.Now()
-		defer func() { c.dm.processed(ctx, time.Since(start), err) }() // last: after the recover below
+		defer func() { // last: after the recover below
+			if err != errLeaseEnded { // not started: nothing was processed
+				c.dm.processed(ctx, time.Since(start), err)
+			}
+		}()
 	}
 	if e := c.q.c.e; e.tracing() {
 		var end func(error)
@@ -367,8 +370,21 @@ func (c *consumer) call(m *Message) (err error) {
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 		}
 	}()
+	// The lease is checked last, right before the handler: the caller
+	// checked it too, but a process paused after that check (a stop
+	// signal, a long GC, a frozen VM) must not start a handler once
+	// another consumer may hold the partition.
+	if exp != nil && time.Now().UnixNano() >= exp.Load() {
+		return errLeaseEnded
+	}
+	c.dm.consumed(ctx, 1, false)
 	return c.fn(ctx, m)
 }
+
+// errLeaseEnded is call's answer when the batch's lease ended before the
+// handler could start: the message was not handled and is left to the
+// partition's next holder.
+var errLeaseEnded = errors.New("queen: the lease ended before the handler started")
 
 // renew keeps the lease of m's batch alive: it extends it whenever half of
 // it is left, at once if the pop already took that long, and publishes the

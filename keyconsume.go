@@ -187,9 +187,17 @@ func (b *keyBatch) run() {
 // written at once, because its verdict decides whether the key goes on.
 func (b *keyBatch) handle(l *keyLane, m *Message) {
 	c := b.c
-	err := c.call(m)
+	var exp *atomic.Int64
+	if !c.po.AutoAck {
+		exp = &b.exp
+	}
+	err := c.call(m, exp)
 	var pause, hold bool
 	switch {
+	case errors.Is(err, errLeaseEnded):
+		// Not started: nothing to settle, and the key stops here (the
+		// lease is over, so the batch starts nothing more anyway).
+		hold = true
 	case c.po.AutoAck:
 		if err != nil {
 			c.q.c.e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", c.q.name,
