@@ -215,3 +215,47 @@ func TestPopWithoutKeyOnEncryptedQueueClaimsNothing(t *testing.T) {
 		t.Fatalf("%d dead letters", n)
 	}
 }
+
+// An undecodable run at a cursor's head with an offset inside it settled
+// out of order (per-key parallel Consume) is dead-lettered like a
+// contiguous one: the cursor moves past it at once. The history checker
+// found the partition held until the claim's lease ran out, its later
+// messages never delivered to the group.
+func TestPopUndecodableRunAroundASettledOffset(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{LeaseTime: time.Hour})
+	pushN(t, q, "bad", "m", 4) // one segment: offsets 0-3
+	if got := pop(t, q, queen.PopOptions{Group: "g", Batch: 1}); len(got) != 1 {
+		t.Fatalf("first pop: %d messages", len(got))
+	}
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	// As a keyed consumer leaves it: offset 1 settled above the cursor,
+	// the lease over.
+	if _, err := c.Pool().Exec(ctx, "UPDATE "+s+`.consumers SET committed = -1, settled = '{1}', batch_end = NULL,
+		lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL WHERE group_name = 'g'`); err != nil {
+		t.Fatal(err)
+	}
+	if tag, err := c.Pool().Exec(ctx, "UPDATE "+s+`.segments x SET blob = '\x01deadbeef' FROM `+s+
+		`.partitions p WHERE p.id = x.partition_id AND p.name = 'bad' AND x.base_offset = 0`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("corrupting the segment: %v, %v", tag, err)
+	}
+	if got := pop(t, q, queen.PopOptions{Group: "g", Batch: 10}); len(got) != 0 {
+		t.Fatalf("pop of the corrupt segment delivered %q", datas(got))
+	}
+	dl, err := q.DeadLetters(ctx, queen.DeadLetterQuery{Groups: []string{"g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int64
+	for _, d := range dl {
+		offs = append(offs, d.Offset)
+	}
+	if fmt.Sprint(offs) != "[0 2 3]" {
+		t.Fatalf("dead letters at %v, want [0 2 3] (1 was settled)", offs)
+	}
+	push(t, q, queen.Item{Partition: "bad", Data: []byte("m4")})
+	if got := pop(t, q, queen.PopOptions{Group: "g", Batch: 10}); len(got) != 1 || string(got[0].Data) != "m4" {
+		t.Fatalf("after the dead letters: %q, want m4 at once", datas(got))
+	}
+}
