@@ -467,9 +467,15 @@ BEGIN
         FROM {{schema}}.consumers c
         WHERE c.partition_id = p_pid AND c.group_name = p_group
         FOR UPDATE;
+        -- The run must be the lease's head: every offset from the cursor
+        -- to its last is in it or was settled out of order (per-key
+        -- parallel Consume), so committing through it completes nothing
+        -- unseen.
         IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] <> p_offs[1] + n - 1
-                          OR p_offs[n] > v_c.batch_end)) THEN
+           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] > v_c.batch_end
+                          OR EXISTS (SELECT 1 FROM generate_series(v_c.committed + 1, p_offs[n]) AS g(o)
+                                     WHERE g.o <> ALL (p_offs)
+                                       AND g.o <> ALL (coalesce(v_c.settled, '{}'::bigint[]))))) THEN
             RETURN false;
         END IF;
         v_comm := {{schema}}.settled_advance(CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END, v_c.settled);
