@@ -156,6 +156,12 @@ var changedSinceV5 = map[string]string{
 	"S.retention_due(timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,boolean,bigint," +
 		"timestamp with time zone)": "new: the retention rule per segment",
 	"S.retention_step(bigint,integer)": "decides through retention_due",
+	// Offsets are handed out in one place, allocate; push_one, push_bundle
+	// and push_segment call it instead of each writing the statement.
+	"S.allocate(bigint[],integer[],bytea[],bytea[],integer[],timestamp with time zone)":                  "new: the one allocator",
+	"S.push_one(bigint,integer,bytea,bigint,bytea,bigint,timestamp with time zone,integer)":              "allocates through allocate",
+	"S.push_bundle(text[],text[],integer[],bytea[],bigint[],bytea[],uuid[],integer[],boolean,integer[])": "allocates through allocate",
+	"S.push_segment(uuid,text,text,integer,bytea,bytea,integer,integer)":                                 "allocates through allocate",
 }
 
 // Revision 1 of the function layer is the functions as migrations 001-005

@@ -56,9 +56,98 @@ BEGIN
 END
 $$;
 
--- The allocator, also marking the partition pending. Status 4 (nothing
--- written) when the partition row is gone: only push_segment, which does
--- not lock the row before, can meet that.
+-- The allocator, the one place offsets are handed out: appends segment i
+-- (p_counts[i] messages, its blob, its hashes, the failures its message
+-- already carries) to partition p_pids[i], raising the partition's
+-- last_offset and marking it pending, and returns the base offsets in
+-- input order. Segments of one partition take consecutive ranges in input
+-- order; p_pids is ascending (the lock order), so they are adjacent. A NULL
+-- result means a partition row is gone and nothing was written for it:
+-- callers that do not hold the rows locked allocate one segment at a time.
+CREATE OR REPLACE FUNCTION {{schema}}.allocate(
+    p_pids     bigint[],
+    p_counts   integer[],
+    p_hashes   bytea[],
+    p_blobs    bytea[],
+    -- NULL: none (a fresh push); set when a failed message is re-enqueued.
+    p_failures integer[],
+    p_now      timestamptz
+) RETURNS bigint[]
+LANGUAGE plpgsql
+-- Generic plans, kept to keyed lookups whatever the table sizes were when
+-- planned (see push_bundle): one plan serves one segment and a bundle.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    n     integer := coalesce(cardinality(p_pids), 0);
+    v_pre integer[] := '{}';  -- messages of the partition's earlier segments here
+    v_tot integer[] := '{}';  -- on a partition's first segment: all its messages here
+    v_run integer := 1;       -- index of the current partition's first segment
+    v     bigint[];
+    i     integer;
+BEGIN
+    IF coalesce(cardinality(p_counts), 0) <> n OR coalesce(cardinality(p_hashes), 0) <> n
+       OR coalesce(cardinality(p_blobs), 0) <> n
+       OR (p_failures IS NOT NULL AND cardinality(p_failures) <> n) THEN
+        RAISE EXCEPTION 'queen: allocate arrays are not aligned';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        -- A stride mismatch would mis-address acks silently: fail loudly.
+        IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
+            RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                octet_length(p_hashes[i]), p_counts[i];
+        END IF;
+        IF i > 1 AND p_pids[i] = p_pids[i - 1] THEN
+            v_pre[i] := v_pre[i - 1] + p_counts[i - 1];
+            v_tot[i] := 0;
+            v_tot[v_run] := v_tot[v_run] + p_counts[i];
+        ELSIF i > 1 AND p_pids[i] < p_pids[i - 1] THEN
+            RAISE EXCEPTION 'queen: allocate partitions are not in ascending order';
+        ELSE
+            v_pre[i] := 0;
+            v_tot[i] := p_counts[i];
+            v_run := i;
+        END IF;
+    END LOOP;
+
+    -- One statement for every segment: the partitions' UPDATE (pending =
+    -- true changes nothing, so stays HOT, unless the partition had been
+    -- drained) and one INSERT into each of segments and txns.
+    WITH u AS (
+        UPDATE {{schema}}.partitions p SET
+            last_offset   = p.last_offset + a.tot,
+            last_write_at = CASE WHEN p_now - p.last_write_at > interval '1 second'
+                                 THEN p_now ELSE p.last_write_at END,
+            pending       = true
+        FROM unnest(p_pids, v_pre, v_tot) AS a(pid, pre, tot)
+        WHERE a.pre = 0 AND p.id = a.pid
+        RETURNING p.id, p.last_offset - a.tot + 1 AS first
+    ), z AS (
+        SELECT x.o, x.pid, x.cnt, x.blob, x.hash, coalesce(x.fail, 0) AS fail, u.first + x.pre AS base
+        FROM unnest(p_pids, p_counts, v_pre, p_blobs, p_hashes, p_failures)
+             WITH ORDINALITY AS x(pid, cnt, pre, blob, hash, fail, o)
+        JOIN u ON u.id = x.pid
+    ), s AS (
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT z.pid, z.base, z.base + z.cnt - 1, p_now, z.blob, z.fail FROM z
+    ), t AS (
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT z.pid, z.base, z.base + z.cnt - 1, p_now, z.hash FROM z
+    )
+    SELECT array_agg(z.base ORDER BY z.o) INTO v FROM z;
+    IF coalesce(cardinality(v), 0) <> n THEN
+        RETURN NULL;
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- One segment through the dedup probe (when the queue has a window) and
+-- the allocator. Status 4 (nothing written) when the partition row is gone:
+-- only push_segment, which does not lock the row before, can meet that.
 CREATE OR REPLACE FUNCTION {{schema}}.push_one(
     p_pid       bigint,
     p_count     integer,
@@ -78,19 +167,18 @@ DECLARE
     v_txns_start bigint;
     r            {{schema}}.push_result;
 BEGIN
-    -- A stride mismatch would mis-address acks silently: fail loudly.
-    IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
-        RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
-            octet_length(p_hashes), p_count;
-    END IF;
     r.partition_id := p_pid;
-
     IF p_window_ms > 0 THEN
         SELECT last_offset, txns_start INTO v_last, v_txns_start
         FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE;
         IF NOT FOUND THEN
             r.status := 4;
             RETURN r;
+        END IF;
+        -- The hash blob is checked before it is probed.
+        IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
+            RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                octet_length(p_hashes), p_count;
         END IF;
         SELECT d.dup_idx, d.dup_off INTO r.dup_idx, r.dup_off
         FROM {{schema}}.dedup_probe(p_pid, p_count, p_hashes, p_verified, v_last, v_txns_start,
@@ -100,33 +188,13 @@ BEGIN
             RETURN r;
         END IF;
     END IF;
-
-    -- One statement allocates, marks the partition ready and writes both
-    -- rows. pending = true changes nothing (so stays HOT) unless the
-    -- partition had been drained.
-    WITH u AS (
-        UPDATE {{schema}}.partitions SET
-            last_offset   = last_offset + p_count,
-            last_write_at = CASE WHEN p_now - last_write_at > interval '1 second'
-                                 THEN p_now ELSE last_write_at END,
-            pending       = true
-        WHERE id = p_pid
-        RETURNING last_offset
-    ), s AS (
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_blob, p_failures FROM u
-    ), t AS (
-        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, p_now, p_hashes FROM u
-    )
-    SELECT u.last_offset INTO v_last FROM u;
-    IF v_last IS NULL THEN
+    r.base_offset := ({{schema}}.allocate(ARRAY[p_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
+                                          ARRAY[p_failures], p_now))[1];
+    IF r.base_offset IS NULL THEN
         r.status := 4;
         RETURN r;
     END IF;
-
     r.status := 0;
-    r.base_offset := v_last - p_count + 1;
     r.created_at := p_now;
     RETURN r;
 END
@@ -165,7 +233,8 @@ LANGUAGE plpgsql
 -- covers push_one, called from here. A generic plan is cached for the life
 -- of the connection, possibly while partitions is small: the planner is
 -- denied the scans and joins that walk a whole table (as in pop), so the
--- set-based allocator below stays a keyed lookup per partition.
+-- resolve below stays a keyed lookup per partition (allocate says the
+-- same for itself).
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_hashjoin = off
@@ -184,6 +253,12 @@ DECLARE
     r       {{schema}}.push_result;
     i       integer;
     v_fast  integer[] := '{}';
+    -- The v_fast segments' partitions, counts, hashes and blobs.
+    v_fpid  bigint[] := '{}';
+    v_fcnt  integer[] := '{}';
+    v_fhash bytea[] := '{}';
+    v_fblob bytea[] := '{}';
+    v_bases bigint[];
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -279,58 +354,25 @@ BEGIN
             r.ord := i;
             v_res[i] := r;
         ELSE
-            -- push_one's stride check, for the set-based path below.
-            IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
-                RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
-                    octet_length(p_hashes[i]), p_counts[i];
-            END IF;
             v_fast := v_fast || i;
+            v_fpid := v_fpid || v_pids[i];
+            v_fcnt := v_fcnt || p_counts[i];
+            v_fhash := v_fhash || p_hashes[i];
+            v_fblob := v_fblob || p_blobs[i];
         END IF;
     END LOOP;
 
-    -- Segments with no dedup window (nothing to probe) are allocated all at
-    -- once: one UPDATE of their partitions and one INSERT into each of
-    -- segments and txns, instead of one push_one statement per segment. It
-    -- is push_one's allocation; keep the two in step. A partition listed
-    -- twice (Client.Tx) is bumped once by the sum of its counts, and its
-    -- segments take consecutive ranges in input order.
-    IF cardinality(v_fast) = 1 THEN
-        -- One segment: push_one's single statement is cheaper than the CTE.
-        i := v_fast[1];
-        r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
-                                 p_blobs[i], 0, v_now);
-        r.ord := i;
-        v_res[i] := r;
-    ELSIF cardinality(v_fast) > 1 THEN
-        FOR rec IN
-            WITH x AS (
-                SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
-                       sum(p_counts[f.o]) OVER (PARTITION BY v_pids[f.o] ORDER BY f.o) AS upto
-                FROM unnest(v_fast) AS f(o)
-            ), a AS (
-                SELECT x.pid, sum(x.cnt) AS tot FROM x GROUP BY x.pid
-            ), u AS (
-                UPDATE {{schema}}.partitions p SET
-                    last_offset   = p.last_offset + a.tot,
-                    last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
-                                         THEN v_now ELSE p.last_write_at END,
-                    pending       = true
-                FROM a
-                WHERE p.id = a.pid
-                RETURNING p.id, p.last_offset - a.tot AS before
-            ), z AS (
-                SELECT x.o, x.pid, x.cnt, u.before + x.upto AS last
-                FROM x JOIN u ON u.id = x.pid
-            ), s AS (
-                INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_blobs[z.o], 0 FROM z
-            ), t AS (
-                INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_hashes[z.o] FROM z
-            )
-            SELECT z.o, z.pid, z.last - z.cnt + 1 AS base FROM z
-        LOOP
-            v_res[rec.o] := ROW(rec.o, 0, rec.pid, rec.base, v_now, NULL, NULL);
+    -- Segments with no dedup window (nothing to probe) are allocated in one
+    -- call. v_fast follows v_order, ascending partition id, so a partition
+    -- listed twice (Client.Tx) has its segments adjacent, in input order.
+    IF cardinality(v_fast) > 0 THEN
+        v_bases := {{schema}}.allocate(v_fpid, v_fcnt, v_fhash, v_fblob, NULL, v_now);
+        IF v_bases IS NULL THEN
+            -- Impossible while the rows are locked; never answer a guess.
+            RAISE EXCEPTION 'queen: push_bundle lost a locked partition';
+        END IF;
+        FOR i IN 1 .. cardinality(v_fast) LOOP
+            v_res[v_fast[i]] := ROW(v_fast[i], 0, v_pids[v_fast[i]], v_bases[i], v_now, NULL, NULL);
         END LOOP;
     END IF;
 
@@ -347,14 +389,15 @@ $$;
 -- One segment to a partition the client has committed to before: the idle
 -- push. push_bundle's arrays, provisioning and loops cost an isolated push
 -- more than its commit; this resolves the one partition in one statement
--- and allocates with push_one. It answers status 4, writing nothing, when
+-- and allocates (through push_one's probe when the queue has a dedup
+-- window). It answers status 4, writing nothing, when
 -- push_bundle's extra work is needed: the partition does not exist (new,
 -- or purged since) or the segment is the first keyed one of its queue
 -- (which marks the queue keyed). Verdicts 0-3 are push_bundle's.
--- The row is not locked ahead: push_one's UPDATE locks it (and without a
+-- The row is not locked ahead: allocate's UPDATE locks it (and without a
 -- dedup window nothing is read before), which saves a lock record per push
 -- (~60 us of an isolated push's latency). A partition deleted in between
--- makes push_one answer 4.
+-- makes allocate write nothing, answered as 4.
 CREATE OR REPLACE FUNCTION {{schema}}.push_segment(
     p_tenant    uuid,
     p_queue     text,
@@ -398,8 +441,19 @@ BEGIN
         r.status := 3;
         RETURN r;
     END IF;
-    r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, clock_timestamp());
-    r.ord := 1;
+    IF v_win > 0 THEN
+        r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, clock_timestamp());
+        r.ord := 1;
+        RETURN r;
+    END IF;
+    r.created_at := clock_timestamp();
+    r.base_offset := ({{schema}}.allocate(ARRAY[v_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
+                                          NULL, r.created_at))[1];
+    r.status := CASE WHEN r.base_offset IS NULL THEN 4 ELSE 0 END;
+    IF r.status = 4 THEN
+        r.partition_id := NULL;
+        r.created_at := NULL;
+    END IF;
     RETURN r;
 END
 $$;
