@@ -1,10 +1,15 @@
 package sqlschema_test
 
 import (
+	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jackc/pgx/v5"
 
@@ -172,5 +177,112 @@ INSERT INTO `+s+`.partitions (queue_id, name, last_offset) SELECT id, 'p', $2 FR
 				t.Errorf("txns_start %d, want %d", got, hashes[3].end+1)
 			}
 		})
+	}
+}
+
+// head_trim reads each table through its primary key as a range from the
+// partition's head, in the generic plan PL/pgSQL caches (the other table's
+// branch skipped by a one-time filter) as in a custom plan: one trim for
+// both tables reads no more than a query per table. Nothing is sorted or
+// read by a sequential scan.
+func TestHeadTrimPlan(t *testing.T) {
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	// A few partitions with a backlog each, analyzed, as a live schema.
+	if _, err := pool.Exec(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, retention_ms) VALUES (gen_random_uuid(), 'q', 1) RETURNING id)
+INSERT INTO `+s+`.partitions (queue_id, name, last_offset) SELECT id, 'p' || g, 999 FROM q, generate_series(1, 20) g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, ins := range []string{
+		"INSERT INTO " + s + ".segments (partition_id, base_offset, end_offset, created_at, blob)" +
+			" SELECT p.id, o, o, now() - interval '1 hour', '\\x00' FROM " + s + ".partitions p, generate_series(0, 999) o",
+		"INSERT INTO " + s + ".txns (partition_id, base_offset, end_offset, created_at, hashes)" +
+			" SELECT p.id, o, o, now() - interval '1 hour', '\\x00' FROM " + s + ".partitions p, generate_series(0, 999) o",
+		"ANALYZE " + s + ".segments", "ANALYZE " + s + ".txns", "ANALYZE " + s + ".partitions",
+	} {
+		if _, err := pool.Exec(ctx, ins); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pids []int64
+	rows, err := pool.Query(ctx, "SELECT id FROM "+s+".partitions ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := pgx.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { plans = append(plans, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LOAD 'auto_explain'"); err != nil {
+		t.Skipf("auto_explain cannot be loaded: %v", err)
+	}
+	for _, set := range []string{
+		"SET auto_explain.log_min_duration = 0", "SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off",
+		"SET auto_explain.log_level = notice",
+	} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan := regexp.MustCompile(` on (segments|txns)\b`)
+	for i, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ call, table string }{
+			{fmt.Sprintf("SELECT %s.retention_step(%d, 4)", s, pids[i]), "segments"},
+			{fmt.Sprintf("SELECT %s.purge_txns_step(%d, 1, 4)", s, pids[i]), "txns"},
+		} {
+			plans = plans[:0]
+			var n int
+			if err := conn.QueryRow(ctx, c.call).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 4 {
+				t.Fatalf("%s: %s deleted %d, want 4", mode, c.call, n)
+			}
+			touched := 0
+			for _, p := range plans {
+				if !scan.MatchString(p) {
+					continue // the partition lock, the call itself
+				}
+				touched++
+				// A sort would mean the cut read the whole partition.
+				for _, bad := range []string{"Seq Scan", "Sort Method"} {
+					if strings.Contains(p, bad) {
+						t.Errorf("%s: %s: plan has a %s:\n%s", mode, c.call, bad, p)
+					}
+				}
+				if !strings.Contains(p, c.table+"_pkey") {
+					t.Errorf("%s: %s: plan does not read %s through its primary key:\n%s", mode, c.call, c.table, p)
+				}
+				for _, line := range strings.Split(p, "\n") {
+					if m := scan.FindStringSubmatch(line); m != nil && m[1] != c.table && !strings.Contains(line, "(never executed)") {
+						t.Errorf("%s: %s reads %s:\n%s", mode, c.call, m[1], p)
+					}
+				}
+			}
+			if touched != 2 { // the cut and the delete
+				t.Errorf("%s: %s: %d statements read %s, want 2:\n%s", mode, c.call, touched, c.table, strings.Join(plans, "\n"))
+			}
+		}
 	}
 }
