@@ -151,11 +151,16 @@ var changedSinceV5 = map[string]string{
 	// The partitions a skip-policy failure may append to are chosen and
 	// locked in one helper (settle waited or skipped, settle_keyed waited).
 	"S.lock_requeue_partitions(bigint[],smallint[],boolean)": "new: settle's and settle_keyed's partition locks",
-	// Whether retention is due is decided once, for retention_step and the
+	// Whether retention is due is decided once, for head_trim and the
 	// maintenance pass's MaintenanceDue statement.
 	"S.retention_due(timestamp with time zone,bigint,bigint,bigint,timestamp with time zone,boolean,bigint," +
 		"timestamp with time zone)": "new: the retention rule per segment",
-	"S.retention_step(bigint,integer)": "decides through retention_due",
+	// The head of a partition's segments and of its hash sidecar is
+	// trimmed by one rule, in head_trim.
+	"S.head_trim(bigint,boolean,integer,bigint,bigint,timestamp with time zone,boolean,bigint," +
+		"timestamp with time zone)": "new: the due prefix of segments or hash rows, deleted, and the start marker moved",
+	"S.retention_step(bigint,integer)":         "decides through retention_due; trims through head_trim",
+	"S.purge_txns_step(bigint,bigint,integer)": "trims through head_trim",
 	// Offsets are handed out in one place, allocate; push_one, push_bundle
 	// and push_segment call it instead of each writing the statement.
 	"S.allocate(bigint[],integer[],bytea[],bytea[],integer[],timestamp with time zone)":                  "new: the one allocator",

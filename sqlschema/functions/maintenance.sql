@@ -8,9 +8,11 @@
 -- a group at all; p_committed: the slowest cursor on the partition, NULL
 -- none; p_keep_from: what a group without a cursor there still needs, from
 -- that creation time on, NULL none). 0 turns either retention off. The one
--- place retention is decided: retention_step asks it per segment, and the
--- maintenance pass asks it of a partition's oldest segment with the groups
--- left open (true, NULL, NULL) to tell whether a step could delete anything.
+-- place retention is decided: head_trim asks it per row (per segment for
+-- retention_step, per hash row with a retention time only for
+-- purge_txns_step), and the maintenance pass asks it of a partition's
+-- oldest segment with the groups left open (true, NULL, NULL) to tell
+-- whether a step could delete anything.
 CREATE OR REPLACE FUNCTION {{schema}}.retention_due(p_created timestamptz, p_end bigint, p_ret_ms bigint,
                                                   p_done_ms bigint, p_now timestamptz, p_groups boolean,
                                                   p_committed bigint, p_keep_from timestamptz)
@@ -21,6 +23,60 @@ LANGUAGE sql STABLE AS $$
             AND p_created < p_now - p_done_ms * interval '1 millisecond'
             AND (p_committed IS NULL OR p_end <= p_committed)
             AND (p_keep_from IS NULL OR p_created < p_keep_from))
+$$;
+
+-- Deletes the due prefix of partition p_pid's segments (p_txns false) or
+-- hash rows (p_txns true), at most p_max rows, moves the partition's start
+-- marker (log_start, txns_start) past the last row deleted and returns the
+-- number deleted. A row is due by retention_due of its created_at and
+-- end_offset with the other arguments; created_at is monotone in offset
+-- order, so what is due is a prefix, and a due row after a kept one stays.
+-- The caller holds the partition row, so no row is added below the cut
+-- between reading and deleting. The one head trim of retention_step and
+-- purge_txns_step, without dynamic SQL (planned on every call): a generic
+-- plan of the cut reads only the table asked for, a custom plan drops the
+-- other one when planned.
+CREATE OR REPLACE FUNCTION {{schema}}.head_trim(p_pid bigint, p_txns boolean, p_max integer,
+                                              p_ret_ms bigint, p_done_ms bigint, p_now timestamptz,
+                                              p_groups boolean, p_committed bigint, p_keep_from timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_end bigint;
+    v_n   integer;
+BEGIN
+    -- The last offset of the due prefix among the first p_max rows. The
+    -- filters sit outside the UNION ALL so that it is flattened: each table
+    -- is then a primary-key range scan, merged in offset order, and the
+    -- one not asked for is skipped by a one-time filter.
+    SELECT max(h.end_offset) INTO v_end
+    FROM (SELECT r.end_offset,
+                 bool_and({{schema}}.retention_due(r.created_at, r.end_offset, p_ret_ms, p_done_ms, p_now,
+                                                   p_groups, p_committed, p_keep_from))
+                     OVER (ORDER BY r.base_offset) AS due
+          FROM (SELECT false AS txns, s.partition_id, s.base_offset, s.end_offset, s.created_at
+                FROM {{schema}}.segments s
+                UNION ALL
+                SELECT true, t.partition_id, t.base_offset, t.end_offset, t.created_at
+                FROM {{schema}}.txns t) r
+          WHERE r.txns = p_txns AND r.partition_id = p_pid
+          ORDER BY r.base_offset
+          LIMIT p_max) h
+    WHERE h.due;
+    IF v_end IS NULL THEN
+        RETURN 0;
+    END IF;
+    IF p_txns THEN
+        DELETE FROM {{schema}}.txns WHERE partition_id = p_pid AND base_offset <= v_end;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE {{schema}}.partitions SET txns_start = v_end + 1 WHERE id = p_pid;
+    ELSE
+        DELETE FROM {{schema}}.segments WHERE partition_id = p_pid AND base_offset <= v_end;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE {{schema}}.partitions SET log_start = v_end + 1 WHERE id = p_pid;
+    END IF;
+    RETURN v_n;
+END
 $$;
 
 -- Deletes up to p_max whole segments from the head of partition p_pid that
@@ -51,8 +107,6 @@ DECLARE
     v_groups    boolean;
     v_keep_from timestamptz;
     v_now       timestamptz := clock_timestamp();
-    v_n         integer;
-    v_end       bigint;
 BEGIN
     SELECT q.id, q.retention_ms, q.completed_retention_ms, p.created_at
     INTO v_qid, v_ret, v_done_ret, v_created
@@ -77,63 +131,29 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
                           WHERE c.partition_id = p_pid AND c.group_name = s.group_name);
     END IF;
-
-    WITH head AS (
-        SELECT s.base_offset, s.end_offset,
-               bool_and({{schema}}.retention_due(s.created_at, s.end_offset, v_ret, v_done_ret, v_now,
-                                                 v_groups, v_committed, v_keep_from))
-                   OVER (ORDER BY s.base_offset) AS due
-        FROM {{schema}}.segments s
-        WHERE s.partition_id = p_pid
-        ORDER BY s.base_offset
-        LIMIT p_max
-    ), d AS (
-        DELETE FROM {{schema}}.segments s
-        USING head h
-        WHERE s.partition_id = p_pid AND s.base_offset = h.base_offset AND h.due
-        RETURNING s.end_offset
-    )
-    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
-    IF v_n > 0 THEN
-        UPDATE {{schema}}.partitions SET log_start = v_end + 1 WHERE id = p_pid;
-    END IF;
-    RETURN v_n;
+    RETURN {{schema}}.head_trim(p_pid, false, p_max, v_ret, v_done_ret, v_now, v_groups, v_committed, v_keep_from);
 END
 $$;
 
 -- Deletes up to p_max hash rows from the head of partition p_pid older than
 -- p_keep_ms (the caller passes max(dedup window, floor)); the hash sidecar
--- thereby stays O(rate x window) whatever the backlog.
+-- thereby stays O(rate x window) whatever the backlog. Returns the number
+-- of rows deleted.
 CREATE OR REPLACE FUNCTION {{schema}}.purge_txns_step(p_pid bigint, p_keep_ms bigint, p_max integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_n   integer;
-    v_end bigint;
+    -- retention_due reads a retention of 0 as off, and a keep of 0 or less
+    -- has always kept nothing: a retention of 1 ms, judged that much later,
+    -- is the same cut-off (created_at < now - p_keep_ms).
+    v_ret bigint := greatest(p_keep_ms, 1);
 BEGIN
     PERFORM 1 FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED; -- busy: next pass
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
-    WITH head AS (
-        SELECT t.base_offset,
-               bool_and(t.created_at < clock_timestamp() - p_keep_ms * interval '1 millisecond')
-                   OVER (ORDER BY t.base_offset) AS due
-        FROM {{schema}}.txns t
-        WHERE t.partition_id = p_pid
-        ORDER BY t.base_offset
-        LIMIT p_max
-    ), d AS (
-        DELETE FROM {{schema}}.txns t
-        USING head h
-        WHERE t.partition_id = p_pid AND t.base_offset = h.base_offset AND h.due
-        RETURNING t.end_offset
-    )
-    SELECT count(*), max(end_offset) INTO v_n, v_end FROM d;
-    IF v_n > 0 THEN
-        UPDATE {{schema}}.partitions SET txns_start = v_end + 1 WHERE id = p_pid;
-    END IF;
-    RETURN v_n;
+    RETURN {{schema}}.head_trim(p_pid, true, p_max, v_ret, 0,
+                                clock_timestamp() + (v_ret - p_keep_ms) * interval '1 millisecond', false, NULL, NULL);
 END
 $$;
 
