@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -370,5 +372,74 @@ func TestAllocate(t *testing.T) {
 	}
 	if n := count(); n != before {
 		t.Fatalf("rejected calls wrote %d rows", n-before)
+	}
+}
+
+// created_at is monotone in offset order within a partition (retention and
+// SubscribeFrom rely on it). An isolated push does not lock its partition
+// row ahead of the allocation, so its timestamp must be taken once it holds
+// the row: here it waits behind another transaction that appends a segment
+// stamped later than the push began, and must still be stamped after it.
+func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
+	for _, window := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("window %v", window), func(t *testing.T) {
+			ctx := ctxT(t)
+			c := open(t)
+			q := c.Queue("q")
+			if window > 0 {
+				if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: window}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
+			s := pgx.Identifier{c.Schema()}.Sanitize()
+
+			tx, err := c.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var pid int64
+			if err := tx.QueryRow(ctx, `SELECT id FROM `+s+`.partitions WHERE name = 'p' FOR NO KEY UPDATE`).Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("waited")}})
+				done <- err
+			}()
+			waitForBlockedStatement(t, c, ".push_segment(")
+			// Another writer of the partition, stamped after the push began.
+			if _, err := tx.Exec(ctx, `SELECT `+s+`.allocate(ARRAY[$1::int8], ARRAY[1], ARRAY[$2::bytea], ARRAY['\x00'::bytea], NULL, clock_timestamp())`,
+				pid, make([]byte, 16)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			rows, err := c.Pool().Query(ctx, `SELECT base_offset, created_at FROM `+s+`.segments WHERE partition_id = $1 ORDER BY base_offset`, pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type seg struct {
+				Off int64
+				At  time.Time
+			}
+			segs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[seg])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(segs) != 3 {
+				t.Fatalf("%d segments, want 3", len(segs))
+			}
+			for i := 1; i < len(segs); i++ {
+				if segs[i].At.Before(segs[i-1].At) {
+					t.Fatalf("offset %d stamped %v, before offset %d's %v", segs[i].Off, segs[i].At, segs[i-1].Off, segs[i-1].At)
+				}
+			}
+		})
 	}
 }
