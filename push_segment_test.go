@@ -310,7 +310,7 @@ func TestAllocate(t *testing.T) {
 		for i := range blobs {
 			blobs[i] = blob
 		}
-		err := c.Pool().QueryRow(ctx, `SELECT `+s+`.allocate($1::int8[], $2::int4[], $3::bytea[], $4::bytea[], $5::int4[], clock_timestamp())`,
+		err := c.Pool().QueryRow(ctx, `SELECT bases FROM `+s+`.allocate($1::int8[], $2::int4[], $3::bytea[], $4::bytea[], $5::int4[], clock_timestamp())`,
 			pids, counts, hashes, blobs, failArg).Scan(&out)
 		return out, err
 	}

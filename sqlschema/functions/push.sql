@@ -59,11 +59,15 @@ $$;
 -- The allocator, the one place offsets are handed out: appends segment i
 -- (p_counts[i] messages, its blob, its hashes, the failures its message
 -- already carries) to partition p_pids[i], raising the partition's
--- last_offset and marking it pending, and returns the base offsets in
--- input order. Segments of one partition take consecutive ranges in input
--- order; p_pids is ascending (the lock order), so they are adjacent. A NULL
--- result means a partition row is gone and nothing was written for it:
--- callers that do not hold the rows locked allocate one segment at a time.
+-- last_offset and marking it pending, and answers the base offsets and
+-- created_at stamps in input order. Segments of one partition take
+-- consecutive ranges in input order; p_pids is ascending (the lock order),
+-- so they are adjacent. created_at is monotone in offset order: a caller
+-- holding the rows passes the time it took after locking them; one that
+-- does not passes NULL, and each partition's segments are stamped once its
+-- row is held (the UPDATE waited for any earlier writer's commit). NULLs
+-- mean a partition row is gone and nothing was written for it: callers
+-- that do not hold the rows locked allocate one segment at a time.
 CREATE OR REPLACE FUNCTION {{schema}}.allocate(
     p_pids     bigint[],
     p_counts   integer[],
@@ -71,8 +75,10 @@ CREATE OR REPLACE FUNCTION {{schema}}.allocate(
     p_blobs    bytea[],
     -- NULL: none (a fresh push); set when a failed message is re-enqueued.
     p_failures integer[],
-    p_now      timestamptz
-) RETURNS bigint[]
+    p_now      timestamptz,
+    OUT bases   bigint[],
+    OUT created timestamptz[]
+)
 LANGUAGE plpgsql
 -- Generic plans, kept to keyed lookups whatever the table sizes were when
 -- planned (see push_bundle): one plan serves one segment and a bundle.
@@ -86,7 +92,6 @@ DECLARE
     v_pre integer[] := '{}';  -- messages of the partition's earlier segments here
     v_tot integer[] := '{}';  -- on a partition's first segment: all its messages here
     v_run integer := 1;       -- index of the current partition's first segment
-    v     bigint[];
     i     integer;
 BEGIN
     IF coalesce(cardinality(p_counts), 0) <> n OR coalesce(cardinality(p_hashes), 0) <> n
@@ -119,35 +124,38 @@ BEGIN
     WITH u AS (
         UPDATE {{schema}}.partitions p SET
             last_offset   = p.last_offset + a.tot,
-            last_write_at = CASE WHEN p_now - p.last_write_at > interval '1 second'
-                                 THEN p_now ELSE p.last_write_at END,
+            last_write_at = CASE WHEN coalesce(p_now, clock_timestamp()) - p.last_write_at > interval '1 second'
+                                 THEN coalesce(p_now, clock_timestamp()) ELSE p.last_write_at END,
             pending       = true
         FROM unnest(p_pids, v_pre, v_tot) AS a(pid, pre, tot)
         WHERE a.pre = 0 AND p.id = a.pid
-        RETURNING p.id, p.last_offset - a.tot + 1 AS first
+        -- RETURNING runs once the row is updated, so after its lock.
+        RETURNING p.id, p.last_offset - a.tot + 1 AS first, coalesce(p_now, clock_timestamp()) AS at
     ), z AS (
-        SELECT x.o, x.pid, x.cnt, x.blob, x.hash, coalesce(x.fail, 0) AS fail, u.first + x.pre AS base
+        SELECT x.o, x.pid, x.cnt, x.blob, x.hash, coalesce(x.fail, 0) AS fail, u.first + x.pre AS base, u.at
         FROM unnest(p_pids, p_counts, v_pre, p_blobs, p_hashes, p_failures)
              WITH ORDINALITY AS x(pid, cnt, pre, blob, hash, fail, o)
         JOIN u ON u.id = x.pid
     ), s AS (
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT z.pid, z.base, z.base + z.cnt - 1, p_now, z.blob, z.fail FROM z
+        SELECT z.pid, z.base, z.base + z.cnt - 1, z.at, z.blob, z.fail FROM z
     ), t AS (
         INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT z.pid, z.base, z.base + z.cnt - 1, p_now, z.hash FROM z
+        SELECT z.pid, z.base, z.base + z.cnt - 1, z.at, z.hash FROM z
     )
-    SELECT array_agg(z.base ORDER BY z.o) INTO v FROM z;
-    IF coalesce(cardinality(v), 0) <> n THEN
-        RETURN NULL;
+    SELECT array_agg(z.base ORDER BY z.o), array_agg(z.at ORDER BY z.o) INTO bases, created FROM z;
+    IF coalesce(cardinality(bases), 0) <> n THEN
+        bases := NULL;
+        created := NULL;
     END IF;
-    RETURN v;
 END
 $$;
 
 -- One segment through the dedup probe (when the queue has a window) and
--- the allocator. Status 4 (nothing written) when the partition row is gone:
--- only push_segment, which does not lock the row before, can meet that.
+-- the allocator. p_now NULL: the caller does not hold the row, and the
+-- time is taken once it is held (see allocate). Status 4 (nothing
+-- written) when the partition row is gone: only push_segment, which does
+-- not lock the row before, can meet that.
 CREATE OR REPLACE FUNCTION {{schema}}.push_one(
     p_pid       bigint,
     p_count     integer,
@@ -165,6 +173,7 @@ AS $$
 DECLARE
     v_last       bigint;
     v_txns_start bigint;
+    a            record;
     r            {{schema}}.push_result;
 BEGIN
     r.partition_id := p_pid;
@@ -175,6 +184,7 @@ BEGIN
             r.status := 4;
             RETURN r;
         END IF;
+        p_now := coalesce(p_now, clock_timestamp()); -- the row is held now
         -- The hash blob is checked before it is probed.
         IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
             RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
@@ -188,14 +198,15 @@ BEGIN
             RETURN r;
         END IF;
     END IF;
-    r.base_offset := ({{schema}}.allocate(ARRAY[p_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
-                                          ARRAY[p_failures], p_now))[1];
-    IF r.base_offset IS NULL THEN
+    SELECT * INTO a FROM {{schema}}.allocate(ARRAY[p_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
+                                              ARRAY[p_failures], p_now);
+    IF a.bases IS NULL THEN
         r.status := 4;
         RETURN r;
     END IF;
     r.status := 0;
-    r.created_at := p_now;
+    r.base_offset := a.bases[1];
+    r.created_at := a.created[1];
     RETURN r;
 END
 $$;
@@ -366,7 +377,7 @@ BEGIN
     -- call. v_fast follows v_order, ascending partition id, so a partition
     -- listed twice (Client.Tx) has its segments adjacent, in input order.
     IF cardinality(v_fast) > 0 THEN
-        v_bases := {{schema}}.allocate(v_fpid, v_fcnt, v_fhash, v_fblob, NULL, v_now);
+        v_bases := ({{schema}}.allocate(v_fpid, v_fcnt, v_fhash, v_fblob, NULL, v_now)).bases;
         IF v_bases IS NULL THEN
             -- Impossible while the rows are locked; never answer a guess.
             RAISE EXCEPTION 'queen: push_bundle lost a locked partition';
@@ -416,6 +427,7 @@ DECLARE
     v_enc   boolean;
     v_lanes integer;
     v_keyed boolean;
+    a       record;
     r       {{schema}}.push_result;
 BEGIN
     -- Written like push_bundle's resolve (a subquery with both keys), for
@@ -441,19 +453,23 @@ BEGIN
         r.status := 3;
         RETURN r;
     END IF;
+    -- NULL time: stamped once the row is held (see allocate).
     IF v_win > 0 THEN
-        r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, clock_timestamp());
+        r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, NULL);
         r.ord := 1;
         RETURN r;
     END IF;
-    r.created_at := clock_timestamp();
-    r.base_offset := ({{schema}}.allocate(ARRAY[v_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
-                                          NULL, r.created_at))[1];
-    r.status := CASE WHEN r.base_offset IS NULL THEN 4 ELSE 0 END;
-    IF r.status = 4 THEN
-        r.partition_id := NULL;
-        r.created_at := NULL;
+    -- No probe: allocate directly (push_one's nested call costs an
+    -- isolated push ~10 us).
+    SELECT * INTO a FROM {{schema}}.allocate(ARRAY[v_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
+                                              NULL, NULL);
+    IF a.bases IS NULL THEN
+        r.status := 4;
+        RETURN r;
     END IF;
+    r.status := 0;
+    r.base_offset := a.bases[1];
+    r.created_at := a.created[1];
     RETURN r;
 END
 $$;
