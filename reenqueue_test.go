@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,7 @@ import (
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/segment"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // The segment the client builds for a skip-policy re-enqueue is byte for
@@ -232,5 +234,84 @@ func wantSame(t *testing.T, what string, got, want []*queen.Message, first int64
 				what, g.Offset, g.ID, g.TransactionID, g.Key, g.Headers, g.Data,
 				first+int64(i), w.ID, w.TransactionID, w.Key, w.Headers, w.Data)
 		}
+	}
+}
+
+// A skip-policy failure sent to settle_v2 or settle_keyed_v2 without its
+// segment, and a dead letter sent to requeue_dead_letters_v2 without one,
+// fail the call with a clear error and change nothing: the same failure
+// and requeue then succeed through the client.
+func TestReenqueueWithoutSegmentFails(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	cs := stmt.NewConsume(c.Schema())
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true})
+	push(t, q, queen.Item{Partition: "p", Key: "k", Data: []byte("m")}, queen.Item{Partition: "p", Data: []byte("n")})
+	ms := pop(t, q, queen.PopOptions{})
+	if len(ms) != 1 {
+		t.Fatalf("pop: %d messages", len(ms))
+	}
+	m := ms[0]
+	var pid int64
+	if err := c.Pool().QueryRow(ctx, "SELECT id FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+		" WHERE name = 'p'").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	lease := uuid.Must(uuid.FromString(m.LeaseID))
+	one := func(sql string, args ...any) error {
+		rows, err := c.Pool().Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	dl := []any{[]uuid.UUID{m.ID}, []string{m.TransactionID}, []int32{0}, [][]byte{m.Data}, []time.Time{m.CreatedAt},
+		[]string{m.Key}, [][]byte{nil}}
+	for _, tc := range []struct {
+		what, sql string
+		args      []any
+		want      string
+	}{
+		{"settle_v2", cs.Settle, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{-1},
+			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil})...),
+			"settle input 1 re-enqueues a failure without its segment"},
+		{"settle_v2, blobs not aligned", cs.Settle, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{-1},
+			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{})...),
+			"settle arrays are not aligned"},
+		{"settle_keyed_v2", cs.SettleKeyed, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{0},
+			[]int16{stmt.ActFail}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil})...),
+			"settle_keyed input 1 re-enqueues a failure without its segment"},
+	} {
+		if err := one(tc.sql, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v, want an error saying %q", tc.what, err, tc.want)
+		}
+	}
+	if err := m.Fail(ctx, errors.New("later")); err != nil {
+		t.Fatal(err)
+	}
+	if frames := storedFrames(t, c, "p"); len(frames) != 3 {
+		t.Fatalf("%d messages stored after the failure, want 3 (one copy)", len(frames))
+	}
+	ms = pop(t, q, queen.PopOptions{Batch: 10})
+	wantData(t, ms, "n", "m")
+	if err := ms[0].DeadLetter(ctx, errors.New("dead")); err != nil {
+		t.Fatal(err)
+	}
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	var qid int64
+	if err := c.Pool().QueryRow(ctx, "SELECT id FROM "+pgx.Identifier{c.Schema(), "queues"}.Sanitize()+
+		" WHERE name = 'q'").Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	if err := one(cs.Requeue, qid, []int64{dls[0].ID}, [][]byte{make([]byte, 16)}, [][]byte{nil}, []*int32{nil},
+		[][]byte{nil}); err == nil || !strings.Contains(err.Error(), "a dead letter without its segment") {
+		t.Fatalf("requeue_dead_letters_v2 without the segment: %v", err)
+	}
+	if n, err := q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{}); err != nil || n != 1 {
+		t.Fatalf("RequeueDeadLetters = %d, %v; want 1 (the dead letter kept)", n, err)
 	}
 }

@@ -352,3 +352,23 @@ func TestMigrationsHoldNoFunctions(t *testing.T) {
 		}
 	}
 }
+
+// The frame encoder in SQL serves the previous release's entry points
+// only: no other function file calls it (the client builds frames).
+func TestFramesEncodedInSQLOnlyForThePreviousRelease(t *testing.T) {
+	seen := false
+	for _, f := range sqlschema.FunctionFiles() {
+		body := f.SQL("s")
+		for _, fn := range []string{"raw_segment(", "uvarint("} {
+			n := strings.Count(body, `"s".`+fn)
+			if f.Name == "previous.sql" {
+				seen = seen || n > 0
+			} else if n > 0 {
+				t.Errorf("functions/%s calls %s)", f.Name, fn)
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("previous.sql defines no frame encoder: this test checks nothing")
+	}
+}
