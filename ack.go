@@ -89,7 +89,7 @@ const actCarry = stmt.ActCarry
 // re-enqueued at the tail (settle reports it as stApplied).
 const stRequeued = stmt.SettleRequeued
 
-// settleKeyedSQL runs one settle_keyed() call for ops (all keyed) and
+// settleKeyedSQL runs one settle_keyed_v2() call for ops (all keyed) and
 // returns each op's row statuses.
 func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) ([][]int16, error) {
 	n := 0
@@ -155,7 +155,7 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 	return out, nil
 }
 
-// settleSQL runs one settle() call for ops on q (the pool, or a caller's
+// settleSQL runs one settle_v2() call for ops on q (the pool, or a caller's
 // transaction) and returns each op's status. Callers go through settle,
 // which fuses concurrent settlements into shared calls.
 func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]int16, error) {
@@ -211,7 +211,7 @@ func frameSegment(f *frame.Frame) []byte {
 	return frame.Append(append(make([]byte, 0, 1+frame.Size(f)), segment.CodecRaw), f)
 }
 
-// settleStatuses reads the (ord, status, committed) rows of settle() or
+// settleStatuses reads the (ord, status, committed) rows of settle_v2() or
 // ack_many(): one per input, in input order, or an error.
 func settleStatuses(rows pgx.Rows, err error, n int, what string) ([]int16, error) {
 	if err != nil {

@@ -16,22 +16,23 @@ BEGIN
 END
 $$;
 
--- Requeues dead letters p_ids of queue p_qid: each goes back to the tail of
--- its partition (by name: a partition forgotten since is created again) as
--- p_blobs[i], a segment of its own that the client built from the dead
+-- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
+-- of its partition (by name: a partition forgotten since is created again)
+-- as p_blobs[i], a segment of its own that the client built from the dead
 -- letter (a raw-codec blob of one frame: its message id, transaction id,
 -- key, headers and stored payload, still ciphertext if it was, or the
--- client's sealing of a plaintext one for a queue encrypted since), with no
--- failures and hash p_hashes[i] (xxh3-128 of its transaction id: ack by
+-- client's sealing of a plaintext one for a queue encrypted since), with
+-- no failures and hash p_hashes[i] (xxh3-128 of its transaction id: ack by
 -- transaction id and later producer retries find it; the copy itself is
--- not probed, so it is never a duplicate of its original). p_flags[i],
--- when not NULL, is that frame's flags when they are not the stored ones
--- (a dead letter sealed by the client): they keep plaintext out of an
--- encrypted queue. p_payloads is not read (the blob holds the payload): it
--- is the previous release's argument, kept so that its statement's
--- arguments are a prefix of the current one's. A dead letter it requeues
--- without a blob fails the call. In dead-letter id order per partition; dead letters of one message
--- (partition, message id) selected together give one copy. The dead letters are deleted in the same
+-- not probed, so it is never a duplicate of its original). p_payloads[i] /
+-- p_flags[i] are not NULL only for a dead letter the client sealed: its
+-- sealed payload and flags. The flags (else the stored ones) keep
+-- plaintext out of an encrypted queue; the payload is not read, as the
+-- blob holds it, but the previous release passed it there and its
+-- statement's arguments are a prefix of the current one's. A dead letter
+-- it requeues without a blob fails the call. In dead-letter id order per
+-- partition; dead letters of one message (partition, message id) selected
+-- together give one copy. The dead letters are deleted in the same
 -- transaction: a retry finds only those not yet requeued. Ids of another
 -- queue, gone already, or plaintext for an encrypted queue are left alone.
 -- Lock order: partitions in ascending id, then dead letters (a leaf).

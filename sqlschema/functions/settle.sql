@@ -4,9 +4,10 @@
 
 -- settle_result.status, the verdict per input of settle_v2, ack_many and
 -- settle_keyed_v2 (and of the previous release's settle and settle_keyed,
--- which call them), and the actions (p_act, p_actions) they take. The constants
--- of internal/stmt (Settle*, Act*) mirror these lists and
--- TestStatusCodesMatchSQL compares them: a code keeps its meaning for good.
+-- which call them), and the actions (p_act, p_actions) they take. The
+-- constants of internal/stmt (Settle*, Act*) mirror these lists and
+-- TestStatusCodesMatchSQL compares them: a code keeps its meaning for
+-- good.
 --   settle status 0 applied: the cursor moved (or the failure was charged)
 --   settle status 1 below_cursor: already settled; nothing changed
 --   settle status 2 lease_lost: the lease is not the cursor's live one; nothing changed
@@ -82,17 +83,17 @@ BEGIN
 END
 $$;
 
--- Settle, with the failure policy and re-enqueued messages'
--- failure counts: a message's retry budget is what its segment carries plus
--- what its cursor has charged. A Fail under 'skip' that does not exhaust the
+-- Settle, with the failure policy and re-enqueued messages' failure
+-- counts: a message's retry budget is what its segment carries plus what
+-- its cursor has charged. A Fail under 'skip' that does not exhaust the
 -- budget re-enqueues the message (requeue_one, appending p_blobs[i]) and
 -- commits the cursor through it; the result is status 0 (applied) as for
--- any Fail. The
--- partition rows of those inputs are locked first, in ascending id, before
--- any consumer row: the global order (see the lock below for settle() inside
--- a larger transaction). Actions: 0 none, 1 fail, 2 retry, 3 dead letter,
--- 4 interrupt (a retry that also takes back the lease's delivery: a consumer
--- shutting down hands back what it did not finish, uncharged and uncounted).
+-- any Fail. The partition rows of those inputs are locked first, in
+-- ascending id, before any consumer row: the global order (see the lock
+-- below for settle() inside a larger transaction). Actions: 0 none, 1
+-- fail, 2 retry, 3 dead letter, 4 interrupt (a retry that also takes back
+-- the lease's delivery: a consumer shutting down hands back what it did
+-- not finish, uncharged and uncounted).
 CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_pids       bigint[],
     p_groups     text[],
