@@ -14,6 +14,8 @@ import (
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
@@ -87,7 +89,7 @@ const actCarry = stmt.ActCarry
 // re-enqueued at the tail (settle reports it as stApplied).
 const stRequeued = stmt.SettleRequeued
 
-// settleKeyedSQL runs one settle_keyed() call for ops (all keyed) and
+// settleKeyedSQL runs one settle_keyed_v2() call for ops (all keyed) and
 // returns each op's row statuses.
 func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) ([][]int16, error) {
 	n := 0
@@ -109,6 +111,7 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 		dlAt     = make([]time.Time, 0, n)
 		dlKeys   = make([]string, 0, n)
 		dlHdrs   = make([][]byte, 0, n)
+		blobs    = make([][]byte, 0, n)
 	)
 	for _, op := range ops {
 		for _, r := range op.keyed {
@@ -123,19 +126,24 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 				at    time.Time
 				key   string
 				hdrs  []byte
+				blob  []byte
 			)
 			if m := r.m; m != nil {
 				off = m.Offset
 				if r.act == actFail || r.act == actDeadLetter {
 					id, txn, flags, pay, at, key, hdrs = m.ID, m.TransactionID, int32(m.flags), m.stored, m.CreatedAt, m.Key, m.hdrs
 				}
+				if r.act == actFail {
+					blob = requeueSegment(m)
+				}
 			}
 			offs, dlIDs, dlTxns, dlFlags = append(offs, off), append(dlIDs, id), append(dlTxns, txn), append(dlFlags, flags)
 			dlPay, dlAt, dlKeys, dlHdrs = append(dlPay, pay), append(dlAt, at), append(dlKeys, key), append(dlHdrs, hdrs)
+			blobs = append(blobs, blob)
 		}
 	}
-	rows, err := q.Query(ctx, e.csql.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
-		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs)
+	rows, err := q.Query(ctx, e.csql.SettleKeyed, stmt.Args(e.csql.SettleKeyed, pids, groups, leases, offs, acts, releases,
+		reasons, dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs, blobs)...)
 	sts, err := settleStatuses(rows, err, n, "settle")
 	if err != nil {
 		return nil, err
@@ -147,7 +155,7 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 	return out, nil
 }
 
-// settleSQL runs one settle() call for ops on q (the pool, or a caller's
+// settleSQL runs one settle_v2() call for ops on q (the pool, or a caller's
 // transaction) and returns each op's status. Callers go through settle,
 // which fuses concurrent settlements into shared calls.
 func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]int16, error) {
@@ -168,6 +176,7 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 		dlAt     = make([]time.Time, n)
 		dlKeys   = make([]string, n)
 		dlHdrs   = make([][]byte, n)
+		blobs    = make([][]byte, n)
 	)
 	for i, op := range ops {
 		pids[i], groups[i], leases[i] = op.m.pid, op.m.Group, op.m.lease
@@ -176,14 +185,33 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 			actOffs[i] = a.Offset
 			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
 			dlKeys[i], dlHdrs[i] = a.Key, a.hdrs
+			if op.act == actFail {
+				blobs[i] = requeueSegment(a)
+			}
 		}
 	}
-	rows, err := q.Query(ctx, e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases, reasons,
-		dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs)
+	rows, err := q.Query(ctx, e.csql.Settle, stmt.Args(e.csql.Settle, pids, groups, leases, oks, acts, actOffs, releases,
+		reasons, dlIDs, dlTxns, dlFlags, dlPay, dlAt, dlKeys, dlHdrs, blobs)...)
 	return settleStatuses(rows, err, n, "settle")
 }
 
-// settleStatuses reads the (ord, status, committed) rows of settle() or
+// requeueSegment is the segment a re-enqueue of m appends at its
+// partition's tail (the skip policy's, or a dead letter's requeue): m's
+// frame exactly as it was stored (flags, id, transaction id, key, encoded
+// headers, the stored payload, ciphertext included) in a raw-codec blob.
+// Raw because it is one frame, below segment.MinCompress in the common
+// case, and because the previous release's raw_segment builds the same.
+func requeueSegment(m *Message) []byte {
+	return frameSegment(&frame.Frame{ID: m.ID, Flags: m.flags, TransactionID: m.TransactionID, Key: m.Key,
+		Headers: m.hdrs, Payload: m.stored})
+}
+
+// frameSegment is the raw-codec segment blob holding f alone.
+func frameSegment(f *frame.Frame) []byte {
+	return frame.Append(append(make([]byte, 0, 1+frame.Size(f)), segment.CodecRaw), f)
+}
+
+// settleStatuses reads the (ord, status, committed) rows of settle_v2() or
 // ack_many(): one per input, in input order, or an error.
 func settleStatuses(rows pgx.Rows, err error, n int, what string) ([]int16, error) {
 	if err != nil {

@@ -3,6 +3,8 @@ package queen
 import (
 	"context"
 
+	"github.com/gofrs/uuid/v5"
+
 	"github.com/e03140bc/queen/fusion"
 )
 
@@ -35,4 +37,10 @@ func SettleInOneFlush(c *Client, msgs []*Message, statuses []AckStatus, reasons 
 		}
 	}
 	return out
+}
+
+// RequeueSegment is the segment a skip-policy failure of a message with
+// these stored fields appends (requeueSegment).
+func RequeueSegment(id uuid.UUID, flags byte, txn, key string, hdrs, stored []byte) []byte {
+	return requeueSegment(&Message{ID: id, TransactionID: txn, Key: key, flags: flags, hdrs: hdrs, stored: stored})
 }

@@ -25,7 +25,7 @@ type ackItem struct {
 }
 
 // acker folds settlements (acks, fails, retries, dead letters) from many
-// consumers into shared settle() transactions, exactly as pushes are fused:
+// consumers into shared settle_v2() transactions, exactly as pushes are fused:
 // keyed by (partition, group), one flush in flight per shard, fire on idle.
 type acker struct {
 	e      *engine
@@ -57,7 +57,7 @@ func newAcker(e *engine) *acker {
 
 // flush settles a bundle. Pure acks (the common case) are merged per lease
 // and committed by one set-based statement; anything else (fail, retry,
-// dead letter, release) goes through the general settle() loop.
+// dead letter, release) goes through the general settle_v2() loop.
 func (a *acker) flush(ctx context.Context, bundle []*fusion.Batch[ackKey, *ackItem]) error {
 	type leaseKey struct {
 		pid   int64

@@ -6,15 +6,18 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
 )
 
 // wideQueue gives queue name of c n partitions ("k0" .. "k<n-1>"), each
 // holding one message at offset 0, and returns the queue's id. Only k0 is
-// pushed; the rest are written in SQL (a raw-codec segment each), which
-// takes seconds instead of the minutes n pushes would.
+// pushed; the rest are written in SQL (a raw-codec segment each, built
+// here), which takes seconds instead of the minutes n pushes would.
 func wideQueue(t testing.TB, c *queen.Client, name string, n int) int64 {
 	t.Helper()
 	ctx := ctxT(t)
@@ -35,15 +38,23 @@ func addPartitions(t testing.TB, c *queen.Client, qid int64, from, to int) {
 	t.Helper()
 	ctx := ctxT(t)
 	s := pgx.Identifier{c.Schema()}.Sanitize()
+	names := make([]string, 0, to-from)
+	blobs := make([][]byte, 0, to-from)
+	for i := from; i < to; i++ {
+		f := frame.Frame{ID: uuid.Must(uuid.NewV4()), TransactionID: fmt.Sprintf("t%d", i), Payload: []byte("m")}
+		names, blobs = append(names, fmt.Sprintf("k%d", i)), append(blobs, frame.Append([]byte{segment.CodecRaw}, &f))
+	}
 	if _, err := c.Pool().Exec(ctx, `
-WITH p AS (
+WITH b AS (
+    SELECT * FROM unnest($2::text[], $3::bytea[]) AS b(name, blob)
+), p AS (
     INSERT INTO `+s+`.partitions (queue_id, name, last_offset)
-    SELECT $1, 'k' || i, 0 FROM generate_series($2::int, $3::int - 1) AS i
-    RETURNING id
+    SELECT $1, b.name, 0 FROM b
+    RETURNING id, name
 )
 INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob)
-SELECT p.id, 0, 0, clock_timestamp(), `+s+`.raw_segment(gen_random_uuid(), 0, 't' || p.id, '\x6d'::bytea)
-FROM p`, qid, from, to); err != nil {
+SELECT p.id, 0, 0, clock_timestamp(), b.blob
+FROM p JOIN b ON b.name = p.name`, qid, names, blobs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Pool().Exec(ctx, "ANALYZE "+s+".partitions, "+s+".segments"); err != nil {

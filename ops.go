@@ -12,6 +12,7 @@ import (
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // QueueInfo is one queue of a tenant as Client.Queues reports it.
@@ -229,38 +230,44 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	var (
 		ids      []int64
 		hashes   [][]byte
-		payloads [][]byte
+		payloads [][]byte // what a sealed dead letter's replace (the previous release's arguments)
 		flags    []*int32
+		blobs    [][]byte
 	)
 	for rows.Next() {
 		var (
-			id       int64
-			txn      string
-			reseal   bool
-			plain    []byte
-			pname    string
-			mid      uuid.UUID
-			key      string
-			hdrs     []byte
-			oldFlags int32
+			id      int64
+			txn     string
+			reseal  bool
+			payload []byte
+			pname   string
+			mid     uuid.UUID
+			key     string
+			hdrs    []byte
+			fl      int32
 		)
-		if err := rows.Scan(&id, &txn, &reseal, &plain, &pname, &mid, &key, &hdrs, &oldFlags); err != nil {
+		if err := rows.Scan(&id, &txn, &reseal, &payload, &pname, &mid, &key, &hdrs, &fl); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 		}
+		var newPay []byte
+		var newFl *int32
+		if reseal {
+			if e.aead == nil {
+				rows.Close()
+				return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
+					ErrEncryption, id, q.name)
+			}
+			payload, fl = e.seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
+			newPay, newFl = payload, &fl
+		}
 		h := dedup.Sum(txn)
-		ids, hashes = append(ids, id), append(hashes, h[:])
-		if !reseal {
-			payloads, flags = append(payloads, nil), append(flags, nil)
-			continue
-		}
-		if e.aead == nil {
-			rows.Close()
-			return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
-				ErrEncryption, id, q.name)
-		}
-		f := oldFlags | int32(frame.FlagEncrypted)
-		payloads, flags = append(payloads, e.seal(q.c.tenant, q.name, pname, key, hdrs, mid, plain)), append(flags, &f)
+		// The copy's frame: the dead letter's, with the payload as stored
+		// (or as sealed just now).
+		blob := frameSegment(&frame.Frame{ID: mid, Flags: byte(fl), TransactionID: txn, Key: key, Headers: hdrs,
+			Payload: payload})
+		ids, hashes, blobs = append(ids, id), append(hashes, h[:]), append(blobs, blob)
+		payloads, flags = append(payloads, newPay), append(flags, newFl)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -269,7 +276,7 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	rows, err = e.pool.Query(ctx, e.csql.Requeue, qid, ids, hashes, payloads, flags)
+	rows, err = e.pool.Query(ctx, e.csql.Requeue, stmt.Args(e.csql.Requeue, qid, ids, hashes, payloads, flags, blobs)...)
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}

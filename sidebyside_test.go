@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,6 +148,25 @@ func TestPreviousStatementsSideBySide(t *testing.T) {
 			t.Fatalf("partition %s: not a lane of 4", p.Name)
 		}
 	}
+}
+
+// A client on the previous release's statements fails messages on a
+// skip-policy queue (through settle and settle_keyed) and requeues dead
+// letters (requeue_dead_letters): those entry points build the frame in
+// SQL, and each copy is the stored frame byte for byte, which the current
+// client consumes once, decodable, with its id, key, headers and payload
+// (see reenqueueRoundTrip), on plaintext and encrypted queues.
+func TestPreviousStatementsReenqueue(t *testing.T) {
+	key := bytes.Repeat([]byte{4}, 32)
+	schema := pgtest.Schema(t)
+	cur := open(t, func(c *queen.Config) { c.Schema, c.EncryptionKey = schema, key })
+	restore, err := stmt.Use(os.DirFS(previousStatements))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := open(t, func(c *queen.Config) { c.Schema, c.EncryptionKey = schema, key })
+	restore()
+	reenqueueRoundTrip(t, cur, prev)
 }
 
 // A function layer recorded by a newer release (its migration version above

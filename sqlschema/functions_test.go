@@ -141,11 +141,22 @@ var changedSinceV5 = map[string]string{
 	"consumer_lag":                         "reads lag_messages and lag_head",
 	// What releasing a lease clears is said once, in lease_after.
 	"S.lease_after(boolean,bigint,uuid,text,timestamp with time zone)": "new: the lease columns after a settle",
+	"S.ack_many(bigint[],text[],uuid[],bigint[])":                      "releases the lease through lease_after",
+	// The re-enqueue's frame is built in Go and passed as a segment: the
+	// previous release's entry points wrap their successors and build it
+	// in SQL for that release's callers only.
 	"S.settle(bigint[],text[],uuid[],bigint[],smallint[],bigint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
-		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
+		"timestamp with time zone[],text[],bytea[])": "the previous release's: builds failures' segments, calls settle_v2",
 	"S.settle_keyed(bigint[],text[],uuid[],bigint[],smallint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
-		"timestamp with time zone[],text[],bytea[])": "releases the lease through lease_after; locks through lock_requeue_partitions",
-	"S.ack_many(bigint[],text[],uuid[],bigint[])": "releases the lease through lease_after",
+		"timestamp with time zone[],text[],bytea[])": "the previous release's: builds failures' segments, calls settle_keyed_v2",
+	"S.requeue_dead_letters(bigint,bigint[],bytea[],bytea[],integer[])":       "the previous release's: builds the segments, calls requeue_dead_letters_v2",
+	"S.requeue_one(bigint,bigint,uuid,integer,text,bytea,integer,text,bytea)": "builds the segment, calls requeue_one with it",
+	"S.settle_v2(bigint[],text[],uuid[],bigint[],smallint[],bigint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[],bytea[])": "new: settle with the client-built re-enqueue segments; lease_after, lock_requeue_partitions",
+	"S.settle_keyed_v2(bigint[],text[],uuid[],bigint[],smallint[],boolean[],text[],uuid[],text[],integer[],bytea[]," +
+		"timestamp with time zone[],text[],bytea[],bytea[])": "new: settle_keyed with the client-built re-enqueue segments; lease_after, lock_requeue_partitions",
+	"S.requeue_dead_letters_v2(bigint,bigint[],bytea[],bytea[],integer[],bytea[])": "new: requeue_dead_letters with the client-built segments",
+	"S.requeue_one(bigint,bigint,bytea,integer)":                                   "new: appends a client-built segment",
 	"S.pop_dead_letter(bigint,text,uuid,bigint,bigint[],uuid[],text[],integer[],bytea[],timestamp with time zone[]," +
 		"text[],text[],bytea[])": "releases the lease through lease_after",
 	// The partitions a skip-policy failure may append to are chosen and
@@ -350,5 +361,25 @@ func TestMigrationsHoldNoFunctions(t *testing.T) {
 		if loc := re.FindStringIndex(m.SQL("s")); loc != nil {
 			t.Errorf("migration %d (%s) creates %q: put it in functions/*.sql", m.Version, m.Name, m.SQL("s")[loc[0]:loc[1]])
 		}
+	}
+}
+
+// The frame encoder in SQL serves the previous release's entry points
+// only: no other function file calls it (the client builds frames).
+func TestFramesEncodedInSQLOnlyForThePreviousRelease(t *testing.T) {
+	seen := false
+	for _, f := range sqlschema.FunctionFiles() {
+		body := f.SQL("s")
+		for _, fn := range []string{"raw_segment(", "uvarint("} {
+			n := strings.Count(body, `"s".`+fn)
+			if f.Name == "previous.sql" {
+				seen = seen || n > 0
+			} else if n > 0 {
+				t.Errorf("functions/%s calls %s)", f.Name, fn)
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("previous.sql defines no frame encoder: this test checks nothing")
 	}
 }

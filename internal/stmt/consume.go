@@ -18,14 +18,18 @@ type Consume struct {
 	// lost.
 	PopDeadLetter string
 	// Settle applies acks, failures, retries and dead letters, one result
-	// per input in input order; see settle() in sqlschema/functions/settle.sql.
+	// per input in input order; $16 holds each failure's re-enqueue segment
+	// (NULL for other actions). See settle_v2() in
+	// sqlschema/functions/settle.sql.
 	Settle string
 	// SettleKeyed applies out-of-order settlements of per-key parallel
 	// Consume, one row per message outcome: $1 partition ids, $2 groups, $3
 	// leases, $4 offsets, $5 actions, $6 release, $7 reasons, then the
 	// dead-letter snapshot $8 ids, $9 transaction ids, $10 flags, $11
-	// payloads, $12 created at. One result per row, in row order; see
-	// settle_keyed() in sqlschema/functions/settle.sql.
+	// payloads, $12 created at, $13 keys, $14 headers, and $15 each
+	// failure's re-enqueue segment (NULL for other actions). One result per
+	// row, in row order; see settle_keyed_v2() in
+	// sqlschema/functions/settle.sql.
 	SettleKeyed string
 	// AckMany commits pure acks set-based: $1 partition ids, $2 groups,
 	// $3 leases, $4 offsets; at most one per (partition, group).
@@ -52,14 +56,17 @@ type Consume struct {
 	Pause  string
 	Resume string
 	// RequeueCandidates pages dead letters like DeadLetters ($1..$8) for a
-	// requeue: id, transaction id, and, only when ($9) the queue is
-	// encrypted and the dead letter is not, what sealing it needs.
+	// requeue: id, transaction id, whether it needs sealing (($9) the queue
+	// is encrypted and the dead letter is not), stored payload, partition,
+	// message id, key, headers and flags: what its re-enqueue segment
+	// needs.
 	RequeueCandidates string
 	// QueueIDEnc reads ($1 tenant, $2 name)'s id and encryption flag.
 	QueueIDEnc string
 	// Requeue requeues dead letters: $1 queue id, $2 ids, $3 hashes, $4
-	// replacement payloads, $5 replacement flags; see
-	// requeue_dead_letters() in sqlschema/functions/deadletter.sql.
+	// replacement payloads and $5 replacement flags (of a dead letter the
+	// client sealed; NULL otherwise), $6 the segments their copies append;
+	// see requeue_dead_letters_v2() in sqlschema/functions/deadletter.sql.
 	Requeue string
 	// Queues lists every queue of tenant $1 with its options, partition
 	// count, depth and oldest unconsumed message, one row per group (NULL

@@ -17,13 +17,13 @@ SELECT ord, status, committed FROM {{schema}}.ack_many($1::int8[], $2::text[], $
 
 -- name: Settle
 SELECT ord, status, committed
-FROM {{schema}}.settle($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
-    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[])
+FROM {{schema}}.settle_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
+    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[], $16::bytea[])
 
 -- name: SettleKeyed
 SELECT ord, status, committed
-FROM {{schema}}.settle_keyed($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
-    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[])
+FROM {{schema}}.settle_keyed_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
+    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[], $15::bytea[])
 
 -- name: Extend
 UPDATE {{schema}}.consumers

@@ -18,8 +18,7 @@ ORDER BY d.id
 LIMIT $8
 
 -- name: RequeueCandidates
-SELECT d.id, d.transaction_id, (d.flags & 1) = 0 AND $9::bool,
-    CASE WHEN (d.flags & 1) = 0 AND $9::bool THEN d.payload END, d.partition_name, d.message_id,
+SELECT d.id, d.transaction_id, (d.flags & 1) = 0 AND $9::bool, d.payload, d.partition_name, d.message_id,
     coalesce(d.message_key, ''), d.message_headers, d.flags
 FROM {{schema}}.dead_letters d
 JOIN {{schema}}.queues q ON q.id = d.queue_id
@@ -34,4 +33,4 @@ LIMIT $8
 
 -- name: Requeue
 SELECT part_name, requeued
-FROM {{schema}}.requeue_dead_letters($1::int8, $2::int8[], $3::bytea[], $4::bytea[], $5::int4[])
+FROM {{schema}}.requeue_dead_letters_v2($1::int8, $2::int8[], $3::bytea[], $4::bytea[], $5::int4[], $6::bytea[])

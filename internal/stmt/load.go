@@ -148,3 +148,26 @@ func Use(fsys fs.FS) (restore func(), err error) {
 
 // Files returns the embedded statement files.
 func Files() fs.FS { return embedded }
+
+// Args returns args cut to the highest parameter ($n) sql names. A
+// statement's parameters are only ever appended to, so the current client
+// passes its full list and a statement of the previous release (see Use),
+// which names fewer, gets the prefix that release passed.
+func Args(sql string, args ...any) []any {
+	n := 0
+	for i := 0; i < len(sql); i++ {
+		if sql[i] != '$' {
+			continue
+		}
+		k := 0
+		for i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9' {
+			i++
+			k = k*10 + int(sql[i]-'0')
+		}
+		n = max(n, k)
+	}
+	if n < len(args) {
+		return args[:n]
+	}
+	return args
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io/fs"
 	"maps"
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -120,4 +122,58 @@ func mustGlob(t *testing.T) []string {
 		t.Fatalf("embedded files %v %v", names, err)
 	}
 	return names
+}
+
+// Args cuts the arguments to the highest parameter a statement names.
+func TestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		sql  string
+		args int
+		want int
+	}{
+		{"SELECT 1", 2, 0},
+		{"SELECT $1, $2", 2, 2},
+		{"SELECT $2::int8, $1", 3, 2},
+		{"SELECT f($9::text, $10::text, $16::bytea[])", 16, 16},
+		{"SELECT f($9::text, $10::text, $15::bytea[])", 16, 15},
+		{"SELECT $20", 3, 3}, // never more than given: pgx reports the shortfall
+	} {
+		args := make([]any, tc.args)
+		if got := len(Args(tc.sql, args...)); got != tc.want {
+			t.Errorf("Args(%q, %d arguments) kept %d, want %d", tc.sql, tc.args, got, tc.want)
+		}
+	}
+}
+
+// castRE finds a parameter with its cast, e.g. $4::bytea[].
+var castRE = regexp.MustCompile(`\$(\d+)::([a-z0-9_]+(?:\[\])?)`)
+
+// The client passes every statement its current arguments and Args gives
+// the previous release's statement (see Use) the prefix it names, so a
+// statement's parameters are only ever appended to: each parameter of the
+// previous release's statement has the type the current one gives it.
+func TestPreviousStatementsTakeAPrefix(t *testing.T) {
+	prev, err := parse(os.DirFS("testdata/v5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	casts := func(sql string) map[string]string {
+		out := map[string]string{}
+		for _, m := range castRE.FindAllStringSubmatch(sql, -1) {
+			out[m[1]] = m[2]
+		}
+		return out
+	}
+	for name, old := range *prev {
+		cur := (*builtin)[name]
+		if n, m := len(Args(old, make([]any, 99)...)), len(Args(cur, make([]any, 99)...)); n > m {
+			t.Errorf("%s: the previous release's statement names %d parameters, the current one %d", name, n, m)
+		}
+		now := casts(cur)
+		for k, typ := range casts(old) {
+			if now[k] != "" && now[k] != typ {
+				t.Errorf("%s: $%s is %s, was %s in the previous release", name, k, now[k], typ)
+			}
+		}
+	}
 }

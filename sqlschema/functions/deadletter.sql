@@ -16,27 +16,34 @@ BEGIN
 END
 $$;
 
--- Requeues dead letters p_ids of queue p_qid: each goes back to the tail of
--- its partition (by name: a partition forgotten since is created again) as
--- a segment of its own, with its message id, transaction id, key, headers
--- and stored payload (still ciphertext if it was), no failures, and hash
--- p_hashes[i] (xxh3-128 of its transaction id: ack by transaction id and
--- later producer retries find it; the copy itself is not probed, so it is
--- never a duplicate of its original). p_payloads[i] / p_flags[i], when not
--- NULL, replace the stored payload and flags (a plaintext dead letter of a
--- queue encrypted since, sealed by the client). In dead-letter id order per
+-- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
+-- of its partition (by name: a partition forgotten since is created again)
+-- as p_blobs[i], a segment of its own that the client built from the dead
+-- letter (a raw-codec blob of one frame: its message id, transaction id,
+-- key, headers and stored payload, still ciphertext if it was, or the
+-- client's sealing of a plaintext one for a queue encrypted since), with
+-- no failures and hash p_hashes[i] (xxh3-128 of its transaction id: ack by
+-- transaction id and later producer retries find it; the copy itself is
+-- not probed, so it is never a duplicate of its original). p_payloads[i] /
+-- p_flags[i] are not NULL only for a dead letter the client sealed: its
+-- sealed payload and flags. The flags (else the stored ones) keep
+-- plaintext out of an encrypted queue; the payload is not read, as the
+-- blob holds it, but the previous release passed it there and its
+-- statement's arguments are a prefix of the current one's. A dead letter
+-- it requeues without a blob fails the call. In dead-letter id order per
 -- partition; dead letters of one message (partition, message id) selected
 -- together give one copy. The dead letters are deleted in the same
 -- transaction: a retry finds only those not yet requeued. Ids of another
 -- queue, gone already, or plaintext for an encrypted queue are left alone.
 -- Lock order: partitions in ascending id, then dead letters (a leaf).
 -- Returns the partitions written and how many messages each got.
-CREATE OR REPLACE FUNCTION {{schema}}.requeue_dead_letters(
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_dead_letters_v2(
     p_qid      bigint,
     p_ids      bigint[],
     p_hashes   bytea[],
     p_payloads bytea[],
-    p_flags    integer[]
+    p_flags    integer[],
+    p_blobs    bytea[]
 ) RETURNS TABLE (part_name text, requeued integer)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -47,18 +54,13 @@ DECLARE
     v_names text[];
     v_pids  bigint[];
     v_now   timestamptz;
-    v_mids  uuid[];
-    v_txns  text[];
-    v_keys  text[];
-    v_hdrs  bytea[];
-    v_fls   integer[];
-    v_pls   bytea[];
+    v_bls   bytea[];
     v_hs    bytea[];
     v_cnt   integer := 0;
     i       integer;
 BEGIN
     IF coalesce(cardinality(p_hashes), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
-       OR coalesce(cardinality(p_flags), 0) <> n THEN
+       OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_blobs), 0) <> n THEN
         RAISE EXCEPTION 'queen: requeue_dead_letters arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -85,32 +87,31 @@ BEGIN
         FOR NO KEY UPDATE) l;
     v_now := clock_timestamp(); -- after the row locks: created_at stays monotone
     WITH x AS (
-        SELECT * FROM unnest(p_ids, p_hashes, p_payloads, p_flags) AS x(id, h, pl, fl)
+        SELECT * FROM unnest(p_ids, p_hashes, p_flags, p_blobs) AS x(id, h, fl, bl)
     ), del AS (
         DELETE FROM {{schema}}.dead_letters d
         USING x
         WHERE d.id = x.id AND d.queue_id = p_qid AND d.partition_name = ANY (v_names)
           AND NOT (v_enc AND (coalesce(x.fl, d.flags) & 1) = 0)
-        RETURNING d.id, d.partition_name, d.message_id, d.transaction_id, d.message_key,
-                  d.message_headers, coalesce(x.fl, d.flags) AS flags, coalesce(x.pl, d.payload) AS payload, x.h
+        RETURNING d.id, d.partition_name, d.message_id, x.h, x.bl
     ), one AS (
         SELECT DISTINCT ON (p.id, del.message_id) p.id AS pid, p.name, del.*
         FROM del JOIN {{schema}}.partitions p ON p.queue_id = p_qid AND p.name = del.partition_name
         ORDER BY p.id, del.message_id, del.id
     )
     SELECT array_agg(o.pid ORDER BY o.pid, o.id), array_agg(o.name ORDER BY o.pid, o.id),
-           array_agg(o.message_id ORDER BY o.pid, o.id), array_agg(o.transaction_id ORDER BY o.pid, o.id),
-           array_agg(o.message_key ORDER BY o.pid, o.id), array_agg(o.message_headers ORDER BY o.pid, o.id),
-           array_agg(o.flags ORDER BY o.pid, o.id), array_agg(o.payload ORDER BY o.pid, o.id),
-           array_agg(o.h ORDER BY o.pid, o.id)
-    INTO v_pids, v_names, v_mids, v_txns, v_keys, v_hdrs, v_fls, v_pls, v_hs
+           array_agg(o.bl ORDER BY o.pid, o.id), array_agg(o.h ORDER BY o.pid, o.id)
+    INTO v_pids, v_names, v_bls, v_hs
     FROM one o;
     FOR i IN 1 .. coalesce(cardinality(v_pids), 0) LOOP
+        IF v_bls[i] IS NULL THEN
+            RAISE EXCEPTION 'queen: requeue_dead_letters_v2: a dead letter without its segment';
+        END IF;
         -- The allocator without a dedup probe (window 0): the copy repeats
         -- its original's transaction id on purpose.
         PERFORM {{schema}}.push_one(v_pids[i], 1,
             CASE WHEN octet_length(v_hs[i]) = 16 THEN v_hs[i] ELSE '\x00000000000000000000000000000000'::bytea END,
-            -1, {{schema}}.raw_segment(v_mids[i], v_fls[i], v_txns[i], v_pls[i], v_keys[i], v_hdrs[i]), 0, v_now, 0);
+            -1, v_bls[i], 0, v_now, 0);
         IF i = cardinality(v_pids) OR v_pids[i + 1] <> v_pids[i] THEN
             part_name := v_names[i];
             requeued := v_cnt + 1;

@@ -1,11 +1,13 @@
--- Settling: acks, failures, retries and dead letters, and the re-enqueue that the skip policy and requeues share.
+-- Settling: acks, failures, retries and dead letters, and the skip policy's re-enqueue.
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
--- settle_result.status, the verdict per input of settle, ack_many and
--- settle_keyed, and the actions (p_act, p_actions) they take. The constants
--- of internal/stmt (Settle*, Act*) mirror these lists and
--- TestStatusCodesMatchSQL compares them: a code keeps its meaning for good.
+-- settle_result.status, the verdict per input of settle_v2, ack_many and
+-- settle_keyed_v2 (and of the previous release's settle and settle_keyed,
+-- which call them), and the actions (p_act, p_actions) they take. The
+-- constants of internal/stmt (Settle*, Act*) mirror these lists and
+-- TestStatusCodesMatchSQL compares them: a code keeps its meaning for
+-- good.
 --   settle status 0 applied: the cursor moved (or the failure was charged)
 --   settle status 1 below_cursor: already settled; nothing changed
 --   settle status 2 lease_lost: the lease is not the cursor's live one; nothing changed
@@ -20,80 +22,18 @@
 --   settle action 4 interrupt: a retry that also takes back the lease's delivery
 --   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
 
--- The minimal unsigned LEB128 varint of p_n (the frame format's uvarint).
-CREATE OR REPLACE FUNCTION {{schema}}.uvarint(p_n bigint)
-RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    v_n   bigint := p_n;
-    v_var bytea := '\x'::bytea;
-BEGIN
-    LOOP
-        IF v_n >= 128 THEN
-            v_var := v_var || set_byte('\x00'::bytea, 0, ((v_n & 127) | 128)::integer);
-            v_n := v_n >> 7;
-        ELSE
-            RETURN v_var || set_byte('\x00'::bytea, 0, v_n::integer);
-        END IF;
-    END LOOP;
-END
-$$;
-
--- The skip policy's re-enqueue. The raw-codec segment blob (codec byte 0,
--- see internal/segment) holding one frame (see internal/frame): u32 LE body
--- length, flags, 16-byte id, uvarint transaction-id length, transaction id,
--- the key (uvarint length and bytes) when there is one, the encoded headers
--- when there are any (passed through as Go encoded them), payload.
-CREATE OR REPLACE FUNCTION {{schema}}.raw_segment(p_id uuid, p_flags integer, p_txn text, p_payload bytea,
-                                        p_key text DEFAULT NULL, p_headers bytea DEFAULT NULL)
-RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    v_txn  bytea := convert_to(coalesce(p_txn, ''), 'UTF8');
-    v_key  bytea := convert_to(coalesce(p_key, ''), 'UTF8');
-    v_flag integer := coalesce(p_flags, 0) & 1;
-    v_body bytea;
-    v_len  bigint;
-BEGIN
-    -- The frame's key (FlagKey, bit 2) follows the transaction id, present
-    -- exactly when non-empty (see internal/frame).
-    IF octet_length(v_key) > 0 THEN
-        v_flag := v_flag | 4;
-        v_txn := v_txn || {{schema}}.uvarint(octet_length(v_key)) || v_key;
-    END IF;
-    -- The headers (FlagHeaders, bit 1) follow the key, present exactly when
-    -- non-empty.
-    IF octet_length(coalesce(p_headers, '\x'::bytea)) > 0 THEN
-        v_flag := v_flag | 2;
-        v_txn := v_txn || p_headers;
-    END IF;
-    v_body := set_byte('\x00'::bytea, 0, v_flag) || uuid_send(p_id)
-              || {{schema}}.uvarint(octet_length(convert_to(coalesce(p_txn, ''), 'UTF8'))) || v_txn
-              || coalesce(p_payload, '\x'::bytea);
-    v_len := octet_length(v_body);
-    RETURN '\x00'::bytea
-        || set_byte(set_byte(set_byte(set_byte('\x00000000'::bytea,
-               0, (v_len & 255)::integer), 1, ((v_len >> 8) & 255)::integer),
-               2, ((v_len >> 16) & 255)::integer), 3, ((v_len >> 24) & 255)::integer)
-        || v_body;
-END
-$$;
-
--- Appends one failed message at the tail of partition p_pid (whose row the
--- caller holds) as a segment of its own carrying p_failures, with the
--- original's hash row when that is still retained (a producer retrying the
--- transaction id while the message is live is still a duplicate), else a
--- zero hash (its dedup window had passed). Returns the new offset.
+-- Appends the failed message at offset p_off of partition p_pid (whose row
+-- the caller holds) at its tail as p_blob, a segment of its own that the
+-- client built (the message's frame as stored, in a raw-codec blob),
+-- carrying p_failures, with the original's hash row when that is still
+-- retained (a producer retrying the transaction id while the message is
+-- live is still a duplicate), else a zero hash (its dedup window had
+-- passed). Returns the new offset.
 CREATE OR REPLACE FUNCTION {{schema}}.requeue_one(
     p_pid      bigint,
     p_off      bigint,
-    p_id       uuid,
-    p_flags    integer,
-    p_txn      text,
-    p_payload  bytea,
-    p_failures integer,
-    p_key      text DEFAULT NULL,
-    p_headers  bytea DEFAULT NULL
+    p_blob     bytea,
+    p_failures integer
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -110,8 +50,7 @@ BEGIN
     END IF;
     -- The single allocator, without a dedup probe: the copy repeats its
     -- original's transaction id on purpose.
-    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, {{schema}}.raw_segment(p_id, p_flags, p_txn, p_payload, p_key, p_headers),
-                                0, v_now, p_failures)).base_offset;
+    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, p_blob, 0, v_now, p_failures)).base_offset;
 END
 $$;
 
@@ -144,17 +83,18 @@ BEGIN
 END
 $$;
 
--- Settle, with the failure policy and re-enqueued messages'
--- failure counts: a message's retry budget is what its segment carries plus
--- what its cursor has charged. A Fail under 'skip' that does not exhaust the
--- budget re-enqueues the message (requeue_one) and commits the cursor
--- through it; the result is status 0 (applied) as for any Fail. The
--- partition rows of those inputs are locked first, in ascending id, before
--- any consumer row: the global order (see the lock below for settle() inside
--- a larger transaction). Actions: 0 none, 1 fail, 2 retry, 3 dead letter,
--- 4 interrupt (a retry that also takes back the lease's delivery: a consumer
--- shutting down hands back what it did not finish, uncharged and uncounted).
-CREATE OR REPLACE FUNCTION {{schema}}.settle(
+-- Settle, with the failure policy and re-enqueued messages' failure
+-- counts: a message's retry budget is what its segment carries plus what
+-- its cursor has charged. A Fail under 'skip' that does not exhaust the
+-- budget re-enqueues the message (requeue_one, appending p_blobs[i]) and
+-- commits the cursor through it; the result is status 0 (applied) as for
+-- any Fail. The partition rows of those inputs are locked first, in
+-- ascending id, before any consumer row: the global order (see the lock
+-- below for settle() inside a larger transaction). Actions: 0 none, 1
+-- fail, 2 retry, 3 dead letter, 4 interrupt (a retry that also takes back
+-- the lease's delivery: a consumer shutting down hands back what it did
+-- not finish, uncharged and uncounted).
+CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_pids       bigint[],
     p_groups     text[],
     p_leases     uuid[],
@@ -168,11 +108,17 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle(
     p_dl_flags   integer[],
     p_dl_payload bytea[],
     p_dl_created timestamptz[],
-    -- The messages' ordering keys ('' or NULL: none), kept by a re-enqueue
-    -- and a dead letter.
-    p_dl_keys    text[] DEFAULT NULL,
+    -- The messages' ordering keys ('' or NULL: none), kept by a dead
+    -- letter.
+    p_dl_keys    text[],
     -- Their encoded headers (empty or NULL: none), kept likewise.
-    p_dl_headers bytea[] DEFAULT NULL
+    p_dl_headers bytea[],
+    -- Per failure (action 1), the segment its re-enqueue appends: the
+    -- message's frame exactly as stored (same flags, id, transaction id,
+    -- key, headers and stored payload, ciphertext included) in a raw-codec
+    -- blob, which the client builds. NULL for the other actions. A failure
+    -- that re-enqueues without one fails the call.
+    p_blobs      bytea[]
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call.
@@ -201,7 +147,8 @@ BEGIN
        OR coalesce(cardinality(p_dl_txns), 0) <> n OR coalesce(cardinality(p_dl_flags), 0) <> n
        OR coalesce(cardinality(p_dl_payload), 0) <> n OR coalesce(cardinality(p_dl_created), 0) <> n
        OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
-       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n)
+       OR coalesce(cardinality(p_blobs), 0) <> n THEN
         RAISE EXCEPTION 'queen: settle arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -283,6 +230,9 @@ BEGIN
                   -- switched on is redelivered in place instead.
                   AND NOT (v_c.encryption AND (coalesce(p_dl_flags[i], 0) & 1) = 0) THEN
                 -- Out of the way: a copy at the tail, the cursor past it.
+                IF p_blobs[i] IS NULL THEN
+                    RAISE EXCEPTION 'queen: settle input % re-enqueues a failure without its segment', i;
+                END IF;
                 v_rq := true;
                 v_comm := p_act_off[i];
                 v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
@@ -324,8 +274,7 @@ BEGIN
         WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
 
         IF v_rq THEN
-            PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_dl_ids[i], p_dl_flags[i], p_dl_txns[i],
-                                           p_dl_payload[i], v_spent, p_dl_keys[i], p_dl_headers[i]);
+            PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_blobs[i], v_spent);
         END IF;
         IF v_dl THEN
             INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
@@ -446,10 +395,10 @@ $$;
 -- committed reaches batch_end, and kept otherwise (a checkpoint). An
 -- offset already settled gets status 1 and changes nothing, so resending
 -- an outcome is harmless except a failure's charge. Status per row as
--- settle's, and 6: applied, the failure re-enqueued at the tail. Lock
--- order as settle: skip-policy partitions first, then cursor rows in
--- ascending (partition id, group).
-CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed(
+-- settle's, and 6: applied, the failure re-enqueued at the tail (p_blobs[i],
+-- as in settle_v2). Lock order as settle: skip-policy partitions first,
+-- then cursor rows in ascending (partition id, group).
+CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed_v2(
     p_pids       bigint[],
     p_groups     text[],
     p_leases     uuid[],
@@ -462,8 +411,9 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed(
     p_dl_flags   integer[],
     p_dl_payload bytea[],
     p_dl_created timestamptz[],
-    p_dl_keys    text[] DEFAULT NULL, -- ordering keys ('' or NULL: none)
-    p_dl_headers bytea[] DEFAULT NULL -- encoded headers (empty or NULL: none)
+    p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
+    p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
+    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_v2); NULL otherwise
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -497,7 +447,8 @@ BEGIN
        OR coalesce(cardinality(p_dl_flags), 0) <> n OR coalesce(cardinality(p_dl_payload), 0) <> n
        OR coalesce(cardinality(p_dl_created), 0) <> n
        OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
-       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n) THEN
+       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n)
+       OR coalesce(cardinality(p_blobs), 0) <> n THEN
         RAISE EXCEPTION 'queen: settle_keyed arrays are not aligned';
     END IF;
     IF n = 0 THEN
@@ -600,8 +551,10 @@ BEGIN
                 END IF;
             ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
                   AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
-                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_dl_ids[j], p_dl_flags[j], p_dl_txns[j],
-                                               p_dl_payload[j], v_prior + v_cnt, p_dl_keys[j], p_dl_headers[j]);
+                IF p_blobs[j] IS NULL THEN
+                    RAISE EXCEPTION 'queen: settle_keyed input % re-enqueues a failure without its segment', j;
+                END IF;
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_blobs[j], v_prior + v_cnt);
                 v_set := v_set || p_offs[j];
                 v_st[j] := 6;
             ELSIF k IS NULL THEN
