@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -199,9 +198,10 @@ func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
 	}
 }
 
-// Offsets are handed out by one function, allocate, whichever path calls
-// it (push_segment for an isolated push, push_bundle for a bundle of
-// segments without a dedup window): both leave the same rows behind.
+// The allocation is written twice (push_one for an isolated push, a
+// set-based statement in push_bundle for a bundle of segments without a
+// dedup window; one shape for both measured slower for one of them): both
+// leave the same rows behind.
 func TestAllocationPathsAgree(t *testing.T) {
 	ctx := ctxT(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -275,106 +275,6 @@ WHERE p.name = $1`, part).Scan(&r.last, &r.pending, &r.segs, &r.txns, &r.base, &
 	}
 }
 
-// allocate's contract, called directly: segments of one partition take
-// consecutive ranges in input order, each partition's counter moves once
-// by its total, failures are stored, and bad input writes nothing.
-func TestAllocate(t *testing.T) {
-	ctx := ctxT(t)
-	c := open(t)
-	q := c.Queue("q")
-	for _, p := range []string{"a", "b"} {
-		push(t, q, queen.Item{Partition: p, Data: []byte("first")}) // offset 0 each
-	}
-	s := pgx.Identifier{c.Schema()}.Sanitize()
-	pid := func(name string) int64 {
-		t.Helper()
-		var id int64
-		if err := c.Pool().QueryRow(ctx, `SELECT id FROM `+s+`.partitions WHERE name = $1`, name).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	a, b := pid("a"), pid("b")
-	if a > b {
-		a, b = b, a
-	}
-	h := func(n int) []byte { return make([]byte, 16*n) }
-	blob := []byte{0}
-	call := func(pids []int64, counts []int32, hashes [][]byte, fails []int32) ([]*int64, error) {
-		var out []*int64
-		var failArg any
-		if fails != nil {
-			failArg = fails
-		}
-		blobs := make([][]byte, len(pids))
-		for i := range blobs {
-			blobs[i] = blob
-		}
-		err := c.Pool().QueryRow(ctx, `SELECT bases FROM `+s+`.allocate($1::int8[], $2::int4[], $3::bytea[], $4::bytea[], $5::int4[], clock_timestamp())`,
-			pids, counts, hashes, blobs, failArg).Scan(&out)
-		return out, err
-	}
-	count := func() (n int64) {
-		t.Helper()
-		if err := c.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM `+s+`.segments) + (SELECT count(*) FROM `+s+`.txns)`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := count()
-	got, err := call([]int64{a, a, b}, []int32{2, 3, 1}, [][]byte{h(2), h(3), h(1)}, []int32{0, 4, 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var bases []int64
-	for _, g := range got {
-		if g == nil {
-			t.Fatalf("allocate answered %v", got)
-		}
-		bases = append(bases, *g)
-	}
-	if !slices.Equal(bases, []int64{1, 3, 1}) {
-		t.Fatalf("bases %v, want [1 3 1]", bases)
-	}
-	var lastA, lastB int64
-	var fail int32
-	if err := c.Pool().QueryRow(ctx, `SELECT (SELECT last_offset FROM `+s+`.partitions WHERE id = $1),
-    (SELECT last_offset FROM `+s+`.partitions WHERE id = $2),
-    (SELECT failures FROM `+s+`.segments WHERE partition_id = $1 AND base_offset = 3)`, a, b).Scan(&lastA, &lastB, &fail); err != nil {
-		t.Fatal(err)
-	}
-	if lastA != 5 || lastB != 1 || fail != 4 {
-		t.Fatalf("last offsets %d, %d and failures %d, want 5, 1 and 4", lastA, lastB, fail)
-	}
-	if n := count(); n != before+6 {
-		t.Fatalf("%d rows written, want 6 (three segments and their hash rows)", n-before)
-	}
-
-	before = count()
-	for name, bad := range map[string]func() ([]*int64, error){
-		"descending partitions": func() ([]*int64, error) {
-			return call([]int64{b, a}, []int32{1, 1}, [][]byte{h(1), h(1)}, nil)
-		},
-		"short hash blob": func() ([]*int64, error) {
-			return call([]int64{a}, []int32{2}, [][]byte{h(1)}, nil)
-		},
-		"misaligned arrays": func() ([]*int64, error) {
-			return call([]int64{a, b}, []int32{1}, [][]byte{h(1)}, nil)
-		},
-	} {
-		if _, err := bad(); err == nil {
-			t.Errorf("%s: allocate accepted it", name)
-		}
-	}
-	got, err = call([]int64{-1}, []int32{1}, [][]byte{h(1)}, nil)
-	if err != nil || got != nil {
-		t.Fatalf("allocate to a missing partition answered %v, %v (want NULL)", got, err)
-	}
-	if n := count(); n != before {
-		t.Fatalf("rejected calls wrote %d rows", n-before)
-	}
-}
-
 // created_at is monotone in offset order within a partition (retention and
 // SubscribeFrom rely on it). An isolated push does not lock its partition
 // row ahead of the allocation, so its timestamp must be taken once it holds
@@ -410,7 +310,7 @@ func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
 			}()
 			waitForBlockedStatement(t, c, ".push_segment(")
 			// Another writer of the partition, stamped after the push began.
-			if _, err := tx.Exec(ctx, `SELECT `+s+`.allocate(ARRAY[$1::int8], ARRAY[1], ARRAY[$2::bytea], ARRAY['\x00'::bytea], NULL, clock_timestamp())`,
+			if _, err := tx.Exec(ctx, `SELECT `+s+`.push_one($1::int8, 1, $2::bytea, -1, '\x00'::bytea, 0, clock_timestamp())`,
 				pid, make([]byte, 16)); err != nil {
 				t.Fatal(err)
 			}

@@ -172,12 +172,9 @@ var changedSinceV5 = map[string]string{
 		"timestamp with time zone)": "new: the due prefix of segments or hash rows, deleted, and the start marker moved",
 	"S.retention_step(bigint,integer)":         "decides through retention_due; trims through head_trim",
 	"S.purge_txns_step(bigint,bigint,integer)": "trims through head_trim",
-	// Offsets are handed out in one place, allocate; push_one, push_bundle
-	// and push_segment call it instead of each writing the statement.
-	"S.allocate(bigint[],integer[],bytea[],bytea[],integer[],timestamp with time zone)":                  "new: the one allocator",
-	"S.push_one(bigint,integer,bytea,bigint,bytea,bigint,timestamp with time zone,integer)":              "allocates through allocate",
-	"S.push_bundle(text[],text[],integer[],bytea[],bigint[],bytea[],uuid[],integer[],boolean,integer[])": "allocates through allocate",
-	"S.push_segment(uuid,text,text,integer,bytea,bytea,integer,integer)":                                 "allocates through allocate",
+	// An isolated push is stamped once it holds its partition row.
+	"S.push_one(bigint,integer,bytea,bigint,bytea,bigint,timestamp with time zone,integer)": "p_now NULL: stamped after the row lock",
+	"S.push_segment(uuid,text,text,integer,bytea,bytea,integer,integer)":                    "lets push_one stamp after the row lock",
 }
 
 // Revision 1 of the function layer is the functions as migrations 001-005

@@ -56,106 +56,12 @@ BEGIN
 END
 $$;
 
--- The allocator, the one place offsets are handed out: appends segment i
--- (p_counts[i] messages, its blob, its hashes, the failures its message
--- already carries) to partition p_pids[i], raising the partition's
--- last_offset and marking it pending, and answers the base offsets and
--- created_at stamps in input order. Segments of one partition take
--- consecutive ranges in input order; p_pids is ascending (the lock order),
--- so they are adjacent. created_at is monotone in offset order: a caller
--- holding the rows passes the time it took after locking them; one that
--- does not passes NULL, and each partition's segments are stamped once its
--- row is held (the UPDATE waited for any earlier writer's commit). NULLs
--- mean a partition row is gone and nothing was written for it: callers
--- that do not hold the rows locked allocate one segment at a time.
-CREATE OR REPLACE FUNCTION {{schema}}.allocate(
-    p_pids     bigint[],
-    p_counts   integer[],
-    p_hashes   bytea[],
-    p_blobs    bytea[],
-    -- NULL: none (a fresh push); set when a failed message is re-enqueued.
-    p_failures integer[],
-    p_now      timestamptz,
-    OUT bases   bigint[],
-    OUT created timestamptz[]
-)
-LANGUAGE plpgsql
--- Generic plans, kept to keyed lookups whatever the table sizes were when
--- planned (see push_bundle): one plan serves one segment and a bundle.
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-AS $$
-DECLARE
-    n     integer := coalesce(cardinality(p_pids), 0);
-    v_pre integer[] := '{}';  -- messages of the partition's earlier segments here
-    v_tot integer[] := '{}';  -- on a partition's first segment: all its messages here
-    v_run integer := 1;       -- index of the current partition's first segment
-    i     integer;
-BEGIN
-    IF coalesce(cardinality(p_counts), 0) <> n OR coalesce(cardinality(p_hashes), 0) <> n
-       OR coalesce(cardinality(p_blobs), 0) <> n
-       OR (p_failures IS NOT NULL AND cardinality(p_failures) <> n) THEN
-        RAISE EXCEPTION 'queen: allocate arrays are not aligned';
-    END IF;
-    FOR i IN 1 .. n LOOP
-        -- A stride mismatch would mis-address acks silently: fail loudly.
-        IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
-            RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
-                octet_length(p_hashes[i]), p_counts[i];
-        END IF;
-        IF i > 1 AND p_pids[i] = p_pids[i - 1] THEN
-            v_pre[i] := v_pre[i - 1] + p_counts[i - 1];
-            v_tot[i] := 0;
-            v_tot[v_run] := v_tot[v_run] + p_counts[i];
-        ELSIF i > 1 AND p_pids[i] < p_pids[i - 1] THEN
-            RAISE EXCEPTION 'queen: allocate partitions are not in ascending order';
-        ELSE
-            v_pre[i] := 0;
-            v_tot[i] := p_counts[i];
-            v_run := i;
-        END IF;
-    END LOOP;
-
-    -- One statement for every segment: the partitions' UPDATE (pending =
-    -- true changes nothing, so stays HOT, unless the partition had been
-    -- drained) and one INSERT into each of segments and txns.
-    WITH u AS (
-        UPDATE {{schema}}.partitions p SET
-            last_offset   = p.last_offset + a.tot,
-            last_write_at = CASE WHEN coalesce(p_now, clock_timestamp()) - p.last_write_at > interval '1 second'
-                                 THEN coalesce(p_now, clock_timestamp()) ELSE p.last_write_at END,
-            pending       = true
-        FROM unnest(p_pids, v_pre, v_tot) AS a(pid, pre, tot)
-        WHERE a.pre = 0 AND p.id = a.pid
-        -- RETURNING runs once the row is updated, so after its lock.
-        RETURNING p.id, p.last_offset - a.tot + 1 AS first, coalesce(p_now, clock_timestamp()) AS at
-    ), z AS (
-        SELECT x.o, x.pid, x.cnt, x.blob, x.hash, coalesce(x.fail, 0) AS fail, u.first + x.pre AS base, u.at
-        FROM unnest(p_pids, p_counts, v_pre, p_blobs, p_hashes, p_failures)
-             WITH ORDINALITY AS x(pid, cnt, pre, blob, hash, fail, o)
-        JOIN u ON u.id = x.pid
-    ), s AS (
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT z.pid, z.base, z.base + z.cnt - 1, z.at, z.blob, z.fail FROM z
-    ), t AS (
-        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT z.pid, z.base, z.base + z.cnt - 1, z.at, z.hash FROM z
-    )
-    SELECT array_agg(z.base ORDER BY z.o), array_agg(z.at ORDER BY z.o) INTO bases, created FROM z;
-    IF coalesce(cardinality(bases), 0) <> n THEN
-        bases := NULL;
-        created := NULL;
-    END IF;
-END
-$$;
-
--- One segment through the dedup probe (when the queue has a window) and
--- the allocator. p_now NULL: the caller does not hold the row, and the
--- time is taken once it is held (see allocate). Status 4 (nothing
--- written) when the partition row is gone: only push_segment, which does
--- not lock the row before, can meet that.
+-- The allocator, also marking the partition pending. created_at is
+-- monotone in offset order: a caller holding the row passes the time it
+-- took after locking it; one that does not passes NULL, and the segment is
+-- stamped once the UPDATE holds the row (after any earlier writer
+-- committed). Status 4 (nothing written) when the partition row is gone:
+-- only push_segment, which does not lock the row before, can meet that.
 CREATE OR REPLACE FUNCTION {{schema}}.push_one(
     p_pid       bigint,
     p_count     integer,
@@ -173,10 +79,15 @@ AS $$
 DECLARE
     v_last       bigint;
     v_txns_start bigint;
-    a            record;
     r            {{schema}}.push_result;
 BEGIN
+    -- A stride mismatch would mis-address acks silently: fail loudly.
+    IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
+        RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+            octet_length(p_hashes), p_count;
+    END IF;
     r.partition_id := p_pid;
+
     IF p_window_ms > 0 THEN
         SELECT last_offset, txns_start INTO v_last, v_txns_start
         FROM {{schema}}.partitions WHERE id = p_pid FOR NO KEY UPDATE;
@@ -185,11 +96,6 @@ BEGIN
             RETURN r;
         END IF;
         p_now := coalesce(p_now, clock_timestamp()); -- the row is held now
-        -- The hash blob is checked before it is probed.
-        IF p_count IS NULL OR p_count <= 0 OR octet_length(p_hashes) <> 16 * p_count THEN
-            RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
-                octet_length(p_hashes), p_count;
-        END IF;
         SELECT d.dup_idx, d.dup_off INTO r.dup_idx, r.dup_off
         FROM {{schema}}.dedup_probe(p_pid, p_count, p_hashes, p_verified, v_last, v_txns_start,
                                     p_window_ms, p_now) d;
@@ -198,15 +104,35 @@ BEGIN
             RETURN r;
         END IF;
     END IF;
-    SELECT * INTO a FROM {{schema}}.allocate(ARRAY[p_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
-                                              ARRAY[p_failures], p_now);
-    IF a.bases IS NULL THEN
+
+    -- One statement allocates, marks the partition ready and writes both
+    -- rows. pending = true changes nothing (so stays HOT) unless the
+    -- partition had been drained. RETURNING runs once the row is updated,
+    -- so after its lock.
+    WITH u AS (
+        UPDATE {{schema}}.partitions SET
+            last_offset   = last_offset + p_count,
+            last_write_at = CASE WHEN coalesce(p_now, clock_timestamp()) - last_write_at > interval '1 second'
+                                 THEN coalesce(p_now, clock_timestamp()) ELSE last_write_at END,
+            pending       = true
+        WHERE id = p_pid
+        RETURNING last_offset, coalesce(p_now, clock_timestamp()) AS at
+    ), s AS (
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, u.at, p_blob, p_failures FROM u
+    ), t AS (
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, u.at, p_hashes FROM u
+    )
+    SELECT u.last_offset, u.at INTO v_last, r.created_at FROM u;
+    IF v_last IS NULL THEN
         r.status := 4;
+        r.created_at := NULL;
         RETURN r;
     END IF;
+
     r.status := 0;
-    r.base_offset := a.bases[1];
-    r.created_at := a.created[1];
+    r.base_offset := v_last - p_count + 1;
     RETURN r;
 END
 $$;
@@ -244,8 +170,7 @@ LANGUAGE plpgsql
 -- covers push_one, called from here. A generic plan is cached for the life
 -- of the connection, possibly while partitions is small: the planner is
 -- denied the scans and joins that walk a whole table (as in pop), so the
--- resolve below stays a keyed lookup per partition (allocate says the
--- same for itself).
+-- set-based allocator below stays a keyed lookup per partition.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_hashjoin = off
@@ -264,12 +189,6 @@ DECLARE
     r       {{schema}}.push_result;
     i       integer;
     v_fast  integer[] := '{}';
-    -- The v_fast segments' partitions, counts, hashes and blobs.
-    v_fpid  bigint[] := '{}';
-    v_fcnt  integer[] := '{}';
-    v_fhash bytea[] := '{}';
-    v_fblob bytea[] := '{}';
-    v_bases bigint[];
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -365,25 +284,58 @@ BEGIN
             r.ord := i;
             v_res[i] := r;
         ELSE
+            -- push_one's stride check, for the set-based path below.
+            IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
+                RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                    octet_length(p_hashes[i]), p_counts[i];
+            END IF;
             v_fast := v_fast || i;
-            v_fpid := v_fpid || v_pids[i];
-            v_fcnt := v_fcnt || p_counts[i];
-            v_fhash := v_fhash || p_hashes[i];
-            v_fblob := v_fblob || p_blobs[i];
         END IF;
     END LOOP;
 
-    -- Segments with no dedup window (nothing to probe) are allocated in one
-    -- call. v_fast follows v_order, ascending partition id, so a partition
-    -- listed twice (Client.Tx) has its segments adjacent, in input order.
-    IF cardinality(v_fast) > 0 THEN
-        v_bases := ({{schema}}.allocate(v_fpid, v_fcnt, v_fhash, v_fblob, NULL, v_now)).bases;
-        IF v_bases IS NULL THEN
-            -- Impossible while the rows are locked; never answer a guess.
-            RAISE EXCEPTION 'queen: push_bundle lost a locked partition';
-        END IF;
-        FOR i IN 1 .. cardinality(v_fast) LOOP
-            v_res[v_fast[i]] := ROW(v_fast[i], 0, v_pids[v_fast[i]], v_bases[i], v_now, NULL, NULL);
+    -- Segments with no dedup window (nothing to probe) are allocated all at
+    -- once: one UPDATE of their partitions and one INSERT into each of
+    -- segments and txns, instead of one push_one statement per segment. It
+    -- is push_one's allocation; keep the two in step. A partition listed
+    -- twice (Client.Tx) is bumped once by the sum of its counts, and its
+    -- segments take consecutive ranges in input order.
+    IF cardinality(v_fast) = 1 THEN
+        -- One segment: push_one's single statement is cheaper than the CTE.
+        i := v_fast[1];
+        r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                 p_blobs[i], 0, v_now);
+        r.ord := i;
+        v_res[i] := r;
+    ELSIF cardinality(v_fast) > 1 THEN
+        FOR rec IN
+            WITH x AS (
+                SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
+                       sum(p_counts[f.o]) OVER (PARTITION BY v_pids[f.o] ORDER BY f.o) AS upto
+                FROM unnest(v_fast) AS f(o)
+            ), a AS (
+                SELECT x.pid, sum(x.cnt) AS tot FROM x GROUP BY x.pid
+            ), u AS (
+                UPDATE {{schema}}.partitions p SET
+                    last_offset   = p.last_offset + a.tot,
+                    last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                         THEN v_now ELSE p.last_write_at END,
+                    pending       = true
+                FROM a
+                WHERE p.id = a.pid
+                RETURNING p.id, p.last_offset - a.tot AS before
+            ), z AS (
+                SELECT x.o, x.pid, x.cnt, u.before + x.upto AS last
+                FROM x JOIN u ON u.id = x.pid
+            ), s AS (
+                INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_blobs[z.o], 0 FROM z
+            ), t AS (
+                INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_hashes[z.o] FROM z
+            )
+            SELECT z.o, z.pid, z.last - z.cnt + 1 AS base FROM z
+        LOOP
+            v_res[rec.o] := ROW(rec.o, 0, rec.pid, rec.base, v_now, NULL, NULL);
         END LOOP;
     END IF;
 
@@ -400,15 +352,14 @@ $$;
 -- One segment to a partition the client has committed to before: the idle
 -- push. push_bundle's arrays, provisioning and loops cost an isolated push
 -- more than its commit; this resolves the one partition in one statement
--- and allocates (through push_one's probe when the queue has a dedup
--- window). It answers status 4, writing nothing, when
+-- and allocates with push_one. It answers status 4, writing nothing, when
 -- push_bundle's extra work is needed: the partition does not exist (new,
 -- or purged since) or the segment is the first keyed one of its queue
 -- (which marks the queue keyed). Verdicts 0-3 are push_bundle's.
--- The row is not locked ahead: allocate's UPDATE locks it (and without a
+-- The row is not locked ahead: push_one's UPDATE locks it (and without a
 -- dedup window nothing is read before), which saves a lock record per push
 -- (~60 us of an isolated push's latency). A partition deleted in between
--- makes allocate write nothing, answered as 4.
+-- makes push_one answer 4.
 CREATE OR REPLACE FUNCTION {{schema}}.push_segment(
     p_tenant    uuid,
     p_queue     text,
@@ -427,7 +378,6 @@ DECLARE
     v_enc   boolean;
     v_lanes integer;
     v_keyed boolean;
-    a       record;
     r       {{schema}}.push_result;
 BEGIN
     -- Written like push_bundle's resolve (a subquery with both keys), for
@@ -453,23 +403,9 @@ BEGIN
         r.status := 3;
         RETURN r;
     END IF;
-    -- NULL time: stamped once the row is held (see allocate).
-    IF v_win > 0 THEN
-        r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, NULL);
-        r.ord := 1;
-        RETURN r;
-    END IF;
-    -- No probe: allocate directly (push_one's nested call costs an
-    -- isolated push ~10 us).
-    SELECT * INTO a FROM {{schema}}.allocate(ARRAY[v_pid], ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob],
-                                              NULL, NULL);
-    IF a.bases IS NULL THEN
-        r.status := 4;
-        RETURN r;
-    END IF;
-    r.status := 0;
-    r.base_offset := a.bases[1];
-    r.created_at := a.created[1];
+    -- NULL time: stamped once the row is held (see push_one).
+    r := {{schema}}.push_one(v_pid, p_count, p_hashes, -1, p_blob, v_win, NULL);
+    r.ord := 1;
     RETURN r;
 END
 $$;
