@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/internal/pgtest"
-	"github.com/e03140bc/queen/sqlschema"
 )
 
 // retention_step and purge_txns_step trim the head of a partition the same
@@ -22,12 +21,7 @@ import (
 // p_max rows per call, the start marker moves past the last row deleted,
 // and the count is returned. A partition someone holds is skipped.
 func TestHeadTrimSteps(t *testing.T) {
-	ctx := ctxT(t)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migrated(t)
 	s := pgx.Identifier{schema}.Sanitize()
 	hour := time.Hour.Milliseconds()
 
@@ -186,12 +180,7 @@ INSERT INTO `+s+`.partitions (queue_id, name, last_offset) SELECT id, 'p', $2 FR
 // both tables reads no more than a query per table. Nothing is sorted or
 // read by a sequential scan.
 func TestHeadTrimPlan(t *testing.T) {
-	ctx := ctxT(t)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migrated(t)
 	s := pgx.Identifier{schema}.Sanitize()
 	// A few partitions with a backlog each, analyzed, as a live schema.
 	if _, err := pool.Exec(ctx, `WITH q AS (

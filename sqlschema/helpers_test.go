@@ -1,10 +1,12 @@
 package sqlschema_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen/internal/pgtest"
 	"github.com/e03140bc/queen/sqlschema"
@@ -12,12 +14,7 @@ import (
 
 // The helpers that hold one rule each for several callers, called directly.
 func TestSharedRuleHelpers(t *testing.T) {
-	ctx := ctxT(t)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migrated(t)
 	s := pgx.Identifier{schema}.Sanitize()
 
 	t.Run("lag_messages", func(t *testing.T) {
@@ -167,3 +164,16 @@ SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = '
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// migrated is a context, the shared pool and a fresh schema with every
+// migration and the function layer applied.
+func migrated(t *testing.T) (context.Context, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx := ctxT(t)
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pool, schema
+}

@@ -93,6 +93,19 @@ BEGIN
 END
 $$;
 
+-- The segments the previous release's settle and settle_keyed pass on:
+-- per input, a failure's (action 1) built from its fields, NULL otherwise.
+CREATE OR REPLACE FUNCTION {{schema}}.raw_segments(p_act smallint[], p_ids uuid[], p_flags integer[],
+                                                 p_txns text[], p_payloads bytea[], p_keys text[],
+                                                 p_headers bytea[])
+RETURNS bytea[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY(SELECT CASE WHEN x.act = 1 THEN {{schema}}.raw_segment(x.id, x.fl, x.txn, x.pl, x.k, x.h) END
+                 FROM unnest(p_act, p_ids, p_flags, p_txns, p_payloads, p_keys, p_headers)
+                      WITH ORDINALITY AS x(act, id, fl, txn, pl, k, h, o)
+                 ORDER BY x.o)
+$$;
+
 -- The previous release's settle: settle_v2 with each failure's segment
 -- (p_act 1) built here from its fields, NULL for the other actions.
 CREATE OR REPLACE FUNCTION {{schema}}.settle(
@@ -116,10 +129,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY SELECT * FROM {{schema}}.settle_v2(p_pids, p_groups, p_leases, p_ok, p_act, p_act_off, p_release,
         p_reasons, p_dl_ids, p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers,
-        ARRAY(SELECT CASE WHEN x.act = 1 THEN {{schema}}.raw_segment(x.id, x.fl, x.txn, x.pl, x.k, x.h) END
-              FROM unnest(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers)
-                   WITH ORDINALITY AS x(act, id, fl, txn, pl, k, h, o)
-              ORDER BY x.o));
+        {{schema}}.raw_segments(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers));
 END
 $$;
 
@@ -145,10 +155,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY SELECT * FROM {{schema}}.settle_keyed_v2(p_pids, p_groups, p_leases, p_offs, p_act, p_release,
         p_reasons, p_dl_ids, p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers,
-        ARRAY(SELECT CASE WHEN x.act = 1 THEN {{schema}}.raw_segment(x.id, x.fl, x.txn, x.pl, x.k, x.h) END
-              FROM unnest(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers)
-                   WITH ORDINALITY AS x(act, id, fl, txn, pl, k, h, o)
-              ORDER BY x.o));
+        {{schema}}.raw_segments(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers));
 END
 $$;
 
