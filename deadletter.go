@@ -8,6 +8,7 @@ import (
 	"github.com/gofrs/uuid/v5"
 
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // DeadLetterQuery filters and pages Queue.DeadLetters. The zero value lists
@@ -29,6 +30,10 @@ type DeadLetterQuery struct {
 	After int64
 	// Limit is the page size. Defaults to 100; at most 10,000.
 	Limit int
+	// IDs keeps only these dead letters (DeadLetter.ID), for acting on
+	// exactly the ones a listing showed; an empty, non-nil list keeps none.
+	// Defaults to nil: every one.
+	IDs []int64
 }
 
 // DeadLetter is a message that was dead-lettered, with a snapshot of its
@@ -85,7 +90,8 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 	}
 	o.Limit = o.limit()
 	part, since, until := o.filters()
-	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part, since, until, o.After, o.Limit)
+	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, stmt.Args(e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part,
+		since, until, o.After, o.Limit, o.IDs)...)
 	if err != nil {
 		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 	}

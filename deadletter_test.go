@@ -75,3 +75,49 @@ func TestDeadLettersQuery(t *testing.T) {
 		t.Fatalf("after segments are gone: %+v, %v", again, err)
 	}
 }
+
+// DeadLetterQuery.IDs keeps exactly the dead letters named, with the other
+// filters, for listing and for requeueing.
+func TestDeadLetterQueryIDs(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t)
+	q := c.Queue("q")
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		push(t, q, queen.Item{Partition: p, Data: []byte(p)})
+	}
+	for range 3 {
+		msgs, err := q.Pop(ctx, queen.PopOptions{Wait: 5 * time.Second})
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("pop: %d, %v", len(msgs), err)
+		}
+		if err := msgs[0].DeadLetter(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(all) != 3 {
+		t.Fatalf("dead letters: %d, %v", len(all), err)
+	}
+	ids := []int64{all[0].ID, all[2].ID}
+	got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{IDs: ids})
+	if err != nil || len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[1] {
+		t.Fatalf("IDs %v listed %v, %v", ids, got, err)
+	}
+	if got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{IDs: ids, Partition: all[2].Partition}); err != nil || len(got) != 1 || got[0].ID != ids[1] {
+		t.Fatalf("IDs with a partition listed %v, %v", got, err)
+	}
+	if got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{IDs: []int64{}}); err != nil || len(got) != 0 {
+		t.Fatalf("an empty IDs list listed %v, %v (want none)", got, err)
+	}
+	n, err := q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{IDs: []int64{all[1].ID}})
+	if err != nil || n != 1 {
+		t.Fatalf("requeue by id: %d, %v", n, err)
+	}
+	left, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(left) != 2 || left[0].ID != all[0].ID || left[1].ID != all[2].ID {
+		t.Fatalf("left %v, %v", left, err)
+	}
+}

@@ -222,8 +222,8 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
 	part, since, until := o.filters()
-	rows, err := e.pool.Query(ctx, e.csql.RequeueCandidates, q.c.tenant, q.name, o.Groups, part, since, until,
-		o.After, o.Limit, enc)
+	rows, err := e.pool.Query(ctx, e.csql.RequeueCandidates, stmt.Args(e.csql.RequeueCandidates, q.c.tenant, q.name,
+		o.Groups, part, since, until, o.After, o.Limit, enc, o.IDs)...)
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}

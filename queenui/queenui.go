@@ -498,18 +498,16 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 
 // deadLetter finds dead letter id of q, nil if it is not there.
 func (h *handler) deadLetter(ctx context.Context, q *queen.Queue, id int64) (*queen.DeadLetter, error) {
-	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{After: id - 1, Limit: 1})
-	if err != nil || len(dls) == 0 || dls[0].ID != id {
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{IDs: []int64{id}, Limit: 1})
+	if err != nil || len(dls) == 0 {
 		return nil, err
 	}
 	return &dls[0], nil
 }
 
-// exactly narrows a query to d as far as DeadLetterQuery can: its
-// partition, group and dead-letter time, from its id on, one at most.
+// exactly narrows a query to d alone.
 func exactly(d *queen.DeadLetter) queen.DeadLetterQuery {
-	return queen.DeadLetterQuery{Groups: []string{d.Group}, Partition: d.Partition, Since: d.DeadAt,
-		Until: d.DeadAt.Add(time.Microsecond), After: d.ID - 1, Limit: 1}
+	return queen.DeadLetterQuery{IDs: []int64{d.ID}, Limit: 1}
 }
 
 // countMax bounds the count the confirmation of "replay all" shows.

@@ -14,6 +14,7 @@ WHERE q.tenant = $1 AND q.name = $2
   AND ($5::timestamptz IS NULL OR d.created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR d.created_at < $6::timestamptz)
   AND d.id > $7
+  AND ($9::int8[] IS NULL OR d.id = ANY ($9::int8[]))
 ORDER BY d.id
 LIMIT $8
 
@@ -28,6 +29,7 @@ WHERE q.tenant = $1 AND q.name = $2
   AND ($5::timestamptz IS NULL OR d.created_at >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR d.created_at < $6::timestamptz)
   AND d.id > $7
+  AND ($10::int8[] IS NULL OR d.id = ANY ($10::int8[]))
 ORDER BY d.id
 LIMIT $8
 
