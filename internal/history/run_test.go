@@ -76,6 +76,11 @@ func TestHistory(t *testing.T) {
 				(&run{t: t, seed: seed, cl: cl, dur: dur, children: children}).main()
 			})
 		}
+		// A run too short for most groups to pop: the final drain is their
+		// first contact and must join each with its own subscription.
+		t.Run("short", func(t *testing.T) {
+			(&run{t: t, seed: 1, cl: cl, dur: 300 * time.Millisecond, children: children}).main()
+		})
 		return
 	}
 	// A soak: rounds of at most soakRound on fresh schemas (bounded memory
@@ -384,9 +389,15 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 				if time.Now().After(deadline) {
 					r.t.Fatalf("final drain of %s/%q did not end", qs.name, g)
 				}
-				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second, Subscription: queen.SubscribeNew}
-				if g == fromGroup {
+				// Each group's own subscription, as its workers pop: it
+				// decides where a group that never popped during the run
+				// starts (a group that reads everything must not join new).
+				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second}
+				switch {
+				case g == fromGroup:
 					o.Subscription = queen.SubscribeFrom(r.from)
+				case slices.Contains(lateGroups, g):
+					o.Subscription = queen.SubscribeNew
 				}
 				msgs := recordPop(ctx, r.rec, "final", q, o)
 				if len(msgs) == 0 {
