@@ -235,7 +235,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			e.forgetMeta(sp.batch.Key.Tenant, sp.batch.Key.Queue)
 			if e.aead == nil {
 				for _, it := range sp.batch.Items {
-					resolveFailed(it, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, sp.batch.Key.Queue))
+					resolveFailed(it, errNoKey(sp.batch.Key.Queue))
 				}
 				continue
 			}

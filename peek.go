@@ -67,18 +67,9 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 	if o.Limit > MaxBatch {
 		return nil, fmt.Errorf("queen: PeekOptions.Limit %d exceeds MaxBatch (%d)", o.Limit, MaxBatch)
 	}
-	if e.aead == nil {
-		// As Pop: say why at once rather than fail on the first message.
-		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
-		if err != nil {
-			if e.isClosed() {
-				return nil, ErrClosed
-			}
-			return nil, err
-		}
-		if meta.encryption {
-			return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
-		}
+	// As Pop: say why at once rather than fail on the first message.
+	if err := q.refuseWithoutKey(ctx); err != nil {
+		return nil, err
 	}
 	var part *string
 	if o.Partition != "" {

@@ -76,19 +76,10 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 			msgs[0].meter().consumed(ctx, len(msgs), true)
 		}
 	}()
-	if e.aead == nil {
-		// Fail before claiming: a client without a key would otherwise
-		// dead-letter every message it takes (see deadLetterUndecodable).
-		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
-		if err != nil {
-			if e.isClosed() {
-				return nil, ErrClosed
-			}
-			return nil, err
-		}
-		if meta.encryption {
-			return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
-		}
+	// Fail before claiming: a client without a key would otherwise
+	// dead-letter every message it takes (see deadLetterUndecodable).
+	if err := q.refuseWithoutKey(ctx); err != nil {
+		return nil, err
 	}
 	if o.Wait <= 0 {
 		return q.popOnce(ctx, &o, nil)

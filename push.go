@@ -373,7 +373,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	}
 	if meta.encryption && e.aead == nil {
 		b.release()
-		return nil, fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, q.name)
+		return nil, errNoKey(q.name)
 	}
 	if err := e.refuseUnreplayable(ctx, q.c.tenant, q.name, meta); err != nil {
 		b.release()

@@ -160,7 +160,7 @@ func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue
 		d.encMu.Unlock()
 	}
 	if c.encrypted {
-		return fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, queue)
+		return errNoKey(queue)
 	}
 	return nil
 }
