@@ -134,6 +134,8 @@ UNION ALL SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c WHERE c.relnam
 // version 5 exactly; every entry here must really differ, so the list
 // cannot go stale.
 var changedSinceV5 = map[string]string{
+	// Listing and requeueing dead letters select through one function.
+	"S.dead_letters_page(uuid,text,text[],text,timestamp with time zone,timestamp with time zone,bigint,integer,bigint[])": "new: a DeadLetterQuery's page",
 	// The previous release's settle and settle_keyed build their
 	// failures' segments through one helper.
 	"S.raw_segments(smallint[],uuid[],integer[],text[],bytea[],text[],bytea[])": "new: the previous release's re-enqueue segments",

@@ -43,7 +43,7 @@ type Consume struct {
 	Status string
 	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
 	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
-	// until, $7 after id, $8 limit.
+	// until, $7 after id, $8 limit, $9 ids (NULL = all).
 	DeadLetters string
 	// Peek reads segments without a lease or a cursor: ($1 tenant, $2
 	// queue), $3 partition (NULL = all), $4 the first offset, $5 the most
@@ -55,7 +55,8 @@ type Consume struct {
 	// missing; Resume deletes the pause and returns a row if there was one.
 	Pause  string
 	Resume string
-	// RequeueCandidates pages dead letters like DeadLetters ($1..$8) for a
+	// RequeueCandidates pages dead letters like DeadLetters ($1..$8, $10
+	// ids) for a
 	// requeue: id, transaction id, whether it needs sealing (($9) the queue
 	// is encrypted and the dead letter is not), stored payload, partition,
 	// message id, key, headers and flags: what its re-enqueue segment

@@ -16,6 +16,31 @@ BEGIN
 END
 $$;
 
+-- One page of the dead letters of queue (p_tenant, p_queue) that a
+-- DeadLetterQuery selects, in id order: groups p_groups, partition
+-- p_partition, stored in [p_since, p_until), ids above p_after and in
+-- p_ids, at most p_limit (a NULL filter selects all). Listing and
+-- requeueing select through it; plain SQL, so it is inlined into each.
+CREATE OR REPLACE FUNCTION {{schema}}.dead_letters_page(p_tenant uuid, p_queue text, p_groups text[],
+                                                      p_partition text, p_since timestamptz,
+                                                      p_until timestamptz, p_after bigint, p_limit integer,
+                                                      p_ids bigint[])
+RETURNS SETOF {{schema}}.dead_letters
+LANGUAGE sql STABLE AS $$
+    SELECT d.*
+    FROM {{schema}}.dead_letters d
+    JOIN {{schema}}.queues q ON q.id = d.queue_id
+    WHERE q.tenant = p_tenant AND q.name = p_queue
+      AND (p_groups IS NULL OR d.group_name = ANY (p_groups))
+      AND (p_partition IS NULL OR d.partition_name = p_partition)
+      AND (p_since IS NULL OR d.created_at >= p_since)
+      AND (p_until IS NULL OR d.created_at < p_until)
+      AND d.id > p_after
+      AND (p_ids IS NULL OR d.id = ANY (p_ids))
+    ORDER BY d.id
+    LIMIT p_limit
+$$;
+
 -- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
 -- of its partition (by name: a partition forgotten since is created again)
 -- as p_blobs[i], a segment of its own that the client built from the dead

@@ -79,8 +79,8 @@ CREATE OR REPLACE FUNCTION {{schema}}.pop(
     p_part_batch integer
 ) RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
--- Array-driven statements would otherwise be re-planned on every call (as
--- in 003). Every statement here is a keyed lookup or a walk of the pending
+-- Array-driven statements would otherwise be re-planned on every call.
+-- Every statement here is a keyed lookup or a walk of the pending
 -- index, never a scan.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
