@@ -406,9 +406,17 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	s.bundle.Known = p.known.all(s.segs)
 	var v []alloc.Verdict
 	if s.bundle.Known && s.bundle.Len() == 1 {
-		// An isolated push: one segment to a partition already written to
-		// takes the single-segment statement, half push_bundle's server time.
-		v, err = s.bundle.PushSegment(ctx, conn, e.sql.PushSegment, s.verdicts)
+		// An isolated push: one segment to a partition already written to.
+		// Without a dedup window it is one plain statement; with one (or
+		// when the queue's settings are not cached) the single-segment
+		// function, half push_bundle's server time. Either may leave it to
+		// push_bundle, which gives every other verdict.
+		k := s.segs[0].batch.Key
+		if m, ok := e.meta.lookup(metaKey{k.Tenant, k.Queue}); ok && !m.dedup && e.sql.AppendSegment != "" {
+			v, err = s.bundle.AppendSegment(ctx, conn, e.sql.AppendSegment, s.verdicts)
+		} else {
+			v, err = s.bundle.PushSegment(ctx, conn, e.sql.PushSegment, s.verdicts)
+		}
 		if err == nil && v[0].Status == alloc.NeedsBundle {
 			v = nil
 		}

@@ -26,12 +26,22 @@ type pushLog struct {
 func (l *pushLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	for _, fn := range []string{"push_segment", "push_bundle"} {
 		if strings.Contains(d.SQL, "."+fn+"(") {
-			l.mu.Lock()
-			l.calls = append(l.calls, fn)
-			l.mu.Unlock()
+			l.add(fn)
 		}
 	}
+	if strings.Contains(d.SQL, appendSegmentMark) {
+		l.add("append_segment")
+	}
 	return ctx
+}
+
+// appendSegmentMark is text only the AppendSegment statement has.
+const appendSegmentMark = "qq.dedup_window_ms = 0"
+
+func (l *pushLog) add(call string) {
+	l.mu.Lock()
+	l.calls = append(l.calls, call)
+	l.mu.Unlock()
 }
 
 func (*pushLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -46,10 +56,11 @@ func (l *pushLog) take() string {
 }
 
 // An isolated push to a partition the client wrote to before is one
-// push_segment call, and every verdict the bundle path gives comes out of
-// it the same: queued, duplicate, encryption switched on since the client
-// looked, lanes changed, and the queue's first keyed message, which only
-// push_bundle may store.
+// statement: AppendSegment for a queue without a dedup window, a
+// push_segment call for one with. Every verdict the bundle path gives
+// comes out of it the same: queued, duplicate, encryption switched on since
+// the client looked, lanes changed, and the queue's first keyed message,
+// which only push_bundle may store.
 func TestIsolatedPushVerdicts(t *testing.T) {
 	ctx := ctxT(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -89,7 +100,7 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 	if r := one(q, queen.Item{Partition: "p", Data: []byte("b")}); r.Status != queen.Queued || r.Offset != 1 {
 		t.Fatalf("second push: %+v", r)
 	}
-	want("queued", "push_segment")
+	want("queued", "append_segment")
 
 	dq := configure(t, c1, "dedup", queen.QueueOptions{DedupWindow: 60e9})
 	first := one(dq, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("a")})
@@ -106,7 +117,9 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 	if r := one(eq, queen.Item{Partition: "p", Data: []byte("secret")}); r.Status != queen.Queued || r.Offset != 1 {
 		t.Fatalf("push after encryption was switched on: %+v", r)
 	}
-	want("encryption switched on", "push_segment,push_segment")
+	// AppendSegment declines the plaintext segment, push_bundle answers
+	// EncryptionRequired, and the sealed one goes again.
+	want("encryption switched on", "append_segment,push_bundle,push_segment")
 	var stored []byte
 	if err := c1.Pool().QueryRow(ctx, "SELECT blob FROM "+pgx.Identifier{c1.Schema(), "segments"}.Sanitize()+
 		" s JOIN "+pgx.Identifier{c1.Schema(), "partitions"}.Sanitize()+" p ON p.id = s.partition_id"+
@@ -118,22 +131,22 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 		t.Fatal("the message pushed after encryption was switched on is stored in plaintext")
 	}
 
-	// The first keyed message marks its queue keyed: push_segment leaves it
-	// to push_bundle, even on a known partition.
+	// The first keyed message marks its queue keyed: AppendSegment leaves
+	// it to push_bundle, even on a known partition.
 	kq := c1.Queue("keyed")
 	one(kq, queen.Item{Partition: "lane-33", Data: []byte("unkeyed")})
 	log.take()
 	if r := one(kq, queen.Item{Key: "customer-42", Data: []byte("k")}); r.Status != queen.Queued || r.Partition != "lane-33" {
 		t.Fatalf("first keyed push: %+v", r)
 	}
-	want("first keyed", "push_segment,push_bundle")
+	want("first keyed", "append_segment,push_bundle")
 	if err := c2.Queue("keyed").Configure(ctx, queen.QueueOptions{Lanes: 8}); !errors.Is(err, queen.ErrLanesFixed) {
 		t.Fatalf("Configure after the first keyed push: %v, want ErrLanesFixed", err)
 	}
 	if r := one(kq, queen.Item{Key: "customer-42", Data: []byte("k2")}); r.Status != queen.Queued || r.Offset != 2 {
 		t.Fatalf("second keyed push: %+v", r)
 	}
-	want("keyed", "push_segment")
+	want("keyed", "append_segment")
 
 	// Lanes changed while c1 held a stale count: c2 set 8 and stored a
 	// keyed message, fixing it; c1 routes customer-42 to lane-33 of 64, a
@@ -146,8 +159,8 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 	if r := one(lq, queen.Item{Key: "customer-42", Data: []byte("k")}); r.Status != queen.Queued || r.Partition != "lane-1" {
 		t.Fatalf("push with a stale lane count: %+v, want Queued to lane-1", r)
 	}
-	if got := log.take(); !strings.HasPrefix(got, "push_segment,") {
-		t.Fatalf("stale lanes: push statements %q, want push_segment first", got)
+	if got := log.take(); !strings.HasPrefix(got, "append_segment,push_bundle,") {
+		t.Fatalf("stale lanes: push statements %q, want append_segment, then push_bundle first", got)
 	}
 }
 
@@ -155,53 +168,59 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 // for its row: the push must not report Queued for a message it did not
 // store. It lands in the partition created again under the same name.
 func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
-	ctx := ctxT(t)
-	c := open(t)
-	q := c.Queue("q")
-	push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
+	for _, window := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("window %v", window), func(t *testing.T) {
+			ctx := ctxT(t)
+			c := open(t)
+			q := configure(t, c, "q", queen.QueueOptions{DedupWindow: window})
+			push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
 
-	tx, err := c.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = 'p'"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan queen.PushResult, 1)
-	go func() {
-		res, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("raced")}})
-		if err != nil {
-			t.Error(err)
-			close(done)
-			return
-		}
-		done <- res[0]
-	}()
-	waitForBlockedStatement(t, c, ".push_")
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, ok := <-done
-	if !ok {
-		return
-	}
-	if r.Status != queen.Queued {
-		t.Fatalf("%+v, want Queued", r)
-	}
-	msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != 1 || string(msgs[0].Data) != "raced" || msgs[0].Offset != r.Offset {
-		t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), r.Offset)
+			tx, err := c.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = 'p'"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan queen.PushResult, 1)
+			go func() {
+				res, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("raced")}})
+				if err != nil {
+					t.Error(err)
+					close(done)
+					return
+				}
+				done <- res[0]
+			}()
+			// AppendSegment without a window, push_segment with one.
+			waitForBlockedStatement(t, c, map[bool]string{false: appendSegmentMark, true: ".push_segment("}[window > 0])
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r, ok := <-done
+			if !ok {
+				return
+			}
+			if r.Status != queen.Queued {
+				t.Fatalf("%+v, want Queued", r)
+			}
+			msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: "p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) != 1 || string(msgs[0].Data) != "raced" || msgs[0].Offset != r.Offset {
+				t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), r.Offset)
+			}
+		})
 	}
 }
 
-// The allocation is written twice (push_one for an isolated push, a
+// The allocation is written three times (the AppendSegment statement for an
+// isolated push without a dedup window, push_one for one with a window, a
 // set-based statement in push_bundle for a bundle of segments without a
-// dedup window; one shape for both measured slower for one of them): both
-// leave the same rows behind.
+// window; one shape for all measured slower for some of them): all leave
+// the same rows behind.
 func TestAllocationPathsAgree(t *testing.T) {
 	ctx := ctxT(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -220,6 +239,8 @@ func TestAllocationPathsAgree(t *testing.T) {
 	for _, p := range []string{"bundled-a", "bundled-b", "alone"} {
 		push(t, q, queen.Item{Partition: p, Data: []byte("first")}) // known from now on
 	}
+	wq := configure(t, c, "w", queen.QueueOptions{DedupWindow: time.Hour})
+	push(t, wq, queen.Item{Partition: "windowed", Data: []byte("first")})
 	log.take()
 	// Two partitions in one PushTx: one bundle of two segments (set-based).
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -234,11 +255,18 @@ func TestAllocationPathsAgree(t *testing.T) {
 	if got := log.take(); got != "push_bundle" {
 		t.Fatalf("a two-partition PushTx ran %q, want one push_bundle", got)
 	}
-	// One partition: push_segment, that is push_one.
+	// One partition: AppendSegment.
 	push(t, q, queen.Item{Partition: "alone", Data: []byte("x"), TransactionID: "t1"},
 		queen.Item{Partition: "alone", Data: []byte("y"), TransactionID: "t2"})
+	if got := log.take(); got != "append_segment" {
+		t.Fatalf("a one-partition push ran %q, want one AppendSegment", got)
+	}
+	// One partition of a queue with a dedup window: push_segment, that is
+	// push_one.
+	push(t, wq, queen.Item{Partition: "windowed", Data: []byte("x"), TransactionID: "t1"},
+		queen.Item{Partition: "windowed", Data: []byte("y"), TransactionID: "t2"})
 	if got := log.take(); got != "push_segment" {
-		t.Fatalf("a one-partition push ran %q, want one push_segment", got)
+		t.Fatalf("a one-partition push to a queue with a dedup window ran %q, want one push_segment", got)
 	}
 	type row struct {
 		last           int64
@@ -265,10 +293,10 @@ WHERE p.name = $1`, part).Scan(&r.last, &r.pending, &r.segs, &r.txns, &r.base, &
 		}
 		return r
 	}
-	bundled, alone := read("bundled-a"), read("alone")
+	bundled, alone, windowed := read("bundled-a"), read("alone"), read("windowed")
 	want := row{last: 2, pending: true, segs: 2, txns: 2, base: 1, end: 2, n16: 2}
-	if bundled != want || alone != want {
-		t.Fatalf("bundled %+v, alone %+v, want both %+v", bundled, alone, want)
+	if bundled != want || alone != want || windowed != want {
+		t.Fatalf("bundled %+v, alone %+v, windowed %+v, want all %+v", bundled, alone, windowed, want)
 	}
 	if b := read("bundled-b"); b.last != 1 || b.end != 1 || b.n16 != 1 {
 		t.Fatalf("bundled-b %+v", b)
@@ -308,7 +336,8 @@ func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
 				_, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("waited")}})
 				done <- err
 			}()
-			waitForBlockedStatement(t, c, ".push_segment(")
+			// AppendSegment without a window, push_segment with one.
+			waitForBlockedStatement(t, c, map[bool]string{false: appendSegmentMark, true: ".push_segment("}[window > 0])
 			// Another writer of the partition, stamped after the push began.
 			if _, err := tx.Exec(ctx, `SELECT `+s+`.push_one($1::int8, 1, $2::bytea, -1, '\x00'::bytea, 0, clock_timestamp())`,
 				pid, make([]byte, 16)); err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // Queue is a cheap handle on one queue of the client's tenant. Creating it
@@ -212,6 +214,7 @@ func (q *Queue) Delete(ctx context.Context) error {
 type queueMeta struct {
 	encryption bool
 	lanes      int32     // the queue's lane count; DefaultLanes for a queue not created yet
+	dedup      bool      // the queue has a dedup window
 	fetched    time.Time // when it was read from the database
 }
 
@@ -390,9 +393,9 @@ func (e *engine) readMeta(k metaKey) *metaRead {
 	gen := c.gen
 	go func() {
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
-		var enc bool
+		var enc, dedup bool
 		lanes := int32(DefaultLanes)
-		err := e.pool.QueryRow(ctx, e.sql.QueueMeta, k.tenant, k.name).Scan(&enc, &lanes)
+		err := stmt.ScanRow(ctx, e.pool, e.sql.QueueMeta, []any{k.tenant, k.name}, &enc, &lanes, &dedup)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Not created yet: its first push creates it unencrypted, with
@@ -402,7 +405,7 @@ func (e *engine) readMeta(k metaKey) *metaRead {
 		if err != nil {
 			r.err = fmt.Errorf("queen: read queue %q: %w", k.name, err)
 		} else {
-			r.m = queueMeta{encryption: enc, lanes: lanes, fetched: time.Now()}
+			r.m = queueMeta{encryption: enc, lanes: lanes, dedup: dedup, fetched: time.Now()}
 		}
 		c.mu.Lock()
 		if c.reads[k] == r {

@@ -3,6 +3,7 @@ package queen_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,6 +28,23 @@ func waitForBlockedStatement(t testing.TB, c *queen.Client, what string) {
 	})
 }
 
+// waitForBlockedPush waits until a push statement of any kind (see
+// containsBundle) waits for a lock.
+func waitForBlockedPush(t testing.TB, c *queen.Client) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "a push statement blocked on a lock", func() bool {
+		rows, err := c.Pool().Query(context.Background(), "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(qs, containsBundle)
+	})
+}
+
 // TestCloseReturnsWithinContextDuringReplay: Close gives up at its context
 // even while the drain is replaying into a partition that is locked for
 // longer than the statement timeout; the record is stored once, by this
@@ -48,7 +66,7 @@ func TestCloseReturnsWithinContextDuringReplay(t *testing.T) {
 	}
 	release := lockPartition(t, c, "p")
 	setMaintenance(t, c, false)
-	waitForBlockedStatement(t, c, ".push_") // push_bundle or push_segment
+	waitForBlockedPush(t, c)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -178,7 +178,8 @@ func (pidTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData
 // containsBundle tells a push statement: a bundle, or the single segment
 // of an isolated push.
 func containsBundle(sql string) bool {
-	return strings.Contains(sql, "push_bundle") || strings.Contains(sql, "push_segment")
+	return strings.Contains(sql, "push_bundle") || strings.Contains(sql, "push_segment") ||
+		strings.Contains(sql, appendSegmentMark)
 }
 
 // Fault test: PostgreSQL stopped in immediate mode and restarted while 50

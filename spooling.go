@@ -19,6 +19,7 @@ import (
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/spool"
 )
 
@@ -142,8 +143,11 @@ func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue
 	d.encMu.Unlock()
 	if !ok || time.Since(c.at) >= metaTTL {
 		qctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
-		var lanes int32
-		err := e.pool.QueryRow(qctx, e.sql.QueueMeta, tenant, queue).Scan(&c.encrypted, &lanes)
+		var (
+			lanes int32
+			dedup bool
+		)
+		err := stmt.ScanRow(qctx, e.pool, e.sql.QueueMeta, []any{tenant, queue}, &c.encrypted, &lanes, &dedup)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.encrypted, err = false, nil

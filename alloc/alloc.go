@@ -170,8 +170,42 @@ func (b *Bundle) PushSegment(ctx context.Context, q Querier, sql string, out []V
 	return scanVerdicts(rows, 1, out)
 }
 
+// AppendSegment runs internal/stmt's AppendSegment (sql) for a bundle of
+// exactly one segment to a queue without a dedup window: PushSegment's
+// work without a function call. When the statement did not apply it
+// returns the verdict NeedsBundle; nothing was written.
+func (b *Bundle) AppendSegment(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
+	out = out[:0]
+	if b.Len() != 1 {
+		return out, fmt.Errorf("%w: AppendSegment with %d segments", ErrBadResult, b.Len())
+	}
+	rows, err := q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0])
+	if err != nil {
+		return out, err
+	}
+	out, err = scanRows(rows, out)
+	switch {
+	case err != nil:
+		return out, err
+	case len(out) == 0:
+		return append(out, Verdict{Status: NeedsBundle}), nil
+	case len(out) > 1 || out[0].Status != Queued:
+		return out[:0], fmt.Errorf("%w: AppendSegment answered %d rows, status %d", ErrBadResult, len(out), out[0].Status)
+	}
+	return out, nil
+}
+
 // scanVerdicts reads n push_result rows in input order into out.
 func scanVerdicts(rows pgx.Rows, n int, out []Verdict) ([]Verdict, error) {
+	out, err := scanRows(rows, out)
+	if err == nil && len(out) != n {
+		err = fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), n)
+	}
+	return out, err
+}
+
+// scanRows reads push_result rows, which must come in input order, into out.
+func scanRows(rows pgx.Rows, out []Verdict) ([]Verdict, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
@@ -201,13 +235,7 @@ func scanVerdicts(rows pgx.Rows, n int, out []Verdict) ([]Verdict, error) {
 		}
 		out = append(out, v)
 	}
-	if err := rows.Err(); err != nil {
-		return out, err
-	}
-	if len(out) != n {
-		return out, fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), n)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // CoveringSegment is a stored segment found by SegmentAt.

@@ -1,6 +1,7 @@
 package stmt
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -37,7 +38,7 @@ var (
 )
 
 func mustParse(fsys fs.FS) *library {
-	l, err := parse(fsys)
+	l, err := parse(fsys, nil)
 	if err != nil {
 		panic(err) // the embedded files are part of the build
 	}
@@ -51,9 +52,15 @@ func current() *library {
 	return builtin
 }
 
+// added are the statement fields this release added. A previous release's
+// files (see Use) lack them: their fields stay empty, and the client does
+// what that release did without them.
+var added = map[string]bool{"AppendSegment": true}
+
 // parse reads every *.sql file at the root of fsys and checks that its
-// statements fill exactly the statement fields of Set and Consume.
-func parse(fsys fs.FS) (*library, error) {
+// statements fill exactly the statement fields of Set and Consume, but for
+// those in optional, which may be missing.
+func parse(fsys fs.FS, optional map[string]bool) (*library, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
 		return nil, err
@@ -73,7 +80,7 @@ func parse(fsys fs.FS) (*library, error) {
 	for _, v := range []any{&Set{}, &Consume{}} {
 		for _, f := range sqlFields(reflect.ValueOf(v).Elem()) {
 			want[f] = true
-			if _, ok := l[f]; !ok {
+			if _, ok := l[f]; !ok && !optional[f] {
 				return nil, fmt.Errorf("stmt: no statement for field %s", f)
 			}
 		}
@@ -137,8 +144,9 @@ func (l *library) fill(dst any, schema string) {
 // Use makes New and NewConsume render the statements of fsys instead of
 // the embedded ones until the returned function is called: for tests that
 // run a client with another release's statements beside the current one.
+// The statements this release added may be missing from fsys.
 func Use(fsys fs.FS) (restore func(), err error) {
-	l, err := parse(fsys)
+	l, err := parse(fsys, added)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +156,38 @@ func Use(fsys fs.FS) (restore func(), err error) {
 
 // Files returns the embedded statement files.
 func Files() fs.FS { return embedded }
+
+// Querier runs a statement: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ScanRow runs sql and scans its first row into the first of dest, as many
+// as the statement has columns: a statement's columns are only ever
+// appended to, so a previous release's statement (see Use) fills the
+// prefix it has and leaves the rest of dest alone. pgx.ErrNoRows when
+// there is no row.
+func ScanRow(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if n := len(rows.FieldDescriptions()); n < len(dest) {
+		dest = dest[:n]
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
 
 // Args returns args cut to the highest parameter ($n) sql names. A
 // statement's parameters are only ever appended to, so the current client

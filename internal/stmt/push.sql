@@ -10,6 +10,38 @@ FROM {{schema}}.push_bundle($1::text[], $2::text[], $3::int4[], $4::bytea[], $5:
 SELECT ord, status, partition_id, base_offset, created_at, dup_idx, dup_off
 FROM {{schema}}.push_segment($1::uuid, $2::text, $3::text, $4::int4, $5::bytea, $6::bytea, $7::int4, $8::int4)
 
+-- name: AppendSegment
+-- push_one's allocation for a queue without a dedup window, with
+-- push_segment's checks, as one statement rather than a function call: a
+-- function call in its own transaction costs an isolated push about as
+-- much server time again as the writes. Any check failing writes nothing
+-- and returns no row. The partition id is a subquery with both keys, as in
+-- push_segment, so no plan walks the queue's partitions.
+WITH q AS (
+    SELECT qq.id FROM {{schema}}.queues qq
+    WHERE qq.tenant = $1::uuid AND qq.name = $2::text AND qq.dedup_window_ms = 0
+      AND $4::int4 > 0 AND octet_length($5::bytea) = 16 * $4::int4
+      AND (NOT qq.encryption OR ($7::int4 & 1) <> 0)
+      AND (($7::int4 & 2) = 0 OR qq.keyed)
+      AND (coalesce($8::int4, 0) = 0 OR $8::int4 = qq.lanes)
+), u AS (
+    UPDATE {{schema}}.partitions p SET
+        last_offset   = p.last_offset + $4::int4,
+        last_write_at = CASE WHEN clock_timestamp() - p.last_write_at > interval '1 second'
+                             THEN clock_timestamp() ELSE p.last_write_at END,
+        pending       = true
+    WHERE p.id = (SELECT p2.id FROM {{schema}}.partitions p2 JOIN q ON p2.queue_id = q.id
+                  WHERE p2.name = $3::text)
+    RETURNING p.id, p.last_offset, clock_timestamp() AS at
+), s AS (
+    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+    SELECT u.id, u.last_offset - $4::int4 + 1, u.last_offset, u.at, $6::bytea, 0 FROM u
+), t AS (
+    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+    SELECT u.id, u.last_offset - $4::int4 + 1, u.last_offset, u.at, $5::bytea FROM u
+)
+SELECT 1, 0::int2, u.id, u.last_offset - $4::int4 + 1, u.at, NULL::int4[], NULL::int8[] FROM u
+
 -- name: SegmentAt
 SELECT base_offset, end_offset, created_at, blob FROM {{schema}}.segment_at($1, $2)
 

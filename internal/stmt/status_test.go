@@ -2,6 +2,7 @@ package stmt_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"strconv"
@@ -170,5 +171,167 @@ func TestStatusCodesFromFunctions(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("settle, %s: status %d, want %d", tc.name, tc.got, tc.want)
 		}
+	}
+}
+
+// AppendSegment writes exactly when PushSegment would queue the segment
+// without probing a dedup window, and otherwise writes nothing and answers
+// no row (the caller then sends it with PushBundle). Where it writes, it
+// leaves the rows PushSegment leaves.
+func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	s := stmt.New(schema)
+	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+	tenant := uuid.Must(uuid.NewV4())
+	for _, q := range []struct {
+		name  string
+		enc   bool
+		keyed bool
+		win   int64
+	}{{"plain", false, false, 0}, {"enc", true, false, 0}, {"keyed", false, true, 0}, {"dedup", false, false, 60000}} {
+		if _, err := pool.Exec(ctx, "WITH q AS (INSERT INTO "+tbl("queues")+" (tenant, name, encryption, lanes, keyed, dedup_window_ms) VALUES ($1, $2, $3, 4, $4, $5) RETURNING id) "+
+			"INSERT INTO "+tbl("partitions")+" (queue_id, name) SELECT id, p FROM q, unnest(ARRAY['a', 'b']) AS p", tenant, q.name, q.enc, q.keyed, q.win); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type state struct {
+		last       int64
+		segs, txns int
+	}
+	read := func(queue, part string) state {
+		t.Helper()
+		var st state
+		if err := pool.QueryRow(ctx, "SELECT p.last_offset, (SELECT count(*) FROM "+tbl("segments")+" s WHERE s.partition_id = p.id), "+
+			"(SELECT count(*) FROM "+tbl("txns")+" x WHERE x.partition_id = p.id) FROM "+tbl("partitions")+" p JOIN "+tbl("queues")+
+			" q ON q.id = p.queue_id WHERE q.tenant = $1 AND q.name = $2 AND p.name = $3", tenant, queue, part).Scan(&st.last, &st.segs, &st.txns); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	type in struct {
+		tenant       uuid.UUID
+		queue, part  string
+		count        int32
+		hashes       []byte
+		flags, lanes int32
+	}
+	hashes := func(n int) []byte { return make([]byte, n) }
+	appendSeg := func(x in) (rows int, status int16, base int64) {
+		t.Helper()
+		r, err := pool.Query(ctx, s.AppendSegment, x.tenant, x.queue, x.part, x.count, x.hashes, []byte{0, 'x'}, x.flags, x.lanes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for r.Next() {
+			var ord int32
+			var pid, b *int64
+			var at *time.Time
+			var di, do any
+			if err := r.Scan(&ord, &status, &pid, &b, &at, &di, &do); err != nil {
+				t.Fatal(err)
+			}
+			if ord != 1 || pid == nil || b == nil || at == nil {
+				t.Fatalf("AppendSegment row: ord %d, partition %v, base %v, created %v", ord, pid, b, at)
+			}
+			rows, base = rows+1, *b
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return rows, status, base
+	}
+	pushSeg := func(x in) (int16, error) {
+		var ord int32
+		var st int16
+		var rest [5]any
+		err := pool.QueryRow(ctx, s.PushSegment, x.tenant, x.queue, x.part, x.count, x.hashes, []byte{0, 'x'}, x.flags, x.lanes).
+			Scan(&ord, &st, &rest[0], &rest[1], &rest[2], &rest[3], &rest[4])
+		return st, err
+	}
+	for _, tc := range []struct {
+		name  string
+		x     in
+		apply bool
+	}{
+		{"plain", in{tenant, "plain", "a", 2, hashes(32), 0, 0}, true},
+		{"routed with the queue's lane count", in{tenant, "plain", "a", 1, hashes(16), 0, 4}, true},
+		{"encrypted segment to an encrypted queue", in{tenant, "enc", "a", 1, hashes(16), 1, 0}, true},
+		{"keyed segment to a keyed queue", in{tenant, "keyed", "a", 1, hashes(16), 2, 4}, true},
+		{"no such partition", in{tenant, "plain", "missing", 1, hashes(16), 0, 0}, false},
+		{"no such queue", in{tenant, "missing", "a", 1, hashes(16), 0, 0}, false},
+		{"another tenant", in{uuid.Must(uuid.NewV4()), "plain", "a", 1, hashes(16), 0, 0}, false},
+		{"plaintext to an encrypted queue", in{tenant, "enc", "b", 1, hashes(16), 0, 0}, false},
+		{"routed with another lane count", in{tenant, "plain", "b", 1, hashes(16), 0, 8}, false},
+		{"the queue's first keyed segment", in{tenant, "plain", "b", 1, hashes(16), 2, 4}, false},
+		{"a queue with a dedup window", in{tenant, "dedup", "a", 1, hashes(16), 0, 0}, false},
+		{"hashes not 16 bytes a message", in{tenant, "plain", "b", 2, hashes(31), 0, 0}, false},
+		{"no message", in{tenant, "plain", "b", 0, hashes(0), 0, 0}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := tc.x
+			var before state
+			if x.tenant == tenant && x.queue != "missing" && x.part != "missing" {
+				before = read(x.queue, x.part)
+			}
+			rows, status, base := appendSeg(x)
+			if !tc.apply {
+				if rows != 0 {
+					t.Fatalf("AppendSegment answered %d rows, want none", rows)
+				}
+				if before != (state{}) {
+					if after := read(x.queue, x.part); after != before {
+						t.Fatalf("AppendSegment wrote without applying: %+v, then %+v", before, after)
+					}
+				}
+				// PushSegment does not queue it either without probing a
+				// dedup window (the one case AppendSegment leaves to it).
+				if st, err := pushSeg(x); err == nil && alloc.Status(st) == alloc.Queued && x.queue != "dedup" {
+					t.Fatalf("PushSegment queued what AppendSegment refused")
+				}
+				return
+			}
+			if rows != 1 || status != int16(alloc.Queued) {
+				t.Fatalf("AppendSegment: %d rows, status %d; want one, queued", rows, status)
+			}
+			mid := read(x.queue, x.part)
+			if want := (state{before.last + int64(x.count), before.segs + 1, before.txns + 1}); mid != want || base != before.last+1 {
+				t.Fatalf("after AppendSegment: %+v, base %d; want %+v, base %d", mid, base, want, before.last+1)
+			}
+			// PushSegment on the same input, right after, writes the same.
+			if st, err := pushSeg(x); err != nil || alloc.Status(st) != alloc.Queued {
+				t.Fatalf("PushSegment on the same input: status %d, %v", st, err)
+			}
+			if after, want := read(x.queue, x.part), (state{mid.last + int64(x.count), mid.segs + 1, mid.txns + 1}); after != want {
+				t.Fatalf("after PushSegment: %+v, want %+v", after, want)
+			}
+		})
+	}
+}
+
+// ScanRow fills the prefix of dest a statement has columns for (a previous
+// release's statement returns fewer), and says when there is no row.
+func TestScanRow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	a, b, c := 0, "", true
+	if err := stmt.ScanRow(ctx, pool, "SELECT $1::int, 'two'", []any{1}, &a, &b, &c); err != nil || a != 1 || b != "two" || !c {
+		t.Fatalf("two columns into three: %d %q %v, %v", a, b, c, err)
+	}
+	if err := stmt.ScanRow(ctx, pool, "SELECT 3, 'x', false", nil, &a, &b, &c); err != nil || a != 3 || b != "x" || c {
+		t.Fatalf("three columns into three: %d %q %v, %v", a, b, c, err)
+	}
+	if err := stmt.ScanRow(ctx, pool, "SELECT 1 WHERE false", nil, &a); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("no row: %v", err)
+	}
+	if err := stmt.ScanRow(ctx, pool, "SELECT 1/0", nil, &a); err == nil {
+		t.Fatal("a failing statement gave no error")
 	}
 }

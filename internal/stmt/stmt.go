@@ -25,10 +25,18 @@ type Set struct {
 	// tenant, $2 queue, $3 partition, $4 count, $5 hash blob, $6 payload
 	// blob, $7 flags, $8 lane count. One row, PushBundle's columns.
 	PushSegment string
+	// AppendSegment commits one segment to a partition known to exist of a
+	// queue without a dedup window, in one statement: PushSegment's
+	// parameters and columns, and no row when it did not apply (the
+	// partition is missing, the queue has a dedup window, is encrypted and
+	// the segment is not, has another lane count, or is not keyed yet and
+	// the segment is keyed). Then nothing was written.
+	AppendSegment string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
-	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted and its
-	// lane count: the options the push handler needs.
+	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted, its lane
+	// count and whether it has a dedup window: the options the push path
+	// needs.
 	QueueMeta string
 	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
 	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7

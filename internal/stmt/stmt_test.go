@@ -66,7 +66,7 @@ func TestParseRejectsMismatch(t *testing.T) {
 		}
 		full[name] = &fstest.MapFile{Data: b}
 	}
-	if _, err := parse(full); err != nil {
+	if _, err := parse(full, nil); err != nil {
 		t.Fatalf("the embedded files: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -80,13 +80,13 @@ func TestParseRejectsMismatch(t *testing.T) {
 	} {
 		fsys := maps.Clone(full)
 		fsys["zz.sql"] = &fstest.MapFile{Data: []byte("-- test\n" + tc.extra)}
-		if _, err := parse(fsys); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parse(fsys, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
 	}
 	missing := maps.Clone(full)
 	delete(missing, "consume.sql")
-	if _, err := parse(missing); err == nil || !strings.Contains(err.Error(), "no statement for field") {
+	if _, err := parse(missing, nil); err == nil || !strings.Contains(err.Error(), "no statement for field") {
 		t.Errorf("a missing file: %v", err)
 	}
 }
@@ -112,6 +112,53 @@ func TestUse(t *testing.T) {
 	}
 	if _, err := Use(fstest.MapFS{}); err == nil {
 		t.Fatal("an empty statement set accepted")
+	}
+}
+
+// A previous release's files lack the statements this release added: Use
+// takes them and leaves those fields empty; the embedded set must have
+// every one, and Use no other missing.
+func TestUseWithoutAddedStatements(t *testing.T) {
+	if len(added) == 0 {
+		t.Skip("this release added no statement")
+	}
+	prev, err := parse(os.DirFS("testdata/v5"), nil)
+	if err == nil {
+		t.Fatal("the previous release's files fill every field; added lists statements it had")
+	}
+	for f := range added {
+		if _, ok := (*builtin)[f]; !ok {
+			t.Errorf("added names %s, which the embedded files do not fill", f)
+		}
+	}
+	prev, err = parse(os.DirFS("testdata/v5"), added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range added {
+		if _, ok := (*prev)[f]; ok {
+			t.Errorf("the previous release already had %s", f)
+		}
+	}
+	restore, err := Use(os.DirFS("testdata/v5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New("s")
+	restore()
+	if s.AppendSegment != "" || s.PushSegment == "" {
+		t.Fatalf("with the previous release's files: AppendSegment %q, PushSegment %q", s.AppendSegment, s.PushSegment)
+	}
+	missing := fstest.MapFS{}
+	for _, name := range mustGlob(t) {
+		b, _ := fs.ReadFile(Files(), name)
+		if name == "queue.sql" {
+			continue
+		}
+		missing[name] = &fstest.MapFile{Data: b}
+	}
+	if _, err := Use(missing); err == nil || !strings.Contains(err.Error(), "no statement for field") {
+		t.Fatalf("Use without queue.sql: %v", err)
 	}
 }
 
@@ -153,7 +200,7 @@ var castRE = regexp.MustCompile(`\$(\d+)::([a-z0-9_]+(?:\[\])?)`)
 // statement's parameters are only ever appended to: each parameter of the
 // previous release's statement has the type the current one gives it.
 func TestPreviousStatementsTakeAPrefix(t *testing.T) {
-	prev, err := parse(os.DirFS("testdata/v5"))
+	prev, err := parse(os.DirFS("testdata/v5"), added)
 	if err != nil {
 		t.Fatal(err)
 	}
