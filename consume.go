@@ -156,7 +156,7 @@ type consumeSet struct {
 func (s *consumeSet) add(e *engine, c *consumer) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return false
 	}
 	if s.m == nil {

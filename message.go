@@ -1,10 +1,42 @@
 package queen
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 )
+
+// idMinter mints the message ids of one push call. The first is
+// uuid.NewV7; each next one counts up the 62 random bits of the one before
+// (RFC 9562 section 6.2, method 2), so a 1000-item call takes the
+// generator's lock and reads the random source once rather than 1000 times.
+// The ids still sort in item order and stay unique: they share the first
+// one's timestamp and counter, which the generator never hands out again.
+type idMinter struct {
+	last uuid.UUID
+	rand uint64 // the random bits of last
+	ok   bool
+}
+
+// randBits is the mask of the random bits of a V7 id's last eight bytes;
+// the top two hold the variant.
+const randBits = 1<<62 - 1
+
+func (m *idMinter) next() (uuid.UUID, error) {
+	if m.ok && m.rand < randBits {
+		m.rand++
+		binary.BigEndian.PutUint64(m.last[8:], m.rand|1<<63) // variant 10
+		return m.last, nil
+	}
+	// The first id, or the random bits ran out: a fresh one.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	m.last, m.rand, m.ok = id, binary.BigEndian.Uint64(id[8:])&randBits, true
+	return id, nil
+}
 
 // Subscription is where a consumer group starts reading a queue on its first
 // contact. It is stored durably per (queue, group), so partitions created

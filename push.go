@@ -392,6 +392,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	l1 := layer1Pool.Get().(*dedup.Layer1)
 	l1.Reset()
 	defer func() { l1.Reset(); layer1Pool.Put(l1) }()
+	var ids idMinter
 	for i := range items {
 		it := &items[i]
 		r := &b.results[i]
@@ -405,7 +406,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 				part = DefaultPartition
 			}
 		}
-		id, err := uuid.NewV7()
+		id, err := ids.next()
 		if err != nil {
 			b.release()
 			return nil, fmt.Errorf("queen: mint message id: %w", err)

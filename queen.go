@@ -225,8 +225,10 @@ type engine struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	closed    bool
+	mu sync.Mutex
+	// closed is set once, under mu, when Close begins; isClosed reads it
+	// without the lock (every push asks).
+	closed    atomic.Bool
 	closeDone chan struct{}
 	closeErr  error
 
@@ -337,7 +339,7 @@ func (c *Client) Tenant() uuid.UUID { return c.tenant }
 func (c *Client) Close(ctx context.Context) error {
 	e := c.e
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		select {
 		case <-e.closeDone:
@@ -346,7 +348,7 @@ func (c *Client) Close(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	e.closed = true
+	e.closed.Store(true)
 	e.mu.Unlock()
 
 	go e.shutdown(ctx)
@@ -369,11 +371,7 @@ func (e *engine) shutdown(ctx context.Context) {
 	close(e.closeDone)
 }
 
-func (e *engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
+func (e *engine) isClosed() bool { return e.closed.Load() }
 
 // Pool is the pool the client uses (its own or the one in Config).
 func (c *Client) Pool() *pgxpool.Pool { return c.e.pool }
