@@ -110,6 +110,20 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 	}
 	want("duplicate", "push_segment")
 
+	// A dedup window set by another client since c1 cached the queue's
+	// settings: AppendSegment declines, and push_bundle finds the message
+	// c1 stored through AppendSegment before the window was set.
+	sq := c1.Queue("window-later")
+	one(sq, queen.Item{Partition: "p", Data: []byte("creates the partition")})
+	log.take()
+	orig := one(sq, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("a")})
+	want("before the window", "append_segment")
+	configure(t, c2, "window-later", queen.QueueOptions{DedupWindow: time.Hour})
+	if r := one(sq, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("again")}); r.Status != queen.Duplicate || r.MessageID != orig.MessageID {
+		t.Fatalf("repeat after the window was set elsewhere: %+v, want Duplicate of %s", r, orig.MessageID)
+	}
+	want("window set elsewhere", "append_segment,push_bundle")
+
 	eq := c1.Queue("enc")
 	one(eq, queen.Item{Partition: "p", Data: []byte("plain")}) // c1 caches: not encrypted
 	configure(t, c2, "enc", queen.QueueOptions{Encryption: true})
