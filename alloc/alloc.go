@@ -159,15 +159,20 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 // an isolated push. The verdict may be NeedsBundle: then nothing was
 // written, and the bundle goes through Push.
 func (b *Bundle) PushSegment(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
-	out = out[:0]
-	if b.Len() != 1 {
-		return out, fmt.Errorf("%w: PushSegment with %d segments", ErrBadResult, b.Len())
-	}
-	rows, err := q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0])
+	rows, err := b.single(ctx, q, sql, "PushSegment")
 	if err != nil {
-		return out, err
+		return out[:0], err
 	}
-	return scanVerdicts(rows, 1, out)
+	return scanVerdicts(rows, 1, out[:0])
+}
+
+// single runs sql, which takes PushSegment's parameters, for a bundle of
+// exactly one segment.
+func (b *Bundle) single(ctx context.Context, q Querier, sql, name string) (pgx.Rows, error) {
+	if b.Len() != 1 {
+		return nil, fmt.Errorf("%w: %s with %d segments", ErrBadResult, name, b.Len())
+	}
+	return q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0])
 }
 
 // AppendSegment runs internal/stmt's AppendSegment (sql) for a bundle of
@@ -176,10 +181,7 @@ func (b *Bundle) PushSegment(ctx context.Context, q Querier, sql string, out []V
 // returns the verdict NeedsBundle; nothing was written.
 func (b *Bundle) AppendSegment(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
 	out = out[:0]
-	if b.Len() != 1 {
-		return out, fmt.Errorf("%w: AppendSegment with %d segments", ErrBadResult, b.Len())
-	}
-	rows, err := q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0])
+	rows, err := b.single(ctx, q, sql, "AppendSegment")
 	if err != nil {
 		return out, err
 	}

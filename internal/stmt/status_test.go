@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen/alloc"
 	"github.com/e03140bc/queen/internal/pgtest"
@@ -92,17 +93,25 @@ func TestStatusCodesMatchSQL(t *testing.T) {
 	}
 }
 
-// The functions answer the codes the tables name, on a real database: the
-// push verdicts that need no stored message and the settle verdicts of a
-// cursor in each state.
-func TestStatusCodesFromFunctions(t *testing.T) {
+// migrated returns a context bounded by the test and a minute, the shared
+// pool, and a fresh schema with every migration and function applied.
+func migrated(t *testing.T) (context.Context, *pgxpool.Pool, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	pool := pgtest.Pool(t)
 	schema := pgtest.Schema(t)
 	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, pool, schema
+}
+
+// The functions answer the codes the tables name, on a real database: the
+// push verdicts that need no stored message and the settle verdicts of a
+// cursor in each state.
+func TestStatusCodesFromFunctions(t *testing.T) {
+	ctx, pool, schema := migrated(t)
 	s, c := stmt.New(schema), stmt.NewConsume(schema)
 	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	var tenant uuid.UUID
@@ -179,13 +188,7 @@ func TestStatusCodesFromFunctions(t *testing.T) {
 // no row (the caller then sends it with PushBundle). Where it writes, it
 // leaves the rows PushSegment leaves.
 func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, schema := migrated(t)
 	s := stmt.New(schema)
 	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	tenant := uuid.Must(uuid.NewV4())
