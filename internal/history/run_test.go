@@ -219,7 +219,7 @@ func (r *run) main() (st runStats) {
 		c := r.open(ctx, fmt.Sprintf("main-%d", i), dir)
 		clients = append(clients, c)
 		for w := range 3 {
-			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1))), from: r.from}
+			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), idx: w, rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1))), from: r.from}
 			wg.Go(func() { wk.loop(genCtx) })
 		}
 	}
@@ -553,7 +553,7 @@ func TestHistoryChild(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for w := range 3 {
-		wk := &worker{c: c, rec: rec, proc: s.Proc, rng: rand.New(rand.NewPCG(s.Seed, uint64(w))), from: time.Unix(0, s.From)}
+		wk := &worker{c: c, rec: rec, proc: s.Proc, idx: w, rng: rand.New(rand.NewPCG(s.Seed, uint64(w))), from: time.Unix(0, s.From)}
 		wg.Go(func() { wk.loop(ctx) })
 	}
 	wg.Wait() // until killed, or the deadline if the parent died
@@ -698,6 +698,9 @@ type worker struct {
 	c    *queen.Client
 	rec  *history.Recorder
 	proc string
+	// idx tells the workers of one process apart in the transaction ids
+	// they mint (they share proc).
+	idx  int
 	rng  *rand.Rand
 	from time.Time
 	n    int
@@ -789,7 +792,7 @@ func (w *worker) items(q string) []queen.Item {
 		if large {
 			p = fmt.Sprintf("k%d", w.rng.IntN(largeKeys))
 		}
-		tx := w.proc + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
+		tx := w.proc + "." + strconv.Itoa(w.idx) + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
 		items[i] = queen.Item{Partition: p, TransactionID: tx, Key: keyOf(tx), Data: payload(q, tx)}
 		if w.rng.IntN(5) == 0 {
 			// Keyed: the queue's lanes route it (histItems names the lane).
@@ -1318,4 +1321,27 @@ func (r *run) isDestroyed(queue, partition string, base int64) bool {
 		}
 	}
 	return false
+}
+
+// The workers of one process share its name, so their transaction ids must
+// differ by construction: two of them drawing the same random numbers
+// (the suffix is only 1e6 values, and the counters run in step) minted the
+// same id for two different items, which a run then reported as one
+// transaction stored twice within its dedup window.
+func TestWorkersMintDistinctTransactionIDs(t *testing.T) {
+	seen := map[string]int{}
+	for idx := range 3 {
+		w := &worker{proc: "child-1.1", idx: idx, rng: rand.New(rand.NewPCG(7, 7))}
+		for range 200 {
+			for _, it := range w.items("q") {
+				if it.TransactionID == "" {
+					continue
+				}
+				if other, dup := seen[it.TransactionID]; dup && other != idx {
+					t.Fatalf("workers %d and %d both minted %q", other, idx, it.TransactionID)
+				}
+				seen[it.TransactionID] = idx
+			}
+		}
+	}
 }
