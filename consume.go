@@ -84,6 +84,9 @@ type ConsumeOptions struct {
 // so another consumer takes it immediately rather than after LeaseTime: the
 // unstarted rest of each batch, and a message whose handler returned an
 // error after its context was cancelled by the stop. Nothing is acked twice.
+// With AutoAck the claim already consumed its batch, so there is nothing to
+// hand back: every message claimed still reaches fn, with a cancelled
+// context once the stop began (with or without KeyConcurrency).
 // See the graceful shutdown example for the signal.NotifyContext wiring.
 //
 // Client.Close stops every running Consume the same way and waits, within

@@ -778,6 +778,47 @@ func TestConsumeKeyStopKeepsSettled(t *testing.T) {
 	}
 }
 
+// With AutoAck the claim already consumed the batch: a stop cannot hand the
+// unstarted keys back, so, as without KeyConcurrency, every message claimed
+// still reaches the handler (its context cancelled) rather than being lost
+// unseen.
+func TestConsumeKeyAutoAckStopHandsEveryClaimedMessage(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	pushKeyed(t, q, "p", "a", "b", "c", "d")
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var mu sync.Mutex
+	var seen []string
+	var two sync.WaitGroup
+	two.Add(2)
+	err := q.Consume(ctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, AutoAck: true}, KeyConcurrency: 2},
+		func(hctx context.Context, m *queen.Message) error {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s@%d", m.Key, m.Offset))
+			n := len(seen)
+			mu.Unlock()
+			if n <= 2 {
+				// The first two keys hold their slots until the stop.
+				two.Done()
+				two.Wait()
+				cancel()
+				<-hctx.Done()
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(seen)
+	if want := []string{"a@0", "b@1", "c@2", "d@3"}; !slices.Equal(seen, want) {
+		t.Fatalf("handled %v, want every auto-acked message of the batch %v", seen, want)
+	}
+	if got := pop(t, q, queen.PopOptions{Batch: 10}); len(got) != 0 {
+		t.Fatalf("auto-acked messages came back: %d", len(got))
+	}
+}
+
 // The gauges of per-key Consume report, per partition batch in hand, the
 // keys running and the keys a failure paused.
 func TestConsumeKeyMetrics(t *testing.T) {

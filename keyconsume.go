@@ -161,12 +161,14 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 
 // run starts handlers until every key is done, paused or the batch must
 // stop (Consume stopping, the lease ended), and returns once the started
-// ones have returned.
+// ones have returned. An auto-acked batch never stops: the claim consumed
+// it, so a message not started would be lost unseen; as without keys, every
+// one reaches the handler (with a cancelled context once Consume stops).
 func (b *keyBatch) run() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
-		stop := b.c.stop.Err() != nil || time.Now().UnixNano() >= b.exp.Load()
+		stop := !b.c.po.AutoAck && (b.c.stop.Err() != nil || time.Now().UnixNano() >= b.exp.Load())
 		for !stop && b.running < b.c.keyConc && b.ready.Len() > 0 {
 			l := heap.Pop(&b.ready).(*keyLane)
 			m := l.msgs[l.next]
