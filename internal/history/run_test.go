@@ -1134,6 +1134,33 @@ func (r *run) dumpPartition(ctx context.Context, admin *queen.Client, v history.
 		r.t.Logf("    db: partition %s id %d last %d start %d pending %v created %s | group %q committed %d lease %v updated %v",
 			v.Partition, id, last, start, pending, created.Format("15:04:05.000"), group, committed, exp, upd)
 	}
+	rows.Close()
+	// How the group met the queue, and what the partition dead-lettered:
+	// what a never-delivered message needs explained.
+	s := pgx.Identifier{r.schema}.Sanitize()
+	r.dumpRows(ctx, admin, "subscription", fmt.Sprintf(`SELECT s.group_name, s.mode, s.created_at, s.from_time
+		FROM %[1]s.subscriptions s JOIN %[1]s.queues q ON q.id = s.queue_id WHERE q.name = $1 ORDER BY 1`, s), v.Queue)
+	r.dumpRows(ctx, admin, "dead letter", fmt.Sprintf(`SELECT d.group_name, d.msg_offset, d.attempts, d.reason, d.created_at
+		FROM %[1]s.dead_letters d JOIN %[1]s.queues q ON q.id = d.queue_id
+		WHERE q.name = $1 AND d.partition_name = $2 ORDER BY d.msg_offset LIMIT 20`, s), v.Queue, v.Partition)
+}
+
+// dumpRows logs every row of a diagnostic query, its columns as text.
+func (r *run) dumpRows(ctx context.Context, admin *queen.Client, what, sql string, args ...any) {
+	rows, err := admin.Pool().Query(ctx, sql, args...)
+	if err != nil {
+		r.t.Log(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			r.t.Log(err)
+			return
+		}
+		r.t.Logf("    db: %s %v", what, vals)
+	}
 }
 
 // popAckBatch pops and settles the batch with one AckBatch of mixed
