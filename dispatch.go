@@ -1,6 +1,8 @@
 package queen
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -130,6 +132,7 @@ func (c *consumer) dispatch(n int) error {
 			inFlight++
 			go func() {
 				groups, err := q.claim(c.stop, &po, h, free)
+				c.logClaim(groups)
 				results <- claimed{groups, free, err}
 			}()
 			continue
@@ -166,4 +169,17 @@ func (c *consumer) dispatch(n int) error {
 		}
 	}
 	return c.stopErr()
+}
+
+// logClaim logs, at Debug, each batch a claim took: with the handler's own
+// records, what tells a message claimed from one handled.
+func (c *consumer) logClaim(groups [][]*Message) {
+	log := c.q.c.e.log
+	if len(groups) == 0 || !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	for _, g := range groups {
+		log.Debug("queen: consume claimed", "queue", c.q.name, "group", g[0].Group, "partition", g[0].Partition,
+			"first", g[0].Offset, "last", g[len(g)-1].Offset, "messages", len(g), "lease", g[0].LeaseID)
+	}
 }

@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -64,5 +65,43 @@ func TestLogLinesCarrySchemaAndSummaryIsDebug(t *testing.T) {
 	}
 	if summary["level"] != "DEBUG" {
 		t.Errorf("bundle summary at %v, want DEBUG", summary["level"])
+	}
+}
+
+// At Debug, Consume logs each batch it claims (partition, offsets, lease):
+// with the handler's own records, what tells a claimed message from a
+// handled one.
+func TestConsumeLogsClaimsAtDebug(t *testing.T) {
+	var buf lockedBuffer
+	c := open(t, func(cfg *queen.Config) {
+		cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	q := c.Queue("q")
+	pushN(t, q, "p", "m", 3)
+	var leases []string
+	var mu sync.Mutex
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: "g", Batch: 10}},
+		func(_ context.Context, m *queen.Message) error {
+			mu.Lock()
+			leases = append(leases, m.LeaseID)
+			mu.Unlock()
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return len(leases) >= 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims []map[string]any
+	for _, l := range buf.lines() {
+		if l["msg"] == "queen: consume claimed" {
+			claims = append(claims, l)
+		}
+	}
+	if len(claims) != 1 {
+		t.Fatalf("%d claim lines, want 1: %v", len(claims), claims)
+	}
+	l := claims[0]
+	if l["level"] != "DEBUG" || l["queue"] != "q" || l["group"] != "g" || l["partition"] != "p" ||
+		l["first"] != 0.0 || l["last"] != 2.0 || l["messages"] != 3.0 || l["lease"] != leases[0] {
+		t.Fatalf("claim line %v; the handler saw lease %s", l, leases[0])
 	}
 }
