@@ -757,17 +757,29 @@ func (c *checker) eventually(ops []*Op) {
 			}
 		}
 	}
+	// Consume's own claims, as evidence of where a missing message went.
+	claims := map[qgp][]*Op{}
+	for _, o := range ops {
+		if o.Inv.Op == OpClaim {
+			k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+			claims[k] = append(claims[k], o)
+		}
+	}
 	for k, ss := range missing {
 		if len(ss) <= unknown[k] {
 			continue
 		}
 		g := k[strings.IndexByte(k, 0)+1:]
 		for _, s := range ss {
-			{
-				c.where = Violation{Queue: s.Queue, Group: g, Partition: s.Partition}
-				c.report("never-delivered", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q was never delivered (%d such; AutoAck pops of unknown outcome could explain %d)",
-					s.Queue, g, s.Partition, s.Offset, s.ID, s.TxID, len(ss), unknown[k]))
+			var ev []Event
+			for _, o := range claims[qgp{s.Queue, g, s.Partition}] {
+				if o.Inv.Offset <= s.Offset && s.Offset <= o.Inv.Last {
+					ev = append(ev, o.Inv)
+				}
 			}
+			c.where = Violation{Queue: s.Queue, Group: g, Partition: s.Partition}
+			c.report("never-delivered", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q was never delivered (%d such; AutoAck pops of unknown outcome could explain %d; %d claims of Consume took it)",
+				s.Queue, g, s.Partition, s.Offset, s.ID, s.TxID, len(ss), unknown[k], len(ev)), clip(ev, 6)...)
 		}
 	}
 }

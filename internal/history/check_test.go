@@ -329,6 +329,24 @@ func TestCheckDestroyed(t *testing.T) {
 	}
 }
 
+// A never-delivered message names the claims of Consume that took it (and
+// no other claim): where to look for it.
+func TestCheckNeverDeliveredNamesItsClaims(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	for _, c := range []Event{
+		{Proc: "b", Op: OpClaim, Queue: "q", Group: "g", Partition: "p", Offset: 0, Last: 3, Lease: "L1", Batch: 4},
+		{Proc: "b", Op: OpClaim, Queue: "q", Group: "g", Partition: "p", Offset: 4, Last: 5, Lease: "L2", Batch: 2},
+		{Proc: "b", Op: OpClaim, Queue: "q", Group: "other", Partition: "p", Offset: 0, Last: 0, Lease: "L3", Batch: 1},
+	} {
+		h.r.Done(h.r.Invoke(c), OK, Event{})
+	}
+	vs := Check(h.r.Events(), st(Stored{"q", "p", 0, "id1", "t1", 0, false}), 0)
+	if len(vs) != 1 || vs[0].Kind != "never-delivered" || len(vs[0].Evidence) != 1 || vs[0].Evidence[0].Lease != "L1" {
+		t.Fatalf("want one never-delivered naming claim L1: %v", vs)
+	}
+}
+
 // On a CompletedRetention queue, a SubscribeFrom group that first popped
 // after a message was deleted does not owe it.
 func TestCheckCompletedQueueFromGroupJoiningLate(t *testing.T) {

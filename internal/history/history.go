@@ -26,6 +26,10 @@ const (
 	OpSettle  = "settle"  // Ack, Fail, Retry, DeadLetter, ExtendLease
 	OpHandler = "handler" // one Consume handler run
 	OpFault   = "fault"   // an injected fault, for the report
+	// OpClaim is a batch one of Consume's own claims took (its Debug log
+	// line): Partition, Offset (the first), Last, Batch (messages), Lease.
+	// Evidence only: it shows which claim took a message nobody handled.
+	OpClaim = "claim"
 )
 
 // Phases of an operation, as in Jepsen: an invoke, then ok (it happened),
@@ -74,6 +78,8 @@ type Event struct {
 	Offset    int64  `json:"offset,omitempty"`
 	Lease     string `json:"lease,omitempty"`
 	ID        string `json:"id,omitempty"`
+	// Last is a claim's last offset.
+	Last int64 `json:"last,omitempty"`
 
 	// Err is the error text of a fail or info completion.
 	Err string `json:"err,omitempty"`

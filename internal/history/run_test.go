@@ -338,7 +338,7 @@ func (r *run) open(ctx context.Context, name, spool string) *queen.Client {
 	var c *queen.Client
 	var err error
 	for range 50 { // the server may be restarting
-		c, err = queen.Open(ctx, r.config(spool))
+		c, err = queen.Open(ctx, r.config(name, spool))
 		if err == nil {
 			return c
 		}
@@ -348,9 +348,48 @@ func (r *run) open(ctx context.Context, name, spool string) *queen.Client {
 	return nil
 }
 
-func (r *run) config(spool string) queen.Config {
+func (r *run) config(name, spool string) queen.Config {
 	return queen.Config{DatabaseURL: r.url(), Schema: r.schema, SpoolDir: spool, EncryptionKey: r.key,
-		StatementTimeout: statementTimeout, Logger: slog.New(slog.DiscardHandler)}
+		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: r.rec, proc: name})}
+}
+
+// claimLog is a client's log: it records each batch a Consume claimed (the
+// client's Debug line) as an OpClaim of proc and drops everything else.
+type claimLog struct {
+	rec  *history.Recorder
+	proc string
+}
+
+func (*claimLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *claimLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h *claimLog) WithGroup(string) slog.Handler          { return h }
+
+func (h *claimLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "queen: consume claimed" {
+		return nil
+	}
+	ev := history.Event{Proc: h.proc, Op: history.OpClaim}
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "queue":
+			ev.Queue = a.Value.String()
+		case "group":
+			ev.Group = a.Value.String()
+		case "partition":
+			ev.Partition = a.Value.String()
+		case "first":
+			ev.Offset = a.Value.Int64()
+		case "last":
+			ev.Last = a.Value.Int64()
+		case "messages":
+			ev.Batch = int(a.Value.Int64())
+		case "lease":
+			ev.Lease = a.Value.String()
+		}
+		return true
+	})
+	h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{})
+	return nil
 }
 
 func (r *run) heal(ctx context.Context, admin *queen.Client) {
@@ -541,7 +580,7 @@ func TestHistoryChild(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, s.Deadline))
 	defer cancel()
 	cfg := queen.Config{DatabaseURL: s.URL, Schema: s.Schema, SpoolDir: s.Spool, EncryptionKey: s.Key,
-		StatementTimeout: statementTimeout, Logger: slog.New(slog.DiscardHandler)}
+		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: rec, proc: s.Proc})}
 	var c *queen.Client
 	for c == nil {
 		if c, err = queen.Open(ctx, cfg); err != nil {
