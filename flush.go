@@ -407,12 +407,11 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	var v []alloc.Verdict
 	if s.bundle.Known && s.bundle.Len() == 1 {
 		// An isolated push: one segment to a partition already written to.
-		// Without a dedup window it is one plain statement; with one (or
-		// when the queue's settings are not cached) the single-segment
-		// function, half push_bundle's server time. Either may leave it to
-		// push_bundle, which gives every other verdict.
-		k := s.segs[0].batch.Key
-		if m, ok := e.meta.lookup(metaKey{k.Tenant, k.Queue}); ok && !m.dedup && e.sql.AppendSegment != "" {
+		// Without a dedup window (as its first item was prepared with) it is
+		// one plain statement; with one, or settings unknown, the
+		// single-segment function, half push_bundle's server time. Either
+		// may leave it to push_bundle, which gives every other verdict.
+		if s.segs[0].frames[0].noWindow && e.sql.AppendSegment != "" {
 			v, err = s.bundle.AppendSegment(ctx, conn, e.sql.AppendSegment, s.verdicts)
 		} else {
 			v, err = s.bundle.PushSegment(ctx, conn, e.sql.PushSegment, s.verdicts)

@@ -114,7 +114,10 @@ type pushItem struct {
 	// it was not routed (no key, or its own Partition).
 	lanes int32
 	flags byte
-	res   *PushResult
+	// noWindow: the queue had no dedup window by the settings the item was
+	// prepared with, so an isolated push of it may take AppendSegment.
+	noWindow bool
+	res      *PushResult
 	// followers are layer-2 duplicates (same hash in the same flush) that
 	// take this item's verdict.
 	followers []*pushItem
@@ -431,6 +434,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		pi.key, pi.lanes, pi.send = it.Key, routed, send
+		pi.noWindow = !meta.dedup && !meta.fetched.IsZero()
 		hdrs := frame.EncodeHeaders(it.Headers)
 		pi.hdrs = hdrs
 		if meta.encryption {

@@ -132,8 +132,8 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 		t.Fatalf("push after encryption was switched on: %+v", r)
 	}
 	// AppendSegment declines the plaintext segment, push_bundle answers
-	// EncryptionRequired, and the sealed one goes again.
-	want("encryption switched on", "append_segment,push_bundle,push_segment")
+	// EncryptionRequired, and the sealed one goes again the same way.
+	want("encryption switched on", "append_segment,push_bundle,append_segment")
 	var stored []byte
 	if err := c1.Pool().QueryRow(ctx, "SELECT blob FROM "+pgx.Identifier{c1.Schema(), "segments"}.Sanitize()+
 		" s JOIN "+pgx.Identifier{c1.Schema(), "partitions"}.Sanitize()+" p ON p.id = s.partition_id"+
