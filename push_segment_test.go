@@ -178,6 +178,44 @@ func TestIsolatedPushVerdicts(t *testing.T) {
 	}
 }
 
+// knownPartition opens a client with queue "q" (with the dedup window, or
+// none) and pushes once to its partition "p", which the client then knows:
+// its next push there alone is an isolated push.
+func knownPartition(t *testing.T, window time.Duration) (*queen.Client, *queen.Queue) {
+	t.Helper()
+	c := open(t)
+	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: window})
+	push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
+	return c, q
+}
+
+type pushOutcome struct {
+	res queen.PushResult
+	err error
+}
+
+// pushBehind pushes data to partition "p" of q in the background, while
+// the caller holds p's row, and returns once the push's statement waits for
+// it: AppendSegment without a dedup window, push_segment with one.
+func pushBehind(t *testing.T, c *queen.Client, q *queen.Queue, window time.Duration, data string) <-chan pushOutcome {
+	t.Helper()
+	done := make(chan pushOutcome, 1)
+	go func() {
+		var o pushOutcome
+		var res []queen.PushResult
+		if res, o.err = q.Push(ctxT(t), []queen.Item{{Partition: "p", Data: []byte(data)}}); o.err == nil {
+			o.res = res[0]
+		}
+		done <- o
+	}()
+	mark := ".push_segment("
+	if window == 0 {
+		mark = appendSegmentMark
+	}
+	waitForBlockedStatement(t, c, mark)
+	return done
+}
+
 // A partition deleted (the idle purge) while an isolated push to it waits
 // for its row: the push must not report Queued for a message it did not
 // store. It lands in the partition created again under the same name.
@@ -185,10 +223,7 @@ func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
 	for _, window := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("window %v", window), func(t *testing.T) {
 			ctx := ctxT(t)
-			c := open(t)
-			q := configure(t, c, "q", queen.QueueOptions{DedupWindow: window})
-			push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
-
+			c, q := knownPartition(t, window)
 			tx, err := c.Pool().Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -197,34 +232,23 @@ func TestIsolatedPushRacingPartitionDelete(t *testing.T) {
 			if _, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+" WHERE name = 'p'"); err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan queen.PushResult, 1)
-			go func() {
-				res, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("raced")}})
-				if err != nil {
-					t.Error(err)
-					close(done)
-					return
-				}
-				done <- res[0]
-			}()
-			// AppendSegment without a window, push_segment with one.
-			waitForBlockedStatement(t, c, map[bool]string{false: appendSegmentMark, true: ".push_segment("}[window > 0])
+			done := pushBehind(t, c, q, window, "raced")
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			r, ok := <-done
-			if !ok {
-				return
+			o := <-done
+			if o.err != nil {
+				t.Fatal(o.err)
 			}
-			if r.Status != queen.Queued {
+			if r := o.res; r.Status != queen.Queued {
 				t.Fatalf("%+v, want Queued", r)
 			}
 			msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: "p"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(msgs) != 1 || string(msgs[0].Data) != "raced" || msgs[0].Offset != r.Offset {
-				t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), r.Offset)
+			if len(msgs) != 1 || string(msgs[0].Data) != "raced" || msgs[0].Offset != o.res.Offset {
+				t.Fatalf("partition p holds %d messages after the race (want the raced one at offset %d)", len(msgs), o.res.Offset)
 			}
 		})
 	}
@@ -326,14 +350,7 @@ func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
 	for _, window := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("window %v", window), func(t *testing.T) {
 			ctx := ctxT(t)
-			c := open(t)
-			q := c.Queue("q")
-			if window > 0 {
-				if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: window}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			push(t, q, queen.Item{Partition: "p", Data: []byte("first")})
+			c, q := knownPartition(t, window)
 			s := pgx.Identifier{c.Schema()}.Sanitize()
 
 			tx, err := c.Pool().Begin(ctx)
@@ -345,13 +362,7 @@ func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
 			if err := tx.QueryRow(ctx, `SELECT id FROM `+s+`.partitions WHERE name = 'p' FOR NO KEY UPDATE`).Scan(&pid); err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := q.Push(ctx, []queen.Item{{Partition: "p", Data: []byte("waited")}})
-				done <- err
-			}()
-			// AppendSegment without a window, push_segment with one.
-			waitForBlockedStatement(t, c, map[bool]string{false: appendSegmentMark, true: ".push_segment("}[window > 0])
+			done := pushBehind(t, c, q, window, "waited")
 			// Another writer of the partition, stamped after the push began.
 			if _, err := tx.Exec(ctx, `SELECT `+s+`.push_one($1::int8, 1, $2::bytea, -1, '\x00'::bytea, 0, clock_timestamp())`,
 				pid, make([]byte, 16)); err != nil {
@@ -360,8 +371,8 @@ func TestIsolatedPushWaitingForTheRowKeepsCreatedAtMonotone(t *testing.T) {
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-done; err != nil {
-				t.Fatal(err)
+			if o := <-done; o.err != nil {
+				t.Fatal(o.err)
 			}
 			rows, err := c.Pool().Query(ctx, `SELECT base_offset, created_at FROM `+s+`.segments WHERE partition_id = $1 ORDER BY base_offset`, pid)
 			if err != nil {

@@ -261,17 +261,20 @@ func TestPushDuplicateOfRetainedAwayIsZeroID(t *testing.T) {
 	}
 }
 
-// 50 concurrent pushers on one partition: offsets are gapless, each pusher
-// sees its own pushes in increasing offsets, and created_at never goes back.
+// 50 concurrent pushers on one partition, from two clients (two fusion
+// engines, so their isolated pushes race for the partition's row in the
+// database): offsets are gapless, each pusher sees its own pushes in
+// increasing offsets, and created_at never goes back.
 func TestPushOffsetsGaplessInCommitOrder(t *testing.T) {
 	c := open(t)
-	q := c.Queue("q")
+	c2 := open(t, func(cfg *queen.Config) { cfg.Schema = c.Schema() })
 	ctx := ctxT(t)
 	const pushers, each = 50, 20
 	var mu sync.Mutex
 	var all []queen.PushResult
 	var wg sync.WaitGroup
 	for p := range pushers {
+		q := []*queen.Queue{c.Queue("q"), c2.Queue("q")}[p%2]
 		wg.Go(func() {
 			last := int64(-1)
 			for i := range each {
