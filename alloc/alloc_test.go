@@ -13,7 +13,6 @@ import (
 	"github.com/e03140bc/queen/alloc"
 	"github.com/e03140bc/queen/internal/pgtest"
 	"github.com/e03140bc/queen/internal/stmt"
-	"github.com/e03140bc/queen/sqlschema"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -21,11 +20,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 func setup(t *testing.T) (context.Context, *pgxpool.Pool, *stmt.Set) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := pgtest.Migrated(t)
 	return ctx, pool, stmt.New(schema)
 }
 

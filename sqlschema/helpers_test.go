@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen/internal/pgtest"
-	"github.com/e03140bc/queen/sqlschema"
 )
 
 // The helpers that hold one rule each for several callers, called directly.
@@ -169,11 +168,6 @@ func ptr[T any](v T) *T { return &v }
 // migration and the function layer applied.
 func migrated(t *testing.T) (context.Context, *pgxpool.Pool, string) {
 	t.Helper()
-	ctx := ctxT(t)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
-	return ctx, pool, schema
+	pool, schema := pgtest.Migrated(t)
+	return ctxT(t), pool, schema
 }

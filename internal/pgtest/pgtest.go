@@ -23,6 +23,7 @@ import (
 
 	"github.com/e03140bc/queen/queentest"
 	"github.com/e03140bc/queen/queentest/pgcluster"
+	"github.com/e03140bc/queen/sqlschema"
 )
 
 // EnvURL names the environment variable holding an existing database to
@@ -122,6 +123,20 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 		tb.Fatal(shared.poolErr)
 	}
 	return shared.pool
+}
+
+// Migrated returns the shared pool (see Pool) and a fresh schema (see
+// Schema) with every migration and the function layer applied: for tests
+// of the SQL beneath the client.
+func Migrated(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	pool, schema := Pool(tb), Schema(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
+		tb.Fatal(err)
+	}
+	return pool, schema
 }
 
 func newPool(url string) (*pgxpool.Pool, error) {

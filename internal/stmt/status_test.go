@@ -99,11 +99,7 @@ func migrated(t *testing.T) (context.Context, *pgxpool.Pool, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t)
-	if _, err := sqlschema.Migrate(ctx, pool, schema); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := pgtest.Migrated(t)
 	return ctx, pool, schema
 }
 
