@@ -143,11 +143,7 @@ func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue
 	d.encMu.Unlock()
 	if !ok || time.Since(c.at) >= metaTTL {
 		qctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
-		var (
-			lanes int32
-			dedup bool
-		)
-		err := stmt.ScanRow(qctx, e.pool, e.sql.QueueMeta, []any{tenant, queue}, &c.encrypted, &lanes, &dedup)
+		err := stmt.ScanRow(qctx, e.pool, e.sql.QueueMeta, []any{tenant, queue}, &c.encrypted)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.encrypted, err = false, nil

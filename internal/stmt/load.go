@@ -157,17 +157,15 @@ func Use(fsys fs.FS) (restore func(), err error) {
 // Files returns the embedded statement files.
 func Files() fs.FS { return embedded }
 
-// Querier runs a statement: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// ScanRow runs sql and scans its first row into the first of dest, as many
-// as the statement has columns: a statement's columns are only ever
-// appended to, so a previous release's statement (see Use) fills the
-// prefix it has and leaves the rest of dest alone. pgx.ErrNoRows when
-// there is no row.
-func ScanRow(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+// ScanRow runs sql on q (a pool, a connection or a transaction) and scans
+// the first columns of its first row into dest, as many as both have: a
+// statement's columns are only ever appended to, so a previous release's
+// statement (see Use) fills the prefix of dest it has and leaves the rest
+// alone, and a caller that needs only the first columns names only those.
+// pgx.ErrNoRows when there is no row.
+func ScanRow(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args []any, dest ...any) error {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -181,6 +179,8 @@ func ScanRow(ctx context.Context, q Querier, sql string, args []any, dest ...any
 	}
 	if n := len(rows.FieldDescriptions()); n < len(dest) {
 		dest = dest[:n]
+	} else if n > len(dest) {
+		dest = append(dest[:len(dest):len(dest)], make([]any, n-len(dest))...) // nil: column skipped
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return err

@@ -315,7 +315,8 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 }
 
 // ScanRow fills the prefix of dest a statement has columns for (a previous
-// release's statement returns fewer), and says when there is no row.
+// release's statement returns fewer), scans only the columns dest names,
+// and says when there is no row.
 func TestScanRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -326,6 +327,9 @@ func TestScanRow(t *testing.T) {
 	}
 	if err := stmt.ScanRow(ctx, pool, "SELECT 3, 'x', false", nil, &a, &b, &c); err != nil || a != 3 || b != "x" || c {
 		t.Fatalf("three columns into three: %d %q %v, %v", a, b, c, err)
+	}
+	if err := stmt.ScanRow(ctx, pool, "SELECT 4, 'y', true", nil, &a); err != nil || a != 4 || b != "x" || c {
+		t.Fatalf("three columns into one: %d %q %v, %v", a, b, c, err)
 	}
 	if err := stmt.ScanRow(ctx, pool, "SELECT 1 WHERE false", nil, &a); !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatalf("no row: %v", err)
