@@ -122,11 +122,14 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	n := max(o.Concurrency, 1)
 
 	c := newConsumer(ctx, q, po, o, fn)
-	defer c.done()
 	if !e.consumes.add(e, c) {
+		c.done()
 		return ErrClosed
 	}
+	// Deferred in this order so Close, which waits for the removal, finds
+	// the call's own cleanup done too.
 	defer e.consumes.remove(c)
+	defer c.done()
 	return c.dispatch(n)
 }
 

@@ -544,12 +544,14 @@ func TestCloseStopsRunningConsume(t *testing.T) {
 	if err := a.Close(cctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	// Close returns once the Consume call is done with everything; its
+	// return to this goroutine's caller is a step of its own.
 	select {
 	case err := <-done:
 		if !errors.Is(err, queen.ErrClosed) {
 			t.Fatalf("Consume = %v, want ErrClosed", err)
 		}
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatal("Consume still running after Close returned")
 	}
 	got := pop(t, b.Queue("q"), queen.PopOptions{Batch: 2})
