@@ -58,7 +58,11 @@ func TestFaultKilledPusher(t *testing.T) {
 		}
 	}()
 	phase := 0
-	deadline := time.After(20 * time.Second)
+	// Stalled means no new result for a while, not slow: a loaded machine
+	// can take tens of seconds to start a race-instrumented child.
+	const stall = 90 * time.Second
+	deadline := time.NewTimer(stall)
+	defer deadline.Stop()
 	maintenanceAt, killAt := 150, 300
 loop:
 	for {
@@ -74,6 +78,7 @@ loop:
 			if id, err := uuid.FromString(f[1]); err == nil {
 				reported[id] = f[2]
 			}
+			deadline.Reset(stall)
 			switch {
 			case phase == 0 && len(reported) >= maintenanceAt:
 				if err := admin.SetMaintenance(ctx, true); err != nil {
@@ -84,7 +89,7 @@ loop:
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				phase = 2
 			}
-		case <-deadline:
+		case <-deadline.C:
 			t.Fatalf("child stalled at %d results (phase %d)", len(reported), phase)
 		}
 	}

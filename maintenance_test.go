@@ -37,31 +37,44 @@ func partitionRow(t testing.TB, c *queen.Client, name string) (logStart, txnsSta
 }
 
 func TestRetentionDeletesWholeSegmentsFromTheHead(t *testing.T) {
-	c := open(t, manual)
-	q := c.Queue("q")
-	if err := q.Configure(ctxT(t), queen.QueueOptions{Retention: 300 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		push(t, q, queen.Item{}, queen.Item{})
-	}
-	if rep := maintain(t, c); rep.SegmentsDeleted != 0 {
-		t.Fatalf("deleted %d young segments", rep.SegmentsDeleted)
-	}
-	time.Sleep(400 * time.Millisecond)
-	push(t, q, queen.Item{}) // young: must survive
-	if rep := maintain(t, c); rep.SegmentsDeleted != 3 {
-		t.Fatalf("deleted %d segments, want the 3 old ones", rep.SegmentsDeleted)
-	}
-	if ls, _, _ := partitionRow(t, c, "Default"); ls != 6 {
-		t.Fatalf("log_start %d, want 6", ls)
-	}
-	if n := countRows(t, c, "segments"); n != 1 {
-		t.Fatalf("%d segments left, want 1", n)
-	}
-	if r := push(t, q, queen.Item{})[0]; r.Offset != 7 {
-		t.Fatalf("offset after retention %d, want 7", r.Offset)
-	}
+	inWindow(t, 300*time.Millisecond, func(_ string, window time.Duration) bool {
+		c := open(t, manual)
+		q := c.Queue("q")
+		if err := q.Configure(ctxT(t), queen.QueueOptions{Retention: window}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now() // no later than the first segment's created_at
+		for range 3 {
+			push(t, q, queen.Item{}, queen.Item{})
+		}
+		rep := maintain(t, c)
+		if time.Since(start) >= window {
+			return false
+		}
+		if rep.SegmentsDeleted != 0 {
+			t.Fatalf("deleted %d young segments", rep.SegmentsDeleted)
+		}
+		time.Sleep(window + 100*time.Millisecond)
+		start = time.Now()
+		push(t, q, queen.Item{}) // young: must survive
+		rep = maintain(t, c)
+		if time.Since(start) >= window {
+			return false
+		}
+		if rep.SegmentsDeleted != 3 {
+			t.Fatalf("deleted %d segments, want the 3 old ones", rep.SegmentsDeleted)
+		}
+		if ls, _, _ := partitionRow(t, c, "Default"); ls != 6 {
+			t.Fatalf("log_start %d, want 6", ls)
+		}
+		if n := countRows(t, c, "segments"); n != 1 {
+			t.Fatalf("%d segments left, want 1", n)
+		}
+		if r := push(t, q, queen.Item{})[0]; r.Offset != 7 {
+			t.Fatalf("offset after retention %d, want 7", r.Offset)
+		}
+		return true
+	})
 }
 
 // Completed retention is pinned by the slowest group's cursor.
@@ -94,27 +107,44 @@ func TestCompletedRetentionWaitsForTheSlowestGroup(t *testing.T) {
 }
 
 func TestHashRowsPurgedAfterWindowAndFloor(t *testing.T) {
-	c := open(t, manual, func(c *queen.Config) { c.Maintenance.HashFloor = time.Millisecond })
-	q := c.Queue("q")
-	if err := q.Configure(ctxT(t), queen.QueueOptions{DedupWindow: 200 * time.Millisecond, LeaseTime: time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	push(t, q, queen.Item{TransactionID: "a"})
-	push(t, q, queen.Item{TransactionID: "b"})
-	if rep := maintain(t, c); rep.HashRowsDeleted != 0 {
-		t.Fatalf("purged %d hash rows inside the window", rep.HashRowsDeleted)
-	}
-	time.Sleep(300 * time.Millisecond)
-	push(t, q, queen.Item{TransactionID: "c"})
-	if rep := maintain(t, c); rep.HashRowsDeleted != 2 {
-		t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
-	}
-	if _, ts, _ := partitionRow(t, c, "Default"); ts != 2 {
-		t.Fatalf("txns_start %d, want 2", ts)
-	}
-	if r := push(t, q, queen.Item{TransactionID: "c"})[0]; r.Status != queen.Duplicate {
-		t.Fatalf("c inside its window: %s", r.Status)
-	}
+	inWindow(t, 200*time.Millisecond, func(_ string, window time.Duration) bool {
+		c := open(t, manual, func(c *queen.Config) { c.Maintenance.HashFloor = time.Millisecond })
+		q := c.Queue("q")
+		if err := q.Configure(ctxT(t), queen.QueueOptions{DedupWindow: window, LeaseTime: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		push(t, q, queen.Item{TransactionID: "a"})
+		push(t, q, queen.Item{TransactionID: "b"})
+		rep := maintain(t, c)
+		if time.Since(start) >= window {
+			return false
+		}
+		if rep.HashRowsDeleted != 0 {
+			t.Fatalf("purged %d hash rows inside the window", rep.HashRowsDeleted)
+		}
+		time.Sleep(window + 100*time.Millisecond)
+		start = time.Now()
+		push(t, q, queen.Item{TransactionID: "c"})
+		rep = maintain(t, c)
+		if time.Since(start) >= window {
+			return false
+		}
+		if rep.HashRowsDeleted != 2 {
+			t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
+		}
+		if _, ts, _ := partitionRow(t, c, "Default"); ts != 2 {
+			t.Fatalf("txns_start %d, want 2", ts)
+		}
+		r := push(t, q, queen.Item{TransactionID: "c"})[0]
+		if time.Since(start) >= window {
+			return false
+		}
+		if r.Status != queen.Duplicate {
+			t.Fatalf("c inside its window: %s", r.Status)
+		}
+		return true
+	})
 }
 
 func TestIdleEmptyPartitionIsForgotten(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -265,6 +266,11 @@ func (r *run) main() (st runStats) {
 	events := r.rec.Events()
 	for _, p := range r.childFiles {
 		evs, err := history.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Killed before it opened its file (a slow start on a loaded
+			// machine): it recorded nothing.
+			continue
+		}
 		if err != nil {
 			t.Fatalf("child history %s: %v", p, err)
 		}
