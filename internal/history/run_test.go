@@ -808,6 +808,7 @@ func (n *nemesis) outage() {
 }
 
 func (n *nemesis) loop(ctx context.Context) {
+	start, stormed := time.Now(), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -819,6 +820,10 @@ func (n *nemesis) loop(ctx context.Context) {
 			kinds = append(kinds, "storm")
 		}
 		kind := kinds[n.rng.IntN(len(kinds))]
+		if n.r.gen["storm"] && !stormed && time.Since(start) > n.r.dur/4 {
+			kind = "storm" // at least once a run: its race is rare
+		}
+		stormed = stormed || kind == "storm"
 		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
 		err := n.inject(ctx, kind)
 		res := history.Event{}
@@ -962,7 +967,7 @@ type worker struct {
 func (w *worker) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		switch x := w.rng.IntN(100 + 10*min(len(w.gen), 1)); {
+		switch x := w.rng.IntN(100 + 15*min(len(w.gen), 1)); {
 		case x < 35:
 			w.push(opCtx)
 		case x < 40:
@@ -1348,7 +1353,7 @@ func (w *worker) consume(ctx context.Context) {
 		o.HandlerTimeout = time.Duration(50+w.rng.IntN(300)) * time.Millisecond
 	}
 	txMode := w.gen["txconsume"] && w.rng.IntN(3) == 0
-	badText := w.gen["texts"] && w.rng.IntN(3) == 0
+	badText := w.gen["texts"] && w.rng.IntN(2) == 0
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(300+w.rng.IntN(1500))*time.Millisecond)
 	defer cancel()
 	var mu sync.Mutex
