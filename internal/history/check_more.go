@@ -129,8 +129,8 @@ func (c *checker) deletedSurvived(ops []*Op) {
 
 // lastEpoch keeps, of a queue that was deleted, only what began after its
 // last deletion ended: the rest read or wrote a queue that is gone. A push
-// that began before and may have stored into the new queue stays, of
-// unknown outcome.
+// that began before stays, of unknown outcome (it may have stored into
+// the new queue, a Buffered one later still).
 func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
@@ -142,7 +142,11 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 		switch {
 		case !ok || o.Start() > t:
 			out = append(out, o)
-		case o.Inv.Op == OpPush && o.End() > t && !o.Inv.Rollback && o.Phase() != Fail:
+		case o.Inv.Op == OpPush && (o.Inv.Rollback || o.Phase() == Fail):
+			out = append(out, o) // certainly stored nothing, in either queue
+		case o.Inv.Op == OpPush:
+			// Of unknown outcome in the last queue (deletedSurvived judged
+			// the ones that ended before a deletion).
 			out = append(out, &Op{Inv: o.Inv})
 		}
 	}
