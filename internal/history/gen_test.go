@@ -227,6 +227,7 @@ func (w *worker) lanes(ctx context.Context) {
 		return
 	}
 	tx := func(i int) string { return fmt.Sprintf("%s/%d", q, i) }
+	queued := false // a keyed item is surely stored: the count is fixed
 	push := func(items []queen.Item, lanes int) {
 		hs := histItems(items)
 		for i, it := range items {
@@ -243,6 +244,9 @@ func (w *worker) lanes(ctx context.Context) {
 			return
 		}
 		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+		for i, r := range res {
+			queued = queued || (items[i].Key != "" && r.Status == queen.Queued)
+		}
 	}
 	// This client reads the count a.
 	push([]queen.Item{{Partition: "p", TransactionID: tx(0), Data: payload(q, tx(0))}}, a)
@@ -258,6 +262,9 @@ func (w *worker) lanes(ctx context.Context) {
 	}
 	push(keyed(1, 2, 1, 3, 2, 4), b)
 	push(keyed(1, 5, 3, 6, 5), b)
+	if !queued {
+		return // spooled: the count may still change
+	}
 	inv := w.call(q, "", "configure-lanes", true)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
