@@ -47,6 +47,18 @@ type QueueInfo struct {
 	// the log once every group has read it, so a delivery stands in for a
 	// deleted row and everything else is checked as usual.
 	Completed bool
+	// DeadLetter queues keep exhausted messages: a failed message is
+	// redelivered or dead-lettered, never dropped.
+	DeadLetter bool
+	// Encrypted queues deliver nothing to a client without their keys.
+	Encrypted bool
+}
+
+// DeadStored is one dead letter of the final dead-letter store.
+type DeadStored struct {
+	Queue, Group, Partition string
+	Offset                  int64
+	ID, TxID, Reason        string
 }
 
 // State is the final state the history is checked against.
@@ -57,6 +69,8 @@ type State struct {
 	// purpose: they count as stored, and nobody owes their delivery (they
 	// end in the dead-letter store).
 	Destroyed []Stored
+	// DeadLetters is the final dead-letter store of the audited queues.
+	DeadLetters []DeadStored
 }
 
 // Violation is one broken promise with the events that prove it.
@@ -153,6 +167,9 @@ func Check(events []Event, st State, limit int) []Violation {
 	}
 	c.st.Log = append(slices.Clone(st.Log), st.Destroyed...)
 	ops := Pair(events)
+	c.markCopies(ops)
+	c.deletedSurvived(ops)
+	ops = c.lastEpoch(ops)
 	c.reconstruct(ops)
 	c.pushes(ops)
 	c.pushErrors(ops)
@@ -162,6 +179,11 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.pollSkip(ops)
 	c.holders(ops)
 	c.eventually(ops)
+	c.redelivered(ops)
+	c.requeued(ops)
+	c.paused(ops)
+	c.rejected(ops)
+	c.wrongKey(ops)
 	return c.out
 }
 
@@ -301,6 +323,9 @@ func (c *checker) pushes(ops []*Op) {
 						a.op.Inv.Items[a.item].Partition, a.res.Offset, a.res.ID, where(ss)), a.op.evidence()...)
 				}
 			case "duplicate":
+				if deduped && !qi.Retained && len(ss) == 0 {
+					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; nothing of it is stored", k.queue, k.tx, a.res.ID), a.op.evidence()...)
+				}
 				if deduped && len(ss) == 1 && a.res.ID != ss[0].ID && a.res.ID != zeroUUID {
 					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; the stored original is %s", k.queue, k.tx, a.res.ID, ss[0].ID), a.op.evidence()...)
 				}
@@ -714,6 +739,14 @@ func (c *checker) eventually(ops []*Op) {
 			}
 		}
 	}
+	// The latest start of a delivery of each message id, to any group.
+	lastRead := map[qt]int64{}
+	for _, o := range ops {
+		for _, m := range delivered(o) {
+			k := qt{o.Inv.Queue, m.ID}
+			lastRead[k] = max(lastRead[k], o.Start())
+		}
+	}
 	missing := map[string][]Stored{}
 	for _, s := range c.st.Log {
 		qi := c.st.Queues[s.Queue]
@@ -745,10 +778,14 @@ func (c *checker) eventually(ops []*Op) {
 			k := s.Queue + "\x00" + g
 			if s.Reconstructed {
 				// Completed retention owes a deleted message only to the
-				// groups that existed when it was pushed: a group that came
-				// later starts at the oldest message still there.
+				// groups that existed when it was pushed, or when some group
+				// was still reading it (it was retained then, and a group
+				// pins what it has not read from its first contact on): a
+				// group that came later starts at the oldest message still
+				// there.
 				t, ok := joined[k]
-				if at, pushed := pushedAt[qt{s.Queue, s.TxID}]; !ok || !pushed || at < t {
+				at, pushed := pushedAt[qt{s.Queue, s.TxID}]
+				if !ok || !pushed || (at < t && lastRead[qt{s.Queue, s.ID}] <= t) {
 					continue
 				}
 			}

@@ -30,6 +30,12 @@ const (
 	// line): Partition, Offset (the first), Last, Batch (messages), Lease.
 	// Evidence only: it shows which claim took a message nobody handled.
 	OpClaim = "claim"
+	// OpCall is any other public call, named by Kind: "pause", "resume",
+	// "delete", "requeue" (Msgs: the dead letters it was given, of Group),
+	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
+	// "consume" (the Consume call itself), "settle-log" (Consume's own
+	// settle failure, from its log: Err).
+	OpCall = "call"
 )
 
 // Phases of an operation, as in Jepsen: an invoke, then ok (it happened),
@@ -85,6 +91,13 @@ type Event struct {
 	Err string `json:"err,omitempty"`
 	// LeaseLost marks a settle refused because the lease was gone.
 	LeaseLost bool `json:"lease_lost,omitempty"`
+	// Invalid marks a call given input it must reject (a bad name, key,
+	// header or size, a Lanes change on a keyed queue): it must fail,
+	// and change nothing.
+	Invalid bool `json:"invalid,omitempty"`
+	// WrongKey marks a pop or handler of a client whose keys cannot open
+	// the queue's payloads: it must deliver nothing from an encrypted queue.
+	WrongKey bool `json:"wrong_key,omitempty"`
 }
 
 // Item is one pushed item.

@@ -2,13 +2,13 @@ package history_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -128,6 +128,10 @@ var queueSpecs = []struct {
 	// No dedup window: a Buffered item's replay is the only guard against
 	// storing it twice.
 	{"nodedup", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
+	// Deleted now and then by the "delete" generator (and recreated with
+	// the defaults by a push racing the Configure that follows): no dedup
+	// window, as a recreated queue has none.
+	{"doomed", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
 }
 
 // groups read everything; lateGroups join with SubscribeNew at their first
@@ -171,6 +175,41 @@ type run struct {
 	plaintext  atomic.Int64     // plaintext-at-rest findings
 	childFiles []string
 	spoolDirs  []string
+
+	gen   gens
+	key2  []byte // the key rotated to mid-run ("keyrot")
+	fresh atomic.Int64
+	bg    sync.WaitGroup // first pushes the nemesis started
+
+	extraMu sync.Mutex
+	extra   map[string]history.QueueInfo // queues made during the run
+	extraQ  []string
+	storms  []string // groups the storm made on "completed"
+}
+
+// addQueue audits a queue made during the run.
+func (r *run) addQueue(q string, qi history.QueueInfo) {
+	r.extraMu.Lock()
+	defer r.extraMu.Unlock()
+	if r.extra == nil {
+		r.extra = map[string]history.QueueInfo{}
+	}
+	r.extra[q] = qi
+	r.extraQ = append(r.extraQ, q)
+}
+
+func (r *run) addStormGroup() string {
+	r.extraMu.Lock()
+	defer r.extraMu.Unlock()
+	g := fmt.Sprintf("storm%d", len(r.storms))
+	r.storms = append(r.storms, g)
+	return g
+}
+
+func (r *run) stormGroups() []string {
+	r.extraMu.Lock()
+	defer r.extraMu.Unlock()
+	return slices.Clone(r.storms)
 }
 
 func (r *run) main() (st runStats) {
@@ -182,6 +221,18 @@ func (r *run) main() (st runStats) {
 	for i := range r.key {
 		r.key[i] = byte(rng.IntN(256))
 	}
+	if r.gen, err = parseGens(*flagGen); err != nil {
+		t.Fatal(err)
+	}
+	if r.gen["keyrot"] {
+		// Every process can read the next key from the start; one client
+		// encrypts with it from mid-run on.
+		r.key2 = make([]byte, 32)
+		for i := range r.key2 {
+			r.key2[i] = byte(rng.IntN(256))
+		}
+	}
+	t.Logf("generators: %s", r.gen)
 	r.dir, err = os.MkdirTemp("", "queen-history-")
 	if err != nil {
 		t.Fatal(err)
@@ -219,10 +270,62 @@ func (r *run) main() (st runStats) {
 		r.spoolDirs = append(r.spoolDirs, dir)
 		c := r.open(ctx, fmt.Sprintf("main-%d", i), dir)
 		clients = append(clients, c)
+	}
+	for i, c := range clients {
 		for w := range 3 {
-			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), idx: w, rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1))), from: r.from}
+			wk := &worker{c: c, rec: r.rec, proc: fmt.Sprintf("main-%d", i), idx: w, rng: rand.New(rand.NewPCG(r.seed, uint64(i*16+w+1))), from: r.from,
+				gen: r.gen, r: r, other: clients[1-i]}
 			wg.Go(func() { wk.loop(genCtx) })
 		}
+	}
+	var others []*queen.Client // closed at heal
+	rot := make(chan *queen.Client, 1)
+	if r.gen["keyrot"] {
+		// Rotated: the new key encrypts, the old one still decrypts.
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		cfg := r.config("rot-0", dir)
+		cfg.EncryptionKey, cfg.DecryptionKeys = r.key2, [][]byte{r.key}
+		wg.Go(func() {
+			select {
+			case <-genCtx.Done():
+				return
+			case <-time.After(r.dur / 2):
+			}
+			c, err := queen.Open(ctx, cfg)
+			if err != nil {
+				return
+			}
+			rot <- c
+			var wg2 sync.WaitGroup
+			for w := range 2 {
+				wk := &worker{c: c, rec: r.rec, proc: "rot-0", idx: w, rng: rand.New(rand.NewPCG(r.seed, uint64(100+w))), from: r.from, gen: r.gen}
+				wg2.Go(func() { wk.loop(genCtx) })
+			}
+			wg2.Wait()
+		})
+	}
+	var nokey *queen.Client
+	if r.gen["wrongkey"] || r.gen["firstpush"] {
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		cfg := r.config("nokey", dir)
+		cfg.EncryptionKey, cfg.DecryptionKeys = nil, nil
+		nokey = r.openCfg(ctx, cfg)
+		others = append(others, nokey)
+	}
+	if r.gen["wrongkey"] {
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		cfg := r.config("wrongkey", dir)
+		cfg.EncryptionKey, cfg.DecryptionKeys = make([]byte, 32), nil
+		for i := range cfg.EncryptionKey {
+			cfg.EncryptionKey[i] = byte(rng.IntN(256))
+		}
+		wrong := r.openCfg(ctx, cfg)
+		others = append(others, wrong)
+		wrng := rand.New(rand.NewPCG(r.seed, 0x77))
+		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
 	ch := make([]*child, r.children)
 	for i := range ch {
@@ -231,9 +334,15 @@ func (r *run) main() (st runStats) {
 		ch[i].start()
 	}
 	wg.Go(func() { r.scanSpools(genCtx) })
-	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17))}
+	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17)), nokey: nokey}
 	wg.Go(func() { nem.loop(genCtx) })
 	wg.Wait()
+	r.bg.Wait()
+	select {
+	case c := <-rot:
+		others = append(others, c)
+	default:
+	}
 
 	// Heal: the server up, maintenance off, children stopped, every spool
 	// drained by a client on it.
@@ -241,6 +350,13 @@ func (r *run) main() (st runStats) {
 		c.kill()
 	}
 	r.heal(ctx, admin)
+	for _, c := range others {
+		if c != nil {
+			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+			_ = c.Close(cctx)
+			ccancel()
+		}
+	}
 	for _, c := range clients {
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := c.Close(cctx); err != nil {
@@ -266,10 +382,8 @@ func (r *run) main() (st runStats) {
 	events := r.rec.Events()
 	for _, p := range r.childFiles {
 		evs, err := history.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			// Killed before it opened its file (a slow start on a loaded
-			// machine): it recorded nothing.
-			continue
+		if errors.Is(err, os.ErrNotExist) {
+			continue // killed before it opened its history
 		}
 		if err != nil {
 			t.Fatalf("child history %s: %v", p, err)
@@ -290,15 +404,22 @@ func (r *run) main() (st runStats) {
 	starts := r.logStarts(ctx, admin)
 	for _, qs := range queueSpecs {
 		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups,
-			FromGroups: map[string]int64{fromGroup: r.from.UnixNano()}}
+			FromGroups: map[string]int64{fromGroup: r.from.UnixNano()},
+			// A deleted queue is recreated with the defaults: no dead letters.
+			DeadLetter: qs.opts.DeadLetter && qs.name != "doomed", Encrypted: qs.opts.Encryption}
 		switch {
 		case qs.opts.Retention > 0:
 			qi.Retained, qi.LogStart = true, starts[qs.name]
 		case qs.opts.CompletedRetention > 0:
 			qi.Completed = true
+			qi.Groups = append(slices.Clone(groups), r.stormGroups()...)
 		}
 		hs.Queues[qs.name] = qi
 	}
+	for q, qi := range r.extra {
+		hs.Queues[q] = qi
+	}
+	hs.DeadLetters = r.readDeadLetters(ctx, admin)
 	r.checkSecretLog(ctx, admin)
 	vs := history.Check(events, hs, 0)
 	shown := map[string]int{}
@@ -340,23 +461,31 @@ func countDeliveries(evs []history.Event) int {
 func (r *run) url() string { return r.cl.URL }
 
 func (r *run) open(ctx context.Context, name, spool string) *queen.Client {
+	return r.openCfg(ctx, r.config(name, spool))
+}
+
+func (r *run) openCfg(ctx context.Context, cfg queen.Config) *queen.Client {
 	r.t.Helper()
 	var c *queen.Client
 	var err error
 	for range 50 { // the server may be restarting
-		c, err = queen.Open(ctx, r.config(name, spool))
+		c, err = queen.Open(ctx, cfg)
 		if err == nil {
 			return c
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r.t.Fatalf("open %s: %v", name, err)
+	r.t.Fatalf("open %s: %v", cfg.SpoolDir, err)
 	return nil
 }
 
 func (r *run) config(name, spool string) queen.Config {
-	return queen.Config{DatabaseURL: r.url(), Schema: r.schema, SpoolDir: spool, EncryptionKey: r.key,
+	cfg := queen.Config{DatabaseURL: r.url(), Schema: r.schema, SpoolDir: spool, EncryptionKey: r.key,
 		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: r.rec, proc: name})}
+	if r.key2 != nil {
+		cfg.DecryptionKeys = [][]byte{r.key2}
+	}
+	return cfg
 }
 
 // claimLog is a client's log: it records each batch a Consume claimed (the
@@ -371,6 +500,25 @@ func (h *claimLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
 func (h *claimLog) WithGroup(string) slog.Handler          { return h }
 
 func (h *claimLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "queen: consume: settle failed") || strings.HasPrefix(r.Message, "queen: consume: writing out-of-order settlements failed") {
+		// The settle failures Consume only logs: the checker looks for
+		// text the database refused.
+		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "settle-log"}
+		var errText string
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "queue":
+				ev.Queue = a.Value.String()
+			case "partition":
+				ev.Partition = a.Value.String()
+			case "err":
+				errText = a.Value.String()
+			}
+			return true
+		})
+		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
+		return nil
+	}
 	if r.Message != "queen: consume claimed" {
 		return nil
 	}
@@ -408,6 +556,11 @@ func (r *run) heal(ctx context.Context, admin *queen.Client) {
 				o.LeaseTime = time.Second
 				err = admin.Queue(qs.name).Configure(ctx, o)
 			}
+			for _, g := range allGroups() {
+				if err == nil && r.gen["pause"] {
+					err = admin.Queue(qs.name).Resume(ctx, g)
+				}
+			}
 		}
 		if err == nil {
 			return
@@ -425,14 +578,29 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	// Past every lease a worker could have left behind (at most 3s).
 	time.Sleep(3100 * time.Millisecond)
 	n := 0
+	type drain struct {
+		q  string
+		gs []string
+	}
+	var drains []drain
 	for _, qs := range queueSpecs {
-		q := admin.Queue(qs.name)
-		for _, g := range append(append(slices.Clone(groups), lateGroups...), fromGroup) {
+		gs := allGroups()
+		if qs.name == "completed" {
+			gs = append(gs, r.stormGroups()...)
+		}
+		drains = append(drains, drain{qs.name, gs})
+	}
+	for _, q := range r.extraQ {
+		drains = append(drains, drain{q, r.extra[q].Groups})
+	}
+	for _, d := range drains {
+		q := admin.Queue(d.q)
+		for _, g := range d.gs {
 			empty := 0
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
 				if time.Now().After(deadline) {
-					r.t.Fatalf("final drain of %s/%q did not end", qs.name, g)
+					r.t.Fatalf("final drain of %s/%q did not end", d.q, g)
 				}
 				// Each group's own subscription, as its workers pop: it
 				// decides where a group that never popped during the run
@@ -484,8 +652,8 @@ func (r *run) readLog(ctx context.Context, admin *queen.Client) []history.Stored
 			r.t.Fatal(err)
 		}
 		raw, err = segment.Decompress(raw[:0], blob)
-		if err != nil && r.isDestroyed(qn, pn, base) {
-			continue
+		if err != nil && (r.isDestroyed(qn, pn, base) || bytes.Equal(blob, corruptBlob)) {
+			continue // a corrupted segment, or a requeued copy of one
 		}
 		if err != nil {
 			r.t.Fatalf("%s/%s@%d: %v", qn, pn, base, err)
@@ -524,7 +692,7 @@ func (c *child) start() {
 	c.r.childFiles = append(c.r.childFiles, hist)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHistoryChild$")
 	cmd.Env = append(os.Environ(), "QUEEN_HISTORY_CHILD="+string(mustJSON(childSpec{
-		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Proc: proc, History: hist,
+		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Key2: c.r.key2, Gen: c.r.gen.String(), Proc: proc, History: hist,
 		Seed: c.r.seed*1000 + uint64(c.idx*100+c.inc), Deadline: time.Now().Add(c.r.dur + time.Minute).UnixNano(), From: c.r.from.UnixNano(),
 	})))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -554,10 +722,10 @@ func (c *child) kill() {
 }
 
 type childSpec struct {
-	URL, Schema, Spool, Proc, History string
-	Key                               []byte
-	Seed                              uint64
-	Deadline, From                    int64
+	URL, Schema, Spool, Proc, History, Gen string
+	Key, Key2                              []byte
+	Seed                                   uint64
+	Deadline, From                         int64
 }
 
 func mustJSON(v any) []byte {
@@ -587,6 +755,13 @@ func TestHistoryChild(t *testing.T) {
 	defer cancel()
 	cfg := queen.Config{DatabaseURL: s.URL, Schema: s.Schema, SpoolDir: s.Spool, EncryptionKey: s.Key,
 		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: rec, proc: s.Proc})}
+	if s.Key2 != nil {
+		cfg.DecryptionKeys = [][]byte{s.Key2}
+	}
+	gen, err := parseGens(s.Gen)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c *queen.Client
 	for c == nil {
 		if c, err = queen.Open(ctx, cfg); err != nil {
@@ -598,7 +773,7 @@ func TestHistoryChild(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for w := range 3 {
-		wk := &worker{c: c, rec: rec, proc: s.Proc, idx: w, rng: rand.New(rand.NewPCG(s.Seed, uint64(w))), from: time.Unix(0, s.From)}
+		wk := &worker{c: c, rec: rec, proc: s.Proc, idx: w, rng: rand.New(rand.NewPCG(s.Seed, uint64(w))), from: time.Unix(0, s.From), gen: gen}
 		wg.Go(func() { wk.loop(ctx) })
 	}
 	wg.Wait() // until killed, or the deadline if the parent died
@@ -612,9 +787,28 @@ type nemesis struct {
 	clients  []*queen.Client
 	children []*child
 	rng      *rand.Rand
+	nokey    *queen.Client // a client without a key, for "firstpush"
+}
+
+// outage pushes to unseen queues while the database cannot answer
+// ("firstpush"), by the keyless client and a keyed one.
+func (n *nemesis) outage() {
+	if !n.r.gen["firstpush"] {
+		return
+	}
+	cs := []*queen.Client{n.clients[n.rng.IntN(len(n.clients))]}
+	names := []string{"main-x"}
+	if n.nokey != nil {
+		cs, names = append(cs, n.nokey), append(names, "nokey")
+	}
+	for i, c := range cs {
+		n.r.bg.Go(func() { n.r.firstPush(c, names[i]) })
+	}
+	time.Sleep(50 * time.Millisecond) // the pushes are under way before the database is back
 }
 
 func (n *nemesis) loop(ctx context.Context) {
+	start, stormed := time.Now(), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -622,7 +816,14 @@ func (n *nemesis) loop(ctx context.Context) {
 		case <-time.After(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond):
 		}
 		kinds := []string{"restart", "terminate", "lock", "maintenance", "kill-child", "pause-child", "exhaust", "corrupt"}
+		if n.r.gen["storm"] {
+			kinds = append(kinds, "storm")
+		}
 		kind := kinds[n.rng.IntN(len(kinds))]
+		if n.r.gen["storm"] && !stormed && time.Since(start) > n.r.dur/4 {
+			kind = "storm" // at least once a run: its race is rare
+		}
+		stormed = stormed || kind == "storm"
 		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
 		err := n.inject(ctx, kind)
 		res := history.Event{}
@@ -641,6 +842,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		if err := n.r.cl.Stop("immediate"); err != nil {
 			return err
 		}
+		n.outage()
 		sleep(300)
 		return n.r.cl.Start(context.Background())
 	case "terminate":
@@ -676,6 +878,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		if err := n.admin.SetMaintenance(ctx, true); err != nil {
 			return err
 		}
+		n.outage()
 		sleep(400)
 		for ctx.Err() == nil {
 			if err := n.admin.SetMaintenance(context.Background(), false); err == nil {
@@ -685,6 +888,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		}
 		// Heal turns it off.
 		return nil
+	case "storm":
+		return n.storm(ctx, time.Duration(1000+n.rng.IntN(1500))*time.Millisecond)
 	case "corrupt":
 		// A segment of the strict-order queue overwritten with garbage (a
 		// bad disk, a bad restore): its messages must go to the dead
@@ -752,12 +957,17 @@ type worker struct {
 	// recent transaction ids of this worker, for deliberate retries.
 	recent []history.Item
 	rqueue []string
+	gen    gens
+	// r and other (another client of this process) are set in the test
+	// process only: the generators that need them run there.
+	r     *run
+	other *queen.Client
 }
 
 func (w *worker) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		switch x := w.rng.IntN(100); {
+		switch x := w.rng.IntN(100 + 15*min(len(w.gen), 1)); {
 		case x < 35:
 			w.push(opCtx)
 		case x < 40:
@@ -772,9 +982,11 @@ func (w *worker) loop(ctx context.Context) {
 			w.consume(opCtx)
 		case x < 96:
 			_, _ = w.c.Maintain(opCtx)
-		default:
+		case x < 100:
 			q := w.queue()
 			_ = w.c.Queue(q).Configure(opCtx, w.options(q))
+		default:
+			w.extra(opCtx)
 		}
 		cancel()
 	}
@@ -1010,6 +1222,9 @@ func delivery(m *queen.Message) history.Delivery {
 }
 
 func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) []*queen.Message {
+	if q.Name() == "doomed" && o.LeaseTime == 0 {
+		o.LeaseTime = time.Second // a recreated queue's default lease outlasts the final drain
+	}
 	inv := rec.Invoke(history.Event{Proc: proc, Op: history.OpPop, Queue: q.Name(), Group: o.Group, AutoAck: o.AutoAck, Batch: o.Batch})
 	msgs, err := q.Pop(ctx, o)
 	if err != nil {
@@ -1032,17 +1247,23 @@ func settleEvent(proc string, m *queen.Message, kind string) history.Event {
 // recordSettle applies one verdict and records it: ok when it applied,
 // fail when it certainly did not (lease lost, already acked), info else.
 func recordSettle(ctx context.Context, rec *history.Recorder, proc string, m *queen.Message, kind string, rng *rand.Rand) error {
+	return recordSettleWhy(ctx, rec, proc, m, kind, rng, nil)
+}
+
+// recordSettleWhy is recordSettle with the reason of a fail or dead letter
+// (nil: a plain one).
+func recordSettleWhy(ctx context.Context, rec *history.Recorder, proc string, m *queen.Message, kind string, rng *rand.Rand, why error) error {
 	inv := rec.Invoke(settleEvent(proc, m, kind))
 	var err error
 	switch kind {
 	case "ack":
 		err = m.Ack(ctx)
 	case "fail":
-		err = m.Fail(ctx, errors.New("history: failed on purpose"))
+		err = m.Fail(ctx, cmp.Or(why, errors.New("history: failed on purpose")))
 	case "retry":
 		err = m.Retry(ctx)
 	case "dead":
-		err = m.DeadLetter(ctx, errors.New("history: dead on purpose"))
+		err = m.DeadLetter(ctx, cmp.Or(why, errors.New("history: dead on purpose")))
 	case "extend":
 		err = m.ExtendLease(ctx, time.Duration(200+rng.IntN(2000))*time.Millisecond)
 	}
@@ -1092,13 +1313,13 @@ func (w *worker) popSettle(ctx context.Context) {
 					break each
 				}
 			case x < 88:
-				_ = recordSettle(ctx, w.rec, w.proc, m, "fail", w.rng)
+				_ = recordSettleWhy(ctx, w.rec, w.proc, m, "fail", w.rng, w.reason("history: failed on purpose"))
 				break each
 			case x < 92:
 				_ = recordSettle(ctx, w.rec, w.proc, m, "retry", w.rng)
 				break each
 			case x < 95:
-				if recordSettle(ctx, w.rec, w.proc, m, "dead", w.rng) != nil {
+				if recordSettleWhy(ctx, w.rec, w.proc, m, "dead", w.rng, w.reason("history: dead on purpose")) != nil {
 					break each
 				}
 			case x < 98:
@@ -1122,36 +1343,97 @@ func (w *worker) consume(ctx context.Context) {
 	// messages nobody saw, and Consume's pops are not in the history to
 	// account for them. Recorded pops exercise AutoAck instead.
 	o.Partition, o.Wait, o.AutoAck = "", 200*time.Millisecond, false
+	if q == "doomed" && o.LeaseTime == 0 {
+		o.LeaseTime = time.Second
+	}
+	if w.gen["softstop"] && w.rng.IntN(3) == 0 {
+		o.SoftStop = time.Duration(50+w.rng.IntN(400)) * time.Millisecond
+	}
+	if w.gen["timeout"] && w.rng.IntN(3) == 0 {
+		o.HandlerTimeout = time.Duration(50+w.rng.IntN(300)) * time.Millisecond
+	}
+	txMode := w.gen["txconsume"] && w.rng.IntN(3) == 0
+	badText := w.gen["texts"] && w.rng.IntN(2) == 0
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(300+w.rng.IntN(1500))*time.Millisecond)
 	defer cancel()
 	var mu sync.Mutex
 	seed := w.rng.Uint64()
 	hrng := rand.New(rand.NewPCG(seed, 7))
-	_ = w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
-		d := delivery(m)
-		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
-			Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}})
-		mu.Lock()
-		x := hrng.IntN(100)
-		mu.Unlock()
-		var err error
-		switch {
-		case x < 8:
-			err = errors.New("history: handler failed on purpose")
-		case x < 10:
-			select { // outlive the lease (Consume renews it)
-			case <-time.After(time.Until(m.LeaseExpiresAt) + 100*time.Millisecond):
-			case <-hctx.Done():
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		_ = w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
+			d := delivery(m)
+			inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
+				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}})
+			mu.Lock()
+			x := hrng.IntN(100)
+			bad := badReason(hrng)
+			mu.Unlock()
+			var err error
+			switch {
+			case x < 8:
+				err = errors.New("history: handler failed on purpose")
+				if badText {
+					err = bad
+				}
+			case x < 10:
+				select { // outlive the lease (Consume renews it)
+				case <-time.After(time.Until(m.LeaseExpiresAt) + 100*time.Millisecond):
+				case <-hctx.Done():
+				}
+			case x < 12:
+				// Return only once Consume's context ended, with an error: a
+				// shutdown, not a failure.
+				<-hctx.Done()
+				err = hctx.Err()
+			case x < 15 && o.HandlerTimeout > 0:
+				// Outlive the handler's deadline and fail for it.
+				<-hctx.Done()
+				err = fmt.Errorf("history: handler timed out: %w", hctx.Err())
+			case x < 17 && w.gen["panic"]:
+				w.rec.Done(inv, history.OK, history.Event{Err: "history: panicked on purpose"})
+				panic("history: panicked on purpose")
+			case x < 40 && txMode:
+				err = w.handlerTx(hctx, m, o.KeyConcurrency > 1, &mu)
 			}
-		case x < 12:
-			// Return only once Consume's context ended, with an error: a
-			// shutdown, not a failure.
-			<-hctx.Done()
-			err = hctx.Err()
-		}
-		w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
-		return err
+			w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
+			return err
+		})
+	}()
+	select {
+	case <-returned:
+	case <-time.After(time.Until(deadlineOf(cctx)) + o.SoftStop + 20*time.Second):
+		// A Consume that never returns once its context ended: say so and
+		// go on (its goroutine is left behind).
+		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group})
+		w.rec.Done(inv, history.Info, history.Event{Err: "stuck: Consume did not return 20s after its context ended"})
+	}
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// readDeadLetters reads the final dead-letter store.
+func (r *run) readDeadLetters(ctx context.Context, admin *queen.Client) []history.DeadStored {
+	rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT q.name, d.group_name, d.partition_name, d.msg_offset, d.message_id::text,
+		d.transaction_id, coalesce(d.reason, '') FROM %[1]s.dead_letters d JOIN %[1]s.queues q ON q.id = d.queue_id`,
+		pgx.Identifier{r.schema}.Sanitize()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []history.DeadStored
+	var d history.DeadStored
+	_, err = pgx.ForEachRow(rows, []any{&d.Queue, &d.Group, &d.Partition, &d.Offset, &d.ID, &d.TxID, &d.Reason}, func() error {
+		out = append(out, d)
+		return nil
 	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
 }
 
 // dumpPartition logs the database's view of a violation's partition.
@@ -1230,7 +1512,7 @@ func (w *worker) popAckBatch(ctx context.Context) {
 		} else if x < 10 {
 			st = queen.AckDeadLetter
 		}
-		reqs = append(reqs, queen.AckRequest{Message: m, Status: st, Reason: errors.New("history: batch")})
+		reqs = append(reqs, queen.AckRequest{Message: m, Status: st, Reason: w.reason("history: batch")})
 		invs = append(invs, w.rec.Invoke(settleEvent(w.proc, m, kinds[st])))
 	}
 	errs, err := w.c.Queue(q).AckBatch(ctx, reqs)
@@ -1380,9 +1662,13 @@ func (r *run) corrupt(ctx context.Context) error {
 	r.destroyMu.Lock()
 	r.destroyed = append(r.destroyed, msgs...)
 	r.destroyMu.Unlock()
-	_, err = conn.Exec(ctx, fmt.Sprintf(`UPDATE %s.segments SET blob = '\xff00deadbeef'::bytea WHERE partition_id = $1 AND base_offset = $2`, s), pid, base)
+	_, err = conn.Exec(ctx, fmt.Sprintf(`UPDATE %s.segments SET blob = $3 WHERE partition_id = $1 AND base_offset = $2`, s), pid, base, corruptBlob)
 	return err
 }
+
+// corruptBlob is what the nemesis overwrites a segment with: bytes no codec
+// accepts.
+var corruptBlob = []byte{0xff, 0x00, 0xde, 0xad, 0xbe, 0xef}
 
 func (r *run) isDestroyed(queue, partition string, base int64) bool {
 	r.destroyMu.Lock()

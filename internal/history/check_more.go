@@ -1,0 +1,357 @@
+package history
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Checks of the calls beyond push, pop and settle: requeued dead letters,
+// deleted queues, paused groups, rejected input and foreign keys.
+
+type qgi struct{ queue, group, id string }
+
+func (c *checker) isCall(o *Op, kind string) bool {
+	return o.Inv.Op == OpCall && o.Inv.Kind == kind && !o.Inv.Invalid
+}
+
+// markCopies: RequeueDeadLetters appends a copy of a dead letter with its
+// original's id and transaction id. Of the stored rows of one id in a
+// partition of a queue the run requeued from, all but the oldest are such
+// copies: not pushes of their own (Failures -1, like a skip re-enqueue).
+func (c *checker) markCopies(ops []*Op) {
+	requeued := map[qt]bool{}
+	for _, o := range ops {
+		if c.isCall(o, "requeue") {
+			for _, m := range o.Inv.Msgs {
+				requeued[qt{o.Inv.Queue, m.ID}] = true
+			}
+		}
+	}
+	if len(requeued) == 0 {
+		return
+	}
+	type qpi struct{ queue, partition, id string }
+	first := map[qpi]int{}
+	for i, s := range c.st.Log {
+		if s.Failures != 0 || !requeued[qt{s.Queue, s.ID}] {
+			continue
+		}
+		k := qpi{s.Queue, s.Partition, s.ID}
+		j, ok := first[k]
+		switch {
+		case !ok:
+			first[k] = i
+		case c.st.Log[j].Offset < s.Offset:
+			c.st.Log[i].Failures = -1
+		default:
+			c.st.Log[j].Failures = -1
+			first[k] = i
+		}
+	}
+}
+
+// deleteCuts: per queue, when its last Queue.Delete ended (MaxInt64 when
+// one never completed).
+func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
+	cut := map[string]int64{}
+	for _, o := range ops {
+		if c.isCall(o, "delete") {
+			cut[o.Inv.Queue] = max(cut[o.Inv.Queue], o.End())
+		}
+	}
+	return cut
+}
+
+// deletedSurvived: a message whose every push was Queued (or committed)
+// before a Queue.Delete of its queue began, and that was then deleted,
+// is gone.
+func (c *checker) deletedSurvived(ops []*Op) {
+	var deletes []*Op
+	for _, o := range ops {
+		if c.isCall(o, "delete") && o.Phase() == OK {
+			deletes = append(deletes, o)
+		}
+	}
+	if len(deletes) == 0 {
+		return
+	}
+	type fate struct {
+		last   int64 // the end of its latest push
+		stored bool  // a push reported it stored (not Buffered)
+		open   bool  // a push of unknown outcome, or Buffered: may land later
+		ev     []Event
+	}
+	fates := map[qt]*fate{}
+	for _, o := range ops {
+		if o.Inv.Op != OpPush || o.Inv.Rollback {
+			continue
+		}
+		for i, it := range o.Inv.Items {
+			k := qt{o.Inv.Queue, it.TxID}
+			f := fates[k]
+			if f == nil {
+				f = &fate{}
+				fates[k] = f
+			}
+			f.last = max(f.last, o.End())
+			switch {
+			case o.Phase() == OK && o.Done != nil && i < len(o.Done.Results):
+				switch o.Done.Results[i].Status {
+				case "queued", "committed":
+					f.stored = true
+					f.ev = append(f.ev, o.evidence()...)
+				case "buffered":
+					f.open = true
+				}
+			case o.Phase() == Info:
+				f.open = true
+			}
+		}
+	}
+	for _, s := range c.st.Log {
+		if s.Failures != 0 {
+			continue
+		}
+		f := fates[qt{s.Queue, s.TxID}]
+		if f == nil || f.open || !f.stored {
+			continue
+		}
+		for _, d := range deletes {
+			if d.Inv.Queue == s.Queue && d.Start() > f.last {
+				c.where = Violation{Queue: s.Queue, Partition: s.Partition}
+				c.report("deleted-survived", fmt.Sprintf("queue %s: transaction %q, stored before the queue was deleted, is still at %s@%d",
+					s.Queue, s.TxID, s.Partition, s.Offset), append(clip(f.ev, 2), d.evidence()...)...)
+				break
+			}
+		}
+	}
+}
+
+// lastEpoch keeps, of a queue that was deleted, only what began after its
+// last deletion ended: the rest read or wrote a queue that is gone. A push
+// that began before stays, of unknown outcome (it may have stored into
+// the new queue, a Buffered one later still).
+func (c *checker) lastEpoch(ops []*Op) []*Op {
+	cut := c.deleteCuts(ops)
+	if len(cut) == 0 {
+		return ops
+	}
+	out := ops[:0:0]
+	for _, o := range ops {
+		t, ok := cut[o.Inv.Queue]
+		switch {
+		case !ok || o.Start() > t:
+			out = append(out, o)
+		case o.Inv.Op == OpPush && (o.Inv.Rollback || o.Phase() == Fail):
+			out = append(out, o) // certainly stored nothing, in either queue
+		case o.Inv.Op == OpPush:
+			// Of unknown outcome in the last queue (deletedSurvived judged
+			// the ones that ended before a deletion).
+			out = append(out, &Op{Inv: o.Inv})
+		}
+	}
+	return out
+}
+
+// redelivered: a message a group failed or retried (Fail, Retry, a
+// handler's error or panic, Tx.Fail) is delivered to that group again or
+// ends in its dead letters, on a queue that keeps them. A settlement that
+// commits past it loses it.
+func (c *checker) redelivered(ops []*Op) {
+	dels := map[qgi][]*Op{}
+	blind := map[string]int64{} // queue/group -> latest end of an unknown auto-ack pop
+	for _, o := range ops {
+		for _, m := range delivered(o) {
+			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}
+			dels[k] = append(dels[k], o)
+		}
+		if o.Inv.Op == OpPop && o.Inv.AutoAck && o.Phase() != OK {
+			k := o.Inv.Queue + "\x00" + o.Inv.Group
+			blind[k] = max(blind[k], o.End())
+		}
+	}
+	dead := map[qgi]bool{}
+	for _, d := range c.st.DeadLetters {
+		dead[qgi{d.Queue, d.Group, d.ID}] = true
+	}
+	for _, o := range ops {
+		qi, ok := c.st.Queues[o.Inv.Queue]
+		if !ok || !qi.DeadLetter || qi.Retained {
+			continue
+		}
+		var id, partition string
+		var offset int64
+		switch {
+		case o.Inv.Op == OpSettle && (o.Inv.Kind == "fail" || o.Inv.Kind == "retry") && o.Phase() == OK:
+			id, partition, offset = o.Inv.ID, o.Inv.Partition, o.Inv.Offset
+		case o.Inv.Op == OpHandler && o.Done != nil && o.Done.Err != "" && len(o.Inv.Msgs) == 1:
+			id, partition, offset = o.Inv.Msgs[0].ID, o.Inv.Msgs[0].Partition, o.Inv.Msgs[0].Offset
+		default:
+			continue
+		}
+		if c.destroyed[qp{o.Inv.Queue, partition}][offset] || blind[o.Inv.Queue+"\x00"+o.Inv.Group] > o.Start() {
+			continue
+		}
+		k := qgi{o.Inv.Queue, o.Inv.Group, id}
+		if dead[k] {
+			continue
+		}
+		again := false
+		for _, d := range dels[k] {
+			if d != o && d.End() > o.Start() {
+				again = true
+				break
+			}
+		}
+		if !again {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: partition}
+			c.report("failed-not-redelivered", fmt.Sprintf("queue %s group %q: %s@%d id %s was failed (%s) and never delivered again nor dead-lettered",
+				o.Inv.Queue, o.Inv.Group, partition, offset, id, o.Inv.Op+" "+o.Inv.Kind), o.evidence()...)
+		}
+	}
+}
+
+// requeued: every dead letter a RequeueDeadLetters call was given is,
+// at the end, still a dead letter or delivered again to its group.
+func (c *checker) requeued(ops []*Op) {
+	dels := map[qgi][]*Op{}
+	for _, o := range ops {
+		for _, m := range delivered(o) {
+			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}
+			dels[k] = append(dels[k], o)
+		}
+	}
+	dead := map[qgi]bool{}
+	for _, d := range c.st.DeadLetters {
+		dead[qgi{d.Queue, d.Group, d.ID}] = true
+	}
+	for _, o := range ops {
+		qi, ok := c.st.Queues[o.Inv.Queue]
+		if !ok || qi.Retained || !c.isCall(o, "requeue") || o.Phase() != OK {
+			continue
+		}
+		for _, m := range o.Inv.Msgs {
+			if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+				continue
+			}
+			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}
+			if dead[k] {
+				continue
+			}
+			again := false
+			for _, d := range dels[k] {
+				if d.End() > o.Start() {
+					again = true
+					break
+				}
+			}
+			if !again {
+				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: m.Partition}
+				c.report("requeue-lost", fmt.Sprintf("queue %s group %q: dead letter %s@%d id %s was requeued, is no dead letter at the end and was never delivered again",
+					o.Inv.Queue, o.Inv.Group, m.Partition, m.Offset, m.ID), o.evidence()...)
+			}
+		}
+	}
+}
+
+// paused: a pop that began after a Pause of its group returned, and ended
+// before any Resume of it could have begun, delivers nothing.
+func (c *checker) paused(ops []*Op) {
+	type qg struct{ queue, group string }
+	pauses := map[qg][]*Op{}
+	resumes := map[qg][]*Op{}
+	for _, o := range ops {
+		switch {
+		case c.isCall(o, "pause") && o.Phase() == OK:
+			k := qg{o.Inv.Queue, o.Inv.Group}
+			pauses[k] = append(pauses[k], o)
+		case c.isCall(o, "resume"):
+			k := qg{o.Inv.Queue, o.Inv.Group}
+			resumes[k] = append(resumes[k], o)
+		}
+	}
+	for _, o := range ops {
+		if o.Inv.Op != OpPop || o.Phase() != OK || len(o.Done.Msgs) == 0 {
+			continue
+		}
+		k := qg{o.Inv.Queue, o.Inv.Group}
+		for _, p := range pauses[k] {
+			if p.End() >= o.Start() {
+				continue
+			}
+			resumed := false
+			for _, r := range resumes[k] {
+				if r.Start() < o.End() && r.End() > p.Start() {
+					resumed = true
+					break
+				}
+			}
+			if !resumed {
+				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group}
+				c.report("paused-delivered", fmt.Sprintf("queue %s group %q: a pop delivered %d messages while the group was paused",
+					o.Inv.Queue, o.Inv.Group, len(o.Done.Msgs)), append(p.evidence(), o.evidence()...)...)
+				break
+			}
+		}
+	}
+}
+
+// rejected: a call given invalid input fails with the error for it and
+// writes nothing (its pushes' items are checked as failed by pushes); a
+// Consume returns once its context ends; the database never rejects the
+// text of a settlement (a reason it cannot hold is the library's to clean).
+func (c *checker) rejected(ops []*Op) {
+	for _, o := range ops {
+		switch {
+		case o.Inv.Invalid && o.Phase() != Fail:
+			res := "succeeded"
+			if o.Done != nil && o.Done.Err != "" {
+				res = "failed with " + fmt.Sprintf("%q", o.Done.Err)
+			} else if o.Done == nil {
+				res = "never returned"
+			}
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group}
+			c.report("invalid-accepted", fmt.Sprintf("queue %q: %s %s given invalid input %s, not with its validation error", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, res), o.evidence()...)
+		case o.Done != nil && strings.HasPrefix(o.Done.Err, "stuck:"):
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group}
+			c.report("stuck", fmt.Sprintf("queue %s: %s %s %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, o.Done.Err), o.evidence()...)
+		case c.isCall(o, "settle-log") && o.Done != nil && textRejected(o.Done.Err):
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+			c.report("settle-rejected", fmt.Sprintf("queue %s: the database rejected a settlement's text: %s", o.Inv.Queue, o.Done.Err), o.evidence()...)
+		}
+	}
+}
+
+func textRejected(err string) bool {
+	for _, s := range []string{"SQLSTATE 22021", "SQLSTATE 22P05", "invalid byte sequence", "unsupported Unicode escape"} {
+		if strings.Contains(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// wrongKey: a client without a queue's keys is delivered nothing of it, and
+// nothing of an encrypted queue is dead-lettered for want of a key (every
+// other consumer of the run holds them all).
+func (c *checker) wrongKey(ops []*Op) {
+	for _, o := range ops {
+		if !o.Inv.WrongKey || !c.st.Queues[o.Inv.Queue].Encrypted {
+			continue
+		}
+		if ms := delivered(o); len(ms) > 0 {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: ms[0].Partition}
+			c.report("wrong-key-consumed", fmt.Sprintf("queue %s group %q: a client without the queue's key was delivered %s@%d",
+				o.Inv.Queue, o.Inv.Group, ms[0].Partition, ms[0].Offset), o.evidence()...)
+		}
+	}
+	for _, d := range c.st.DeadLetters {
+		r := strings.ToLower(d.Reason)
+		if c.st.Queues[d.Queue].Encrypted && (strings.Contains(r, "encrypt") || strings.Contains(r, "decrypt")) &&
+			!strings.HasPrefix(r, "history") {
+			c.where = Violation{Queue: d.Queue, Group: d.Group, Partition: d.Partition}
+			c.report("wrong-key-dead-letter", fmt.Sprintf("queue %s group %q: %s@%d id %s was dead-lettered for a key: %q",
+				d.Queue, d.Group, d.Partition, d.Offset, d.ID, d.Reason))
+		}
+	}
+}

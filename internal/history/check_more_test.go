@@ -1,0 +1,121 @@
+package history
+
+import "testing"
+
+func (h *hb) call(proc, queue, group, kind string, invalid bool, phase string, msgs ...Delivery) {
+	inv := h.r.Invoke(Event{Proc: proc, Op: OpCall, Kind: kind, Queue: queue, Group: group, Invalid: invalid, Msgs: msgs, T: h.tick()})
+	h.r.Done(inv, phase, Event{T: h.tick()})
+}
+
+func (h *hb) handler(proc, queue, group string, d Delivery, err string) {
+	inv := h.r.Invoke(Event{Proc: proc, Op: OpHandler, Queue: queue, Group: group, Partition: d.Partition, Offset: d.Offset, Lease: d.Lease, Msgs: []Delivery{d}, T: h.tick()})
+	h.r.Done(inv, OK, Event{Err: err, T: h.tick()})
+}
+
+func stMore(log ...Stored) State {
+	s := st(log...)
+	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, DeadLetter: true, Encrypted: true}
+	return s
+}
+
+// Each case has exactly one broken promise of the calls beyond push, pop
+// and settle; the checker must name it and nothing else.
+func TestCheckFindsEachCallViolation(t *testing.T) {
+	s0 := Stored{"q", "p", 0, "id1", "t1", 0, false}
+	s1 := Stored{"q", "p", 1, "id2", "t2", 0, false}
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	d1 := Delivery{"p", 1, "id2", "t2", "L1", 1, 1e18}
+	pushed := func(h *hb) {
+		h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
+	}
+	cases := []struct {
+		name  string
+		build func(h *hb) State
+	}{
+		{"failed-not-redelivered", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.handler("a", "q", "g", d0, "boom")
+			h.settle("a", "q", "g", "ack", d1, OK) // commits past the failed one
+			return stMore(s0, s1)
+		}},
+		{"paused-delivered", func(h *hb) State {
+			pushed(h)
+			h.call("a", "q", "g", "pause", false, OK)
+			h.pop("b", "q", "g", false, d0, d1)
+			h.settle("b", "q", "g", "ack", d1, OK)
+			h.call("a", "q", "g", "resume", false, OK)
+			return stMore(s0, s1)
+		}},
+		{"invalid-accepted", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			h.call("a", "q", "bad\x00", "deadletters", true, OK)
+			return stMore(s0, s1)
+		}},
+		{"wrong-key-consumed", func(h *hb) State {
+			pushed(h)
+			inv := h.r.Invoke(Event{Proc: "w", Op: OpPop, Queue: "q", Group: "g", WrongKey: true, T: h.tick()})
+			h.r.Done(inv, OK, Event{Msgs: []Delivery{d0, d1}, T: h.tick()})
+			h.settle("w", "q", "g", "ack", d1, OK)
+			return stMore(s0, s1)
+		}},
+		{"deleted-survived", func(h *hb) State {
+			pushed(h)
+			h.call("a", "q", "", "delete", false, OK)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			return stMore(s0, s1)
+		}},
+		{"requeue-lost", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "dead", d0, OK)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			h.call("a", "q", "g", "requeue", false, OK, d0)
+			// The copy is stored but never reaches the group.
+			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false})
+		}},
+		{"wrong-duplicate", func(h *hb) State {
+			pushed(h)
+			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			return stMore(s0, s1)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHB()
+			state := tc.build(h)
+			got := Counts(Check(h.r.Events(), state, 0))
+			if got[tc.name] == 0 || len(got) != 1 {
+				t.Errorf("want only %s, got %v", tc.name, got)
+			}
+		})
+	}
+}
+
+// The same calls, used as documented, break nothing.
+func TestCheckCallsClean(t *testing.T) {
+	h := newHB()
+	s0 := Stored{"q", "p", 0, "id1", "t1", 0, false}
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	h.call("a", "q", "g", "pause", false, OK)
+	h.pop("b", "q", "g", false)
+	h.call("a", "q", "g", "resume", false, OK)
+	h.pop("a", "q", "g", false, d0)
+	h.handler("a", "q", "g", d0, "boom")
+	h.settle("a", "q", "g", "dead", d0, OK)
+	h.call("a", "q", "g", "requeue", false, OK, d0)
+	d2 := Delivery{"p", 1, "id1", "t1", "L2", 1, 1e18}
+	h.pop("a", "q", "g", false, d2)
+	h.settle("a", "q", "g", "ack", d2, OK)
+	h.call("a", "q", "bad\x00", "pop", true, Fail)
+	vs := Check(h.r.Events(), stMore(s0, Stored{"q", "p", 1, "id1", "t1", 0, false}), 0)
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
