@@ -94,8 +94,8 @@ $$;
 -- (then it is read from its start); else the segments created at or after
 -- its subscription (SubscribeNew) or its from time (SubscribeFrom). A group
 -- pins retention from the commit of its first contact on. Both kinds are
--- read from one snapshot, so every group committed by then is counted once. With no group at
--- all, nothing has been consumed and nothing is due.
+-- read from one snapshot: every group committed by then is counted once.
+-- With no group at all, nothing has been consumed and nothing is due.
 CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
