@@ -93,8 +93,9 @@ $$;
 -- it subscribes to all or the partition is younger than its subscription
 -- (then it is read from its start); else the segments created at or after
 -- its subscription (SubscribeNew) or its from time (SubscribeFrom). A group
--- pins retention from the commit of its first contact on. With no group at
--- all, nothing has been consumed and nothing is due.
+-- pins retention from the commit of its first contact on. Both kinds are
+-- read from one snapshot: every group committed by then is counted once.
+-- With no group at all, nothing has been consumed and nothing is due.
 CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -117,19 +118,22 @@ BEGIN
         RETURN 0;
     END IF;
     IF v_done_ret > 0 THEN
-        -- The slowest cursor here; then the oldest message some group
-        -- without a cursor here needs (NULL: none does).
-        SELECT min(c.committed), count(*) > 0 INTO v_committed, v_groups
-        FROM {{schema}}.consumers c WHERE c.partition_id = p_pid;
-        SELECT min(CASE WHEN s.mode = 'all' OR v_created >= s.created_at THEN '-infinity'::timestamptz
-                        WHEN s.mode = 'new' THEN s.created_at
-                        ELSE least(coalesce(s.from_time, '-infinity'), s.created_at) END),
-               v_groups OR count(*) > 0
-        INTO v_keep_from, v_groups
-        FROM {{schema}}.subscriptions s
-        WHERE s.queue_id = v_qid
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                          WHERE c.partition_id = p_pid AND c.group_name = s.group_name);
+        -- The slowest cursor here and the oldest message some group
+        -- without a cursor here needs (NULL: none does), in one statement:
+        -- one snapshot. Read apart, a group whose first cursor row here
+        -- commits between the reads would be counted by neither.
+        SELECT min(g.committed), count(*) > 0, min(g.keep_from)
+        INTO v_committed, v_groups, v_keep_from
+        FROM (SELECT c.committed, NULL::timestamptz AS keep_from
+              FROM {{schema}}.consumers c WHERE c.partition_id = p_pid
+              UNION ALL
+              SELECT NULL, CASE WHEN s.mode = 'all' OR v_created >= s.created_at THEN '-infinity'::timestamptz
+                                WHEN s.mode = 'new' THEN s.created_at
+                                ELSE least(coalesce(s.from_time, '-infinity'), s.created_at) END
+              FROM {{schema}}.subscriptions s
+              WHERE s.queue_id = v_qid
+                AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                                WHERE c.partition_id = p_pid AND c.group_name = s.group_name)) g;
     END IF;
     RETURN {{schema}}.head_trim(p_pid, false, p_max, v_ret, v_done_ret, v_now, v_groups, v_committed, v_keep_from);
 END
