@@ -3,6 +3,7 @@ package queen_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/zeebo/xxh3"
@@ -84,5 +85,36 @@ func TestLanesStaleCacheSameTxnKeysSplit(t *testing.T) {
 			msgs := pop(t, c2.Queue("q"), queen.PopOptions{Batch: 10, Partitions: 10, AutoAck: true})
 			wantKeys(t, msgs, map[string]string{"warm": "", "a": k1, "b": k2})
 		})
+	}
+}
+
+// A keyed push spooled under a stale lane count (its lane under the count
+// the client knew) is not overtaken by a later push of the same key to its
+// lane under the queue's count: the key's messages are stored in push
+// order, both in the lane the queue's count gives.
+func TestLanesChangeSpooledKeyNotOvertaken(t *testing.T) {
+	c1, c2, _ := openPair(t, manual, func(c *queen.Config) { c.StatementTimeout = 300 * time.Millisecond })
+	const key = "customer-42"
+	stale, fresh := laneName(key, queen.DefaultLanes), laneName(key, 8)
+	q1 := c1.Queue("q")
+	push(t, q1, queen.Item{Partition: stale, TransactionID: "warm"}) // c1 caches 64 lanes; stale exists
+	configure(t, c2, "q", queen.QueueOptions{Lanes: 8})
+	release := lockPartition(t, c1, stale)
+	if r := push(t, q1, queen.Item{Key: key, TransactionID: "m1"})[0]; r.Status != queen.Buffered || r.Partition != stale {
+		t.Fatalf("%+v, want Buffered to %s", r, stale)
+	}
+	// Let the drain fail on the lock, so that it is backing off (for 800ms)
+	// when the next push comes.
+	waitFor(t, 20*time.Second, "failed drain passes", func() bool { return c1.SpoolStats().DrainFailures >= 4 })
+	release()
+	queen.ForgetQueueMeta(c1, "q") // c1 reads 8 lanes now
+	r := push(t, q1, queen.Item{Key: key, TransactionID: "m2"})[0]
+	t.Logf("m2: %s to %s", r.Status, r.Partition)
+	waitFor(t, 20*time.Second, "the drain", func() bool { return c1.SpoolStats().PendingRecords == 0 })
+	if got := txnIDs(storedFrames(t, c1, fresh)); fmt.Sprint(got) != "[m1 m2]" {
+		t.Fatalf("%s holds %v, want [m1 m2]", fresh, got)
+	}
+	if got := txnIDs(storedFrames(t, c1, stale)); fmt.Sprint(got) != "[warm]" {
+		t.Fatalf("%s holds %v, want [warm]", stale, got)
 	}
 }
