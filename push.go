@@ -274,7 +274,7 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 		return b.finish(), nil
 	}
 	// A partition with spooled items takes new ones behind them.
-	if e.spoolBehind(q.c.tenant, q.name, b); len(b.groups) == 0 {
+	if e.spoolBehind(q.c.tenant, q.name, b.groups); len(b.groups) == 0 {
 		return b.finish(), nil
 	}
 	groups := func(yield func(fusion.Key, []*pushItem) bool) {

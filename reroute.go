@@ -185,14 +185,15 @@ func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 			return nil
 		}
 		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1))
-		for part, g := range groups {
-			if e.maintOn.Load() || e.spool.Pending(q.c.tenant, q.name, part) {
+		if e.maintOn.Load() {
+			for part, g := range groups {
 				k := key
 				k.Partition = part
-				e.spoolItems(g, k, errBehindSpool)
+				e.spoolItems(g, k, errMaintenance)
 				delete(groups, part)
 			}
 		}
+		e.spoolBehind(q.c.tenant, q.name, groups)
 		if len(groups) == 0 {
 			continue
 		}
