@@ -205,7 +205,14 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 				it.resolve(PushResult{Status: Queued, MessageID: it.id, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
 			}
 			if sp.n < len(sp.batch.Items) {
-				sp.batch.Retry = sp.batch.Items[sp.n:]
+				// The rest waits, but for followers of what was stored.
+				var retry []*pushItem
+				for _, it := range sp.batch.Items[sp.n:] {
+					if !it.resolved {
+						retry = append(retry, it)
+					}
+				}
+				sp.batch.Retry = retry
 			}
 			if live {
 				e.wake.pushed(sp.batch.Key)
@@ -274,18 +281,24 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	return nil
 }
 
-// buildSegment does layer-2 dedup over the batch's first n items and packs
-// their leaders into frames, the hash blob and the compressed payload blob.
+// buildSegment does layer-2 dedup over the batch and packs the leaders
+// among its first n items into frames, the hash blob and the compressed
+// payload blob. An item past n whose leader is among them is a follower
+// too: sent in a later bundle, it would be stored again on a queue without
+// a dedup window.
 func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[fusion.Key, *pushItem], n int) segPlan {
 	s.hs = s.hs[:0]
 	for _, it := range b.Items {
 		it.followers, it.resolved = it.followers[:0], false
-	}
-	items := b.Items[:n]
-	for _, it := range items {
 		s.hs = append(s.hs, it.hash)
 	}
 	s.leaders = dedup.Leaders(s.hs, s.leaders)
+	for k := n; k < len(b.Items); k++ {
+		if l := s.leaders[k]; l < n {
+			b.Items[l].followers = append(b.Items[l].followers, b.Items[k])
+		}
+	}
+	items := b.Items[:n]
 	frames := make([]*pushItem, 0, len(items))
 	hashStart := len(s.hashes)
 	s.raw = s.raw[:0]

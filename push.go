@@ -274,7 +274,7 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 		return b.finish(), nil
 	}
 	// A partition with spooled items takes new ones behind them.
-	if e.spoolBehind(q.c.tenant, q.name, b); len(b.groups) == 0 {
+	if e.spoolBehind(q.c.tenant, q.name, b.groups); len(b.groups) == 0 {
 		return b.finish(), nil
 	}
 	groups := func(yield func(fusion.Key, []*pushItem) bool) {
@@ -303,7 +303,8 @@ type pushBatch struct {
 	// unknown is why the queue's settings are unknown (the database did not
 	// answer); set only for a push that may go to the spool.
 	unknown error
-	// slab holds the call's items (a layer-1 follower's is unused).
+	// slab holds the call's items (a layer-1 follower's is not sent unless
+	// a reroute makes it a leader).
 	slab []pushItem
 	// routed: some item was routed to a keyed lane, so the database may send
 	// it back to be routed again (errLanesChanged).
@@ -419,6 +420,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			txn = id.String()
 		}
 		*r = PushResult{MessageID: id, TransactionID: txn, Partition: part, Offset: -1}
+		follower := false
 		if it.TransactionID != "" {
 			if leader, dup := l1.Check(q.name, part, txn, i); dup {
 				if b.leaderOf == nil {
@@ -428,9 +430,12 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 					}
 				}
 				b.leaderOf[i] = leader
-				continue
+				follower = true
 			}
 		}
+		// A layer-1 follower is prepared too, but not sent: should the
+		// database send the call back (a stale lane count), it may be a
+		// message of its own (see rerouteCall).
 		pi := &slab[i]
 		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		pi.key, pi.lanes, pi.send = it.Key, routed, send
@@ -441,7 +446,9 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			pi.payload = e.seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
 			pi.flags = frame.FlagEncrypted
 		}
-		b.groups[part] = append(b.groups[part], pi)
+		if !follower {
+			b.groups[part] = append(b.groups[part], pi)
+		}
 	}
 	return b, nil
 }

@@ -61,3 +61,10 @@ func DueBundleSummary(c *Client) {
 	p.sumAt = time.Time{}
 	p.sumMu.Unlock()
 }
+
+// ForgetQueueMeta drops c's cached settings of queue, and that a read
+// failed recently: the next push reads them.
+func ForgetQueueMeta(c *Client, queue string) {
+	c.e.forgetMeta(c.tenant, queue)
+	c.e.noteUp()
+}

@@ -51,12 +51,22 @@ func (it *pushItem) takeSentBack() bool {
 
 // reroute routes items (sent back, in input order) to their lanes under
 // lanes, the queue's current count, and groups them by partition, keeping
-// their order. An encrypted payload is bound to its partition, so one that
-// moves is opened and sealed again for its new lane. Items that cannot be
-// sealed again are failed. The partition an item was in is its result's.
+// their order. Items that cannot be sealed again are failed (see route).
 func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lanes int32) map[string][]*pushItem {
-	e.push.rerouted.Add(int64(len(items)))
 	groups := make(map[string][]*pushItem)
+	for _, it := range e.route(tenant, queue, items, lanes) {
+		groups[it.res.Partition] = append(groups[it.res.Partition], it)
+	}
+	return groups
+}
+
+// route routes items to their lanes under lanes and returns those it
+// could. An encrypted payload is bound to its partition, so one that moves
+// is opened and sealed again for its new lane. Items that cannot be sealed
+// again are failed. The partition an item was in is its result's.
+func (e *engine) route(tenant uuid.UUID, queue string, items []*pushItem, lanes int32) []*pushItem {
+	e.push.rerouted.Add(int64(len(items)))
+	out := items[:0:0]
 	for _, it := range items {
 		old := it.res.Partition
 		part := laneOf(it.key, lanes)
@@ -72,7 +82,71 @@ func (e *engine) reroute(tenant uuid.UUID, queue string, items []*pushItem, lane
 			it.payload = e.seal(tenant, queue, part, it.key, it.hdrs, it.id, plain)
 		}
 		it.lanes, it.res.Partition = lanes, part
-		groups[part] = append(groups[part], it)
+		out = append(out, it)
+	}
+	return out
+}
+
+// rerouteCall is reroute for a whole push call whose items moved were sent
+// back: every item of the call routed to a lane goes under lanes, a layer-1
+// follower included (two keys that shared a lane under the stale count may
+// not share one now), and the call's duplicate check (layer 1: one
+// partition, one transaction id) is done again over where the items are
+// now. An item already resolved in a partition it keeps leads its
+// partition and id; otherwise the first in input order does. It returns
+// the new leaders to push, grouped by partition in input order; the new
+// followers take their leader's verdict in finish.
+func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved []*pushItem, lanes int32) map[string][]*pushItem {
+	if b.leaderOf == nil {
+		return e.reroute(tenant, queue, moved, lanes)
+	}
+	// Candidates: the items sent back and every follower, in input order.
+	cand := make([]bool, len(b.slab))
+	var toRoute []*pushItem
+	m := 0
+	for i := range b.slab {
+		it := &b.slab[i]
+		switch {
+		case m < len(moved) && moved[m] == it:
+			m++
+		case b.leaderOf[i] >= 0:
+			if it.lanes == 0 {
+				cand[i] = true // it stays, but its leader may move
+				continue
+			}
+		default:
+			continue
+		}
+		cand[i] = true
+		toRoute = append(toRoute, it)
+	}
+	e.route(tenant, queue, toRoute, lanes)
+	type l1Key struct{ part, txn string }
+	leaders := make(map[l1Key]int)
+	for i := range b.slab {
+		if it := &b.slab[i]; !cand[i] && b.leaderOf[i] < 0 && it.res != nil {
+			if _, ok := leaders[l1Key{it.res.Partition, it.txn}]; !ok {
+				leaders[l1Key{it.res.Partition, it.txn}] = i
+			}
+		}
+	}
+	groups := make(map[string][]*pushItem)
+	for i := range b.slab {
+		it := &b.slab[i]
+		if !cand[i] {
+			continue
+		}
+		b.leaderOf[i] = -1
+		if it.resolved { // failed to route
+			continue
+		}
+		k := l1Key{it.res.Partition, it.txn}
+		if l, ok := leaders[k]; ok {
+			b.leaderOf[i] = l
+			continue
+		}
+		leaders[k] = i
+		groups[k.part] = append(groups[k.part], it)
 	}
 	return groups
 }
@@ -110,15 +184,16 @@ func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 			}
 			return nil
 		}
-		groups := e.reroute(q.c.tenant, q.name, moved, max(meta.lanes, 1))
-		for part, g := range groups {
-			if e.maintOn.Load() || e.spool.Pending(q.c.tenant, q.name, part) {
+		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1))
+		if e.maintOn.Load() {
+			for part, g := range groups {
 				k := key
 				k.Partition = part
-				e.spoolItems(g, k, errBehindSpool)
+				e.spoolItems(g, k, errMaintenance)
 				delete(groups, part)
 			}
 		}
+		e.spoolBehind(q.c.tenant, q.name, groups)
 		if len(groups) == 0 {
 			continue
 		}

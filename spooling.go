@@ -77,8 +77,80 @@ func openSpool(e *engine) (*spool.Spool, error) {
 
 // spoolItems writes items to the spool and reports them Buffered; if the
 // spool fails too they are Failed with both causes. Items from the drain
-// itself are never re-spooled: they fail, and the drain retries them.
+// itself are never re-spooled: they fail, and the drain retries them. A
+// keyed item goes behind its key's records spooled under another lane
+// count (see keysBehind).
 func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
+	items, held := e.keysBehind(key.Tenant, key.Queue, items)
+	if len(items) > 0 {
+		e.spoolRecords(items, key, cause)
+	}
+	for part, g := range held {
+		k := key
+		k.Partition = part
+		e.spoolRecords(g, k, errBehindSpool)
+	}
+}
+
+// keysBehind takes out of items (of one partition, in order) those routed
+// to a lane whose key has records in the spool that were routed with
+// another lane count, so to another lane: replayed, those are routed again
+// to the lane the items are in now, and the items must not overtake them.
+// Each goes to its key's spooled lane, routed with that count like them,
+// and comes back in held, by partition, in order; the replay routes them
+// again behind those records. An item that cannot be routed there is
+// failed.
+func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (kept []*pushItem, held map[string][]*pushItem) {
+	type lane struct {
+		part  string
+		lanes int32
+	}
+	var keys map[string]lane // the keys held so far, and where
+	for i, it := range items {
+		if it.lanes == 0 || it.key == "" || it.noSpool || it.resolved {
+			if held != nil {
+				kept = append(kept, it)
+			}
+			continue
+		}
+		to, ok := keys[it.key]
+		if !ok {
+			part, n, found := e.spool.PendingRouted(tenant, queue, func(n uint32) string {
+				if n == 0 || n > math.MaxInt32 {
+					return ""
+				}
+				return laneOf(it.key, int32(n))
+			})
+			if found && part != it.res.Partition {
+				to, ok = lane{part, int32(n)}, true
+				if keys == nil {
+					keys = make(map[string]lane)
+				}
+				keys[it.key] = to
+			}
+		}
+		if !ok {
+			if held != nil {
+				kept = append(kept, it)
+			}
+			continue
+		}
+		if held == nil {
+			held = make(map[string][]*pushItem)
+			kept = append(items[:0:0], items[:i]...)
+		}
+		if len(e.route(tenant, queue, []*pushItem{it}, to.lanes)) == 1 {
+			held[to.part] = append(held[to.part], it)
+		}
+	}
+	if held == nil {
+		return items, nil
+	}
+	return kept, held
+}
+
+// spoolRecords is spoolItems for items that stay in key's partition.
+func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	// Every way into the spool seals here: maintenance, an outage, a failed
 	// bundle, a partition queued behind its spooled items.
 	e.sealForSpool(key, items)
@@ -114,13 +186,29 @@ func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
 	e.drain.kick()
 }
 
-// spoolBehind spools the groups of b whose partition still has items in
-// the spool, and takes them out of b: a later push must not overtake them.
-func (e *engine) spoolBehind(tenant uuid.UUID, queue string, b *pushBatch) {
-	for part, g := range b.groups {
+// spoolBehind spools the groups whose partition still has items in the
+// spool, and the keyed items whose key has (see keysBehind), and takes
+// them out of groups: a later push must not overtake them.
+func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][]*pushItem) {
+	for part, g := range groups {
+		k := fusion.Key{Tenant: tenant, Queue: queue, Partition: part}
 		if e.spool.Pending(tenant, queue, part) {
-			e.spoolItems(g, fusion.Key{Tenant: tenant, Queue: queue, Partition: part}, errBehindSpool)
-			delete(b.groups, part)
+			e.spoolItems(g, k, errBehindSpool)
+			delete(groups, part)
+			continue
+		}
+		kept, held := e.keysBehind(tenant, queue, g)
+		if held == nil {
+			continue
+		}
+		if len(kept) == 0 {
+			delete(groups, part)
+		} else {
+			groups[part] = kept
+		}
+		for hp, hg := range held {
+			k.Partition = hp
+			e.spoolRecords(hg, k, errBehindSpool)
 		}
 	}
 }

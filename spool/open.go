@@ -172,6 +172,8 @@ func (s *Spool) loadFile(seq uint64, newest bool) (keep, changed bool, err error
 		return false, false, err
 	}
 	f := &file{seq: seq, sealed: true, marks: make(map[int64]int64), pend: make(map[groupKey]int64), ackSize: ack.size}
+	// lanes: the lane counts of the pending records with a Key, per key.
+	lanes := map[groupKey][]uint32{}
 	// Records past the prefix are done if marked, else pending for their key.
 	visit := func(start, end int64, body []byte) {
 		if end <= ack.prefix {
@@ -186,6 +188,9 @@ func (s *Spool) loadFile(seq uint64, newest bool) (keep, changed bool, err error
 		var r Record
 		if parseBody(body, &r) == nil {
 			f.pend[keyOf(&r)]++
+			if l := routedLanes(&r); l != 0 && !slices.Contains(lanes[keyOf(&r)], l) {
+				lanes[keyOf(&r)] = append(lanes[keyOf(&r)], l)
+			}
 		}
 	}
 	sc, err := scanFile(s.path(seq, extData), ack.prefix, visit)
@@ -233,6 +238,11 @@ func (s *Spool) loadFile(seq uint64, newest bool) (keep, changed bool, err error
 	for k, n := range f.pend {
 		s.keys[k] += n
 		s.pendingAll.Add(n)
+	}
+	for k, ls := range lanes {
+		for _, l := range ls {
+			s.addLanesLocked(k, l)
+		}
 	}
 	return true, changed, nil
 }

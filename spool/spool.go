@@ -203,6 +203,10 @@ type Spool struct {
 	// pendingAll is their sum, read without the lock by Pending.
 	keys       map[groupKey]int64
 	pendingAll atomic.Int64
+	// lanes holds, per (tenant, queue) and partition with records not yet
+	// done, the lane counts records with a Key were routed there with
+	// (Record.Lanes): see PendingRouted.
+	lanes map[queueKey]map[string][]uint32
 	// keyFails counts the passes in a row whose replay of a key failed
 	// permanently at its first record not done.
 	keyFails map[groupKey]int
@@ -239,13 +243,80 @@ type appendReq struct {
 
 // keyCount is a run of records of one key in an Append.
 type keyCount struct {
-	k groupKey
-	n int64
+	k     groupKey
+	n     int64
+	lanes []uint32 // the distinct Lanes of its records with a Key
 }
 
 type groupKey struct {
 	tenant           uuid.UUID
 	queue, partition string
+}
+
+type queueKey struct {
+	tenant uuid.UUID
+	queue  string
+}
+
+// routedLanes is r's lane count if it has a Key, else 0.
+func routedLanes(r *Record) uint32 {
+	if r.Key == "" {
+		return 0
+	}
+	return r.Lanes
+}
+
+// addLanesLocked notes that records of k with a Key were routed with lanes.
+func (s *Spool) addLanesLocked(k groupKey, lanes uint32) {
+	if lanes == 0 {
+		return
+	}
+	if s.lanes == nil {
+		s.lanes = make(map[queueKey]map[string][]uint32)
+	}
+	qk := queueKey{k.tenant, k.queue}
+	parts := s.lanes[qk]
+	if parts == nil {
+		parts = make(map[string][]uint32)
+		s.lanes[qk] = parts
+	}
+	if !slices.Contains(parts[k.partition], lanes) {
+		parts[k.partition] = append(parts[k.partition], lanes)
+	}
+}
+
+// dropLanesLocked forgets k's lane counts: none of its records is pending.
+func (s *Spool) dropLanesLocked(k groupKey) {
+	qk := queueKey{k.tenant, k.queue}
+	if parts := s.lanes[qk]; parts != nil {
+		delete(parts, k.partition)
+		if len(parts) == 0 {
+			delete(s.lanes, qk)
+		}
+	}
+}
+
+// PendingRouted reports a partition of (tenant, queue) with records not
+// yet done of which some have a Key and were routed there with a lane count
+// n for which route(n) names that partition, and n; ok is false if there is
+// none. A caller routing keys to lanes by a count that may change asks it
+// with route(n) = the key's lane under n: a key's new records are appended
+// behind its pending ones instead of overtaking them. It is cheap when the
+// spool is empty.
+func (s *Spool) PendingRouted(tenant uuid.UUID, queue string, route func(lanes uint32) string) (partition string, lanes uint32, ok bool) {
+	if s.pendingAll.Load() == 0 {
+		return "", 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for part, counts := range s.lanes[queueKey{tenant, queue}] {
+		for _, n := range counts {
+			if route(n) == part && s.keys[groupKey{tenant, queue, part}] > 0 {
+				return part, n, true
+			}
+		}
+	}
+	return "", 0, false
 }
 
 func keyOf(r *Record) groupKey { return groupKey{r.Tenant, r.Queue, r.Partition} }
@@ -267,6 +338,7 @@ func (s *Spool) addPendLocked(f *file, k groupKey, n int64) {
 	if s.keys[k] += n; s.keys[k] <= 0 {
 		delete(s.keys, k)
 		delete(s.keyFails, k)
+		s.dropLanesLocked(k)
 	}
 	s.pendingAll.Add(n)
 }
@@ -316,7 +388,10 @@ func (s *Spool) Append(ctx context.Context, recs []Record) error {
 		if k := keyOf(&recs[i]); len(keys) > 0 && keys[len(keys)-1].k == k {
 			keys[len(keys)-1].n++
 		} else {
-			keys = append(keys, keyCount{k, 1})
+			keys = append(keys, keyCount{k: k, n: 1})
+		}
+		if l := routedLanes(&recs[i]); l != 0 && !slices.Contains(keys[len(keys)-1].lanes, l) {
+			keys[len(keys)-1].lanes = append(keys[len(keys)-1].lanes, l)
 		}
 	}
 
@@ -489,6 +564,9 @@ func (s *Spool) writeSync(f *file, buf []byte, reqs []*appendReq) error {
 		s.appended += r.n
 		for _, kc := range r.keys {
 			s.addPendLocked(f, kc.k, kc.n)
+			for _, l := range kc.lanes {
+				s.addLanesLocked(kc.k, l)
+			}
 		}
 	}
 	s.mu.Unlock()
