@@ -22,7 +22,7 @@ func TestPushLayer2FollowerInDeferredTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.Tracer = slowTracer{200 * time.Millisecond}
+	cfg.ConnConfig.Tracer = slowTracer{d: 200 * time.Millisecond}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
