@@ -1,9 +1,12 @@
 package queen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -114,19 +117,33 @@ type Tx struct {
 	ends   []func(error)   // Push's spans, ended with the outcome of Client.Tx
 }
 
-// Ack records an ack of m, applied when Client.Tx commits.
+// Ack records an ack of m, applied when Client.Tx commits. As Message.Ack,
+// it commits the cursor through m, except for a message of a Consume
+// handler with KeyConcurrency > 1, which it settles alone: other keys'
+// earlier messages may still be running.
 func (tx *Tx) Ack(m *Message) {
 	if m == nil || m.q == nil {
 		tx.fail(ErrUnknownMessage)
+		return
+	}
+	if m.keyed {
+		tx.ops = append(tx.ops, settleOp{m: m, keyed: []keyedRow{{m: m, act: actNone}}})
 		return
 	}
 	tx.ops = append(tx.ops, settleOp{m: m, ok: m.Offset, act: actNone})
 }
 
 // Fail records a failed attempt of m (see Message.Fail), applied on commit.
+// For a message of a Consume handler with KeyConcurrency > 1 it aborts the
+// Tx with ErrKeyedSettle, as Message.Fail does: return the handler's error
+// instead.
 func (tx *Tx) Fail(m *Message, reason error) {
 	if m == nil || m.q == nil {
 		tx.fail(ErrUnknownMessage)
+		return
+	}
+	if m.keyed {
+		tx.fail(ErrKeyedSettle)
 		return
 	}
 	tx.ops = append(tx.ops, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
@@ -190,7 +207,14 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if err == nil {
 			// Committed: count the settlements it carried.
 			for i, st := range settled {
-				e.countSettled(ctx, &tx.ops[i], st)
+				op := &tx.ops[i]
+				if op.keyed != nil {
+					op.m.meter().settledRows(ctx, op.keyed, []int16{st})
+				} else {
+					e.countSettled(ctx, op, st)
+				}
+				// Consume does not count it again.
+				atomic.StoreInt32(&op.m.appSettled, 1)
 			}
 		}
 	}()
@@ -210,7 +234,7 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if len(tx.ops) == 0 {
 			return nil
 		}
-		sts, err := e.settleSQL(ctx, ptx, tx.ops)
+		sts, err := e.settleInTx(ctx, ptx, tx.ops)
 		if err != nil {
 			return err
 		}
@@ -222,4 +246,50 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		}
 		return nil
 	})
+}
+
+// settleInTx applies ops on tx and returns each op's status: a per-key
+// handler's messages through settle_keyed (that offset alone), the others
+// through settle. The calls follow the ops in ascending (partition, group),
+// one per run of a kind, so the cursor rows are locked in the global order
+// even when both kinds are mixed.
+func (e *engine) settleInTx(ctx context.Context, tx pgx.Tx, ops []settleOp) ([]int16, error) {
+	idx := make([]int, len(ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Or(cmp.Compare(ops[a].m.pid, ops[b].m.pid), cmp.Compare(ops[a].m.Group, ops[b].m.Group))
+	})
+	out := make([]int16, len(ops))
+	for len(idx) > 0 {
+		keyed := ops[idx[0]].keyed != nil
+		n := 1
+		for n < len(idx) && (ops[idx[n]].keyed != nil) == keyed {
+			n++
+		}
+		run := make([]settleOp, n)
+		for k, i := range idx[:n] {
+			run[k] = ops[i]
+		}
+		if keyed {
+			sts, err := e.settleKeyedSQL(ctx, tx, run)
+			if err != nil {
+				return nil, err
+			}
+			for k, i := range idx[:n] {
+				out[i] = sts[k][0]
+			}
+		} else {
+			sts, err := e.settleSQL(ctx, tx, run)
+			if err != nil {
+				return nil, err
+			}
+			for k, i := range idx[:n] {
+				out[i] = sts[k]
+			}
+		}
+		idx = idx[n:]
+	}
+	return out, nil
 }
