@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -177,5 +178,51 @@ func TestTxFailInKeyedHandlerRefused(t *testing.T) {
 	})
 	if got := pop(t, out, queen.PopOptions{Batch: 10, AutoAck: true}); len(got) != 0 {
 		t.Fatalf("out holds %q, want nothing", datas(got))
+	}
+}
+
+// Without KeyConcurrency Tx.Ack keeps committing the cursor through its
+// message, and Consume's own settlement of a batch whose messages the
+// handler acked in Client.Tx finds nothing left to do: no "settle failed"
+// warning, no redelivery, every push once.
+func TestTxAckInConsumeHandlerThenBatchSettle(t *testing.T) {
+	var buf lockedBuffer
+	c := open(t, func(cfg *queen.Config) {
+		cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	q := c.Queue("q")
+	out := c.Queue("out")
+	push(t, q, queen.Item{Partition: "p", Data: []byte("0")}, queen.Item{Partition: "p", Data: []byte("1")},
+		queen.Item{Partition: "p", Data: []byte("2")})
+	var mu sync.Mutex
+	handled := 0
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}},
+		func(ctx context.Context, m *queen.Message) error {
+			err := c.Tx(ctx, func(tx *queen.Tx) error {
+				tx.Ack(m)
+				tx.Push("out", []queen.Item{{Data: m.Data}})
+				return nil
+			})
+			if err != nil {
+				t.Errorf("Tx: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			handled++
+			return err
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return handled >= 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the cursor at the end", func() bool {
+		g := status(t, q).Partitions[0].Groups[0]
+		return g.Committed == 2 && !g.Leased
+	})
+	for _, l := range buf.lines() {
+		t.Errorf("logged %v %q (%v)", l["level"], l["msg"], l["err"])
+	}
+	got := pop(t, out, queen.PopOptions{Batch: 10, AutoAck: true})
+	if !slices.Equal(datas(got), []string{"0", "1", "2"}) {
+		t.Fatalf("out holds %q, want each push once", datas(got))
 	}
 }
