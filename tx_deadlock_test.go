@@ -11,8 +11,8 @@ import (
 )
 
 // Two Client.Tx each making the first keyed pushes to two queues (that
-// exist, with no keyed segment yet), recorded in opposite orders, both
-// commit: one push_bundle call locks every row in the global order.
+// exist, with no keyed segment yet; each Tx to its own partitions),
+// recorded in opposite orders, both commit.
 func TestTxFirstKeyedPushesOppositeOrders(t *testing.T) {
 	c := open(t)
 	ctx := ctxT(t)
@@ -29,8 +29,7 @@ func TestTxFirstKeyedPushesOppositeOrders(t *testing.T) {
 				start.Wait()
 				errs[i] = c.Tx(ctx, func(tx *queen.Tx) error {
 					for _, q := range order {
-						tx.Push(q, []queen.Item{{Key: fmt.Sprintf("k%d-%s", i, q), Data: []byte("x")},
-							{Key: fmt.Sprintf("j%d-%s", i, q), Data: []byte("y")}})
+						tx.Push(q, []queen.Item{{Partition: fmt.Sprint("t", i), Key: "k", Data: []byte("x")}})
 					}
 					return nil
 				})
@@ -47,9 +46,9 @@ func TestTxFirstKeyedPushesOppositeOrders(t *testing.T) {
 }
 
 // The same with PushTx in the callers' own transactions, one call per
-// queue, in opposite orders: the keys go to distinct lanes, so only the
-// queue rows (marked keyed by the first keyed push) are shared, and neither
-// transaction may hold one while it waits for the other.
+// queue, in opposite orders: each transaction writes its own partitions,
+// so only the queue rows (marked keyed by the first keyed push) are shared,
+// and neither transaction may hold one while it waits for the other.
 func TestPushTxFirstKeyedPushesOppositeOrders(t *testing.T) {
 	c := open(t)
 	ctx := ctxT(t)
@@ -65,7 +64,7 @@ func TestPushTxFirstKeyedPushesOppositeOrders(t *testing.T) {
 				start.Wait()
 				errs[i] = pgx.BeginFunc(ctx, c.Pool(), func(tx pgx.Tx) error {
 					for _, q := range order {
-						if _, err := c.Queue(q).PushTx(ctx, tx, []queen.Item{{Key: fmt.Sprintf("k%d-%s", i, q), Data: []byte("x")}}); err != nil {
+						if _, err := c.Queue(q).PushTx(ctx, tx, []queen.Item{{Partition: fmt.Sprint("t", i), Key: "k", Data: []byte("x")}}); err != nil {
 							return err
 						}
 					}
