@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
+	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/fusion"
@@ -19,6 +21,14 @@ import (
 // same bundle function. Results are as for Push, but Queued means "queued if
 // you commit". The partition rows stay locked until the transaction ends, so
 // keep it short; consumers in other processes are notified on commit.
+//
+// Each call locks its partitions in a consistent order, but two
+// transactions that push to the same partitions (or create the same new
+// queues) over several calls in different orders can deadlock: PostgreSQL
+// aborts one of them (SQLSTATE 40P01), to be retried. Client.Tx pushes all
+// its queues in one call. The first keyed push to an existing queue marks
+// it keyed (fixing its Lanes) in a statement of its own, so first keyed
+// pushes do not lock the queue row; a rollback does not undo that mark.
 func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []PushResult, err error) {
 	if tx == nil {
 		return nil, errors.New("queen: PushTx: nil transaction")
@@ -40,6 +50,7 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 // partition set per call so partition rows are locked in ascending id, until
 // every item is resolved.
 func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pushBatch) error {
+	e.markKeyed(ctx, qs, bs)
 	var bundle []*fusion.Batch[fusion.Key, *pushItem]
 	for i, b := range bs {
 		for part, g := range b.groups {
@@ -104,6 +115,56 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 		}
 	}
 	return nil
+}
+
+// markKeyed marks the queues bs push keyed messages to keyed, if not seen
+// so already, in a statement of its own before the caller's transaction
+// writes them. Marked inside it, a queue row would stay locked until that
+// commits, and two transactions making first keyed pushes to two queues in
+// opposite orders (PushTx one queue at a time) would deadlock on them. Best
+// effort: a queue it could not mark (the statement failed or timed out, the
+// row was locked, the queue does not exist yet) is marked by the push as
+// before.
+func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
+	if e.sql.MarkKeyed == "" {
+		return
+	}
+	byTenant := map[uuid.UUID][]string{}
+	for i, b := range bs {
+		k := metaKey{qs[i].c.tenant, qs[i].name}
+		if _, ok := e.keyed.Load(k); ok || slices.Contains(byTenant[k.tenant], k.name) || !b.keyed() {
+			continue
+		}
+		byTenant[k.tenant] = append(byTenant[k.tenant], k.name)
+	}
+	for tenant, names := range byTenant {
+		// Short: the caller holds a connection of the pool this waits for.
+		mctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
+		rows, err := e.pool.Query(mctx, e.sql.MarkKeyed, tenant, names)
+		if err == nil {
+			var name string
+			_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
+				e.keyed.Store(metaKey{tenant, name}, struct{}{})
+				return nil
+			})
+		}
+		cancel()
+		if err != nil {
+			e.log.Debug("queen: marking queues keyed ahead of a push failed; the push marks them", "err", err)
+		}
+	}
+}
+
+// keyed reports whether b has a keyed message.
+func (b *pushBatch) keyed() bool {
+	for _, g := range b.groups {
+		for _, it := range g {
+			if it.key != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Tx collects acks and pushes to commit atomically.
