@@ -337,6 +337,15 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 				c.dm.leaseLost(ctx)
 			}
 			err = statusErr(st[0])
+			last := op.actMsg
+			if last == nil {
+				last = msgs[lastOK]
+			}
+			if st[0] == stBelowCursor && atomic.LoadInt32(&last.appSettled) == 1 {
+				// The handler settled through it itself (Ack, Client.Tx):
+				// nothing was left to do.
+				err = nil
+			}
 		}
 		if err != nil {
 			e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",

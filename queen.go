@@ -255,6 +255,8 @@ type engine struct {
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
 	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
+	// keyed holds the metaKeys of queues seen keyed (markKeyed).
+	keyed sync.Map
 
 	svcs []service // what Open started, in start order
 }

@@ -435,4 +435,5 @@ func (e *engine) forgetMeta(tenant uuid.UUID, name string) {
 	delete(e.meta.reads, k) // later callers must not join a read from before
 	e.meta.gen++
 	e.meta.mu.Unlock()
+	e.keyed.Delete(k)
 }

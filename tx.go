@@ -1,10 +1,15 @@
 package queen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
 
+	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/fusion"
@@ -16,6 +21,14 @@ import (
 // same bundle function. Results are as for Push, but Queued means "queued if
 // you commit". The partition rows stay locked until the transaction ends, so
 // keep it short; consumers in other processes are notified on commit.
+//
+// Each call locks its partitions in a consistent order, but two
+// transactions that push to the same partitions (or create the same new
+// queues) over several calls in different orders can deadlock: PostgreSQL
+// aborts one of them (SQLSTATE 40P01), to be retried. Client.Tx pushes all
+// its queues in one call. The first keyed push to an existing queue marks
+// it keyed (fixing its Lanes) in a statement of its own, so first keyed
+// pushes do not lock the queue row; a rollback does not undo that mark.
 func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []PushResult, err error) {
 	if tx == nil {
 		return nil, errors.New("queen: PushTx: nil transaction")
@@ -37,6 +50,7 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 // partition set per call so partition rows are locked in ascending id, until
 // every item is resolved.
 func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pushBatch) error {
+	e.markKeyed(ctx, qs, bs)
 	var bundle []*fusion.Batch[fusion.Key, *pushItem]
 	for i, b := range bs {
 		for part, g := range b.groups {
@@ -103,6 +117,56 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 	return nil
 }
 
+// markKeyed marks the queues bs push keyed messages to keyed, if not seen
+// so already, in a statement of its own before the caller's transaction
+// writes them. Marked inside it, a queue row would stay locked until that
+// commits, and two transactions making first keyed pushes to two queues in
+// opposite orders (PushTx one queue at a time) would deadlock on them. Best
+// effort: a queue it could not mark (the statement failed or timed out, the
+// row was locked, the queue does not exist yet) is marked by the push as
+// before.
+func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
+	if e.sql.MarkKeyed == "" {
+		return
+	}
+	byTenant := map[uuid.UUID][]string{}
+	for i, b := range bs {
+		k := metaKey{qs[i].c.tenant, qs[i].name}
+		if _, ok := e.keyed.Load(k); ok || slices.Contains(byTenant[k.tenant], k.name) || !b.keyed() {
+			continue
+		}
+		byTenant[k.tenant] = append(byTenant[k.tenant], k.name)
+	}
+	for tenant, names := range byTenant {
+		// Short: the caller holds a connection of the pool this waits for.
+		mctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
+		rows, err := e.pool.Query(mctx, e.sql.MarkKeyed, tenant, names)
+		if err == nil {
+			var name string
+			_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
+				e.keyed.Store(metaKey{tenant, name}, struct{}{})
+				return nil
+			})
+		}
+		cancel()
+		if err != nil {
+			e.log.Debug("queen: marking queues keyed ahead of a push failed; the push marks them", "err", err)
+		}
+	}
+}
+
+// keyed reports whether b has a keyed message.
+func (b *pushBatch) keyed() bool {
+	for _, g := range b.groups {
+		for _, it := range g {
+			if it.key != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Tx collects acks and pushes to commit atomically.
 type Tx struct {
 	c      *Client
@@ -114,19 +178,33 @@ type Tx struct {
 	ends   []func(error)   // Push's spans, ended with the outcome of Client.Tx
 }
 
-// Ack records an ack of m, applied when Client.Tx commits.
+// Ack records an ack of m, applied when Client.Tx commits. As Message.Ack,
+// it commits the cursor through m, except for a message of a Consume
+// handler with KeyConcurrency > 1, which it settles alone: other keys'
+// earlier messages may still be running.
 func (tx *Tx) Ack(m *Message) {
 	if m == nil || m.q == nil {
 		tx.fail(ErrUnknownMessage)
+		return
+	}
+	if m.keyed {
+		tx.ops = append(tx.ops, settleOp{m: m, keyed: []keyedRow{{m: m, act: actNone}}})
 		return
 	}
 	tx.ops = append(tx.ops, settleOp{m: m, ok: m.Offset, act: actNone})
 }
 
 // Fail records a failed attempt of m (see Message.Fail), applied on commit.
+// For a message of a Consume handler with KeyConcurrency > 1 it aborts the
+// Tx with ErrKeyedSettle, as Message.Fail does: return the handler's error
+// instead.
 func (tx *Tx) Fail(m *Message, reason error) {
 	if m == nil || m.q == nil {
 		tx.fail(ErrUnknownMessage)
+		return
+	}
+	if m.keyed {
+		tx.fail(ErrKeyedSettle)
 		return
 	}
 	tx.ops = append(tx.ops, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
@@ -190,7 +268,14 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if err == nil {
 			// Committed: count the settlements it carried.
 			for i, st := range settled {
-				e.countSettled(ctx, &tx.ops[i], st)
+				op := &tx.ops[i]
+				if op.keyed != nil {
+					op.m.meter().settledRows(ctx, op.keyed, []int16{st})
+				} else {
+					e.countSettled(ctx, op, st)
+				}
+				// Consume does not count it again.
+				atomic.StoreInt32(&op.m.appSettled, 1)
 			}
 		}
 	}()
@@ -210,7 +295,7 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if len(tx.ops) == 0 {
 			return nil
 		}
-		sts, err := e.settleSQL(ctx, ptx, tx.ops)
+		sts, err := e.settleInTx(ctx, ptx, tx.ops)
 		if err != nil {
 			return err
 		}
@@ -222,4 +307,50 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		}
 		return nil
 	})
+}
+
+// settleInTx applies ops on tx and returns each op's status: a per-key
+// handler's messages through settle_keyed (that offset alone), the others
+// through settle. The calls follow the ops in ascending (partition, group),
+// one per run of a kind, so the cursor rows are locked in the global order
+// even when both kinds are mixed.
+func (e *engine) settleInTx(ctx context.Context, tx pgx.Tx, ops []settleOp) ([]int16, error) {
+	idx := make([]int, len(ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Or(cmp.Compare(ops[a].m.pid, ops[b].m.pid), cmp.Compare(ops[a].m.Group, ops[b].m.Group))
+	})
+	out := make([]int16, len(ops))
+	for len(idx) > 0 {
+		keyed := ops[idx[0]].keyed != nil
+		n := 1
+		for n < len(idx) && (ops[idx[n]].keyed != nil) == keyed {
+			n++
+		}
+		run := make([]settleOp, n)
+		for k, i := range idx[:n] {
+			run[k] = ops[i]
+		}
+		if keyed {
+			sts, err := e.settleKeyedSQL(ctx, tx, run)
+			if err != nil {
+				return nil, err
+			}
+			for k, i := range idx[:n] {
+				out[i] = sts[k][0]
+			}
+		} else {
+			sts, err := e.settleSQL(ctx, tx, run)
+			if err != nil {
+				return nil, err
+			}
+			for k, i := range idx[:n] {
+				out[i] = sts[k]
+			}
+		}
+		idx = idx[n:]
+	}
+	return out, nil
 }

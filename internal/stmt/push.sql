@@ -42,6 +42,25 @@ WITH q AS (
 )
 SELECT 1, 0::int2, u.id, u.last_offset - $4::int4 + 1, u.at, NULL::int4[], NULL::int8[] FROM u
 
+-- name: MarkKeyed
+-- Marks queues ($2 names of tenant $1) keyed, in a transaction of its own,
+-- ahead of a keyed push inside a caller's transaction: that push then
+-- finds them keyed and locks no queue row, which it would hold to its
+-- commit. A row another transaction has locked is skipped, never waited
+-- for (the push marks it itself). Returns the names keyed now.
+WITH l AS (
+    SELECT qq.id FROM {{schema}}.queues qq
+    WHERE qq.tenant = $1::uuid AND qq.name = ANY ($2::text[]) AND NOT qq.keyed
+    ORDER BY qq.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), u AS (
+    UPDATE {{schema}}.queues qq SET keyed = true FROM l WHERE qq.id = l.id RETURNING qq.name
+)
+SELECT u.name FROM u
+UNION ALL
+SELECT qq.name FROM {{schema}}.queues qq
+WHERE qq.tenant = $1::uuid AND qq.name = ANY ($2::text[]) AND qq.keyed
+
 -- name: SegmentAt
 SELECT base_offset, end_offset, created_at, blob FROM {{schema}}.segment_at($1, $2)
 

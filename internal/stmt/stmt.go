@@ -32,6 +32,9 @@ type Set struct {
 	// the segment is not, has another lane count, or is not keyed yet and
 	// the segment is keyed). Then nothing was written.
 	AppendSegment string
+	// MarkKeyed marks queues keyed ahead of a push in a caller's
+	// transaction: $1 tenant, $2 names. It returns the names keyed now.
+	MarkKeyed string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
 	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted, its lane
