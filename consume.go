@@ -301,7 +301,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			// charge the budget.
 			op.act, op.actMsg = actInterrupt, m
 		} else {
-			op.act, op.actMsg, op.reason = actFail, m, err.Error()
+			op.act, op.actMsg, op.reason = actFail, m, reasonText(err)
 		}
 		break
 	}

@@ -386,7 +386,7 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 	for i, d := range dead {
 		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
 		keys[i], hdrs[i] = d.m.Key, d.m.hdrs
-		reasons[i] = "queen: undecodable message: " + d.err.Error()
+		reasons[i] = string(reasonText(fmt.Errorf("queen: undecodable message: %w", d.err)))
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
