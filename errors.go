@@ -8,6 +8,8 @@ import (
 
 // Sentinel errors, matched with errors.Is. Errors from PostgreSQL stay
 // reachable with errors.As(err, &pgErr) where pgErr is *pgconn.PgError.
+// SQLSTATE QN001 is queen's own: a push whose queue or partition was
+// deleted (Queue.Delete) while it ran; it wrote nothing and can be retried.
 var (
 	// ErrClosed is returned by every call on a client after Close began.
 	ErrClosed = errors.New("queen: client closed")
