@@ -70,7 +70,7 @@ type settleOp struct {
 	act     int16
 	actMsg  *Message // the acted-on message; nil with actNone
 	release bool
-	reason  string
+	reason  storedReason
 	keyed   []keyedRow
 }
 
@@ -78,7 +78,7 @@ type settleOp struct {
 type keyedRow struct {
 	m      *Message // with actCarry, the batch's last message
 	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
-	reason string
+	reason storedReason
 }
 
 // actCarry is settle_keyed's row without an outcome: it carries a lease's
@@ -116,7 +116,7 @@ func (e *engine) settleKeyedSQL(ctx context.Context, q querier, ops []settleOp) 
 	for _, op := range ops {
 		for _, r := range op.keyed {
 			pids, groups, leases = append(pids, op.m.pid), append(groups, op.m.Group), append(leases, op.m.lease)
-			acts, releases, reasons = append(acts, r.act), append(releases, op.release), append(reasons, r.reason)
+			acts, releases, reasons = append(acts, r.act), append(releases, op.release), append(reasons, string(r.reason))
 			var (
 				off   int64 = -1
 				id    uuid.UUID
@@ -180,7 +180,7 @@ func (e *engine) settleSQL(ctx context.Context, q querier, ops []settleOp) ([]in
 	)
 	for i, op := range ops {
 		pids[i], groups[i], leases[i] = op.m.pid, op.m.Group, op.m.lease
-		oks[i], acts[i], actOffs[i], releases[i], reasons[i] = op.ok, op.act, -1, op.release, op.reason
+		oks[i], acts[i], actOffs[i], releases[i], reasons[i] = op.ok, op.act, -1, op.release, string(op.reason)
 		if a := op.actMsg; a != nil {
 			actOffs[i] = a.Offset
 			dlIDs[i], dlTxns[i], dlFlags[i], dlPay[i], dlAt[i] = a.ID, a.TransactionID, int32(a.flags), a.stored, a.CreatedAt
@@ -287,16 +287,21 @@ func (e *engine) countSettled(ctx context.Context, op *settleOp, st int16) {
 }
 
 // MaxReasonLen is the longest reason (the text of the error passed to Fail
-// or DeadLetter) a dead letter keeps, in bytes; a longer one is cut at a
-// character boundary.
+// or DeadLetter, or returned by a Consume handler) a dead letter keeps, in
+// bytes; a longer one is cut at a character boundary.
 const MaxReasonLen = 8 << 10
+
+// storedReason is a reason made storable by reasonText, the only way to
+// get one: every settlement's reason field has this type, so no path can
+// hand the database an error's raw text.
+type storedReason string
 
 // reasonText makes err's text storable as PostgreSQL text: invalid UTF-8
 // becomes U+FFFD, NUL bytes are dropped, and it is capped at MaxReasonLen.
 // A reason the database rejected would fail the settlement every time (a
 // message Consume redelivers forever) and every other settlement fused into
 // the same statement.
-func reasonText(err error) string {
+func reasonText(err error) storedReason {
 	if err == nil {
 		return ""
 	}
@@ -309,7 +314,7 @@ func reasonText(err error) string {
 		}
 		s = s[:cut]
 	}
-	return s
+	return storedReason(s)
 }
 
 // Ack marks the message done and commits its partition's cursor through it:
@@ -333,7 +338,7 @@ func (m *Message) Ack(ctx context.Context) error {
 }
 
 // settleKeyedOne settles a per-key Consume's message alone, out of order.
-func (m *Message) settleKeyedOne(act int16, reason string) error {
+func (m *Message) settleKeyedOne(act int16, reason storedReason) error {
 	if m.q == nil {
 		return ErrUnknownMessage
 	}

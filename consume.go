@@ -102,8 +102,8 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	if e.isClosed() {
 		return ErrClosed
 	}
-	if !validName(q.name) {
-		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return err
 	}
 	if fn == nil {
 		return errors.New("queen: Consume: nil handler")
@@ -301,7 +301,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			// charge the budget.
 			op.act, op.actMsg = actInterrupt, m
 		} else {
-			op.act, op.actMsg, op.reason = actFail, m, err.Error()
+			op.act, op.actMsg, op.reason = actFail, m, reasonText(err)
 		}
 		break
 	}

@@ -85,8 +85,11 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	if !validName(q.name) {
-		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return nil, err
+	}
+	if err := o.checkFilters(); err != nil {
+		return nil, err
 	}
 	o.Limit = o.limit()
 	part, since, until := o.filters()

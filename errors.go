@@ -8,12 +8,16 @@ import (
 
 // Sentinel errors, matched with errors.Is. Errors from PostgreSQL stay
 // reachable with errors.As(err, &pgErr) where pgErr is *pgconn.PgError.
+// SQLSTATE QN001 is queen's own: a push whose queue or partition was
+// deleted (Queue.Delete) while it ran; it wrote nothing and can be retried.
 var (
 	// ErrClosed is returned by every call on a client after Close began.
 	ErrClosed = errors.New("queen: client closed")
 	// ErrInvalidName is returned for an empty, over-long or control-character
-	// queue or partition name, a transaction id that is not valid UTF-8 or
-	// holds a NUL byte, or an invalid Config.Schema.
+	// queue, partition or group name (in any call or filter, such as
+	// PopOptions or DeadLetterQuery), a key, transaction id or header that
+	// is not valid UTF-8 or holds a NUL byte, an over-long key, or an
+	// invalid Config.Schema. Nothing reaches the database then.
 	ErrInvalidName = errors.New("queen: invalid name")
 	// ErrLeaseLost means the message's lease expired (or was taken over) and
 	// the message may be redelivered to another consumer.

@@ -170,13 +170,10 @@ func (q *Queue) checkGroup(group string) error {
 	if q.c.e.isClosed() {
 		return ErrClosed
 	}
-	if !validName(q.name) {
-		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return err
 	}
-	if group != "" && !validName(group) {
-		return fmt.Errorf("%w: group %q", ErrInvalidName, group)
-	}
-	return nil
+	return checkName(nameGroup, group)
 }
 
 // RequeueDeadLetters pushes the dead letters that o selects (the same
@@ -209,8 +206,11 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	if e.isClosed() {
 		return 0, ErrClosed
 	}
-	if !validName(q.name) {
-		return 0, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return 0, err
+	}
+	if err := o.checkFilters(); err != nil {
+		return 0, err
 	}
 	o.Limit = o.limit()
 	var qid int64

@@ -52,11 +52,11 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	if !validName(q.name) {
-		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return nil, err
 	}
-	if o.Partition != "" && !validName(o.Partition) {
-		return nil, fmt.Errorf("%w: partition %q", ErrInvalidName, o.Partition)
+	if err := checkName(namePartition, o.Partition); err != nil {
+		return nil, err
 	}
 	if o.From < 0 || o.Limit < 0 {
 		return nil, fmt.Errorf("queen: PeekOptions: From and Limit must not be negative")

@@ -25,11 +25,11 @@ var popRescan = 250 * time.Millisecond
 const MaxBatch = 100_000
 
 func (o PopOptions) withDefaults() (PopOptions, error) {
-	if o.Group != "" && !validName(o.Group) {
-		return o, fmt.Errorf("%w: group %q", ErrInvalidName, o.Group)
+	if err := checkName(nameGroup, o.Group); err != nil {
+		return o, err
 	}
-	if o.Partition != "" && !validName(o.Partition) {
-		return o, fmt.Errorf("%w: partition %q", ErrInvalidName, o.Partition)
+	if err := checkName(namePartition, o.Partition); err != nil {
+		return o, err
 	}
 	if o.Batch < 0 || o.Partitions < 0 || o.Wait < 0 || o.LeaseTime < 0 {
 		return o, fmt.Errorf("queen: PopOptions: Batch, Partitions, Wait and LeaseTime must not be negative")
@@ -59,8 +59,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	if !validName(q.name) {
-		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return nil, err
 	}
 	o, err = o.withDefaults()
 	if err != nil {
@@ -386,7 +386,7 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 	for i, d := range dead {
 		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
 		keys[i], hdrs[i] = d.m.Key, d.m.hdrs
-		reasons[i] = "queen: undecodable message: " + d.err.Error()
+		reasons[i] = string(reasonText(fmt.Errorf("queen: undecodable message: %w", d.err)))
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()

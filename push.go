@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/zeebo/xxh3"
@@ -171,26 +169,7 @@ func submitAndWait[K fusion.Keyer, T comparable](ctx context.Context, f *fusion.
 // ValidName reports whether s can name a queue, a partition or a consumer
 // group: 1 to MaxNameLen bytes of UTF-8 without control characters. Calls
 // given another name fail with ErrInvalidName; tools can check up front.
-func ValidName(s string) bool { return validName(s) }
-
-// validName is ValidName.
-func validName(s string) bool {
-	if s == "" || len(s) > MaxNameLen || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return false
-		}
-	}
-	return true
-}
-
-// validKey reports whether s can be an ordering key: like a transaction
-// id, it is sent back as PostgreSQL text when a message is settled.
-func validKey(s string) bool {
-	return len(s) <= MaxKeyLen && validTransactionID(s)
-}
+func ValidName(s string) bool { return checkName(nameQueue, s) == nil }
 
 // laneNames are the names of the first lanes, so routing a key to a lane
 // costs no allocation for the usual lane counts.
@@ -210,13 +189,6 @@ func laneOf(key string, lanes int32) string {
 		return laneNames[i]
 	}
 	return "lane-" + strconv.FormatUint(i, 10)
-}
-
-// validTransactionID reports whether PostgreSQL text can hold s: settling
-// a message (Fail, DeadLetter, the skip policy's re-enqueue) sends its
-// transaction id as text, so one it cannot hold could never be settled.
-func validTransactionID(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // Push stores items and returns one result per item, in input order. It
@@ -327,22 +299,20 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !validName(q.name) {
-		return nil, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return nil, err
 	}
 	for i := range items {
 		it := &items[i]
-		if it.Partition != "" && !validName(it.Partition) {
-			return nil, fmt.Errorf("%w: item %d: partition %q", ErrInvalidName, i, it.Partition)
+		err := checkName(namePartition, it.Partition)
+		if err == nil {
+			err = checkName(nameTransactionID, it.TransactionID)
 		}
-		if len(it.TransactionID) > MaxTransactionIDLen {
-			return nil, fmt.Errorf("%w: item %d: transaction id of %d bytes (max %d)", ErrTooLarge, i, len(it.TransactionID), MaxTransactionIDLen)
+		if err == nil {
+			err = checkName(nameKey, it.Key)
 		}
-		if !validTransactionID(it.TransactionID) {
-			return nil, fmt.Errorf("%w: item %d: transaction id %q is not UTF-8 text without NUL", ErrInvalidName, i, it.TransactionID)
-		}
-		if it.Key != "" && !validKey(it.Key) {
-			return nil, fmt.Errorf("%w: item %d: key %q is not at most %d bytes of UTF-8 text without NUL", ErrInvalidName, i, it.Key, MaxKeyLen)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
 		if len(it.Data) > MaxPayloadSize {
 			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
@@ -456,8 +426,8 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 // checkHeaders validates item i's headers (see Item.Headers).
 func checkHeaders(i int, h map[string]string) error {
 	for k, v := range h {
-		if k == "" || !frame.ValidHeaderText(k) {
-			return fmt.Errorf("%w: item %d: header name %q is not non-empty UTF-8 text without NUL", ErrInvalidName, i, k)
+		if err := checkName(nameHeader, k); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
 		}
 		if !frame.ValidHeaderText(v) {
 			return fmt.Errorf("%w: item %d: value of header %q is not UTF-8 text without NUL", ErrInvalidName, i, k)

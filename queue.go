@@ -168,8 +168,8 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 	if e.isClosed() {
 		return ErrClosed
 	}
-	if !validName(q.name) {
-		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return err
 	}
 	o, err := o.withDefaults()
 	if err != nil {
@@ -199,8 +199,8 @@ func (q *Queue) Delete(ctx context.Context) error {
 	if e.isClosed() {
 		return ErrClosed
 	}
-	if !validName(q.name) {
-		return fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return err
 	}
 	_, err := e.pool.Exec(ctx, e.sql.QueueDelete, q.c.tenant, q.name)
 	e.forgetMeta(q.c.tenant, q.name)

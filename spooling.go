@@ -362,8 +362,12 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 	if e.maintOn.Load() {
 		return 0, errMaintenance
 	}
-	if !validName(batch[0].Queue) || !validName(batch[0].Partition) {
-		return 0, spool.Permanent(fmt.Errorf("%w: queue %q partition %q", ErrInvalidName, batch[0].Queue, batch[0].Partition))
+	err := checkName(nameQueue, batch[0].Queue)
+	if err == nil {
+		err = checkName(nameStoredPartition, batch[0].Partition)
+	}
+	if err != nil {
+		return 0, spool.Permanent(fmt.Errorf("queen: spooled message %s: %w", batch[0].MessageID, err))
 	}
 	for i := range batch {
 		// Written by this package, under a CRC: bad headers are a bug or

@@ -62,8 +62,8 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	if e.isClosed() {
 		return st, ErrClosed
 	}
-	if !validName(q.name) {
-		return st, fmt.Errorf("%w: queue %q", ErrInvalidName, q.name)
+	if err := checkName(nameQueue, q.name); err != nil {
+		return st, err
 	}
 	rows, err := e.pool.Query(ctx, e.csql.Status, q.c.tenant, q.name)
 	if err != nil {

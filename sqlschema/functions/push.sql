@@ -216,6 +216,16 @@ BEGIN
         SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
         ORDER BY t, q
         ON CONFLICT DO NOTHING;
+        -- Key-share the queue rows (in id order, as a foreign key check
+        -- would) before adding partitions to them: a delete_queue holding
+        -- one is waited out and its row then skipped, so the insert below,
+        -- on a later snapshot, adds no partition to it and the resolve
+        -- reports QN001, where the partition's foreign key check would fail
+        -- raw. A queue locked here cannot be deleted until this commits.
+        PERFORM 1 FROM (SELECT qq.id FROM {{schema}}.queues qq
+                        WHERE (qq.tenant, qq.name) IN (SELECT u.t, u.q FROM unnest(p_tenants, p_queues) AS u(t, q))
+                        ORDER BY qq.id
+                        FOR KEY SHARE) l;
         INSERT INTO {{schema}}.partitions (queue_id, name)
         SELECT DISTINCT qq.id, u.p
         FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
