@@ -242,6 +242,7 @@ type engine struct {
 	spool    *spool.Spool
 	drain    *drainer
 	maintOn  atomic.Bool
+	encSet   atomic.Pointer[encQueueSet] // without a key: the encrypted queues at the last contact
 	spoolReg metric.Registration
 	keyReg   metric.Registration // the per-key Consume gauges
 
@@ -311,6 +312,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	e.refreshMaintenance(ctx)
+	e.refreshEncrypted(ctx)
 	if err := e.startServices(ctx); err != nil {
 		return fail(err)
 	}
