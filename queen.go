@@ -59,8 +59,9 @@ type Config struct {
 	// the old one once no retained message or dead letter was encrypted
 	// with it. Defaults to none.
 	DecryptionKeys [][]byte
-	// StatementTimeout bounds each database statement the engine runs.
-	// Defaults to 30s.
+	// StatementTimeout bounds each database statement the engine runs, and
+	// connecting, for the pool Open creates from DatabaseURL unless it sets
+	// connect_timeout (or PGCONNECT_TIMEOUT does). Defaults to 30s.
 	StatementTimeout time.Duration
 	// Fusion tunes the push engine. The zero value means the defaults.
 	Fusion FusionConfig
@@ -282,6 +283,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		if pcfg.MaxConns < 16 {
 			// Fusion keeps several bundles in flight and pops run beside them.
 			pcfg.MaxConns = 16
+		}
+		if pcfg.ConnConfig.ConnectTimeout == 0 {
+			// No connect_timeout in the URL: pgxpool would wait 2 minutes
+			// for a host that does not answer, longer than a call may take.
+			pcfg.ConnConfig.ConnectTimeout = cfg.StatementTimeout
 		}
 		e.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
