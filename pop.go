@@ -431,9 +431,11 @@ func (q *Queue) giveBack(ctx context.Context, o *PopOptions, parts []*popPart) {
 
 // deadLetterUndecodable moves what p's claim could not decode to the
 // dead-letter store and returns the messages of p that may be delivered. A
-// message that cannot be decoded once never will be (a corrupt blob, a key
-// this client does not have): redelivering it would fail every claim that
-// takes it, and with AutoAck it is already consumed.
+// message that cannot be decoded once never will be (a corrupt blob, a
+// ciphertext that does not open under its key): redelivering it would fail
+// every claim that takes it, and with AutoAck it is already consumed. (A key
+// this client lacks is its own misconfiguration, not the message's: such a
+// claim is given back, see claim.)
 //
 // With AutoAck every decoded message is delivered. Under a lease a dead
 // letter commits the cursor through it, which would complete the lease's
