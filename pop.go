@@ -151,12 +151,12 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	mode, from := o.Subscription.sqlMode()
 	// A client that lacks a key the queue's payloads need is misconfigured:
 	// it must fail without taking anything, where it would otherwise
-	// dead-letter every message it claims. Without any key that is known
-	// before the claim. A payload sealed with a key it does not hold is
-	// found only in the claim, which it then gives back: a lease is
-	// released uncharged, and an auto-ack, which consumes in the claim
-	// itself, runs in a transaction that is committed only once every
-	// payload opened.
+	// dead-letter every message it claims. A client without any key learns
+	// that from the queue's settings, before the claim. A payload sealed
+	// with a key it does not hold is found only in the claim, which it then
+	// gives back: a lease is released uncharged, and an auto-ack of an
+	// encrypted queue, which consumes in the claim itself, runs in a
+	// transaction committed only once every payload opened.
 	inTx := false
 	if o.AutoAck || e.aead == nil {
 		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
@@ -229,7 +229,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
 		if p == nil || p.pid != pid {
-			p = &popPart{pid: pid, name: pname, settled: settled}
+			p = &popPart{pid: pid, name: pname, settled: settled, head: -1}
 			if lease != nil {
 				p.lease = *lease
 			}
@@ -270,8 +270,8 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			return m
 		}
 		lo, hi := max(first, base), min(last, end)
-		if p.head == nil {
-			p.head = msg(lo)
+		if p.head < 0 {
+			p.head = lo
 		}
 		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
 		if err != nil {
@@ -373,7 +373,7 @@ type popPart struct {
 	pid   int64
 	name  string
 	lease uuid.UUID
-	head  *Message // the claim's first offset (giveBack), decoded or not
+	head  int64 // the claim's first offset (giveBack)
 	msgs  []*Message
 	dead  []deadMsg // in offset order
 	// The cursor's out-of-order state at the claim: settled offsets above
@@ -416,7 +416,8 @@ func (q *Queue) giveBack(ctx context.Context, o *PopOptions, parts []*popPart) {
 	e := q.c.e
 	ops := make([]settleOp, 0, len(parts))
 	for _, p := range parts {
-		ops = append(ops, settleOp{m: p.head, ok: -1, act: actInterrupt, actMsg: p.head})
+		m := &Message{Queue: q.name, Partition: p.name, Offset: p.head, Group: o.Group, q: q, pid: p.pid, lease: p.lease}
+		ops = append(ops, settleOp{m: m, ok: -1, act: actInterrupt, actMsg: m})
 	}
 	if len(ops) == 0 {
 		return
