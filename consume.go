@@ -96,7 +96,11 @@ type ConsumeOptions struct {
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing claims are logged and retried with a
-// jittered backoff.
+// jittered backoff, except one that fails with ErrEncryption: the queue is
+// encrypted and the client has no key, or a claimed payload was sealed with
+// a key that is neither Config.EncryptionKey nor in Config.DecryptionKeys.
+// That claim took nothing (see Pop), and Consume returns the error once the
+// batches already in hand are done.
 func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx context.Context, m *Message) error) error {
 	e := q.c.e
 	if e.isClosed() {

@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
 )
 
 // metered opens a client whose metrics a ManualReader collects.
@@ -363,14 +365,17 @@ func TestPopMetricsLeaseLost(t *testing.T) {
 	}
 }
 
-// A message a claim cannot decrypt is dead-lettered as undecodable and not
-// counted as consumed.
+// A message a claim cannot decrypt (its ciphertext altered) is
+// dead-lettered as undecodable and not counted as consumed.
 func TestPopMetricsUndecodable(t *testing.T) {
 	c1, reader := metered(t, withKey(testKey(1)))
-	c2 := openOn(t, c1, withKey(testKey(2)))
 	q := configure(t, c1, "q", queen.QueueOptions{Encryption: true})
-	push(t, c2.Queue("q"), queen.Item{Data: []byte("x")})
+	push(t, q, queen.Item{Data: []byte("x")})
 	push(t, q, queen.Item{Data: []byte("ok")})
+	pid, blob := segmentBlob(t, c1, queen.DefaultTenant, "q", queen.DefaultPartition, 0)
+	f := onlyFrame(t, blob)
+	f.Payload[len(f.Payload)-1] ^= 1
+	setSegmentBlob(t, c1, pid, 0, segment.Compress(nil, frame.Append(nil, &f)))
 	wantData(t, pop(t, q, queen.PopOptions{Batch: 10, AutoAck: true}), "ok")
 	got := collect(t, reader)
 	if n := got.sum(t, mDead, with(destQ, "queen.dead_letter.cause=undecodable")...); n != 1 {

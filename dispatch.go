@@ -2,6 +2,7 @@ package queen
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -145,6 +146,11 @@ func (c *consumer) dispatch(n int) error {
 			if r.err != nil {
 				if e.isClosed() {
 					return ErrClosed
+				}
+				if errors.Is(r.err, ErrEncryption) {
+					// Misconfigured (a key missing): retrying cannot help.
+					// The claim took nothing; what is in hand finishes.
+					return r.err
 				}
 				wait := backoffJitter(backoff)
 				e.log.Warn("queen: consume: claim failed; retrying", "queue", q.name, "err", r.err, "backoff", wait)

@@ -107,10 +107,11 @@
 //     [QueueOptions.DeadLetter], else drops it). Lease expiry and Retry
 //     never charge. Under [FailurePause] (the default) later messages of
 //     the partition wait for the failed one.
-//   - Undecodable messages (a corrupt segment, a payload encrypted with a
-//     key this client does not have) are
-//     dead-lettered on their own, never skipped unseen, and never block
-//     their partition.
+//   - Undecodable messages (a corrupt segment, a payload that does not
+//     decrypt under the key that sealed it) are dead-lettered on their own,
+//     never skipped unseen, and never block their partition. A client
+//     that lacks the key a claimed payload names takes nothing: its Pop or
+//     Consume fails with [ErrEncryption].
 //   - Encrypted queues ([QueueOptions.Encryption]) never reach disk in
 //     plaintext, spool included.
 //   - Retention deletes what it is told to: [QueueOptions.Retention] whether

@@ -155,7 +155,7 @@ func (e *engine) open(tenant uuid.UUID, queue, partition, key string, hdrs []byt
 	copy(kid[:], sealed[1:envelopeHdr])
 	a := e.keys.open[kid]
 	if a == nil {
-		return nil, fmt.Errorf("%w: sealed with key id %x, which is neither Config.EncryptionKey nor in Config.DecryptionKeys", ErrEncryption, kid)
+		return nil, unknownKeyError{kid}
 	}
 	ns := a.NonceSize()
 	if len(sealed) < envelopeHdr+ns {
@@ -168,6 +168,19 @@ func (e *engine) open(tenant uuid.UUID, queue, partition, key string, hdrs []byt
 	}
 	return plain, nil
 }
+
+// unknownKeyError is open's error for a payload sealed with a key this
+// client does not hold: the client is misconfigured (a rotation reached the
+// producers first, a wrong key), not the message broken, so a claim that
+// meets one is given back instead of dead-lettered.
+type unknownKeyError struct{ id keyID }
+
+func (e unknownKeyError) Error() string {
+	return fmt.Sprintf("%v: sealed with key id %x, which is neither Config.EncryptionKey nor in Config.DecryptionKeys",
+		ErrEncryption, e.id)
+}
+
+func (unknownKeyError) Unwrap() error { return ErrEncryption }
 
 // flagSpoolSealed marks, in a spool record's flags only, a payload that was
 // encrypted for the spool rather than for its queue: the replay restores the

@@ -132,7 +132,9 @@ func spoolHolds(t *testing.T, dir string, b []byte) bool {
 // a queue this client never saw, whether the server refuses connections or
 // connection attempts hang. Nothing it spools is plaintext (the client has
 // a key), and after the outage the plain queue's messages are stored as
-// plaintext.
+// plaintext. A client without a key spools too, to a queue it never saw
+// that was not encrypted at its last contact, and fails at once for one
+// that was.
 func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault test")
@@ -147,6 +149,7 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 		cfg.DatabaseURL, cfg.Schema, cfg.Pool, cfg.SpoolDir = "", "outage", pool, spoolDir
 		cfg.StatementTimeout, cfg.EncryptionKey = timeout, make([]byte, 32)
 	})
+	configure(t, c, "secret", queen.QueueOptions{Encryption: true})
 	// A client without a key spools plaintext only for queues it knows
 	// are not encrypted.
 	noKeyDir := t.TempDir()
@@ -226,11 +229,16 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	}
 	want = append(want, "hanging-seen-without-key")
 	res, err, took = pushTimed(t, noKey.Queue("never3"), 5*bound, queen.Item{Partition: "never3", Data: []byte("never3-without-key")})
-	if !errors.Is(err, queen.ErrEncryption) || took > bound {
-		t.Fatalf("push without a key to a queue never seen: %v, %+v after %s; want ErrEncryption within %s", err, res, took, bound)
+	if err != nil || res[0].Status != queen.Buffered || took > bound {
+		t.Fatalf("push without a key to a queue never seen, not encrypted: %v, %+v after %s; want Buffered within %s", err, res, took, bound)
 	}
-	t.Logf("push without a key to a queue never seen: %v", err)
-	if spoolHolds(t, noKeyDir, []byte("never3-without-key")) {
+	want = append(want, "never3-without-key")
+	res, err, took = pushTimed(t, noKey.Queue("secret"), 5*bound, queen.Item{Partition: "secret", Data: []byte("secret-without-key")})
+	if !errors.Is(err, queen.ErrEncryption) || took > bound {
+		t.Fatalf("push without a key to an encrypted queue never seen: %v, %+v after %s; want ErrEncryption within %s", err, res, took, bound)
+	}
+	t.Logf("push without a key to an encrypted queue never seen: %v", err)
+	if spoolHolds(t, noKeyDir, []byte("secret-without-key")) {
 		t.Fatal("a push that failed was spooled")
 	}
 
@@ -242,7 +250,7 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 		return c.SpoolStats().PendingRecords == 0 && noKey.SpoolStats().PendingRecords == 0
 	})
 	got := map[string]bool{}
-	for _, name := range []string{"seen", "never", "never2"} {
+	for _, name := range []string{"seen", "never", "never2", "never3"} {
 		for _, f := range storedFrames(t, c, name) {
 			if f.Flags != 0 {
 				t.Fatalf("queue %q holds a frame with flags %#x; it is not encrypted", name, f.Flags)

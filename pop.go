@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/internal/frame"
 )
@@ -54,6 +55,15 @@ func (o PopOptions) withDefaults() (PopOptions, error) {
 // by other consumers are skipped. With o.Wait it parks until a push arrives
 // or o.Wait passes, then returns what it found (possibly nothing, with a nil
 // error). Messages of one partition come in offset order.
+//
+// Pop fails with ErrEncryption, taking nothing, when the queue is encrypted
+// and the client has no key, or when a claimed payload was sealed with a key
+// that is neither Config.EncryptionKey nor in Config.DecryptionKeys (the
+// producers rotated first, or a wrong key): the claim is given back
+// uncharged, leases released, nothing auto-acked or dead-lettered, for a
+// client with the key. A payload that does not open under a key the client
+// holds (altered, or not this message's) is undecodable: it goes to the
+// dead-letter store and the rest is delivered (see deadLetterUndecodable).
 func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err error) {
 	e := q.c.e
 	if e.isClosed() {
@@ -76,11 +86,6 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 			msgs[0].meter().consumed(ctx, len(msgs), true)
 		}
 	}()
-	// Fail before claiming: a client without a key would otherwise
-	// dead-letter every message it takes (see deadLetterUndecodable).
-	if err := q.refuseWithoutKey(ctx); err != nil {
-		return nil, err
-	}
 	if o.Wait <= 0 {
 		return q.popOnce(ctx, &o, nil)
 	}
@@ -144,6 +149,28 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		hints = []string{}
 	}
 	mode, from := o.Subscription.sqlMode()
+	// A client that lacks a key the queue's payloads need is misconfigured:
+	// it must fail without taking anything, where it would otherwise
+	// dead-letter every message it claims. A client without any key learns
+	// that from the queue's settings, before the claim. A payload sealed
+	// with a key it does not hold is found only in the claim, which it then
+	// gives back: a lease is released uncharged, and an auto-ack of an
+	// encrypted queue, which consumes in the claim itself, runs in a
+	// transaction committed only once every payload opened.
+	inTx := false
+	if o.AutoAck || e.aead == nil {
+		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
+		if err != nil {
+			if e.isClosed() {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+		if meta.encryption && e.aead == nil {
+			return nil, errNoKey(q.name)
+		}
+		inTx = o.AutoAck && meta.encryption
+	}
 	dm := e.meter.consume.dest(q.name, o.Group) // once per claim: settlements use it
 	e.claims.claims.Add(1)
 	// The claim commits on the server even if the caller gives up, so it
@@ -151,12 +178,29 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	// would stall the partition until expiry, an auto-ack would lose data.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
-	rows, err := e.pool.Query(qctx, e.csql.Pop, q.c.tenant, q.name, o.Group, part, hints, n*o.Batch, n*o.Partitions,
+	var db interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	} = e.pool
+	var tx pgx.Tx
+	if inTx {
+		var err error
+		if tx, err = e.pool.Begin(qctx); err != nil {
+			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+			_ = tx.Rollback(rctx) // after the commit, a no-op
+			cancel()
+		}()
+		db = tx
+	}
+	rows, err := db.Query(qctx, e.csql.Pop, q.c.tenant, q.name, o.Group, part, hints, n*o.Batch, n*o.Partitions,
 		o.LeaseTime.Milliseconds(), o.AutoAck, e.owner, mode, from, o.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
 	defer rows.Close()
+	var unknownKey error // the first payload sealed with a key this client lacks
 	var (
 		parts   []*popPart
 		p       *popPart
@@ -185,7 +229,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
 		if p == nil || p.pid != pid {
-			p = &popPart{pid: pid, name: pname, settled: settled}
+			p = &popPart{pid: pid, name: pname, settled: settled, head: -1}
 			if lease != nil {
 				p.lease = *lease
 			}
@@ -226,6 +270,9 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			return m
 		}
 		lo, hi := max(first, base), min(last, end)
+		if p.head < 0 {
+			p.head = lo
+		}
 		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
 		if err != nil {
 			p.undecodable(msg, lo, hi, err)
@@ -252,6 +299,9 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 				m.stored = append([]byte(nil), f.Payload...)
 				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
 				if err != nil {
+					if _, ok := err.(unknownKeyError); ok && unknownKey == nil {
+						unknownKey = err
+					}
 					p.dead = append(p.dead, deadMsg{m, err})
 					return nil
 				}
@@ -279,6 +329,31 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
+	rows.Close()
+	if unknownKey != nil {
+		err := fmt.Errorf("queen: pop %q: %w", q.name, unknownKey)
+		switch {
+		case tx != nil:
+			return nil, err // rolled back: nothing was claimed
+		case !o.AutoAck:
+			q.giveBack(ctx, o, parts)
+			return nil, err
+		}
+		// Auto-acked outside a transaction (the queue was not known to be
+		// encrypted: settings older than metaTTL, or switched off since the
+		// payload was sealed): consumed already, so dead-lettered below
+		// like any undecodable message. The next claim reads the settings
+		// again.
+		e.forgetMeta(q.c.tenant, q.name)
+	}
+	if tx != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+		err := tx.Commit(cctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
+		}
+	}
 	groups := make([][]*Message, 0, len(parts))
 	for _, p := range parts {
 		msgs := p.msgs
@@ -298,6 +373,7 @@ type popPart struct {
 	pid   int64
 	name  string
 	lease uuid.UUID
+	head  int64 // the claim's first offset (giveBack)
 	msgs  []*Message
 	dead  []deadMsg // in offset order
 	// The cursor's out-of-order state at the claim: settled offsets above
@@ -333,11 +409,34 @@ func (p *popPart) isSettled(off int64) bool {
 	return ok
 }
 
+// giveBack releases the leases of a claim that must not be delivered,
+// without charging a delivery (as a stopping Consume hands back what it did
+// not start). Should that fail, the leases run out by themselves.
+func (q *Queue) giveBack(ctx context.Context, o *PopOptions, parts []*popPart) {
+	e := q.c.e
+	ops := make([]settleOp, 0, len(parts))
+	for _, p := range parts {
+		m := &Message{Queue: q.name, Partition: p.name, Offset: p.head, Group: o.Group, q: q, pid: p.pid, lease: p.lease}
+		ops = append(ops, settleOp{m: m, ok: -1, act: actInterrupt, actMsg: m})
+	}
+	if len(ops) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := e.settleFused(sctx, ops); err != nil {
+		e.log.Warn("queen: pop: could not release the leases of a claim it cannot decrypt; they end at their expiry",
+			"queue", q.name, "group", o.Group, "err", err)
+	}
+}
+
 // deadLetterUndecodable moves what p's claim could not decode to the
 // dead-letter store and returns the messages of p that may be delivered. A
-// message that cannot be decoded once never will be (a corrupt blob, a key
-// this client does not have): redelivering it would fail every claim that
-// takes it, and with AutoAck it is already consumed.
+// message that cannot be decoded once never will be (a corrupt blob, a
+// ciphertext that does not open under its key): redelivering it would fail
+// every claim that takes it, and with AutoAck it is already consumed. (A key
+// this client lacks is its own misconfiguration, not the message's: such a
+// claim is given back, see claim.)
 //
 // With AutoAck every decoded message is delivered. Under a lease a dead
 // letter commits the cursor through it, which would complete the lease's

@@ -209,10 +209,16 @@ func laneOf(key string, lanes int32) string {
 // spool and are Buffered, after at most about Config.StatementTimeout. A
 // client with Config.EncryptionKey encrypts everything it spools; the replay
 // stores it in plaintext again if its queue is not encrypted. A client
-// without one spools plaintext only for a queue it knows is not encrypted
-// (it read the setting, within the last 5 seconds or before the outage): a
-// push to a queue whose setting the database cannot tell it fails with
-// ErrEncryption instead.
+// without one spools plaintext only for a queue it knows is not encrypted:
+// it read the queue's setting (within the last 5 seconds or before the
+// outage), or, for a queue it has not seen, the queue was not among the
+// schema's encrypted queues, which it reads at Open and every few seconds
+// while the database answers. A push to a queue that was encrypted fails
+// with ErrEncryption, as does one when it could not read that list since
+// Open. The one window: a queue another process makes encrypted during the
+// outage, not seen encrypted by this client, is spooled in plaintext (on
+// this client's disk); its replay is refused by the database, which stores
+// no plaintext in an encrypted queue, and the records are quarantined.
 func (q *Queue) Push(ctx context.Context, items []Item) (res []PushResult, err error) {
 	ctx, items, end := q.c.e.startSend(ctx, q.name, items)
 	defer func() { end(err) }()
@@ -327,11 +333,21 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	}
 	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
+		var lastEnc, lastKnown bool
+		if spool && e.aead == nil {
+			lastEnc, lastKnown = e.lastEncrypted(q.c.tenant, q.name)
+		}
 		switch {
 		case e.isClosed():
 			err = ErrClosed
 		case ctx.Err() != nil:
 			err = ctx.Err()
+		case spool && e.aead == nil && lastKnown && !lastEnc:
+			// Not encrypted at the last contact: spooled in plaintext, as
+			// for a queue whose settings are cached.
+			b.unknown, err = err, nil
+		case spool && e.aead == nil && lastEnc:
+			err = errNoKey(q.name)
 		case spool && e.aead == nil:
 			// Spooling a payload in plaintext is only safe for a queue known
 			// not to be encrypted.

@@ -59,8 +59,9 @@ type Config struct {
 	// the old one once no retained message or dead letter was encrypted
 	// with it. Defaults to none.
 	DecryptionKeys [][]byte
-	// StatementTimeout bounds each database statement the engine runs.
-	// Defaults to 30s.
+	// StatementTimeout bounds each database statement the engine runs, and
+	// connecting, for the pool Open creates from DatabaseURL unless it sets
+	// connect_timeout (or PGCONNECT_TIMEOUT does). Defaults to 30s.
 	StatementTimeout time.Duration
 	// Fusion tunes the push engine. The zero value means the defaults.
 	Fusion FusionConfig
@@ -242,6 +243,7 @@ type engine struct {
 	spool    *spool.Spool
 	drain    *drainer
 	maintOn  atomic.Bool
+	encSet   atomic.Pointer[encQueueSet] // without a key: the encrypted queues at the last contact
 	spoolReg metric.Registration
 	keyReg   metric.Registration // the per-key Consume gauges
 
@@ -284,6 +286,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			// Fusion keeps several bundles in flight and pops run beside them.
 			pcfg.MaxConns = 16
 		}
+		if pcfg.ConnConfig.ConnectTimeout == 0 {
+			// No connect_timeout in the URL: pgxpool would wait 2 minutes
+			// for a host that does not answer, longer than a call may take.
+			pcfg.ConnConfig.ConnectTimeout = cfg.StatementTimeout
+		}
 		e.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return nil, fmt.Errorf("queen: create pool: %w", err)
@@ -313,6 +320,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	e.refreshMaintenance(ctx)
+	e.refreshEncrypted(ctx)
 	if err := e.startServices(ctx); err != nil {
 		return fail(err)
 	}

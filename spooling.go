@@ -317,6 +317,9 @@ func (d *drainer) run() {
 			}
 		}
 		e.refreshMaintenance(d.ctx)
+		if s := e.encSet.Load(); s == nil || time.Since(s.at) >= metaTTL {
+			e.refreshEncrypted(d.ctx)
+		}
 		wait := drainEvery
 		if !e.maintOn.Load() && e.spool.Stats().PendingRecords > 0 {
 			n, err := e.spool.Replay(d.ctx, d.replay)
@@ -508,6 +511,53 @@ func (e *engine) refreshMaintenance(ctx context.Context) {
 	if was := e.maintOn.Swap(on); was && !on {
 		e.drain.kick()
 	}
+}
+
+// encQueueSet is the schema's encrypted queues as last read. A client
+// without a key keeps it so that during an outage it can spool, in
+// plaintext, a push to a queue it has not seen: one not in the set was not
+// encrypted at the last contact.
+type encQueueSet struct {
+	m  map[metaKey]struct{}
+	at time.Time
+}
+
+// refreshEncrypted reads the schema's encrypted queues, for a client
+// without a key (one with a key seals whatever it spools). It keeps the last
+// set while the database is away.
+func (e *engine) refreshEncrypted(ctx context.Context) {
+	if e.aead != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+	defer cancel()
+	rows, err := e.pool.Query(ctx, "SELECT tenant, name FROM "+pgx.Identifier{e.cfg.Schema, "queues"}.Sanitize()+
+		" WHERE encryption")
+	if err != nil {
+		return
+	}
+	s := &encQueueSet{m: make(map[metaKey]struct{})}
+	var k metaKey
+	_, err = pgx.ForEachRow(rows, []any{&k.tenant, &k.name}, func() error {
+		s.m[k] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	s.at = time.Now()
+	e.encSet.Store(s)
+}
+
+// lastEncrypted reports whether queue was encrypted at the last read of the
+// encrypted queues; known is false when there was none.
+func (e *engine) lastEncrypted(tenant uuid.UUID, queue string) (encrypted, known bool) {
+	s := e.encSet.Load()
+	if s == nil {
+		return false, false
+	}
+	_, encrypted = s.m[metaKey{tenant, queue}]
+	return encrypted, true
 }
 
 // spoolPush is Push in maintenance mode: straight to the spool.
