@@ -153,6 +153,9 @@ func TestDeadLetterQueryMaxID(t *testing.T) {
 	if err != nil || len(all) != 3 {
 		t.Fatalf("dead letters: %d, %v", len(all), err)
 	}
+	if qs, err := c.Queues(ctx); err != nil || len(qs) != 1 || qs[0].DeadLetters != 3 || qs[0].LastDeadLetterID != all[2].ID {
+		t.Fatalf("Queues = %+v, %v; want 3 dead letters, the last %d", qs, err, all[2].ID)
+	}
 	got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{MaxID: all[1].ID})
 	if err != nil || len(got) != 2 || got[0].ID != all[0].ID || got[1].ID != all[1].ID {
 		t.Fatalf("MaxID %d listed %v, %v", all[1].ID, got, err)

@@ -38,7 +38,8 @@ RETURNING 1
 -- Per (partition, group) as Status counts it, then per group (lag
 -- summed, the oldest unconsumed message) and per queue (per partition
 -- the group furthest behind, summed; with no group, every retained
--- message), with the messages ever appended and the dead letters.
+-- message), with the messages ever appended and the dead letters (how
+-- many, the highest id).
 WITH q AS (
     SELECT * FROM {{schema}}.queues WHERE tenant = $1
 ), pg AS (
@@ -76,7 +77,7 @@ WITH q AS (
                        ORDER BY s.base_offset LIMIT 1) fs ON true
     GROUP BY p.queue_id
 ), dl AS (
-    SELECT d.queue_id, count(*) AS n
+    SELECT d.queue_id, count(*) AS n, max(d.id) AS last
     FROM q JOIN {{schema}}.dead_letters d ON d.queue_id = q.id
     GROUP BY d.queue_id
 )
@@ -88,7 +89,7 @@ SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_
     coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
     g.group_name, g.lag, g.head,
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
-    now()
+    now(), coalesce(dl.last, 0)::bigint
 FROM q
 LEFT JOIN pc ON pc.queue_id = q.id
 LEFT JOIN pd ON pd.queue_id = q.id
