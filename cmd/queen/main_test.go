@@ -506,3 +506,53 @@ func TestDLQFilters(t *testing.T) {
 		}
 	}
 }
+
+// leaked reports the first piece (3 bytes or more) of secret found in s.
+func leaked(s, secret string) string {
+	for i := 0; i+3 <= len(secret); i++ {
+		if strings.Contains(s, secret[i:i+3]) {
+			return secret[i : i+3]
+		}
+	}
+	return ""
+}
+
+// TestURLNeverShown: a database URL that does not parse, or parses into a
+// host or database name holding part of the password (an '@' or '/' not
+// percent-encoded), is refused with what is wrong and no part of it, from
+// the flag or the environment; an unreachable one shows no password either.
+func TestURLNeverShown(t *testing.T) {
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		url, password, want string
+		code                int
+	}{
+		{"postgres://alice:S3cr@tPW@localhost:badport/db", "S3cr@tPW", "invalid port", exitUsage},
+		{"postgres://alice:S3cr@tPW@localhost/db?sslmode=bogus", "S3cr@tPW", "sslmode", exitUsage},
+		{"postgres://alice:S3cr%40tPW@localhost/db?sslmode=bogus", "S3cr%40tPW", "unknown sslmode", exitUsage},
+		{"postgres://alice:S3cr%tPW@localhost/db", "S3cr%tPW", "URL", exitUsage},
+		{"postgres://alice:S3cr@t PW@localhost/db", "S3cr@t PW", "URL", exitUsage},
+		{"alice:S3cr@tPW@localhost/db", "S3cr@tPW", "", exitUsage},
+		{"host=localhost password=S3cr3t Pa55 port=5432", "S3cr3t Pa55", "", exitUsage},
+		{"postgres://alice:S3cr@tPW@127.0.0.1:1/db?connect_timeout=2", "S3cr@tPW", "@", exitUsage},
+		{"postgres://alice:12/34tPW@127.0.0.1:1/db?connect_timeout=2", "12/34tPW", "@", exitUsage},
+		{"postgres://alice:S3cr%40tPW@127.0.0.1:1/db?connect_timeout=2", "S3cr%40tPW", "cannot reach the database", exitError},
+	} {
+		for _, env := range []bool{false, true} {
+			var r result
+			if env {
+				t.Setenv("QUEEN_DATABASE_URL", tc.url)
+				r = runCLI(ctx, "queues")
+			} else {
+				t.Setenv("QUEEN_DATABASE_URL", "")
+				r = runCLI(ctx, "queues", "--database-url", tc.url)
+			}
+			if p := leaked(r.stdout+r.stderr, tc.password); p != "" {
+				t.Errorf("%q (env %v): the output shows %q of the password:\n%s%s", tc.url, env, p, r.stdout, r.stderr)
+			}
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%q (env %v): exit %d, stderr %q; want exit %d saying %q", tc.url, env, r.code, r.stderr, tc.code, tc.want)
+			}
+		}
+	}
+}
