@@ -36,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/connstr"
 )
 
 //go:embed templates/*.html
@@ -227,12 +228,18 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, status int, name 
 }
 
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
-	h.opts.Logger.Error("queenui: "+what, "err", err)
 	status := http.StatusInternalServerError
 	if errors.Is(err, queen.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusServiceUnavailable
 	}
-	h.page(w, r, status, "error", errorPage{Title: "Error", Message: what + ": " + err.Error()})
+	msg := err.Error()
+	if p, ok := connstr.Problem(err); ok {
+		// pgx's parse error quotes the connection string, password and all.
+		msg = "database connection string: " + p
+		err = errors.New(msg)
+	}
+	h.opts.Logger.Error("queenui: "+what, "err", err)
+	h.page(w, r, status, "error", errorPage{Title: "Error", Message: what + ": " + msg})
 }
 
 type overviewPage struct {

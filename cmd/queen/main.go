@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/sqlschema"
 )
 
@@ -296,9 +297,9 @@ func (e *env) schema() string {
 
 // pool connects to the database without touching the schema.
 func (e *env) pool(maxConns int32) (*pgxpool.Pool, int) {
-	url := e.o.url
+	url, source := e.o.url, "--database-url"
 	if url == "" {
-		url = os.Getenv("QUEEN_DATABASE_URL")
+		url, source = os.Getenv("QUEEN_DATABASE_URL"), "QUEEN_DATABASE_URL"
 	}
 	if url == "" {
 		return nil, e.errorf(exitUsage, "no database: pass --database-url or set QUEEN_DATABASE_URL")
@@ -306,9 +307,10 @@ func (e *env) pool(maxConns int32) (*pgxpool.Pool, int) {
 	if err := sqlschema.ValidSchema(e.schema()); err != nil {
 		return nil, e.errorf(exitUsage, "--schema: %v (a lower-case identifier of at most 63 bytes)", err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	// Never the URL itself: it may hold a password.
+	cfg, err := connstr.ParseConfig(url)
 	if err != nil {
-		return nil, e.errorf(exitUsage, "--database-url: %v", err)
+		return nil, e.errorf(exitUsage, "%s: %v", source, err)
 	}
 	cfg.MaxConns = maxConns
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
