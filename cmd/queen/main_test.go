@@ -556,3 +556,33 @@ func TestURLNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestURLArgumentNeverShown: a database URL given where a command, an
+// argument or a queue name goes (the flag name forgotten) is not echoed
+// back in the error.
+func TestURLArgumentNeverShown(t *testing.T) {
+	ctx := ctxT(t)
+	const secret = "postgres://alice:S3cr@tPW@localhost/db"
+	c := queentest.Open(t)
+	db := []string{"--database-url", queentest.URL(t), "--schema", c.Schema()}
+	for _, args := range [][]string{
+		{secret, "queues"},
+		{"help", secret},
+		{"queues", secret},
+		{"dlq", secret},
+		{"maintenance", secret},
+		append([]string{"status", secret}, db...),
+		append([]string{"status", "postgresql://bob:pa55word@localhost/db"}, db...),
+	} {
+		r := runCLI(ctx, args...)
+		if p := leaked(r.stdout+r.stderr, "S3cr@tPW"); p != "" {
+			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
+		}
+		if p := leaked(r.stdout+r.stderr, "pa55word"); p != "" {
+			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
+		}
+		if r.code == exitOK {
+			t.Errorf("%q: exit 0", args)
+		}
+	}
+}
