@@ -59,7 +59,7 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 	}
 	sub := pos[0]
 	if sub != "list" && sub != "replay" {
-		return e.usageError("unknown subcommand %q: want list or replay", sub)
+		return e.usageError("unknown subcommand %s: want list or replay", shown(sub))
 	}
 	if code, ok := e.args(pos[1:], 1); !ok {
 		return code
