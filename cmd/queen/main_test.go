@@ -586,3 +586,46 @@ func TestURLArgumentNeverShown(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQReplayIsBounded: a consumer that dead-letters every replayed
+// message at once (here a trigger, in the replay's own transaction) does
+// not keep "queen dlq replay" going: it replays the dead letters there were
+// when it started, once each.
+func TestDLQReplayIsBounded(t *testing.T) {
+	c := queentest.Open(t)
+	ctx := ctxT(t)
+	q := c.Queue("jobs")
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, queen.Item{Partition: "a", Data: []byte("a0")}, queen.Item{Partition: "a", Data: []byte("a1")},
+		queen.Item{Partition: "a", Data: []byte("a2")})
+	for _, m := range pop(t, q, queen.PopOptions{Partition: "a", Batch: 3}) {
+		if err := m.DeadLetter(ctx, errors.New("no")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dl := c.Schema() + ".dead_letters"
+	if _, err := c.Pool().Exec(ctx, `CREATE FUNCTION `+c.Schema()+`.dead_letter_again() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO `+dl+` (queue_id, partition_id, partition_name, group_name, msg_offset, message_id, transaction_id,
+        message_key, message_headers, flags, payload, message_created_at, attempts, reason)
+    VALUES (OLD.queue_id, OLD.partition_id, OLD.partition_name, OLD.group_name, OLD.msg_offset, OLD.message_id,
+        OLD.transaction_id, OLD.message_key, OLD.message_headers, OLD.flags, OLD.payload, OLD.message_created_at,
+        OLD.attempts, 'again');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER dead_letter_again AFTER DELETE ON `+dl+` FOR EACH ROW EXECUTE FUNCTION `+c.Schema()+`.dead_letter_again()`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := runCLI(rctx, "dlq", "replay", "jobs", "--database-url", queentest.URL(t), "--schema", c.Schema())
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, "replayed 3 messages") {
+		t.Fatalf("replay: %+v; want 3 replayed", r)
+	}
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters after the replay: %d, %v; want the 3 new ones", len(dls), err)
+	}
+}
