@@ -34,6 +34,11 @@ type DeadLetterQuery struct {
 	// exactly the ones a listing showed; an empty, non-nil list keeps none.
 	// Defaults to nil: every one.
 	IDs []int64
+	// MaxID keeps only dead letters with an ID up to it: pass the highest
+	// ID seen (QueueInfo.LastDeadLetterID) to act on what was there then
+	// and not on what is dead-lettered meanwhile. Defaults to 0: no upper
+	// bound. Negative is an error.
+	MaxID int64
 }
 
 // DeadLetter is a message that was dead-lettered, with a snapshot of its
@@ -66,7 +71,7 @@ func (o DeadLetterQuery) limit() int {
 
 // filters are the query's optional filters as statement arguments (NULL
 // when unset).
-func (o DeadLetterQuery) filters() (part *string, since, until *time.Time) {
+func (o DeadLetterQuery) filters() (part *string, since, until *time.Time, maxID *int64) {
 	if o.Partition != "" {
 		part = &o.Partition
 	}
@@ -76,7 +81,18 @@ func (o DeadLetterQuery) filters() (part *string, since, until *time.Time) {
 	if !o.Until.IsZero() {
 		until = &o.Until
 	}
-	return part, since, until
+	if o.MaxID > 0 {
+		maxID = &o.MaxID
+	}
+	return part, since, until, maxID
+}
+
+// check refuses a query no dead letter could be meant by.
+func (o DeadLetterQuery) check() error {
+	if o.MaxID < 0 {
+		return fmt.Errorf("queen: DeadLetterQuery.MaxID %d is negative", o.MaxID)
+	}
+	return nil
 }
 
 // DeadLetters lists the queue's dead letters in ID order (oldest first).
@@ -91,10 +107,13 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 	if err := o.checkFilters(); err != nil {
 		return nil, err
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	o.Limit = o.limit()
-	part, since, until := o.filters()
+	part, since, until, maxID := o.filters()
 	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, stmt.Args(e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part,
-		since, until, o.After, o.Limit, o.IDs)...)
+		since, until, o.After, o.Limit, o.IDs, maxID)...)
 	if err != nil {
 		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 	}

@@ -121,3 +121,85 @@ func TestDeadLetterQueryIDs(t *testing.T) {
 		t.Fatalf("left %v, %v", left, err)
 	}
 }
+
+// DeadLetterQuery.MaxID keeps the dead letters up to that ID, with the
+// other filters, for listing and for requeueing: a requeue loop bounded by
+// the highest ID seen ends even while new dead letters keep coming. A
+// negative MaxID is refused.
+func TestDeadLetterQueryMaxID(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t)
+	q := c.Queue("q")
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	kill := func(n int) {
+		t.Helper()
+		for range n {
+			msgs, err := q.Pop(ctx, queen.PopOptions{Wait: 5 * time.Second})
+			if err != nil || len(msgs) != 1 {
+				t.Fatalf("pop: %d, %v", len(msgs), err)
+			}
+			if err := msgs[0].DeadLetter(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		push(t, q, queen.Item{Partition: p, Data: []byte(p)})
+	}
+	kill(3)
+	all, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(all) != 3 {
+		t.Fatalf("dead letters: %d, %v", len(all), err)
+	}
+	if qs, err := c.Queues(ctx); err != nil || len(qs) != 1 || qs[0].DeadLetters != 3 || qs[0].LastDeadLetterID != all[2].ID {
+		t.Fatalf("Queues = %+v, %v; want 3 dead letters, the last %d", qs, err, all[2].ID)
+	}
+	got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{MaxID: all[1].ID})
+	if err != nil || len(got) != 2 || got[0].ID != all[0].ID || got[1].ID != all[1].ID {
+		t.Fatalf("MaxID %d listed %v, %v", all[1].ID, got, err)
+	}
+	if got, err := q.DeadLetters(ctx, queen.DeadLetterQuery{MaxID: all[1].ID, After: all[0].ID}); err != nil || len(got) != 1 || got[0].ID != all[1].ID {
+		t.Fatalf("MaxID with After listed %v, %v", got, err)
+	}
+	// Requeue in pages of one up to the highest ID there is, while every
+	// pass dead-letters what it requeued again.
+	bound := all[2].ID
+	total := 0
+	for pass := 0; ; pass++ {
+		if pass > 5 {
+			t.Fatalf("requeue up to MaxID %d did not end: %d requeued", bound, total)
+		}
+		n, err := q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{MaxID: bound, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+		kill(n)
+	}
+	if total != 3 {
+		t.Fatalf("requeued %d up to MaxID, want 3", total)
+	}
+	left, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(left) != 3 || left[0].ID <= bound {
+		t.Fatalf("left %v, %v; want the 3 new dead letters", left, err)
+	}
+	for _, name := range []string{"DeadLetters", "RequeueDeadLetters"} {
+		var err error
+		if name == "DeadLetters" {
+			_, err = q.DeadLetters(ctx, queen.DeadLetterQuery{MaxID: -1})
+		} else {
+			_, err = q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{MaxID: -1})
+		}
+		if err == nil {
+			t.Errorf("%s with MaxID -1: no error", name)
+		}
+	}
+	if left2, _ := q.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left2) != 3 {
+		t.Fatalf("a refused requeue changed the dead letters: %d left", len(left2))
+	}
+}

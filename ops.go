@@ -35,6 +35,9 @@ type QueueInfo struct {
 	Pushed int64
 	// DeadLetters is how many dead letters the queue holds.
 	DeadLetters int64
+	// LastDeadLetterID is the highest DeadLetter.ID among them; 0 for
+	// none. DeadLetterQuery.MaxID set to it selects only these.
+	LastDeadLetterID int64
 	// Groups are the queue's consumer groups by name ("" is queue mode),
 	// those subscribed and those paused before their first pop.
 	Groups []QueueGroupInfo
@@ -84,7 +87,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 		)
 		if err := rows.Scan(&qi.Name, &qi.Tenant, &leaseMs, &retry, &qi.Options.DeadLetter, &dedupMs, &qi.Options.Encryption,
 			&delayMs, &windowMs, &retMs, &compRtMs, &policy, &lanes, &parts, &qi.Depth, &oldest,
-			&qi.Pushed, &qi.DeadLetters, &group, &lag, &head, &paused, &now); err != nil {
+			&qi.Pushed, &qi.DeadLetters, &group, &lag, &head, &paused, &now, &qi.LastDeadLetterID); err != nil {
 			return nil, fmt.Errorf("queen: queues: %w", err)
 		}
 		if n := len(out); n == 0 || out[n-1].Name != qi.Name {
@@ -181,7 +184,8 @@ func (q *Queue) checkGroup(group string) error {
 // o.After on, in ID order) back to the tail of their partitions and
 // deletes them from the dead-letter store, in one transaction. It returns
 // how many messages it appended; call it again until that is 0 to requeue
-// everything o matches.
+// everything o matches. A consumer may dead-letter the copies again as
+// fast as they are requeued: bound such a loop with o.MaxID.
 //
 // Each message keeps its ID, TransactionID, Key, Headers and stored
 // payload (on an encrypted queue the ciphertext is appended as stored, no
@@ -212,6 +216,9 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	if err := o.checkFilters(); err != nil {
 		return 0, err
 	}
+	if err := o.check(); err != nil {
+		return 0, err
+	}
 	o.Limit = o.limit()
 	var qid int64
 	var enc bool
@@ -221,9 +228,9 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		}
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
-	part, since, until := o.filters()
+	part, since, until, maxID := o.filters()
 	rows, err := e.pool.Query(ctx, e.csql.RequeueCandidates, stmt.Args(e.csql.RequeueCandidates, q.c.tenant, q.name,
-		o.Groups, part, since, until, o.After, o.Limit, enc, o.IDs)...)
+		o.Groups, part, since, until, o.After, o.Limit, enc, o.IDs, maxID)...)
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}

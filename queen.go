@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/spool"
 	"github.com/e03140bc/queen/sqlschema"
@@ -32,7 +33,8 @@ var DefaultTenant = uuid.Nil
 // documented default.
 type Config struct {
 	// DatabaseURL is a libpq URL or key=value DSN, used when Pool is nil.
-	// Defaults to $QUEEN_DATABASE_URL.
+	// Defaults to $QUEEN_DATABASE_URL. Open's errors name what is wrong
+	// with it without quoting it, as it may hold a password.
 	DatabaseURL string
 	// Pool is a pool the caller owns. Close never closes it. When nil, Open
 	// creates a pool from DatabaseURL and Close closes it.
@@ -278,7 +280,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	// costs a push nothing.
 	e.injects = len(cfg.Propagator.Fields()) > 0
 	if e.pool == nil {
-		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		// Its errors quote no part of the URL, which may hold a password.
+		pcfg, err := connstr.ParseConfig(cfg.DatabaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("queen: parse DatabaseURL: %w", err)
 		}

@@ -25,9 +25,10 @@ type PartitionStatus struct {
 type GroupStatus struct {
 	Group     string
 	Committed int64 // the last acked offset; -1 when none
-	// Lag is the number of retained messages after Committed: messages
-	// Retention deleted unread are gone, not lag (the consumer_lag view
-	// counts the same way).
+	// Lag is the number of retained messages after Committed that the
+	// group has still to read: messages Retention deleted unread are gone,
+	// and the Settled ones will be skipped, so neither is lag. (The
+	// consumer_lag view does not subtract Settled.)
 	Lag int64
 	// LagAge is how long the oldest unconsumed message has waited; 0 without lag.
 	LagAge time.Duration
@@ -104,7 +105,8 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 		if f, p, ok := e.keyStats.get(keyStatKey{q.c.tenant, q.name, g.Group, st.Partitions[n-1].Name}); ok {
 			g.KeysInFlight, g.KeysPaused = int(f), int(p)
 		}
-		// Lag as the consumer_lag view counts it (SQL lag_messages).
+		// Lag as the consumer_lag view counts it (SQL lag_messages), less
+		// the settled offsets.
 		if lag != nil {
 			g.Lag = *lag
 		}

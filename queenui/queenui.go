@@ -36,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/connstr"
 )
 
 //go:embed templates/*.html
@@ -227,12 +228,18 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request, status int, name 
 }
 
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
-	h.opts.Logger.Error("queenui: "+what, "err", err)
 	status := http.StatusInternalServerError
 	if errors.Is(err, queen.ErrClosed) || errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusServiceUnavailable
 	}
-	h.page(w, r, status, "error", errorPage{Title: "Error", Message: what + ": " + err.Error()})
+	msg := err.Error()
+	if p, ok := connstr.Problem(err); ok {
+		// pgx's parse error quotes the connection string, password and all.
+		msg = "database connection string: " + p
+		err = errors.New(msg)
+	}
+	h.opts.Logger.Error("queenui: "+what, "err", err)
+	h.page(w, r, status, "error", errorPage{Title: "Error", Message: what + ": " + msg})
 }
 
 type overviewPage struct {
@@ -419,11 +426,14 @@ type confirmPage struct {
 	ID     int64 // 0: every dead letter of the queue
 	Letter *deadLetterRow
 	Count  int
-	More   bool // Count is a lower bound
+	More   bool  // Count is a lower bound
+	Max    int64 // all: the highest dead letter id counted
 }
 
 // replay confirms, then replays one dead letter (form field id) or all of
-// a queue's.
+// a queue's: those up to the highest id there was at the confirmation
+// (form field max), so a consumer dead-lettering the copies again at once
+// cannot keep it going.
 func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 	f := r.PostForm
 	name := f.Get("queue")
@@ -432,6 +442,14 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if id, err = strconv.ParseInt(s, 10, 64); err != nil || id <= 0 {
 			h.page(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad request", Message: "The dead letter id must be a positive integer."})
+			return
+		}
+	}
+	maxID := int64(-1) // not given
+	if s := f.Get("max"); s != "" && id == 0 {
+		var err error
+		if maxID, err = strconv.ParseInt(s, 10, 64); err != nil || maxID < 0 {
+			h.page(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad request", Message: "The highest dead letter id must be a non-negative integer."})
 			return
 		}
 	}
@@ -471,15 +489,31 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 			}
 			var n int64
 			if qi != nil {
-				n = qi.DeadLetters
+				n, p.Max = qi.DeadLetters, qi.LastDeadLetterID
 			}
 			p.Count, p.More = int(min(n, countMax)), n > countMax
 		}
 		h.page(w, r, http.StatusOK, "confirm", p)
 		return
 	}
+	if one == nil {
+		if maxID < 0 {
+			// A form from before the bound: what is there now.
+			qi, err := h.queueInfo(ctx, name)
+			if err != nil {
+				h.fail(w, r, "count dead letters", err)
+				return
+			}
+			maxID = 0
+			if qi != nil {
+				maxID = qi.LastDeadLetterID
+			}
+		}
+		query.MaxID = maxID
+	}
 	total := 0
-	for {
+	// MaxID 0 (there was nothing) would mean no bound: replay nothing.
+	for one != nil || query.MaxID > 0 {
 		n, err := h.requeue(ctx, q, query)
 		if err != nil {
 			h.fail(w, r, fmt.Sprintf("replay (after %d replayed)", total), err)

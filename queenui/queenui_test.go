@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/queentest"
 	"github.com/e03140bc/queen/queenui"
@@ -487,5 +489,73 @@ func TestQueuePageGroups(t *testing.T) {
 	// billing acked a/0 and b/0: lag 1.
 	if want := "(queue mode)=3 running,billing=1 paused"; strings.Join(got, ",") != want {
 		t.Errorf("groups %q, want %q:\n%s", strings.Join(got, ","), want, m)
+	}
+}
+
+// TestReplayAllIsBounded: a consumer that dead-letters every replayed
+// message at once (here a trigger, in the replay's own transaction) does
+// not keep "Replay all" going: it replays the dead letters there were at
+// the confirmation, once each, and says how many.
+func TestReplayAllIsBounded(t *testing.T) {
+	c := queentest.Open(t)
+	q := c.Queue("orders")
+	deadLetters(t, q, "p", 3, "payload", "bad")
+	ctx := ctxT(t)
+	before, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(before) != 3 {
+		t.Fatalf("dead letters: %d, %v", len(before), err)
+	}
+	dl := pgx.Identifier{c.Schema(), "dead_letters"}.Sanitize()
+	fn := pgx.Identifier{c.Schema(), "dead_letter_again"}.Sanitize()
+	if _, err := c.Pool().Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO `+dl+` (queue_id, partition_id, partition_name, group_name, msg_offset, message_id, transaction_id,
+        message_key, message_headers, flags, payload, message_created_at, attempts, reason)
+    VALUES (OLD.queue_id, OLD.partition_id, OLD.partition_name, OLD.group_name, OLD.msg_offset, OLD.message_id,
+        OLD.transaction_id, OLD.message_key, OLD.message_headers, OLD.flags, OLD.payload, OLD.message_created_at,
+        OLD.attempts, 'again');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER dead_letter_again AFTER DELETE ON `+dl+` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	h := queenui.New(c, queenui.Options{Actions: true})
+	ck, token := session(t, h, queuePath("orders"))
+	res := post(t, h, ck, url.Values{"queue": {"orders"}, "token": {token}})
+	if res.code != 200 || !strings.Contains(res.body, "3 dead letters of queue") {
+		t.Fatalf("confirmation of all: status %d:\n%s", res.code, res.body)
+	}
+	// The confirmed form, as the page submits it.
+	form := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).FindAllStringSubmatch(res.body, -1) {
+		form.Set(m[1], m[2])
+	}
+	if form.Get("confirm") != "yes" {
+		t.Fatalf("no confirmed form in the page:\n%s", res.body)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res = do(t, h, "POST", "/replay", form, func(r *http.Request) {
+		*r = *r.WithContext(rctx)
+		r.AddCookie(ck)
+		r.Header.Set("Origin", "http://example.com")
+	})
+	if res.code != http.StatusSeeOther || res.header.Get("Location") != "queue?name=orders&replayed=3" {
+		t.Fatalf("replay all: status %d, location %q, want 303 with replayed=3:\n%s", res.code, res.header.Get("Location"), res.body)
+	}
+	// Each replayed once: offsets 3-5 of p, and the consumer's three new
+	// dead letters left alone.
+	st, err := q.Status(ctx)
+	if err != nil || len(st.Partitions) != 1 || st.Partitions[0].LastOffset != 5 {
+		t.Fatalf("status after replay all: %+v, %v; want last offset 5", st, err)
+	}
+	left, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(left) != 3 {
+		t.Fatalf("dead letters after replay all: %d, %v; want the 3 new ones", len(left), err)
+	}
+	for _, d := range left {
+		if d.ID <= before[2].ID || d.Reason != "again" {
+			t.Fatalf("dead letter %+v left, want only the new ones", d)
+		}
 	}
 }

@@ -19,7 +19,8 @@ attempts, when it died, reason and a payload preview. At most --limit (default
 replay appends the dead letters that match back at the tail of their partitions
 (with their ids, transaction ids, keys and headers; every group of the queue
 reads them, from Attempt 1) and deletes them from the dead letters, in one
-transaction per batch: an interrupted replay can simply be run again. --dry-run
+transaction per batch: an interrupted replay can simply be run again. It takes
+only those there are when it starts, not those dead-lettered meanwhile. --dry-run
 lists what would be replayed and changes nothing. Replaying nothing exits 0.
 
 Filters: --partition, --group (repeatable; "" is queue mode), --since and
@@ -59,7 +60,7 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 	}
 	sub := pos[0]
 	if sub != "list" && sub != "replay" {
-		return e.usageError("unknown subcommand %q: want list or replay", sub)
+		return e.usageError("unknown subcommand %s: want list or replay", shown(sub))
 	}
 	if code, ok := e.args(pos[1:], 1); !ok {
 		return code
@@ -126,11 +127,23 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		}
 		return exitOK
 	}
+	// Only the dead letters there are now: a consumer dead-lettering the
+	// copies again at once would otherwise keep the replay going.
+	qs, err := c.Queues(e.ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	for _, qi := range qs {
+		if qi.Name == name {
+			query.MaxID = qi.LastDeadLetterID
+		}
+	}
+	none := query.MaxID == 0 // MaxID 0 would mean no bound
 	if e.o.dryRun {
 		// Page by page: dead letters carry whole payloads.
 		var all []queen.DeadLetter
 		seen := 0
-		for {
+		for !none {
 			page := 1000
 			if e.o.limit > 0 {
 				page = min(page, e.o.limit-seen)
@@ -167,7 +180,7 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		return exitOK
 	}
 	total := 0
-	for e.o.limit == 0 || total < e.o.limit {
+	for !none && (e.o.limit == 0 || total < e.o.limit) {
 		query.Limit = 1000
 		if e.o.limit > 0 {
 			query.Limit = min(1000, e.o.limit-total)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/sqlschema"
 )
 
@@ -175,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		c := lookup(rest[0])
 		if c == nil {
-			fmt.Fprintf(stderr, "queen help: unknown command %q\n\n", rest[0])
+			fmt.Fprintf(stderr, "queen help: unknown command %s\n\n", shown(rest[0]))
 			usage(stderr)
 			return exitUsage
 		}
@@ -184,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c := lookup(name)
 	if c == nil {
-		fmt.Fprintf(stderr, "queen: unknown command %q\n\n", name)
+		fmt.Fprintf(stderr, "queen: unknown command %s\n\n", shown(name))
 		usage(stderr)
 		return exitUsage
 	}
@@ -276,13 +278,24 @@ func (e *env) fail(err error) int {
 	return e.errorf(exitError, "%v", err)
 }
 
+// shown quotes a command-line word for an error message, unless it looks
+// like a database connection string given in the wrong place: that may
+// hold a password.
+func shown(s string) string {
+	l := strings.ToLower(s)
+	if strings.HasPrefix(l, "postgres://") || strings.HasPrefix(l, "postgresql://") || strings.Contains(l, "password=") {
+		return "(a database URL, not shown: pass it with --database-url)"
+	}
+	return strconv.Quote(s)
+}
+
 // args checks the number of positional arguments.
 func (e *env) args(pos []string, n int) (int, bool) {
 	if len(pos) < n {
 		return e.usageError("missing argument: want %s", e.cmd.synopsis), false
 	}
 	if len(pos) > n {
-		return e.usageError("unexpected argument %q", pos[n]), false
+		return e.usageError("unexpected argument %s", shown(pos[n])), false
 	}
 	return 0, true
 }
@@ -296,9 +309,9 @@ func (e *env) schema() string {
 
 // pool connects to the database without touching the schema.
 func (e *env) pool(maxConns int32) (*pgxpool.Pool, int) {
-	url := e.o.url
+	url, source := e.o.url, "--database-url"
 	if url == "" {
-		url = os.Getenv("QUEEN_DATABASE_URL")
+		url, source = os.Getenv("QUEEN_DATABASE_URL"), "QUEEN_DATABASE_URL"
 	}
 	if url == "" {
 		return nil, e.errorf(exitUsage, "no database: pass --database-url or set QUEEN_DATABASE_URL")
@@ -306,9 +319,10 @@ func (e *env) pool(maxConns int32) (*pgxpool.Pool, int) {
 	if err := sqlschema.ValidSchema(e.schema()); err != nil {
 		return nil, e.errorf(exitUsage, "--schema: %v (a lower-case identifier of at most 63 bytes)", err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	// Never the URL itself: it may hold a password.
+	cfg, err := connstr.ParseConfig(url)
 	if err != nil {
-		return nil, e.errorf(exitUsage, "--database-url: %v", err)
+		return nil, e.errorf(exitUsage, "%s: %v", source, err)
 	}
 	cfg.MaxConns = maxConns
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -446,14 +460,14 @@ func queueExists(ctx context.Context, c *queen.Client, name string) (bool, error
 // mustQueue checks that the queue exists, reporting exit 3 if not.
 func (e *env) mustQueue(c *queen.Client, name string) int {
 	if !queen.ValidName(name) {
-		return e.errorf(exitUsage, "invalid queue name %q: names are 1-%d bytes of UTF-8 without control characters", name, queen.MaxNameLen)
+		return e.errorf(exitUsage, "invalid queue name %s: names are 1-%d bytes of UTF-8 without control characters", shown(name), queen.MaxNameLen)
 	}
 	ok, err := queueExists(e.ctx, c, name)
 	if err != nil {
 		return e.fail(err)
 	}
 	if !ok {
-		return e.errorf(exitNotFound, "no queue %q in schema %q (\"queen queues\" lists them)", name, c.Schema())
+		return e.errorf(exitNotFound, "no queue %s in schema %q (\"queen queues\" lists them)", shown(name), c.Schema())
 	}
 	return exitOK
 }

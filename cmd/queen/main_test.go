@@ -506,3 +506,126 @@ func TestDLQFilters(t *testing.T) {
 		}
 	}
 }
+
+// leaked reports the first piece (3 bytes or more) of secret found in s.
+func leaked(s, secret string) string {
+	for i := 0; i+3 <= len(secret); i++ {
+		if strings.Contains(s, secret[i:i+3]) {
+			return secret[i : i+3]
+		}
+	}
+	return ""
+}
+
+// TestURLNeverShown: a database URL that does not parse, or parses into a
+// host or database name holding part of the password (an '@' or '/' not
+// percent-encoded), is refused with what is wrong and no part of it, from
+// the flag or the environment; an unreachable one shows no password either.
+func TestURLNeverShown(t *testing.T) {
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		url, password, want string
+		code                int
+	}{
+		{"postgres://alice:S3cr@tPW@localhost:badport/db", "S3cr@tPW", "invalid port", exitUsage},
+		{"postgres://alice:S3cr@tPW@localhost/db?sslmode=bogus", "S3cr@tPW", "sslmode", exitUsage},
+		{"postgres://alice:S3cr%40tPW@localhost/db?sslmode=bogus", "S3cr%40tPW", "unknown sslmode", exitUsage},
+		{"postgres://alice:S3cr%tPW@localhost/db", "S3cr%tPW", "URL", exitUsage},
+		{"postgres://alice:S3cr@t PW@localhost/db", "S3cr@t PW", "URL", exitUsage},
+		{"alice:S3cr@tPW@localhost/db", "S3cr@tPW", "", exitUsage},
+		{"host=localhost password=S3cr3t Pa55 port=5432", "S3cr3t Pa55", "", exitUsage},
+		{"postgres://alice:S3cr@tPW@127.0.0.1:1/db?connect_timeout=2", "S3cr@tPW", "@", exitUsage},
+		{"postgres://alice:12/34tPW@127.0.0.1:1/db?connect_timeout=2", "12/34tPW", "@", exitUsage},
+		{"postgres://alice:S3cr%40tPW@127.0.0.1:1/db?connect_timeout=2", "S3cr%40tPW", "cannot reach the database", exitError},
+	} {
+		for _, env := range []bool{false, true} {
+			var r result
+			if env {
+				t.Setenv("QUEEN_DATABASE_URL", tc.url)
+				r = runCLI(ctx, "queues")
+			} else {
+				t.Setenv("QUEEN_DATABASE_URL", "")
+				r = runCLI(ctx, "queues", "--database-url", tc.url)
+			}
+			if p := leaked(r.stdout+r.stderr, tc.password); p != "" {
+				t.Errorf("%q (env %v): the output shows %q of the password:\n%s%s", tc.url, env, p, r.stdout, r.stderr)
+			}
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%q (env %v): exit %d, stderr %q; want exit %d saying %q", tc.url, env, r.code, r.stderr, tc.code, tc.want)
+			}
+		}
+	}
+}
+
+// TestURLArgumentNeverShown: a database URL given where a command, an
+// argument or a queue name goes (the flag name forgotten) is not echoed
+// back in the error.
+func TestURLArgumentNeverShown(t *testing.T) {
+	ctx := ctxT(t)
+	const secret = "postgres://alice:S3cr@tPW@localhost/db"
+	c := queentest.Open(t)
+	db := []string{"--database-url", queentest.URL(t), "--schema", c.Schema()}
+	for _, args := range [][]string{
+		{secret, "queues"},
+		{"help", secret},
+		{"queues", secret},
+		{"dlq", secret},
+		{"maintenance", secret},
+		append([]string{"status", secret}, db...),
+		append([]string{"status", "postgresql://bob:pa55word@localhost/db"}, db...),
+	} {
+		r := runCLI(ctx, args...)
+		if p := leaked(r.stdout+r.stderr, "S3cr@tPW"); p != "" {
+			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
+		}
+		if p := leaked(r.stdout+r.stderr, "pa55word"); p != "" {
+			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
+		}
+		if r.code == exitOK {
+			t.Errorf("%q: exit 0", args)
+		}
+	}
+}
+
+// TestDLQReplayIsBounded: a consumer that dead-letters every replayed
+// message at once (here a trigger, in the replay's own transaction) does
+// not keep "queen dlq replay" going: it replays the dead letters there were
+// when it started, once each.
+func TestDLQReplayIsBounded(t *testing.T) {
+	c := queentest.Open(t)
+	ctx := ctxT(t)
+	q := c.Queue("jobs")
+	if err := q.Configure(ctx, queen.QueueOptions{DeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, queen.Item{Partition: "a", Data: []byte("a0")}, queen.Item{Partition: "a", Data: []byte("a1")},
+		queen.Item{Partition: "a", Data: []byte("a2")})
+	for _, m := range pop(t, q, queen.PopOptions{Partition: "a", Batch: 3}) {
+		if err := m.DeadLetter(ctx, errors.New("no")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dl := c.Schema() + ".dead_letters"
+	if _, err := c.Pool().Exec(ctx, `CREATE FUNCTION `+c.Schema()+`.dead_letter_again() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO `+dl+` (queue_id, partition_id, partition_name, group_name, msg_offset, message_id, transaction_id,
+        message_key, message_headers, flags, payload, message_created_at, attempts, reason)
+    VALUES (OLD.queue_id, OLD.partition_id, OLD.partition_name, OLD.group_name, OLD.msg_offset, OLD.message_id,
+        OLD.transaction_id, OLD.message_key, OLD.message_headers, OLD.flags, OLD.payload, OLD.message_created_at,
+        OLD.attempts, 'again');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER dead_letter_again AFTER DELETE ON `+dl+` FOR EACH ROW EXECUTE FUNCTION `+c.Schema()+`.dead_letter_again()`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := runCLI(rctx, "dlq", "replay", "jobs", "--database-url", queentest.URL(t), "--schema", c.Schema())
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, "replayed 3 messages") {
+		t.Fatalf("replay: %+v; want 3 replayed", r)
+	}
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters after the replay: %d, %v; want the 3 new ones", len(dls), err)
+	}
+}

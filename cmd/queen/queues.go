@@ -305,7 +305,7 @@ them drain their spools. "status" shows the mode.`,
 			set = &v
 		case "status":
 		default:
-			return e.usageError("want on, off or status, not %q", pos[0])
+			return e.usageError("want on, off or status, not %s", shown(pos[0]))
 		}
 		c, done, code := e.client(2)
 		if code != exitOK {

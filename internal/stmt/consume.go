@@ -43,7 +43,9 @@ type Consume struct {
 	Status string
 	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
 	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
-	// until, $7 after id, $8 limit, $9 ids (NULL = all).
+	// until, $7 after id, $8 limit, $9 ids (NULL = all), $10 the highest
+	// id (NULL = none). $10 trims the function's page, which is in id
+	// order: the rows it drops come after every row it keeps.
 	DeadLetters string
 	// Peek reads segments without a lease or a cursor: ($1 tenant, $2
 	// queue), $3 partition (NULL = all), $4 the first offset, $5 the most
@@ -56,7 +58,7 @@ type Consume struct {
 	Pause  string
 	Resume string
 	// RequeueCandidates pages dead letters like DeadLetters ($1..$8, $10
-	// ids) for a
+	// ids, $11 the highest id) for a
 	// requeue: id, transaction id, whether it needs sealing (($9) the queue
 	// is encrypted and the dead letter is not), stored payload, partition,
 	// message id, key, headers and flags: what its re-enqueue segment

@@ -8,6 +8,7 @@ SELECT d.id, d.partition_name, d.group_name, d.msg_offset, d.message_id, d.trans
     d.message_headers
 FROM {{schema}}.dead_letters_page($1::uuid, $2::text, $3::text[], $4::text, $5::timestamptz, $6::timestamptz,
     $7::int8, $8::int4, $9::int8[]) d
+WHERE $10::int8 IS NULL OR d.id <= $10::int8
 ORDER BY d.id
 
 -- name: RequeueCandidates
@@ -15,6 +16,7 @@ SELECT d.id, d.transaction_id, (d.flags & 1) = 0 AND $9::bool, d.payload, d.part
     coalesce(d.message_key, ''), d.message_headers, d.flags
 FROM {{schema}}.dead_letters_page($1::uuid, $2::text, $3::text[], $4::text, $5::timestamptz, $6::timestamptz,
     $7::int8, $8::int4, $10::int8[]) d
+WHERE $11::int8 IS NULL OR d.id <= $11::int8
 ORDER BY d.id
 
 -- name: Requeue

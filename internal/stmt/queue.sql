@@ -38,19 +38,22 @@ RETURNING 1
 -- Per (partition, group) as Status counts it, then per group (lag
 -- summed, the oldest unconsumed message) and per queue (per partition
 -- the group furthest behind, summed; with no group, every retained
--- message), with the messages ever appended and the dead letters.
+-- message), with the messages ever appended and the dead letters (how
+-- many, the highest id).
 WITH q AS (
     SELECT * FROM {{schema}}.queues WHERE tenant = $1
 ), pg AS (
-    SELECT p.queue_id, p.id AS pid, sub.group_name, {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start) AS lag,
-        CASE WHEN {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start) > 0 THEN
-            {{schema}}.lag_head(p.id, k.committed, p.log_start) END AS head
+    SELECT p.queue_id, p.id AS pid, sub.group_name, l.lag,
+        CASE WHEN l.lag > 0 THEN {{schema}}.lag_head(p.id, k.committed, p.log_start) END AS head
     FROM q
     JOIN {{schema}}.partitions p ON p.queue_id = q.id
     JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
     LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
     CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
                                                                        sub.created_at, sub.from_time)) AS committed) k
+    CROSS JOIN LATERAL (SELECT {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start)
+                            - (SELECT count(*) FROM unnest(c.settled) AS u(o)
+                               WHERE u.o > greatest(k.committed, p.log_start - 1) AND u.o <= p.last_offset) AS lag) l
 ), g AS (
     SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
     FROM {{schema}}.subscriptions sub
@@ -74,7 +77,7 @@ WITH q AS (
                        ORDER BY s.base_offset LIMIT 1) fs ON true
     GROUP BY p.queue_id
 ), dl AS (
-    SELECT d.queue_id, count(*) AS n
+    SELECT d.queue_id, count(*) AS n, max(d.id) AS last
     FROM q JOIN {{schema}}.dead_letters d ON d.queue_id = q.id
     GROUP BY d.queue_id
 )
@@ -86,7 +89,7 @@ SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_
     coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
     g.group_name, g.lag, g.head,
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
-    now()
+    now(), coalesce(dl.last, 0)::bigint
 FROM q
 LEFT JOIN pc ON pc.queue_id = q.id
 LEFT JOIN pd ON pd.queue_id = q.id
@@ -98,10 +101,13 @@ ORDER BY q.name, g.group_name
 -- A subscribed group has a cursor row on a partition only once one of
 -- its pops met it; until then its position is where that row would
 -- start (seed_offset). Lag is the consumer_lag view's (lag_messages,
--- lag_head).
+-- lag_head) less the offsets settled out of order above the cursor in
+-- that range: those are skipped, never read.
 SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
     sub.group_name, k.committed, c.batch_end, c.lease_owner, c.lease_expires_at, coalesce(c.attempts, 0),
-    {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start),
+    {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start)
+        - (SELECT count(*) FROM unnest(c.settled) AS u(o)
+           WHERE u.o > greatest(k.committed, p.log_start - 1) AND u.o <= p.last_offset),
     {{schema}}.lag_head(p.id, k.committed, p.log_start) AS head_created_at,
     now(), cardinality(c.settled),
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
