@@ -302,7 +302,7 @@ func (c *checker) pushes(ops []*Op) {
 			c.report("lost", fmt.Sprintf("queue %s: transaction %q reported stored (%d times) is not in the log", k.queue, k.tx, definite), ev...)
 		case definite == 0 && unknown == 0 && len(ss) > 0:
 			c.report("aborted-write", fmt.Sprintf("queue %s: transaction %q was only failed or rolled back, yet is stored at %s@%d", k.queue, k.tx, ss[0].Partition, ss[0].Offset), clip(evidenceOf(as), 6)...)
-		case deduped && len(ss) > 1:
+		case deduped && dedupBroken(ss, as):
 			c.report("duplicated", fmt.Sprintf("queue %s: transaction %q stored %d times (%s) within its dedup window", k.queue, k.tx, len(ss), where(ss)), ev...)
 		case !deduped && len(ss) > definite+unknown+buffered:
 			// Without a window a Buffered item whose flush committed unseen
@@ -326,12 +326,47 @@ func (c *checker) pushes(ops []*Op) {
 				if deduped && !qi.Retained && len(ss) == 0 {
 					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; nothing of it is stored", k.queue, k.tx, a.res.ID), a.op.evidence()...)
 				}
-				if deduped && len(ss) == 1 && a.res.ID != ss[0].ID && a.res.ID != zeroUUID {
-					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; the stored original is %s", k.queue, k.tx, a.res.ID, ss[0].ID), a.op.evidence()...)
+				// The window is per partition: the original of a duplicate
+				// is in the item's own partition (a keyed item's lane).
+				in := ss
+				if p := a.op.Inv.Items[a.item].Partition; p != "" && !qi.Retained {
+					in = slices.DeleteFunc(slices.Clone(ss), func(s Stored) bool { return s.Partition != p })
+					if deduped && len(ss) > 0 && len(in) == 0 {
+						c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s in %s; nothing of it is stored there (the log has %s)",
+							k.queue, k.tx, a.res.ID, p, where(ss)), a.op.evidence()...)
+					}
+				}
+				if deduped && len(in) == 1 && a.res.ID != in[0].ID && a.res.ID != zeroUUID {
+					c.report("wrong-duplicate", fmt.Sprintf("queue %s: transaction %q reported a duplicate of %s; the stored original is %s", k.queue, k.tx, a.res.ID, in[0].ID), a.op.evidence()...)
 				}
 			}
 		}
 	}
+}
+
+// dedupBroken: a deduped queue stores a transaction id at most once per
+// partition (the window is per partition), and only where it was pushed.
+// An attempt of unknown partition (the default one) makes it once per queue.
+func dedupBroken(ss []Stored, as []attempt) bool {
+	if len(ss) < 2 {
+		return false
+	}
+	named := map[string]bool{}
+	for _, a := range as {
+		p := a.op.Inv.Items[a.item].Partition
+		if p == "" {
+			return true
+		}
+		named[p] = true
+	}
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if seen[s.Partition] || !named[s.Partition] {
+			return true
+		}
+		seen[s.Partition] = true
+	}
+	return false
 }
 
 const zeroUUID = "00000000-0000-0000-0000-000000000000"
@@ -747,6 +782,18 @@ func (c *checker) eventually(ops []*Op) {
 			lastRead[k] = max(lastRead[k], o.Start())
 		}
 	}
+	// The lowest cursor each group was seen at on a partition (Status):
+	// CompletedRetention keeps what a group's cursor has not passed, so
+	// everything above it is owed to the group, deleted or not.
+	cursor := map[qgp]int64{}
+	for _, o := range ops {
+		if o.Inv.Op == OpCall && o.Inv.Kind == "cursor" && o.Phase() == OK {
+			k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
+			if v, ok := cursor[k]; !ok || o.Inv.Offset < v {
+				cursor[k] = o.Inv.Offset
+			}
+		}
+	}
 	missing := map[string][]Stored{}
 	for _, s := range c.st.Log {
 		qi := c.st.Queues[s.Queue]
@@ -785,7 +832,9 @@ func (c *checker) eventually(ops []*Op) {
 				// there.
 				t, ok := joined[k]
 				at, pushed := pushedAt[qt{s.Queue, s.TxID}]
-				if !ok || !pushed || (at < t && lastRead[qt{s.Queue, s.ID}] <= t) {
+				cur, seen := cursor[qgp{s.Queue, g, s.Partition}]
+				pinned := qi.Completed && seen && cur < s.Offset
+				if !pinned && (!ok || !pushed || (at < t && lastRead[qt{s.Queue, s.ID}] <= t)) {
 					continue
 				}
 			}

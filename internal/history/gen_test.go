@@ -40,7 +40,7 @@ var genKinds = []string{
 	"timeout",   // ConsumeOptions.HandlerTimeout with handlers that outlive it
 	"panic",     // panicking handlers
 	"firstpush", // the first push to an unseen queue during an outage, with and without a key
-	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims
+	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
 var flagGen = flag.String("gen", "", "history: generator kinds, comma-separated (default all, or $QUEEN_HISTORY_GEN; none: base operations only)")
@@ -206,15 +206,30 @@ func laneOf(key string, lanes int) string {
 	return "lane-" + strconv.FormatUint(xxh3.HashString(key)%uint64(lanes), 10)
 }
 
+// lanePair returns two keys that share a lane under a lanes and not under
+// b (b must not divide a).
+func lanePair(j, a, b int) (string, string) {
+	k := fmt.Sprintf("pair%d-0", j)
+	for n := 1; n < 1<<20; n++ {
+		o := fmt.Sprintf("pair%d-%d", j, n)
+		if laneOf(o, a) == laneOf(k, a) && laneOf(o, b) != laneOf(k, b) {
+			return k, o
+		}
+	}
+	panic("no lane pair")
+}
+
 // lanes changes a fresh queue's lane count while this client caches the
 // old one, then pushes keyed items repeating transaction ids (within a
-// call and across calls); once keyed messages are stored another count
-// must fail with ErrLanesFixed.
+// call and across calls), and pairs of one id whose keys share a lane only
+// under the old count (one call's leader and follower, whose lanes part
+// once the database sends the call back to be routed again); once keyed
+// messages are stored another count must fail with ErrLanesFixed.
 func (w *worker) lanes(ctx context.Context) {
 	w.n++
 	q := fmt.Sprintf("lanes-%s.%d-%d", w.proc, w.idx, w.n)
 	w.r.addQueue(q, history.QueueInfo{Deduped: true, Groups: []string{""}, DeadLetter: true})
-	counts := []int{2, 4, 8, 64}
+	counts := []int{2, 3, 4, 8, 64}
 	a := counts[w.rng.IntN(len(counts))]
 	b := counts[w.rng.IntN(len(counts))]
 	for b == a {
@@ -260,7 +275,15 @@ func (w *worker) lanes(ctx context.Context) {
 		}
 		return items
 	}
-	push(keyed(1, 2, 1, 3, 2, 4), b)
+	first := keyed(1, 2, 1, 3, 2, 4)
+	if a%b != 0 {
+		for j := range 2 {
+			ka, kb := lanePair(j, a, b)
+			t := tx(100 + j)
+			first = append(first, queen.Item{TransactionID: t, Key: ka, Data: payload(q, t)}, queen.Item{TransactionID: t, Key: kb, Data: payload(q, t)})
+		}
+	}
+	push(first, b)
 	push(keyed(1, 5, 3, 6, 5), b)
 	if !queued {
 		return // spooled: the count may still change
@@ -668,4 +691,158 @@ func (n *nemesis) storm(ctx context.Context, d time.Duration) error {
 	})
 	wg.Wait()
 	return nil
+}
+
+// seedRaces repeats seedRace for as long as ctx lasts (the whole run: a
+// storm is too short for more than a round or two on a loaded machine),
+// with retention_step run by connections of its own.
+func (n *nemesis) seedRaces(ctx context.Context, c *queen.Client, rng *rand.Rand) {
+	conns := make([]*pgx.Conn, 6)
+	defer func() {
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}
+	}()
+	for ctx.Err() == nil {
+		for i, conn := range conns {
+			if conn == nil || conn.IsClosed() {
+				var err error
+				if conns[i], err = pgx.Connect(ctx, n.r.url()); err != nil {
+					conns[i] = nil
+				}
+			}
+		}
+		if slices.Contains(conns, nil) {
+			time.Sleep(100 * time.Millisecond) // the database is down
+			continue
+		}
+		n.seedRace(ctx, c, conns, rng)
+	}
+}
+
+// seedRace races a group's first cursor rows against retention_step. On a
+// fresh queue with CompletedRetention, "late" makes first contact before
+// any partition exists; messages go to several partitions; "base" reads
+// them all; then late pops one partition with a window over all of them,
+// which seeds late's cursors on the others (at their log start - 1) while
+// the connections run retention_step on them. Status then shows where
+// late's cursors are: what is above one is late's to read.
+func (n *nemesis) seedRace(ctx context.Context, c *queen.Client, conns []*pgx.Conn, rng *rand.Rand) {
+	const parts = 12
+	name := fmt.Sprintf("seed-%d", n.r.fresh.Add(1))
+	n.r.addQueue(name, history.QueueInfo{Deduped: true, Completed: true, Groups: []string{"base", "late"}})
+	q := c.Queue(name)
+	// Due as soon as base has read it: only late holds it back.
+	if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, CompletedRetention: time.Millisecond, LeaseTime: 2 * time.Second}); err != nil {
+		return
+	}
+	rec := n.r.rec
+	pop := func(g string, batch, partitions int) []*queen.Message {
+		return recordPop(ctx, rec, "seedrace", q, queen.PopOptions{Group: g, Batch: batch, Partitions: partitions, LeaseTime: 2 * time.Second})
+	}
+	pop("late", 1, 1)
+	items := make([]queen.Item, parts)
+	for i := range items {
+		tx := fmt.Sprintf("%s/%d", name, i)
+		items[i] = queen.Item{Partition: fmt.Sprintf("p%d", i), TransactionID: tx, Data: payload(name, tx)}
+	}
+	inv := rec.Invoke(history.Event{Proc: "seedrace", Op: history.OpPush, Queue: name, Items: histItems(items)})
+	// Push must not fail for the run's end: it would be Buffered, not an error.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	res, err := q.Push(pctx, items)
+	cancel()
+	if err != nil {
+		rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		return
+	}
+	rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	for _, r := range res {
+		if r.Status != queen.Queued {
+			return
+		}
+	}
+	acked := 0
+	for try := 0; try < 4 && acked < parts && ctx.Err() == nil; try++ {
+		acked += ackAll(ctx, rec, "seedrace", q, pop("base", parts, parts))
+	}
+	if acked == 0 {
+		return // what base did not read stays pinned: no race there
+	}
+	rows, err := conns[0].Query(ctx, fmt.Sprintf(`SELECT p.id FROM %[1]s.partitions p JOIN %[1]s.queues q ON q.id = p.queue_id WHERE q.name = $1`,
+		pgx.Identifier{n.r.schema}.Sanitize()), name)
+	if err != nil {
+		conns[0].Close(context.Background())
+		return
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || len(pids) == 0 {
+		return
+	}
+	step := fmt.Sprintf(`DISCARD PLANS; SELECT %s.retention_step(%%d, 1000)`, pgx.Identifier{n.r.schema}.Sanitize())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, conn := range conns {
+		wg.Go(func() {
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Plans discarded: retention_step plans its second statement
+				// after the first one's snapshot, which widens the window.
+				if _, err := conn.Exec(ctx, fmt.Sprintf(step, pids[(i+j*len(conns))%len(pids)]), pgx.QueryExecModeSimpleProtocol); err != nil {
+					conn.Close(context.Background())
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+	got := pop("late", 1, 1)
+	close(stop)
+	wg.Wait()
+	if st, err := q.Status(ctx); err == nil {
+		for _, p := range st.Partitions {
+			for _, g := range p.Groups {
+				if g.Group == "late" {
+					inv := rec.Invoke(history.Event{Proc: "seedrace", Op: history.OpCall, Kind: "cursor", Queue: name, Group: "late", Partition: p.Name, Offset: g.Committed})
+					rec.Done(inv, history.OK, history.Event{})
+				}
+			}
+		}
+	}
+	ackAll(ctx, rec, "seedrace", q, got) // the final drain reads the rest
+}
+
+// ackAll acks msgs in one AckBatch, records each, and returns how many
+// applied.
+func ackAll(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, msgs []*queen.Message) int {
+	if len(msgs) == 0 {
+		return 0
+	}
+	reqs := make([]queen.AckRequest, len(msgs))
+	invs := make([]history.Event, len(msgs))
+	for i, m := range msgs {
+		reqs[i] = queen.AckRequest{Message: m, Status: queen.AckSuccess}
+		invs[i] = rec.Invoke(settleEvent(proc, m, "ack"))
+	}
+	errs, err := q.AckBatch(ctx, reqs)
+	n := 0
+	for i, inv := range invs {
+		switch {
+		case err != nil:
+			rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		case errs[i] == nil:
+			rec.Done(inv, history.OK, history.Event{})
+			n++
+		case errors.Is(errs[i], queen.ErrLeaseLost), errors.Is(errs[i], queen.ErrAlreadyAcked):
+			rec.Done(inv, history.Fail, history.Event{Err: errs[i].Error(), LeaseLost: errors.Is(errs[i], queen.ErrLeaseLost)})
+		default:
+			rec.Done(inv, history.Info, history.Event{Err: errs[i].Error()})
+		}
+	}
+	return n
 }

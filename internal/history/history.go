@@ -34,7 +34,8 @@ const (
 	// "delete", "requeue" (Msgs: the dead letters it was given, of Group),
 	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
 	// "consume" (the Consume call itself), "settle-log" (Consume's own
-	// settle failure, from its log: Err).
+	// settle failure, from its log: Err), "cursor" (Group's committed
+	// Offset on Partition as Queue.Status read it, recorded after the read).
 	OpCall = "call"
 )
 
