@@ -166,11 +166,14 @@ func Check(events []Event, st State, limit int) []Violation {
 		c.destroyed[k][d.Offset] = true
 	}
 	c.st.Log = append(slices.Clone(st.Log), st.Destroyed...)
-	ops := Pair(events)
-	c.markCopies(ops)
-	c.deletedSurvived(ops)
-	ops = c.lastEpoch(ops)
+	all := Pair(events)
+	c.markCopies(all)
+	c.deletedSurvived(all)
+	ops := c.lastEpoch(all)
 	c.reconstruct(ops)
+	// Again: retention may have taken a requeued copy or its original,
+	// which reconstruct has just put back from their deliveries.
+	c.markCopies(all)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

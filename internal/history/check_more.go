@@ -18,6 +18,7 @@ func (c *checker) isCall(o *Op, kind string) bool {
 // original's id and transaction id. Of the stored rows of one id in a
 // partition of a queue the run requeued from, all but the oldest are such
 // copies: not pushes of their own (Failures -1, like a skip re-enqueue).
+// Rows marked already stay marked, so it may run again over a longer log.
 func (c *checker) markCopies(ops []*Op) {
 	requeued := map[qt]bool{}
 	for _, o := range ops {

@@ -119,3 +119,47 @@ func TestCheckCallsClean(t *testing.T) {
 		t.Error(v)
 	}
 }
+
+// A requeued copy that retention deleted (a delivery stands in for it, as
+// for its original) is a copy, not a second push of its transaction; a
+// second push stored within the window still is.
+func TestCheckRequeueCopyRetained(t *testing.T) {
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	d1 := Delivery{"p", 1, "id1", "t1", "L2", 1, 1e18}
+	d2 := Delivery{"p", 2, "id2", "t1", "L3", 1, 1e18}
+	for _, qi := range []QueueInfo{
+		{Deduped: true, Groups: []string{"g"}, DeadLetter: true, Retained: true, LogStart: map[string]int64{"p": 3}},
+		{Deduped: true, Groups: []string{"g"}, DeadLetter: true, Completed: true},
+	} {
+		build := func(again bool) []Event {
+			h := newHB()
+			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+			h.pop("a", "q", "g", false, d0)
+			h.settle("a", "q", "g", "dead", d0, OK)
+			h.call("a", "q", "g", "requeue", false, OK, d0)
+			if again {
+				h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id2", 2})
+			}
+			h.pop("a", "q", "g", false, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			if again {
+				h.pop("a", "q", "g", false, d2)
+				h.settle("a", "q", "g", "ack", d2, OK)
+			}
+			return h.r.Events()
+		}
+		s := State{Queues: map[string]QueueInfo{"q": qi}}
+		// Every row is gone; the deliveries stand in for them.
+		for _, v := range Check(build(false), s, 0) {
+			t.Errorf("retained %v: %v", qi.Retained, v)
+		}
+		if got := kinds(Check(build(true), s, 0)); got["duplicated"] != 1 || len(got) != 1 {
+			t.Errorf("retained %v, pushed again: got %v, want only duplicated", qi.Retained, got)
+		}
+		// Only the original's row is gone.
+		s.Log = []Stored{{"q", "p", 1, "id1", "t1", 0, false}}
+		for _, v := range Check(build(false), s, 0) {
+			t.Errorf("retained %v, the copy kept: %v", qi.Retained, v)
+		}
+	}
+}
