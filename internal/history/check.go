@@ -92,6 +92,9 @@ func (v Violation) String() string {
 		if e.Partition != "" || e.Kind != "" {
 			fmt.Fprintf(&b, " %s %s@%d lease=%s", e.Kind, e.Partition, e.Offset, e.Lease)
 		}
+		if e.Keyed {
+			b.WriteString(" keyed")
+		}
 		if e.Err != "" {
 			fmt.Fprintf(&b, " err=%q", e.Err)
 		}
@@ -541,6 +544,9 @@ func (c *checker) deliveries(ops []*Op) {
 		offset int64
 	}
 	commits := map[qgp][]commit{}
+	// A per-key handler's ack settles its offset alone: only that offset
+	// must not come again; earlier ones may still be running or handed back.
+	alone := map[qgp][]commit{}
 	type read struct {
 		op  *Op
 		msg Delivery
@@ -602,7 +608,11 @@ func (c *checker) deliveries(ops []*Op) {
 		case OpSettle:
 			if o.Phase() == OK && (o.Inv.Kind == "ack" || o.Inv.Kind == "dead") {
 				k := qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}
-				commits[k] = append(commits[k], commit{o, o.Inv.Offset})
+				if o.Inv.Keyed {
+					alone[k] = append(alone[k], commit{o, o.Inv.Offset})
+				} else {
+					commits[k] = append(commits[k], commit{o, o.Inv.Offset})
+				}
 			}
 		}
 	}
@@ -622,6 +632,14 @@ func (c *checker) deliveries(ops []*Op) {
 			if best != nil && r.msg.Offset <= best.offset {
 				c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after the cursor was committed through %d",
 					k.queue, k.group, k.partition, r.msg.Offset, best.offset), append(best.op.evidence(), r.op.evidence()...)...)
+				continue
+			}
+			for _, a := range alone[k] {
+				if a.offset == r.msg.Offset && a.op.End() < r.op.Start() {
+					c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after it was settled alone",
+						k.queue, k.group, k.partition, r.msg.Offset), append(a.op.evidence(), r.op.evidence()...)...)
+					break
+				}
 			}
 		}
 	}

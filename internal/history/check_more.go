@@ -131,18 +131,34 @@ func (c *checker) deletedSurvived(ops []*Op) {
 // lastEpoch keeps, of a queue that was deleted, only what began after its
 // last deletion ended: the rest read or wrote a queue that is gone. A push
 // that began before stays, of unknown outcome (it may have stored into
-// the new queue, a Buffered one later still).
+// the new queue, a Buffered one later still). So does a pop that ended
+// after (it may have waited into the new queue), with only the messages
+// the new queue's log has at their place.
 func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
 		return ops
 	}
+	log := c.index()
 	out := ops[:0:0]
 	for _, o := range ops {
 		t, ok := cut[o.Inv.Queue]
 		switch {
 		case !ok || o.Start() > t:
 			out = append(out, o)
+		case o.Inv.Op == OpPop && o.End() > t:
+			if o.Phase() != OK {
+				out = append(out, o) // an auto-ack of unknown outcome may have taken from the new queue
+				continue
+			}
+			done := *o.Done
+			done.Msgs = nil
+			for _, m := range o.Done.Msgs {
+				if s, ok := log[qp{o.Inv.Queue, m.Partition}][m.Offset]; ok && s.ID == m.ID {
+					done.Msgs = append(done.Msgs, m)
+				}
+			}
+			out = append(out, &Op{Inv: o.Inv, Done: &done})
 		case o.Inv.Op == OpPush && (o.Inv.Rollback || o.Phase() == Fail):
 			out = append(out, o) // certainly stored nothing, in either queue
 		case o.Inv.Op == OpPush:

@@ -511,7 +511,9 @@ func (w *worker) handlerTx(ctx context.Context, m *queen.Message, keyed bool, mu
 	if fail {
 		kind = "fail"
 	}
-	sinv := w.rec.Invoke(settleEvent(w.proc, m, kind))
+	se := settleEvent(w.proc, m, kind)
+	se.Keyed = keyed
+	sinv := w.rec.Invoke(se)
 	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(items)})
 	err := w.c.Tx(ctx, func(tx *queen.Tx) error {
 		if fail {

@@ -92,6 +92,10 @@ type Event struct {
 	Err string `json:"err,omitempty"`
 	// LeaseLost marks a settle refused because the lease was gone.
 	LeaseLost bool `json:"lease_lost,omitempty"`
+	// Keyed marks a settle of a message of a Consume handler with
+	// KeyConcurrency > 1 (Tx.Ack): it settles that offset alone, not the
+	// cursor through it.
+	Keyed bool `json:"keyed,omitempty"`
 	// Invalid marks a call given input it must reject (a bad name, key,
 	// header or size, a Lanes change on a keyed queue): it must fail,
 	// and change nothing.
