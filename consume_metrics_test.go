@@ -63,7 +63,7 @@ func matches(set attribute.Set, want []string) bool {
 			}
 		}
 		got, ok := set.Value(attribute.Key(k))
-		if !ok || got.Emit() != v {
+		if !ok || got.String() != v {
 			return false
 		}
 	}

@@ -264,7 +264,7 @@ func TestHeadersSurviveOutageSpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.hang()
-	res, err, _ := pushTimed(t, q, 30*time.Second, queen.Item{Partition: "p", Data: []byte("during"), Key: "k", Headers: testHeaders})
+	res, _, err := pushTimed(t, q, 30*time.Second, queen.Item{Partition: "p", Data: []byte("during"), Key: "k", Headers: testHeaders})
 	if err != nil || res[0].Status != queen.Buffered {
 		t.Fatalf("push during the outage: %+v, %v", res, err)
 	}

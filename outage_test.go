@@ -83,7 +83,7 @@ func gatedPool(t *testing.T, url string, g *gate) *pgxpool.Pool {
 
 // pushTimed runs Push with a context that has no deadline and fails the
 // test if it has not returned after limit.
-func pushTimed(t *testing.T, q *queen.Queue, limit time.Duration, items ...queen.Item) ([]queen.PushResult, error, time.Duration) {
+func pushTimed(t *testing.T, q *queen.Queue, limit time.Duration, items ...queen.Item) ([]queen.PushResult, time.Duration, error) {
 	t.Helper()
 	type out struct {
 		res []queen.PushResult
@@ -97,10 +97,10 @@ func pushTimed(t *testing.T, q *queen.Queue, limit time.Duration, items ...queen
 	}()
 	select {
 	case o := <-ch:
-		return o.res, o.err, time.Since(start)
+		return o.res, time.Since(start), o.err
 	case <-time.After(limit):
 		t.Fatalf("Push to %q still blocked after %s", q.Name(), limit)
-		return nil, nil, 0
+		return nil, 0, nil
 	}
 }
 
@@ -171,7 +171,7 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 		t.Helper()
 		queen.ExpireQueueMeta(c)
 		queen.ExpireQueueMeta(noKey)
-		res, err, took := pushTimed(t, q, 5*bound, queen.Item{Partition: q.Name(), Data: []byte(data)})
+		res, took, err := pushTimed(t, q, 5*bound, queen.Item{Partition: q.Name(), Data: []byte(data)})
 		if err != nil {
 			t.Fatalf("%s: push to %q: %v (after %s)", phase, q.Name(), err, took)
 		}
@@ -223,17 +223,17 @@ func TestPushDuringOutageBuffersWithinStatementTimeout(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	res, err, took := pushTimed(t, noKey.Queue("seen"), 5*bound, queen.Item{Partition: "seen", Data: []byte("hanging-seen-without-key")})
+	res, took, err := pushTimed(t, noKey.Queue("seen"), 5*bound, queen.Item{Partition: "seen", Data: []byte("hanging-seen-without-key")})
 	if err != nil || res[0].Status != queen.Buffered || took > bound {
 		t.Fatalf("push without a key to a queue known to be plain: %v, %+v after %s; want Buffered within %s", err, res, took, bound)
 	}
 	want = append(want, "hanging-seen-without-key")
-	res, err, took = pushTimed(t, noKey.Queue("never3"), 5*bound, queen.Item{Partition: "never3", Data: []byte("never3-without-key")})
+	res, took, err = pushTimed(t, noKey.Queue("never3"), 5*bound, queen.Item{Partition: "never3", Data: []byte("never3-without-key")})
 	if err != nil || res[0].Status != queen.Buffered || took > bound {
 		t.Fatalf("push without a key to a queue never seen, not encrypted: %v, %+v after %s; want Buffered within %s", err, res, took, bound)
 	}
 	want = append(want, "never3-without-key")
-	res, err, took = pushTimed(t, noKey.Queue("secret"), 5*bound, queen.Item{Partition: "secret", Data: []byte("secret-without-key")})
+	res, took, err = pushTimed(t, noKey.Queue("secret"), 5*bound, queen.Item{Partition: "secret", Data: []byte("secret-without-key")})
 	if !errors.Is(err, queen.ErrEncryption) || took > bound {
 		t.Fatalf("push without a key to an encrypted queue never seen: %v, %+v after %s; want ErrEncryption within %s", err, res, took, bound)
 	}

@@ -47,7 +47,10 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	case noop.TracerProvider, *noop.TracerProvider:
 		return nil
 	}
-	if reflect.TypeOf(tp) == reflect.TypeOf(trace.NewNoopTracerProvider()) { //nolint:staticcheck // still a no-op a caller may pass
+	// The trace package's own no-op provider is deprecated, but a caller
+	// may still pass one; known by its type, without calling the
+	// deprecated constructor.
+	if rt := reflect.TypeOf(tp); rt != nil && rt.PkgPath() == "go.opentelemetry.io/otel/trace" && rt.Name() == "noopTracerProvider" {
 		return nil
 	}
 	return tp.Tracer(tracerName)

@@ -7,6 +7,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/e03140bc/queen/fusion"
 )
@@ -63,5 +64,22 @@ func TestFlushSpanCapsLinks(t *testing.T) {
 	end(nil)
 	if len(rec.Ended()) != n {
 		t.Fatal("a flush span without a recording submitter")
+	}
+}
+
+// Every no-op provider, the trace package's deprecated one included, means
+// no tracing: no span is started on the hot path. A real one is kept.
+func TestTracerOfNoop(t *testing.T) {
+	//lint:ignore SA1019 the deprecated no-op is what a caller may still pass
+	old := trace.NewNoopTracerProvider()
+	for name, tp := range map[string]trace.TracerProvider{"trace.NewNoopTracerProvider": old, "noop": noop.NewTracerProvider()} {
+		if tracerOf(tp) != nil {
+			t.Errorf("%s: got a tracer, want none", name)
+		}
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	if tracerOf(tp) == nil {
+		t.Error("SDK provider: got no tracer")
 	}
 }

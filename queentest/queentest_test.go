@@ -323,7 +323,7 @@ func TestChildReportsDataDir(t *testing.T) {
 	for _, name := range []string{"first", "second"} {
 		t.Run(name, func(t *testing.T) {
 			c := queentest.Open(t)
-			if queentest.URL(t) != queentest.URL(t) {
+			if first, again := queentest.URL(t), queentest.URL(t); first != again {
 				t.Fatal("URL differs within one test")
 			}
 			var dir string

@@ -122,7 +122,7 @@ func TestUseWithoutAddedStatements(t *testing.T) {
 	if len(added) == 0 {
 		t.Skip("this release added no statement")
 	}
-	prev, err := parse(os.DirFS("testdata/v5"), nil)
+	_, err := parse(os.DirFS("testdata/v5"), nil)
 	if err == nil {
 		t.Fatal("the previous release's files fill every field; added lists statements it had")
 	}
@@ -131,7 +131,7 @@ func TestUseWithoutAddedStatements(t *testing.T) {
 			t.Errorf("added names %s, which the embedded files do not fill", f)
 		}
 	}
-	prev, err = parse(os.DirFS("testdata/v5"), added)
+	prev, err := parse(os.DirFS("testdata/v5"), added)
 	if err != nil {
 		t.Fatal(err)
 	}
