@@ -83,3 +83,81 @@ func TestPushRacingDeleteGetsQN001(t *testing.T) {
 	}
 	t.Logf("%d pushes stored, %d got QN001", ok.Load(), gone.Load())
 }
+
+// A Tx.Push to queues a and b, held up on a's row, meets b deleted and
+// created again by another push, and that new b being deleted: the push
+// gets QN001 (or succeeds), not a foreign-key error for a partition added
+// to the new b, whose row it never locked.
+func TestTxPushRacingDeleteOfRecreatedQueueGetsQN001(t *testing.T) {
+	c := open(t, manual)
+	ctx := ctxT(t)
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	a, b := c.Queue("a"), c.Queue("b")
+	push(t, a, queen.Item{Partition: "p0", Data: []byte("x")}) // a's id < b's
+	push(t, b, queen.Item{Partition: "p0", Data: []byte("x")})
+
+	// hold locks a's row as a Delete would.
+	hold, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(context.Background())
+	if _, err := hold.Exec(ctx, "SELECT 1 FROM "+s+".queues WHERE name = 'a' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Tx(ctx, func(tx *queen.Tx) error {
+			tx.Push("a", []queen.Item{{Partition: "p1", Data: []byte("x")}})
+			tx.Push("b", []queen.Item{{Partition: "p1", Data: []byte("x")}})
+			return nil
+		})
+	}()
+	waitForBlockedStatement(t, c, s+".push_bundle(")
+
+	// b deleted, created again by another push, and that one being
+	// deleted (uncommitted) when a's row is let go.
+	if err := b.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	push(t, b, queen.Item{Partition: "p2", Data: []byte("x")})
+	del, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer del.Rollback(context.Background())
+	var delPID int32
+	if err := del.QueryRow(ctx, "SELECT pg_backend_pid() FROM "+s+".queues WHERE name = 'b' AND "+s+".delete_queue(tenant, name)").Scan(&delPID); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The push either ends or waits for the uncommitted delete.
+	var pushErr error
+	ended := false
+	waitFor(t, 20*time.Second, "the Tx to end or wait for the delete", func() bool {
+		select {
+		case pushErr = <-done:
+			ended = true
+			return true
+		default:
+		}
+		var n int
+		if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", delPID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	if err := del.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ended {
+		pushErr = <-done
+	}
+	var pgErr *pgconn.PgError
+	if pushErr != nil && !(errors.As(pushErr, &pgErr) && pgErr.Code == "QN001") {
+		t.Fatalf("Tx.Push: %v; want success or SQLSTATE QN001", pushErr)
+	}
+	t.Logf("Tx.Push: %v", pushErr)
+}

@@ -100,9 +100,8 @@ BEGIN
     IF v_names IS NULL THEN
         RETURN;
     END IF;
-    INSERT INTO {{schema}}.partitions (queue_id, name)
-    SELECT p_qid, u.nm FROM unnest(v_names) AS u(nm) ORDER BY u.nm
-    ON CONFLICT DO NOTHING;
+    -- None if the queue was deleted meanwhile: nothing is requeued.
+    PERFORM {{schema}}.add_partitions(array_fill(p_qid, ARRAY[cardinality(v_names)]), v_names);
     -- Only partitions locked here take dead letters (one forgotten again
     -- since the insert keeps its dead letters for the next call).
     SELECT array_agg(l.name) INTO v_names FROM (

@@ -137,6 +137,30 @@ BEGIN
 END
 $$;
 
+-- Adds partitions p_names[i] to queues p_qids[i] where missing: the one
+-- place partition rows are created. The queue rows are key-shared (in id
+-- order, as a foreign key check would) in the statement that inserts, and
+-- only the rows locked get partitions: a queue deleted meanwhile is waited
+-- out and skipped, where the partition's foreign key check would fail raw
+-- (a queue re-created since has another id). A queue locked here cannot be
+-- deleted until the caller commits.
+CREATE OR REPLACE FUNCTION {{schema}}.add_partitions(p_qids bigint[], p_names text[])
+RETURNS void
+LANGUAGE sql AS $$
+    WITH l AS MATERIALIZED (
+        SELECT qq.id FROM {{schema}}.queues qq
+        WHERE qq.id = ANY (p_qids)
+        ORDER BY qq.id
+        FOR KEY SHARE
+    )
+    INSERT INTO {{schema}}.partitions (queue_id, name)
+    SELECT DISTINCT u.qid, u.nm
+    FROM unnest(p_qids, p_names) AS u(qid, nm)
+    JOIN l ON l.id = u.qid
+    ORDER BY u.qid, u.nm
+    ON CONFLICT DO NOTHING
+$$;
+
 -- push_bundle, with its two partition lookups written so the
 -- only index that fits is the unique (queue_id, name): each is a subquery
 -- with both keys as parameters. Written as a join, a generic plan cached
@@ -216,22 +240,11 @@ BEGIN
         SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
         ORDER BY t, q
         ON CONFLICT DO NOTHING;
-        -- Key-share the queue rows (in id order, as a foreign key check
-        -- would) before adding partitions to them: a delete_queue holding
-        -- one is waited out and its row then skipped, so the insert below,
-        -- on a later snapshot, adds no partition to it and the resolve
-        -- reports QN001, where the partition's foreign key check would fail
-        -- raw. A queue locked here cannot be deleted until this commits.
-        PERFORM 1 FROM (SELECT qq.id FROM {{schema}}.queues qq
-                        WHERE (qq.tenant, qq.name) IN (SELECT u.t, u.q FROM unnest(p_tenants, p_queues) AS u(t, q))
-                        ORDER BY qq.id
-                        FOR KEY SHARE) l;
-        INSERT INTO {{schema}}.partitions (queue_id, name)
-        SELECT DISTINCT qq.id, u.p
+        -- Resolved here; add_partitions adds none to a queue deleted since
+        -- (the resolve below then reports QN001).
+        PERFORM {{schema}}.add_partitions(array_agg(qq.id), array_agg(u.p))
         FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
-        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
-        ORDER BY qq.id, u.p
-        ON CONFLICT DO NOTHING;
+        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
     END IF;
 
     -- A segment with keyed messages (flag 2) marks its queue keyed, which
