@@ -38,6 +38,14 @@ const (
 	// DefaultMaxBufferedBytes is the default of
 	// FusionConfig.MaxBufferedBytes: 256 MiB.
 	DefaultMaxBufferedBytes = fusion.DefaultMaxBufferedBytes
+	// DefaultFusionShards is the default of FusionConfig.Shards.
+	DefaultFusionShards = 8
+	// DefaultBundleMax is the default of FusionConfig.BundleMax.
+	DefaultBundleMax = 256
+	// DefaultBundleBase is the default of FusionConfig.BundleBase.
+	DefaultBundleBase = 16
+	// DefaultFusionHold is the default of FusionConfig.Hold.
+	DefaultFusionHold = 15 * time.Millisecond
 )
 
 // Item is one message to push.

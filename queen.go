@@ -96,23 +96,23 @@ type Config struct {
 }
 
 // FusionConfig tunes the fusion engine. Each zero field takes the value of
-// the matching QUEEN_V2_* environment variable if set, else its default.
+// the matching QUEEN_FUSION_* environment variable if set, else its default.
 type FusionConfig struct {
 	// Shards is the number of fusion shards; a partition always maps to the
-	// same one. Defaults to 8 (QUEEN_V2_FUSION_SHARDS).
+	// same one. Defaults to DefaultFusionShards (QUEEN_FUSION_SHARDS).
 	Shards int
 	// BundleMax caps the partitions committed in one transaction. Defaults to
-	// 256 (QUEEN_V2_BUNDLE_MAX).
+	// DefaultBundleMax (QUEEN_FUSION_BUNDLE_MAX).
 	BundleMax int
 	// BundleBase is the bundle size that grows with the backlog: a bundle
 	// takes every ready partition up to BundleBase; with more waiting it
 	// takes half of them, at least BundleBase, at most BundleMax, so a deep
 	// backlog (a 1000-item push over 1000 partitions) goes in a few large
-	// commits and a light load in small, quick ones. Defaults to 16
-	// (QUEEN_V2_BUNDLE_BASE).
+	// commits and a light load in small, quick ones. Defaults to
+	// DefaultBundleBase (QUEEN_FUSION_BUNDLE_BASE).
 	BundleBase int
 	// Hold is the liveness backstop tick, not a batching window. Defaults to
-	// 15ms (QUEEN_V2_FUSION_HOLD_MS).
+	// DefaultFusionHold (QUEEN_FUSION_HOLD_MS, in milliseconds).
 	Hold time.Duration
 	// MaxBufferedBytes bounds the payload bytes the engine holds for pushes
 	// not yet committed (or spooled). A Push blocks while it is full, until
@@ -167,11 +167,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Maintenance = c.Maintenance.withDefaults()
 	f := &c.Fusion
-	f.Shards = envDefault(f.Shards, "QUEEN_V2_FUSION_SHARDS", 8)
-	f.BundleMax = envDefault(f.BundleMax, "QUEEN_V2_BUNDLE_MAX", 256)
-	f.BundleBase = envDefault(f.BundleBase, "QUEEN_V2_BUNDLE_BASE", 16)
+	f.Shards = envDefault(f.Shards, "QUEEN_FUSION_SHARDS", DefaultFusionShards)
+	f.BundleMax = envDefault(f.BundleMax, "QUEEN_FUSION_BUNDLE_MAX", DefaultBundleMax)
+	f.BundleBase = envDefault(f.BundleBase, "QUEEN_FUSION_BUNDLE_BASE", DefaultBundleBase)
 	if f.Hold == 0 {
-		f.Hold = time.Duration(envDefault(0, "QUEEN_V2_FUSION_HOLD_MS", 15)) * time.Millisecond
+		f.Hold = time.Duration(envDefault(0, "QUEEN_FUSION_HOLD_MS", int(DefaultFusionHold/time.Millisecond))) * time.Millisecond
 	}
 	if f.MaxBufferedBytes < 0 {
 		return c, errors.New("queen: Config.Fusion.MaxBufferedBytes must not be negative")
