@@ -244,9 +244,13 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 		return b.results, nil
 	}
 	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
+	finish := func() []PushResult {
+		e.spoolFollowers(key, b)
+		return b.finish()
+	}
 	if e.maintOn.Load() {
 		e.spoolPush(key, b)
-		return b.finish(), nil
+		return finish(), nil
 	}
 	if b.unknown != nil {
 		// The database did not tell the queue's settings within
@@ -257,11 +261,11 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 			k.Partition = part
 			e.spoolItems(g, k, b.unknown)
 		}
-		return b.finish(), nil
+		return finish(), nil
 	}
 	// A partition with spooled items takes new ones behind them.
 	if e.spoolBehind(q.c.tenant, q.name, b.groups); len(b.groups) == 0 {
-		return b.finish(), nil
+		return finish(), nil
 	}
 	groups := func(yield func(fusion.Key, []*pushItem) bool) {
 		for part, g := range b.groups {
@@ -276,7 +280,7 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 	if err := q.rerouteLoop(ctx, b); err != nil {
 		return nil, err
 	}
-	return b.finish(), nil
+	return finish(), nil
 }
 
 // pushBatch is one call's items after the handler's work: minted, deduped
@@ -463,11 +467,38 @@ func checkHeaders(i int, h map[string]string) error {
 	return nil
 }
 
+// spoolFollowers spools the layer-1 followers routed by key whose leader
+// went to the spool, behind it in its partition. They were duplicates of it
+// there, but the replay routes the leader again under the queue's lane
+// count, which may have changed, and a follower's key may not follow it. The
+// replay pushes both in one group, so if they share a lane again the
+// follower is a layer-2 duplicate of the leader, and otherwise it is stored
+// in its own lane; either way it is not lost.
+func (e *engine) spoolFollowers(key fusion.Key, b *pushBatch) {
+	var groups map[string][]*pushItem
+	for i, l := range b.leaderOf {
+		it := &b.slab[i]
+		if l < 0 || it.lanes == 0 || it.resolved || b.results[l].Status != Buffered {
+			continue
+		}
+		if groups == nil {
+			groups = make(map[string][]*pushItem)
+		}
+		groups[it.res.Partition] = append(groups[it.res.Partition], it)
+	}
+	for part, g := range groups {
+		k := key
+		k.Partition = part
+		e.spoolItems(g, k, errBehindSpool)
+	}
+}
+
 // finish copies each leader's final verdict to its layer-1 followers and
-// returns the results.
+// returns the results. A follower with a verdict of its own (spooled, see
+// spoolFollowers) keeps it.
 func (b *pushBatch) finish() []PushResult {
 	for i, l := range b.leaderOf {
-		if l < 0 {
+		if l < 0 || b.slab[i].resolved {
 			continue
 		}
 		lr := &b.results[l]
