@@ -16,21 +16,34 @@ func TestSpoolLayer1FollowerKeyMovesAtReplay(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		window time.Duration
-		fresh  int // the lane count at replay
+		fresh  int  // the lane count at replay
+		locked bool // spooled by a failed bundle, not by maintenance mode
 	}{
-		{"window/lanes-change", time.Hour, 5},
-		{"no-window/lanes-change", 0, 5},
-		{"window/same-lanes", time.Hour, queen.DefaultLanes},
-		{"no-window/same-lanes", 0, queen.DefaultLanes},
+		{"window/lanes-change", time.Hour, 5, false},
+		{"no-window/lanes-change", 0, 5, false},
+		{"window/same-lanes", time.Hour, queen.DefaultLanes, false},
+		{"no-window/same-lanes", 0, queen.DefaultLanes, false},
+		{"failed-bundle/window/lanes-change", time.Hour, 5, true},
+		{"failed-bundle/no-window/same-lanes", 0, queen.DefaultLanes, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c1, c2, _ := openPair(t, manual)
+			c1, c2, _ := openPair(t, manual, func(c *queen.Config) {
+				if tc.locked {
+					c.StatementTimeout = time.Second // how long the locked bundle waits
+				}
+			})
 			opts := queen.QueueOptions{DedupWindow: tc.window}
 			configure(t, c2, "q", opts)
 			q1 := c1.Queue("q")
-			push(t, q1, queen.Item{Data: []byte("warm")}) // c1 caches 64 lanes
 			k1, k2 := keysSharingLaneOnlyUnder(t, queen.DefaultLanes, 5)
-			setMaintenance(t, c1, true)
+			stale := laneName(k1, queen.DefaultLanes)
+			push(t, q1, queen.Item{Partition: stale, Data: []byte("warm")}) // c1 caches 64 lanes; stale exists
+			release := func() {}
+			if tc.locked {
+				release = lockPartition(t, c1, stale)
+			} else {
+				setMaintenance(t, c1, true)
+			}
 			items := []queen.Item{
 				{Data: []byte("a"), Key: k1, TransactionID: "T"},
 				{Data: []byte("b"), Key: k2, TransactionID: "T"},
@@ -44,7 +57,11 @@ func TestSpoolLayer1FollowerKeyMovesAtReplay(t *testing.T) {
 			opts.Lanes = tc.fresh
 			configure(t, c2, "q", opts)
 			queen.ForgetQueueMeta(c1, "q")
-			setMaintenance(t, c1, false)
+			if tc.locked {
+				release()
+			} else {
+				setMaintenance(t, c1, false)
+			}
 			waitFor(t, 20*time.Second, "the drain", func() bool { return c1.SpoolStats().PendingRecords == 0 })
 
 			// Where each key's message with id T is stored, under the count
