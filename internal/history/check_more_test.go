@@ -163,3 +163,32 @@ func TestCheckRequeueCopyRetained(t *testing.T) {
 		}
 	}
 }
+
+// A pause whose process was killed before its Resume lasts until another
+// process resumes the group (the heal before the final drain): pops after
+// that Resume may deliver, a pop before it may not.
+func TestCheckPauseResumedByOther(t *testing.T) {
+	s0 := Stored{"q", "p", 0, "id1", "t1", 0, false}
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	for _, early := range []bool{false, true} {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		h.call("child", "q", "g", "pause", false, OK) // killed before its Resume
+		if early {
+			h.pop("b", "q", "g", false, d0)
+		}
+		h.call("heal", "q", "g", "resume", false, OK)
+		if !early {
+			h.pop("final", "q", "g", false, d0)
+		}
+		h.settle("final", "q", "g", "ack", d0, OK)
+		got := Counts(Check(h.r.Events(), stMore(s0), 0))
+		want := map[string]int{}
+		if early {
+			want["paused-delivered"] = 1
+		}
+		if len(got) != len(want) || got["paused-delivered"] != want["paused-delivered"] {
+			t.Errorf("early=%v: got %v, want %v", early, got, want)
+		}
+	}
+}

@@ -567,7 +567,15 @@ func (r *run) heal(ctx context.Context, admin *queen.Client) {
 			}
 			for _, g := range allGroups() {
 				if err == nil && r.gen["pause"] {
+					// Recorded: it ends a pause whose process was killed
+					// before its own Resume, and the final drain pops after.
+					inv := r.rec.Invoke(history.Event{Proc: "heal", Op: history.OpCall, Kind: "resume", Queue: qs.name, Group: g})
 					err = admin.Queue(qs.name).Resume(ctx, g)
+					if err != nil {
+						r.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+					} else {
+						r.rec.Done(inv, history.OK, history.Event{})
+					}
 				}
 			}
 		}
