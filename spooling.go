@@ -173,7 +173,7 @@ func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
 	defer cancel()
-	if err := e.spool.Append(ctx, recs); err != nil {
+	if err := spoolAppend(e.spool, ctx, recs); err != nil {
 		err = fmt.Errorf("queen: spool write failed (%w) after: %w", err, cause)
 		for _, it := range keep {
 			resolveFailed(it, err)
@@ -185,6 +185,9 @@ func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	}
 	e.drain.kick()
 }
+
+// spoolAppend is (*spool.Spool).Append; a variable so tests can slow it.
+var spoolAppend = (*spool.Spool).Append
 
 // spoolBehind spools the groups whose partition still has items in the
 // spool, and the keyed items whose key has (see keysBehind), and takes
