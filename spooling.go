@@ -171,9 +171,10 @@ func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	if len(recs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-	defer cancel()
-	if err := e.spool.Append(ctx, recs); err != nil {
+	// No deadline: an Append whose context ends mid-write may still have
+	// written the records, which the drain then stores; Failed must mean
+	// not stored, so wait for the write's own outcome.
+	if err := spoolAppend(e.spool, context.Background(), recs); err != nil {
 		err = fmt.Errorf("queen: spool write failed (%w) after: %w", err, cause)
 		for _, it := range keep {
 			resolveFailed(it, err)
@@ -185,6 +186,9 @@ func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	}
 	e.drain.kick()
 }
+
+// spoolAppend is (*spool.Spool).Append; a variable so tests can slow it.
+var spoolAppend = (*spool.Spool).Append
 
 // spoolBehind spools the groups whose partition still has items in the
 // spool, and the keyed items whose key has (see keysBehind), and takes
