@@ -214,7 +214,9 @@ func laneOf(key string, lanes int32) string {
 // PushTx and Client.Tx are never spooled, so they can overtake.
 //
 // When PostgreSQL is down, or in maintenance mode, items go to the disk
-// spool and are Buffered, after at most about Config.StatementTimeout. A
+// spool and are Buffered, after at most about Config.StatementTimeout plus
+// the spool's write and fsync (a slow disk delays Buffered; it never turns
+// into Failed an item that is then stored). A
 // client with Config.EncryptionKey encrypts everything it spools; the replay
 // stores it in plaintext again if its queue is not encrypted. A client
 // without one spools plaintext only for a queue it knows is not encrypted:
