@@ -19,25 +19,35 @@ func (c *checker) isCall(o *Op, kind string) bool {
 // partition of a queue the run requeued from, all but the oldest are such
 // copies: not pushes of their own (Failures -1, like a skip re-enqueue).
 // Rows marked already stay marked, so it may run again over a longer log.
+// A dead letter of a destroyed message has none of its id or transaction
+// id: every row of its (nil) id in that partition is a copy.
 func (c *checker) markCopies(ops []*Op) {
+	type qpi struct{ queue, partition, id string }
 	requeued := map[qt]bool{}
+	orphans := map[qpi]bool{}
 	for _, o := range ops {
 		if c.isCall(o, "requeue") {
 			for _, m := range o.Inv.Msgs {
 				requeued[qt{o.Inv.Queue, m.ID}] = true
+				if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+					orphans[qpi{o.Inv.Queue, m.Partition, m.ID}] = true
+				}
 			}
 		}
 	}
 	if len(requeued) == 0 {
 		return
 	}
-	type qpi struct{ queue, partition, id string }
 	first := map[qpi]int{}
 	for i, s := range c.st.Log {
 		if s.Failures != 0 || !requeued[qt{s.Queue, s.ID}] {
 			continue
 		}
 		k := qpi{s.Queue, s.Partition, s.ID}
+		if orphans[k] && !c.destroyed[qp{s.Queue, s.Partition}][s.Offset] {
+			c.st.Log[i].Failures = -1
+			continue
+		}
 		j, ok := first[k]
 		switch {
 		case !ok:

@@ -192,3 +192,30 @@ func TestCheckPauseResumedByOther(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter of a destroyed message holds nothing of it (nil id, no
+// transaction id); its requeued copies are copies, not phantom pushes,
+// although no row of that id is left to be their original. The same row
+// without such a requeue still is a phantom.
+func TestCheckRequeuedCopyOfDestroyed(t *testing.T) {
+	const nilID = "00000000-0000-0000-0000-000000000000"
+	for _, requeued := range []bool{true, false} {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		if requeued {
+			h.call("a", "q", "g", "requeue", false, OK, Delivery{"p", 0, nilID, "", "", 0, 0})
+		}
+		d1 := Delivery{"p", 1, nilID, "", "L1", 1, 1e18}
+		h.pop("a", "q", "g", false, d1)
+		h.settle("a", "q", "g", "ack", d1, OK)
+		s := stMore(Stored{"q", "p", 1, nilID, "", 0, false})
+		s.Destroyed = []Stored{{"q", "p", 0, "id1", "t1", 0, false}}
+		got := kinds(Check(h.r.Events(), s, 0))
+		if requeued && len(got) != 0 {
+			t.Errorf("requeued: want no violation, got %v", got)
+		}
+		if !requeued && (got["phantom"] != 1 || len(got) != 1) {
+			t.Errorf("not requeued: want only phantom, got %v", got)
+		}
+	}
+}
