@@ -149,6 +149,9 @@ func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (
 	return kept, held
 }
 
+// spoolAppend is spool.Append; tests slow it down like a busy disk.
+var spoolAppend = (*spool.Spool).Append
+
 // spoolRecords is spoolItems for items that stay in key's partition.
 func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	// Every way into the spool seals here: maintenance, an outage, a failed
@@ -173,7 +176,7 @@ func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
 	defer cancel()
-	if err := e.spool.Append(ctx, recs); err != nil {
+	if err := spoolAppend(e.spool, ctx, recs); err != nil {
 		err = fmt.Errorf("queen: spool write failed (%w) after: %w", err, cause)
 		for _, it := range keep {
 			resolveFailed(it, err)
