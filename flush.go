@@ -65,13 +65,15 @@ func (p *pusher) close(ctx context.Context) error {
 // spoolItems seals them if the client has a key); batches in skip are
 // already resolved.
 func (p *pusher) spoolBundle(bundle []*fusion.Batch[fusion.Key, *pushItem], skip map[*fusion.Batch[fusion.Key, *pushItem]]bool, cause error) {
+	gs := make([]spoolGroup, 0, len(bundle))
 	for _, b := range bundle {
 		b.Retry = nil // resolved here, never sent again
 		if skip[b] {
 			continue
 		}
-		p.e.spoolItems(b.Items, b.Key, cause)
+		gs = append(gs, spoolGroup{items: b.Items, key: b.Key, cause: cause})
 	}
+	p.e.spoolGroups(gs) // one write for the bundle
 }
 
 // flushScratch is per-flush working memory, pooled.

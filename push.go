@@ -258,11 +258,7 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 		// The database did not tell the queue's settings within
 		// StatementTimeout: a bundle would fail the same way after waiting
 		// as long again, so the items go to the spool now.
-		for part, g := range b.groups {
-			k := key
-			k.Partition = part
-			e.spoolItems(g, k, b.unknown)
-		}
+		e.spoolGroups(groupsOf(key, b.groups, b.unknown))
 		return finish(), nil
 	}
 	// A partition with spooled items takes new ones behind them.
@@ -488,11 +484,7 @@ func (e *engine) spoolFollowers(key fusion.Key, b *pushBatch) {
 		}
 		groups[it.res.Partition] = append(groups[it.res.Partition], it)
 	}
-	for part, g := range groups {
-		k := key
-		k.Partition = part
-		e.spoolItems(g, k, errBehindSpool)
-	}
+	e.spoolGroups(groupsOf(key, groups, errBehindSpool))
 }
 
 // finish copies each leader's final verdict to its layer-1 followers and

@@ -1,6 +1,12 @@
 package queen
 
-import "time"
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/e03140bc/queen/spool"
+)
 
 // ExpireQueueMeta makes every cached queue setting of c's engine look older
 // than its time to live, and forgets that a read failed recently, as if the
@@ -67,4 +73,18 @@ func DueBundleSummary(c *Client) {
 func ForgetQueueMeta(c *Client, queue string) {
 	c.e.forgetMeta(c.tenant, queue)
 	c.e.noteUp()
+}
+
+// SetSpoolAppendDelay makes every spool write take d longer, like an fsync
+// on a busy disk, and returns a func restoring it and one counting the
+// writes since. Tests that use it must not run in parallel with others.
+func SetSpoolAppendDelay(d time.Duration) (restore func(), appends func() int64) {
+	old := spoolAppend
+	var n atomic.Int64
+	spoolAppend = func(s *spool.Spool, ctx context.Context, recs []spool.Record) error {
+		n.Add(1)
+		time.Sleep(d)
+		return old(s, ctx, recs)
+	}
+	return func() { spoolAppend = old }, n.Load
 }

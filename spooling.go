@@ -81,15 +81,76 @@ func openSpool(e *engine) (*spool.Spool, error) {
 // keyed item goes behind its key's records spooled under another lane
 // count (see keysBehind).
 func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
-	items, held := e.keysBehind(key.Tenant, key.Queue, items)
-	if len(items) > 0 {
-		e.spoolRecords(items, key, cause)
+	e.spoolGroups([]spoolGroup{{items: items, key: key, cause: cause}})
+}
+
+// spoolGroup is one partition's items to spool. placed says keysBehind
+// already ran on them.
+type spoolGroup struct {
+	items  []*pushItem
+	key    fusion.Key
+	cause  error
+	placed bool
+}
+
+// spoolGroups is spoolItems for many partitions in one spool write (one
+// fsync), not one each: a push or bundle over many partitions is Buffered
+// within about StatementTimeout even when a write is slow. A group whose
+// keys could go behind records routed with another lane count in the groups
+// before it waits for their write, as when spooled one by one.
+func (e *engine) spoolGroups(gs []spoolGroup) {
+	var acc []spoolGroup
+	routed := map[metaKey]int32{} // lane count of acc's routed keys; -1: several
+	for _, g := range gs {
+		if !g.placed && laneConflict(routed, g) {
+			e.spoolRecordGroups(acc)
+			acc = acc[:0]
+			clear(routed)
+		}
+		add := func(g spoolGroup) {
+			acc = append(acc, g)
+			for _, it := range g.items {
+				if it.lanes == 0 || it.key == "" {
+					continue
+				}
+				k := metaKey{g.key.Tenant, g.key.Queue}
+				if n, ok := routed[k]; ok && n != it.lanes {
+					routed[k] = -1
+				} else if !ok {
+					routed[k] = it.lanes
+				}
+			}
+		}
+		if g.placed {
+			add(g)
+			continue
+		}
+		items, held := e.keysBehind(g.key.Tenant, g.key.Queue, g.items)
+		if len(items) > 0 {
+			add(spoolGroup{items: items, key: g.key, cause: g.cause})
+		}
+		for part, h := range held {
+			k := g.key
+			k.Partition = part
+			add(spoolGroup{items: h, key: k, cause: errBehindSpool})
+		}
 	}
-	for part, g := range held {
-		k := key
-		k.Partition = part
-		e.spoolRecords(g, k, errBehindSpool)
+	e.spoolRecordGroups(acc)
+}
+
+// laneConflict reports whether a keyed item of g was routed with a lane
+// count other than that of the routed keys already gathered for its queue.
+func laneConflict(routed map[metaKey]int32, g spoolGroup) bool {
+	n, ok := routed[metaKey{g.key.Tenant, g.key.Queue}]
+	if !ok {
+		return false
 	}
+	for _, it := range g.items {
+		if it.lanes != 0 && it.key != "" && !it.noSpool && !it.resolved && it.lanes != n {
+			return true
+		}
+	}
+	return false
 }
 
 // keysBehind takes out of items (of one partition, in order) those routed
@@ -149,55 +210,89 @@ func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (
 	return kept, held
 }
 
-// spoolRecords is spoolItems for items that stay in key's partition.
-func (e *engine) spoolRecords(items []*pushItem, key fusion.Key, cause error) {
-	// Every way into the spool seals here: maintenance, an outage, a failed
-	// bundle, a partition queued behind its spooled items.
-	e.sealForSpool(key, items)
-	recs := make([]spool.Record, 0, len(items))
-	var keep []*pushItem
-	for _, it := range items {
-		if it.noSpool {
-			resolveFailed(it, cause)
-			continue
-		}
-		keep = append(keep, it)
-		recs = append(recs, spool.Record{
-			Tenant: key.Tenant, Queue: key.Queue, Partition: key.Partition,
-			TransactionID: it.txn, MessageID: it.id, Flags: it.flags, Payload: it.payload,
-			Key: it.key, Lanes: uint32(max(it.lanes, 0)), Headers: it.hdrs,
-		})
+// spoolAppend is spool.Append; tests slow it down like a busy disk.
+var spoolAppend = (*spool.Spool).Append
+
+// spoolRecordGroups writes the groups' items, each staying in its group's
+// partition, in one spool write. If the spool refuses the write whole
+// (full, or a record too large), each group tries alone, as before.
+func (e *engine) spoolRecordGroups(gs []spoolGroup) {
+	type part struct {
+		keep  []*pushItem
+		recs  []spool.Record
+		cause error
 	}
-	if len(recs) == 0 {
+	var parts []part
+	n := 0
+	for _, g := range gs {
+		// Every way into the spool seals here: maintenance, an outage, a
+		// failed bundle, a partition queued behind its spooled items.
+		e.sealForSpool(g.key, g.items)
+		p := part{cause: g.cause}
+		for _, it := range g.items {
+			if it.noSpool {
+				resolveFailed(it, g.cause)
+				continue
+			}
+			p.keep = append(p.keep, it)
+			p.recs = append(p.recs, spool.Record{
+				Tenant: g.key.Tenant, Queue: g.key.Queue, Partition: g.key.Partition,
+				TransactionID: it.txn, MessageID: it.id, Flags: it.flags, Payload: it.payload,
+				Key: it.key, Lanes: uint32(max(it.lanes, 0)), Headers: it.hdrs,
+			})
+		}
+		if len(p.recs) > 0 {
+			parts = append(parts, p)
+			n += len(p.recs)
+		}
+	}
+	if n == 0 {
 		return
 	}
 	// No deadline: an Append whose context ends mid-write may still have
 	// written the records, which the drain then stores; Failed must mean
 	// not stored, so wait for the write's own outcome.
-	if err := spoolAppend(e.spool, context.Background(), recs); err != nil {
-		err = fmt.Errorf("queen: spool write failed (%w) after: %w", err, cause)
-		for _, it := range keep {
-			resolveFailed(it, err)
-		}
-		return
+	write := func(recs []spool.Record) error {
+		return spoolAppend(e.spool, context.Background(), recs)
 	}
-	for _, it := range keep {
-		it.resolve(PushResult{Status: Buffered, MessageID: it.id, Offset: -1})
+	resolve := func(p part, err error) {
+		for _, it := range p.keep {
+			if err != nil {
+				resolveFailed(it, fmt.Errorf("queen: spool write failed (%w) after: %w", err, p.cause))
+			} else {
+				it.resolve(PushResult{Status: Buffered, MessageID: it.id, Offset: -1})
+			}
+		}
+	}
+	recs := parts[0].recs
+	if len(parts) > 1 {
+		recs = make([]spool.Record, 0, n)
+		for _, p := range parts {
+			recs = append(recs, p.recs...)
+		}
+	}
+	err := write(recs)
+	if err != nil && len(parts) > 1 && (errors.Is(err, spool.ErrFull) || errors.Is(err, spool.ErrTooLarge)) {
+		for _, p := range parts {
+			resolve(p, write(p.recs))
+		}
+	} else {
+		for _, p := range parts {
+			resolve(p, err)
+		}
 	}
 	e.drain.kick()
 }
-
-// spoolAppend is (*spool.Spool).Append; a variable so tests can slow it.
-var spoolAppend = (*spool.Spool).Append
 
 // spoolBehind spools the groups whose partition still has items in the
 // spool, and the keyed items whose key has (see keysBehind), and takes
 // them out of groups: a later push must not overtake them.
 func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][]*pushItem) {
+	var out []spoolGroup
 	for part, g := range groups {
 		k := fusion.Key{Tenant: tenant, Queue: queue, Partition: part}
 		if e.spool.Pending(tenant, queue, part) {
-			e.spoolItems(g, k, errBehindSpool)
+			out = append(out, spoolGroup{items: g, key: k, cause: errBehindSpool})
 			delete(groups, part)
 			continue
 		}
@@ -212,8 +307,11 @@ func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][
 		}
 		for hp, hg := range held {
 			k.Partition = hp
-			e.spoolRecords(hg, k, errBehindSpool)
+			out = append(out, spoolGroup{items: hg, key: k, cause: errBehindSpool, placed: true})
 		}
+	}
+	if len(out) > 0 {
+		e.spoolGroups(out)
 	}
 }
 
@@ -566,11 +664,18 @@ func (e *engine) lastEncrypted(tenant uuid.UUID, queue string) (encrypted, known
 
 // spoolPush is Push in maintenance mode: straight to the spool.
 func (e *engine) spoolPush(key fusion.Key, b *pushBatch) {
-	for part, g := range b.groups {
+	e.spoolGroups(groupsOf(key, b.groups, errMaintenance))
+}
+
+// groupsOf is groups, by partition of key's queue, to spool for cause.
+func groupsOf(key fusion.Key, groups map[string][]*pushItem, cause error) []spoolGroup {
+	out := make([]spoolGroup, 0, len(groups))
+	for part, g := range groups {
 		k := key
 		k.Partition = part
-		e.spoolItems(g, k, errMaintenance)
+		out = append(out, spoolGroup{items: g, key: k, cause: cause})
 	}
+	return out
 }
 
 // SpoolStats describes the disk spool and its drain.
