@@ -448,21 +448,27 @@ func (w *worker) invalid(ctx context.Context) {
 // invalidPush pushes items one of which is invalid, by Push, PushTx or
 // Client.Tx: the call must fail with want and store none of them.
 func (w *worker) invalidPush(ctx context.Context, q, kind string, items []queen.Item, want error) {
+	// PushTx is called, and recorded, only once the caller's transaction
+	// began: a Begin failing in an outage never reached the call.
+	var tx pgx.Tx
+	if kind == "pushtx" {
+		var err error
+		if tx, err = w.c.Pool().Begin(ctx); err != nil {
+			return
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+	}
 	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: kind, Queue: q, Items: histItems(items), Invalid: true})
 	var err error
 	switch kind {
 	case "":
 		_, err = w.c.Queue(q).Push(ctx, items)
 	case "pushtx":
-		var tx pgx.Tx
-		if tx, err = w.c.Pool().Begin(ctx); err == nil {
-			if _, err = w.c.Queue(q).PushTx(ctx, tx, items); err == nil {
-				err = tx.Commit(ctx)
-				if err == nil {
-					err = errors.New("committed")
-				}
+		if _, err = w.c.Queue(q).PushTx(ctx, tx, items); err == nil {
+			err = tx.Commit(ctx)
+			if err == nil {
+				err = errors.New("committed")
 			}
-			_ = tx.Rollback(context.Background())
 		}
 	case "tx":
 		err = w.c.Tx(ctx, func(tx *queen.Tx) error {
