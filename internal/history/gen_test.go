@@ -458,7 +458,11 @@ func (w *worker) invalidPush(ctx context.Context, q, kind string, items []queen.
 		}
 		defer func() { _ = tx.Rollback(context.Background()) }()
 	}
-	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: kind, Queue: q, Items: histItems(items), Invalid: true})
+	ev := history.Event{Proc: w.proc, Op: history.OpPush, Kind: kind, Queue: q, Items: histItems(items), Invalid: true}
+	var inv history.Event
+	if kind != "tx" {
+		inv = w.rec.Invoke(ev)
+	}
 	var err error
 	switch kind {
 	case "":
@@ -471,10 +475,20 @@ func (w *worker) invalidPush(ctx context.Context, q, kind string, items []queen.
 			}
 		}
 	case "tx":
+		// Recorded once Client.Tx runs the function (its transaction
+		// began): a Begin failing in an outage never reached tx.Push.
+		called := false
 		err = w.c.Tx(ctx, func(tx *queen.Tx) error {
+			if !called {
+				inv = w.rec.Invoke(ev)
+			}
+			called = true
 			tx.Push(q, items)
 			return nil
 		})
+		if !called {
+			return
+		}
 	}
 	w.done(inv, err, want)
 }
