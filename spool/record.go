@@ -22,6 +22,8 @@ type Record struct {
 	// message may be stored under a new id.
 	MessageID uuid.UUID
 	// TraceID is optional; the zero value means none and costs no space.
+	// queen leaves it zero: a push's trace context travels in Headers
+	// (the propagator's fields), which replay stores with the message.
 	TraceID [16]byte
 	// Key is the message's ordering key; "" means none and costs no space.
 	Key string
