@@ -3,6 +3,12 @@
 // returns one verdict per segment in input order, and it fetches the segment
 // covering an offset to resolve a duplicate's original message id.
 //
+// It promises one verdict per segment, in input order, from one round trip in
+// the caller's querier (its transaction, if it is one), and that a segment with
+// any verdict but Queued wrote nothing. Order within a partition is the input
+// order of its segments. It does not retry, spool, deduplicate within a segment
+// (dedup does that before) or encrypt: the segment's bytes are stored as given.
+//
 // It is a building block of the queen package with no stability promise
 // before v1.
 package alloc

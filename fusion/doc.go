@@ -7,6 +7,20 @@
 // item's verdict into the item itself. It is a building block of queen with
 // no stability promise before v1.
 //
+// # Contract
+//
+// An Engine promises, for every key: flushes never overlap; items reach the
+// FlushFunc in submission order, and items a flush puts in Batch.Retry come
+// back first in the next one; every submitted item is resolved exactly once,
+// by the flush that carried it or by Close's abandon, and only then is its
+// submission done. Memory is bounded by Config.MaxBuffered per shard and
+// Config.MaxBufferedBytes overall: Submit waits for room or its context.
+//
+// It does not promise order across keys, does not retry or judge a flush
+// (the FlushFunc writes each verdict; an error only feeds the limiter), keeps
+// nothing durable (a process that dies loses what it holds), and knows
+// nothing of queues, SQL or tenants: keys are any comparable type with a hash.
+//
 // # Shards and keys
 //
 // Work is keyed by a [Keyer] type, for pushes [Key] (tenant, queue,

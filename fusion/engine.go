@@ -39,7 +39,7 @@ type FlushFunc[K comparable, T any] func(ctx context.Context, bundle []*Batch[K,
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
 	// BundleMax is the largest number of keys (segments) in one bundle.
-	// Defaults to 16.
+	// Defaults to DefaultBundleMax.
 	BundleMax int
 	// BundleBase is the bundle size below which a bundle takes every ready
 	// key. With more ready, a bundle takes half of them, at least
@@ -56,7 +56,7 @@ type Config struct {
 	// Hold is the backstop tick at which a shard that was refused a push
 	// permit retries, covering permits freed outside the engine. It is not a
 	// batching window: arrivals and completions dispatch at once.
-	// Defaults to 15ms.
+	// Defaults to DefaultHold.
 	Hold time.Duration
 	// Limiter hands out push permits, one per bundle in flight, across every
 	// shard. Share one between engines that write to the same database.
@@ -74,19 +74,27 @@ type Config struct {
 	// shard: Submit blocks while its shard holds MaxBuffered or more, so
 	// memory stays bounded when the database falls behind. Up to 64
 	// submissions already queued to the shard are accepted beyond it.
-	// Defaults to 1<<20.
+	// Defaults to DefaultMaxBuffered.
 	MaxBuffered int
 	// MaxInFlight bounds the bundles one shard has in flight at once, whatever
 	// the limiter grants, so one hot shard cannot take every permit.
-	// Defaults to 4.
+	// Defaults to DefaultMaxInFlight.
 	MaxInFlight int
 	// Shards is the number of shards, each one goroutine owning a disjoint
-	// set of keys. Defaults to 8.
+	// set of keys. Defaults to DefaultShards.
 	Shards int
 }
 
-// DefaultMaxBufferedBytes is the default of Config.MaxBufferedBytes.
-const DefaultMaxBufferedBytes = 256 << 20
+// The defaults of Config's zero fields. They suit a generic caller; queen
+// sets its own (BundleMax 256 among them) from its Config.
+const (
+	DefaultBundleMax        = 16
+	DefaultHold             = 15 * time.Millisecond
+	DefaultMaxBuffered      = 1 << 20
+	DefaultMaxBufferedBytes = 256 << 20
+	DefaultMaxInFlight      = 4
+	DefaultShards           = 8
+)
 
 // Sizer is implemented by items that count toward Config.MaxBufferedBytes.
 type Sizer interface {
@@ -97,7 +105,7 @@ type Sizer interface {
 
 func (c Config) withDefaults() Config {
 	if c.BundleMax <= 0 {
-		c.BundleMax = 16
+		c.BundleMax = DefaultBundleMax
 	}
 	if c.BundleBase <= 0 || c.BundleBase > c.BundleMax {
 		c.BundleBase = c.BundleMax
@@ -108,22 +116,22 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	if c.Hold <= 0 {
-		c.Hold = 15 * time.Millisecond
+		c.Hold = DefaultHold
 	}
 	if c.Limiter == nil {
 		c.Limiter = NewVegas(VegasConfig{})
 	}
 	if c.MaxBuffered <= 0 {
-		c.MaxBuffered = 1 << 20
+		c.MaxBuffered = DefaultMaxBuffered
 	}
 	if c.MaxBufferedBytes <= 0 {
 		c.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 4
+		c.MaxInFlight = DefaultMaxInFlight
 	}
 	if c.Shards <= 0 {
-		c.Shards = 8
+		c.Shards = DefaultShards
 	}
 	return c
 }

@@ -11,44 +11,55 @@ import (
 // below Alpha is raised to Alpha.
 type VegasConfig struct {
 	// Alpha is the estimated queue below which the limit grows by one.
-	// Defaults to 2.
+	// Defaults to DefaultVegasAlpha.
 	Alpha int
 	// Beta is the estimated queue above which the limit shrinks by one.
-	// Defaults to 4.
+	// Defaults to DefaultVegasBeta.
 	Beta int
-	// Initial is the starting limit. Defaults to 4.
+	// Initial is the starting limit. Defaults to DefaultVegasInitial.
 	Initial int
-	// Max is the largest limit. Defaults to 64.
+	// Max is the largest limit. Defaults to DefaultVegasMax.
 	Max int
-	// Min is the smallest limit. Defaults to 1.
+	// Min is the smallest limit. Defaults to DefaultVegasMin.
 	Min int
 	// Window is the number of samples after which the no-load round trip
 	// estimate starts forgetting older samples: the baseline is the minimum
-	// over the current and the previous window. Defaults to 1000.
+	// over the current and the previous window. Defaults to
+	// DefaultVegasWindow.
 	Window int
 }
 
+// The defaults of VegasConfig's zero fields.
+const (
+	DefaultVegasAlpha   = 2
+	DefaultVegasBeta    = 4
+	DefaultVegasInitial = 4
+	DefaultVegasMax     = 64
+	DefaultVegasMin     = 1
+	DefaultVegasWindow  = 1000
+)
+
 func (c VegasConfig) withDefaults() VegasConfig {
 	if c.Alpha <= 0 {
-		c.Alpha = 2
+		c.Alpha = DefaultVegasAlpha
 	}
 	if c.Beta <= 0 {
-		c.Beta = 4
+		c.Beta = DefaultVegasBeta
 	}
 	c.Beta = max(c.Beta, c.Alpha)
 	if c.Min <= 0 {
-		c.Min = 1
+		c.Min = DefaultVegasMin
 	}
 	if c.Max <= 0 {
-		c.Max = 64
+		c.Max = DefaultVegasMax
 	}
 	c.Max = max(c.Max, c.Min)
 	if c.Initial <= 0 {
-		c.Initial = 4
+		c.Initial = DefaultVegasInitial
 	}
 	c.Initial = min(max(c.Initial, c.Min), c.Max)
 	if c.Window <= 0 {
-		c.Window = 1000
+		c.Window = DefaultVegasWindow
 	}
 	return c
 }

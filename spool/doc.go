@@ -9,6 +9,17 @@
 // about PostgreSQL. It is a building block of queen
 // with no stability promise before v1.
 //
+// # Contract
+//
+// An Append that returned nil is on disk (fsynced) and is offered to the
+// ReplayFunc until the ReplayFunc stores it and its confirmation is synced:
+// at least once, in append order per key, across crashes and restarts of the
+// process that owns the directory. A record that fails permanently is set
+// aside, not dropped. A crash between storing and confirming offers a record
+// again, so the ReplayFunc must be idempotent (queen's is, through the
+// transaction id). The spool does not encrypt (callers seal before Append),
+// bound how long a record waits, or share a directory between processes.
+//
 // # Files
 //
 // Dir holds numbered files, named by a 16-hex-digit sequence number:
