@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -149,4 +152,50 @@ func TestAtExit(t *testing.T) {
 	if atExit.ran {
 		t.Fatal("AtExit ran its function before the tests were done")
 	}
+}
+
+// A test binary re-executed as a child process (the fault tests run their
+// consumers that way) must not start a cluster of its own just to learn
+// whether Examples can run: on a loaded machine that start took the child
+// past its parent's deadlines. The child looks for processes of its own
+// (a started server is one) before it exits.
+func TestSkipExamplesStartsNoCluster(t *testing.T) {
+	if os.Getenv("PGTEST_SKIP_CHILD") != "" {
+		if err := pgtest.SkipExamplesWithoutDatabase(); err != nil {
+			t.Fatal(err)
+		}
+		if kids := childProcesses(t); len(kids) > 0 {
+			t.Fatalf("the child started processes %v: a cluster", kids)
+		}
+		return
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSkipExamplesStartsNoCluster$")
+	cmd.Env = append(os.Environ(), "PGTEST_SKIP_CHILD=1", pgtest.EnvURL+"=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// childProcesses lists the names of this process's live child processes.
+func childProcesses(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			names = append(names, pid+":"+strings.TrimSpace(string(comm)))
+		}
+	}
+	return names
 }
