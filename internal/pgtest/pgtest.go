@@ -74,9 +74,13 @@ func AtExit(f func()) { queentest.AtExit(f) }
 // SkipExamplesWithoutDatabase makes the test binary skip its Examples when
 // no database can be had, as URL skips tests (Examples cannot skip
 // themselves); on CI they run and fail. Call it from TestMain after
-// flag.Parse. It starts the shared cluster if it has to look.
+// flag.Parse. It starts nothing: a test binary re-executed as a child
+// process must not pay for a cluster it never uses.
 func SkipExamplesWithoutDatabase() error {
-	_, err := queentest.SharedURL()
+	if os.Getenv(EnvURL) != "" {
+		return nil
+	}
+	err := pgcluster.Available()
 	if err == nil || !(errors.Is(err, pgcluster.ErrNoBinaries) || errors.Is(err, pgcluster.ErrNoUser)) {
 		return nil
 	}

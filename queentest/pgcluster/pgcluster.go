@@ -116,6 +116,18 @@ const (
 	logTailBytes = 8 << 10
 )
 
+// Available reports, without starting anything, whether Start could run
+// here: ErrNoBinaries without the server's programs, ErrNoUser when running
+// as root with no "postgres" account to run the server as. A nil error does
+// not promise the start succeeds.
+func Available() error {
+	if _, err := FindBinaries(); err != nil {
+		return err
+	}
+	_, err := serverOwner()
+	return err
+}
+
 // Start creates a new cluster with initdb, starts it and waits until it
 // accepts connections. ctx bounds only the start-up; the server keeps
 // running until Stop or Close.
