@@ -250,7 +250,7 @@ func TestPerKeyOrderWithChurnAndDeaths(t *testing.T) {
 	for _, c := range clients {
 		configure(t, c, "events", queen.QueueOptions{LeaseTime: lease})
 	}
-	ctx, cancel := context.WithTimeout(ctxT(t), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	// Producers: one per key group, pushing each key's messages in order
