@@ -93,7 +93,7 @@ func TestLanesStaleCacheSameTxnKeysSplit(t *testing.T) {
 // lane under the queue's count: the key's messages are stored in push
 // order, both in the lane the queue's count gives.
 func TestLanesChangeSpooledKeyNotOvertaken(t *testing.T) {
-	c1, c2, _ := openPair(t, manual, func(c *queen.Config) { c.StatementTimeout = 300 * time.Millisecond })
+	c1, c2, _ := openPair(t, manual, func(c *queen.Config) { c.StatementTimeout = lockTimeout })
 	const key = "customer-42"
 	stale, fresh := laneName(key, queen.DefaultLanes), laneName(key, 8)
 	q1 := c1.Queue("q")
@@ -105,7 +105,7 @@ func TestLanesChangeSpooledKeyNotOvertaken(t *testing.T) {
 	}
 	// Let the drain fail on the lock, so that it is backing off (for 800ms)
 	// when the next push comes.
-	waitFor(t, 20*time.Second, "failed drain passes", func() bool { return c1.SpoolStats().DrainFailures >= 4 })
+	waitFor(t, time.Minute, "failed drain passes", func() bool { return c1.SpoolStats().DrainFailures >= 4 })
 	release()
 	queen.ForgetQueueMeta(c1, "q") // c1 reads 8 lanes now
 	r := push(t, q1, queen.Item{Key: key, TransactionID: "m2"})[0]

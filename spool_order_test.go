@@ -13,7 +13,7 @@ import (
 // not overtaken by a later push to the same partition: the later one queues
 // behind it, and the partition ends in push order.
 func TestSpoolBufferedPushNotOvertaken(t *testing.T) {
-	c := open(t, manual, func(c *queen.Config) { c.StatementTimeout = 300 * time.Millisecond })
+	c := open(t, manual, func(c *queen.Config) { c.StatementTimeout = lockTimeout })
 	q := c.Queue("q")
 	push(t, q, queen.Item{Partition: "p", TransactionID: "first"})
 	release := lockPartition(t, c, "p")
@@ -22,7 +22,7 @@ func TestSpoolBufferedPushNotOvertaken(t *testing.T) {
 	}
 	// Let the drain fail on the lock, so that it is backing off when the
 	// next push comes.
-	waitFor(t, 10*time.Second, "a failed drain pass", func() bool { return c.SpoolStats().DrainFailures >= 2 })
+	waitFor(t, time.Minute, "a failed drain pass", func() bool { return c.SpoolStats().DrainFailures >= 2 })
 	release()
 	push(t, q, queen.Item{Partition: "p", TransactionID: "B"})
 	waitFor(t, 20*time.Second, "the drain", func() bool { return c.SpoolStats().PendingRecords == 0 })
