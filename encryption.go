@@ -258,11 +258,6 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.
 	return skip, nil
 }
 
-// errNoKey says that queue is encrypted and this client has no key.
-func errNoKey(queue string) error {
-	return fmt.Errorf("%w: queue %q is encrypted and Config.EncryptionKey is not set", ErrEncryption, queue)
-}
-
 // refuseWithoutKey is errNoKey when q is encrypted and this client has no
 // key, for reads that would otherwise fail on every message.
 func (q *Queue) refuseWithoutKey(ctx context.Context) error {

@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gofrs/uuid/v5"
@@ -10,14 +9,6 @@ import (
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 )
-
-// errLanesChanged marks, in its result, an item the database sent back
-// because it was routed to a lane with a lane count that is not the
-// queue's: a client's cached settings can be up to metaTTL old, and a key
-// must never be stored in a lane other than the one the queue's count
-// gives. The push that owns the item routes it again; callers never see it
-// unless that keeps failing.
-var errLanesChanged = errors.New("queen: the queue's lane count changed while routing")
 
 // maxReroutes bounds how often one push routes its items again; each time
 // it reads the queue's settings afresh, so a second one takes a Configure

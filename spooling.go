@@ -315,8 +315,6 @@ func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][
 	}
 }
 
-var errBehindSpool = errors.New("queen: the partition has spooled pushes not yet replayed")
-
 // refuseUnreplayable fails a push that could never be replayed instead of
 // spooling it: in maintenance mode, a client without Config.EncryptionKey
 // that has not seen the queue asks PostgreSQL (once per metaTTL, briefly)
@@ -569,8 +567,6 @@ func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
 		}
 	}
 }
-
-var errMaintenance = errors.New("queen: maintenance mode is on")
 
 // SetMaintenance switches maintenance mode for every process using this
 // schema. On: every push goes to the local disk spool and is reported
