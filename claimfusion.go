@@ -63,7 +63,7 @@ type claimReq struct {
 }
 
 func (f *claimFusion) pop(ctx context.Context, q *Queue, o *PopOptions, hints []string) ([]*Message, error) {
-	mode, from := o.Subscription.sqlMode()
+	mode, from := o.Subscription.SQLMode()
 	k := claimKey{
 		tenant: q.c.tenant, queue: q.name, group: o.Group, batch: o.Batch,
 		lease: o.LeaseTime, autoAck: o.AutoAck, mode: mode,

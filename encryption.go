@@ -197,11 +197,11 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 		return
 	}
 	for _, it := range items {
-		if it.noSpool || it.flags&frame.FlagEncrypted != 0 {
+		if it.noSpool || it.Flags&frame.FlagEncrypted != 0 {
 			continue
 		}
-		it.payload = e.seal(key.Tenant, key.Queue, key.Partition, it.key, it.hdrs, it.id, it.payload)
-		it.flags |= frame.FlagEncrypted | flagSpoolSealed
+		it.Payload = e.seal(key.Tenant, key.Queue, key.Partition, it.Key, it.Headers, it.ID, it.Payload)
+		it.Flags |= frame.FlagEncrypted | flagSpoolSealed
 	}
 }
 
@@ -217,7 +217,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.
 	for _, b := range bundle {
 		sealed := false
 		for _, it := range b.Items {
-			if it.flags&flagSpoolSealed != 0 {
+			if it.Flags&flagSpoolSealed != 0 {
 				sealed = true
 				break
 			}
@@ -231,19 +231,19 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.
 		}
 		var failed error
 		for _, it := range b.Items {
-			if it.flags&flagSpoolSealed == 0 {
+			if it.Flags&flagSpoolSealed == 0 {
 				continue
 			}
-			it.flags &^= flagSpoolSealed
+			it.Flags &^= flagSpoolSealed
 			if meta.encryption {
 				continue
 			}
-			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.key, it.hdrs, it.id, it.payload)
+			plain, err := e.open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.Key, it.Headers, it.ID, it.Payload)
 			if err != nil {
 				failed = err
 				break
 			}
-			it.payload, it.flags = plain, it.flags&^frame.FlagEncrypted
+			it.Payload, it.Flags = plain, it.Flags&^frame.FlagEncrypted
 		}
 		if failed != nil {
 			for _, it := range b.Items {

@@ -148,7 +148,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	if hints == nil {
 		hints = []string{}
 	}
-	mode, from := o.Subscription.sqlMode()
+	mode, from := o.Subscription.SQLMode()
 	// A client that lacks a key the queue's payloads need is misconfigured:
 	// it must fail without taking anything, where it would otherwise
 	// dead-letter every message it claims. A client without any key learns

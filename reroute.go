@@ -60,17 +60,17 @@ func (e *engine) route(tenant uuid.UUID, queue string, items []*pushItem, lanes 
 	out := items[:0:0]
 	for _, it := range items {
 		old := it.res.Partition
-		part := laneOf(it.key, lanes)
-		if part != old && it.flags&frame.FlagEncrypted != 0 {
-			plain, err := e.open(tenant, queue, old, it.key, it.hdrs, it.id, it.payload)
+		part := laneOf(it.Key, lanes)
+		if part != old && it.Flags&frame.FlagEncrypted != 0 {
+			plain, err := e.open(tenant, queue, old, it.Key, it.Headers, it.ID, it.Payload)
 			if err == nil && e.aead == nil {
 				err = fmt.Errorf("%w: Config.EncryptionKey is not set", ErrEncryption)
 			}
 			if err != nil {
-				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.key, err))
+				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.Key, err))
 				continue
 			}
-			it.payload = e.seal(tenant, queue, part, it.key, it.hdrs, it.id, plain)
+			it.Payload = e.seal(tenant, queue, part, it.Key, it.Headers, it.ID, plain)
 		}
 		it.lanes, it.res.Partition = lanes, part
 		out = append(out, it)
@@ -116,8 +116,8 @@ func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved
 	leaders := make(map[l1Key]int)
 	for i := range b.slab {
 		if it := &b.slab[i]; !cand[i] && b.leaderOf[i] < 0 && it.res != nil {
-			if _, ok := leaders[l1Key{it.res.Partition, it.txn}]; !ok {
-				leaders[l1Key{it.res.Partition, it.txn}] = i
+			if _, ok := leaders[l1Key{it.res.Partition, it.TransactionID}]; !ok {
+				leaders[l1Key{it.res.Partition, it.TransactionID}] = i
 			}
 		}
 	}
@@ -131,7 +131,7 @@ func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved
 		if it.resolved { // failed to route
 			continue
 		}
-		k := l1Key{it.res.Partition, it.txn}
+		k := l1Key{it.res.Partition, it.TransactionID}
 		if l, ok := leaders[k]; ok {
 			b.leaderOf[i] = l
 			continue

@@ -159,7 +159,7 @@ func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
 func (b *pushBatch) keyed() bool {
 	for _, g := range b.groups {
 		for _, it := range g {
-			if it.key != "" {
+			if it.Key != "" {
 				return true
 			}
 		}
