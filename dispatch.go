@@ -29,8 +29,8 @@ func (c *consumer) dispatch(n int) error {
 	hold := n * max(c.po.Partitions, 1)
 	run := make(chan struct{}, n) // a token per running batch
 	e := q.c.e
-	w := e.wake.subscribe(q.c.tenant, q.name)
-	defer e.wake.unsubscribe(w)
+	w := e.wake.Subscribe(q.c.tenant, q.name)
+	defer e.wake.Unsubscribe(w)
 	rescan := time.NewTicker(popRescan)
 	defer rescan.Stop()
 
@@ -165,8 +165,8 @@ func (c *consumer) dispatch(n int) error {
 		case <-retry:
 			retry, want = nil, true
 		case <-c.stop.Done():
-		case <-w.ch:
-			hints = append(hints, w.takeHints()...)
+		case <-w.C():
+			hints = append(hints, w.TakeHints()...)
 			want = true
 		case <-freed:
 			want = true

@@ -217,7 +217,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 				sp.batch.Retry = retry
 			}
 			if live {
-				e.wake.pushed(sp.batch.Key)
+				e.wake.Pushed(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition)
 			}
 		case alloc.Duplicate:
 			if segCache == nil {

@@ -91,8 +91,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	}
 	// Subscribe before the first look so a push committing in between
 	// still wakes this pop.
-	w := e.wake.subscribe(q.c.tenant, q.name)
-	defer e.wake.unsubscribe(w)
+	w := e.wake.Subscribe(q.c.tenant, q.name)
+	defer e.wake.Unsubscribe(w)
 	deadline := time.NewTimer(o.Wait)
 	defer deadline.Stop()
 	rescan := time.NewTicker(popRescan)
@@ -104,8 +104,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 			return msgs, err
 		}
 		select {
-		case <-w.ch:
-			hints = w.takeHints()
+		case <-w.C():
+			hints = w.TakeHints()
 		case <-rescan.C:
 			hints = nil
 		case <-deadline.C:

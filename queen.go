@@ -21,6 +21,7 @@ import (
 
 	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
 	"github.com/e03140bc/queen/sqlschema"
 )
@@ -236,7 +237,7 @@ type engine struct {
 	closeErr  error
 
 	push  *pusher
-	wake  *wakeHub
+	wake  *wake.Hub
 	meter *meters
 	maint *maintainer
 	acks  *acker
@@ -254,7 +255,7 @@ type engine struct {
 	// processes' pushes.
 	csql     *stmt.Consume
 	owner    string
-	listen   *listener
+	listen   *wake.Listener
 	claims   claimFusion
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close

@@ -3,6 +3,8 @@ package queen
 import (
 	"context"
 	"fmt"
+
+	"github.com/e03140bc/queen/internal/wake"
 )
 
 // service is one part of the engine that Open starts and Close stops.
@@ -58,8 +60,15 @@ func (e *engine) services() []service {
 			},
 			stop: func(context.Context) error { e.maint.close(); return nil }},
 		{name: "wake hub",
-			start: func(context.Context) error { e.wake = newWakeHub(e); return nil },
-			stop:  func(context.Context) error { e.wake.close(); return nil }},
+			start: func(context.Context) error {
+				e.wake = wake.New(e.ctx, wake.Config{
+					Pool: e.pool, Notify: e.sql.Notify, Channel: e.sql.Channel,
+					Timeout: e.cfg.StatementTimeout, Log: e.log,
+					OnMaintenance: func() { e.refreshMaintenance(e.ctx) },
+				})
+				return nil
+			},
+			stop: func(context.Context) error { e.wake.Close(); return nil }},
 		{name: "ack fusion",
 			start: func(context.Context) error { e.acks = newAcker(e); return nil },
 			stop:  func(ctx context.Context) error { return e.acks.close(ctx) }},
@@ -70,8 +79,11 @@ func (e *engine) services() []service {
 			start: func(context.Context) error { e.drain = newDrainer(e); return nil },
 			stop:  func(context.Context) error { e.drain.close(); return nil }},
 		{name: "listener",
-			start: func(context.Context) error { e.listen = startListener(e); return nil },
-			stop:  func(context.Context) error { e.listen.close(); return nil }},
+			start: func(context.Context) error {
+				e.listen = wake.Listen(e.wake, e.pool.Config().ConnConfig, e.sql.Channel, e.log)
+				return nil
+			},
+			stop: func(context.Context) error { e.listen.Close(); return nil }},
 		{name: "spool metrics",
 			start: func(context.Context) (err error) {
 				e.spoolReg, err = registerSpoolMetrics(e)

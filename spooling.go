@@ -20,6 +20,7 @@ import (
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
 )
 
@@ -578,7 +579,7 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 		return fmt.Errorf("queen: set maintenance: %w", err)
 	}
 	e.maintOn.Store(on)
-	if _, err := e.pool.Exec(ctx, e.sql.Notify, e.sql.Channel, maintenanceNotice); err != nil {
+	if _, err := e.pool.Exec(ctx, e.sql.Notify, e.sql.Channel, wake.MaintenanceNotice); err != nil {
 		e.log.Warn("queen: notify maintenance change", "err", err)
 	}
 	if !on {
@@ -590,10 +591,6 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 // Maintenance reports whether maintenance mode is on, as this process last
 // saw it.
 func (c *Client) Maintenance() bool { return c.e.maintOn.Load() }
-
-// maintenanceNotice is the NOTIFY payload that makes listeners re-read the
-// flag; it cannot be a "tenant/queue" line.
-const maintenanceNotice = "!maintenance"
 
 func (e *engine) refreshMaintenance(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
