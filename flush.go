@@ -242,7 +242,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			// The queue was switched to encryption after this client cached
 			// its options: encrypt and send again, or fail without a key.
 			e.forgetMeta(sp.batch.Key.Tenant, sp.batch.Key.Queue)
-			if e.aead == nil {
+			if !e.keys.CanSeal() {
 				for _, it := range sp.batch.Items {
 					resolveFailed(it, errNoKey(sp.batch.Key.Queue))
 				}
@@ -250,7 +250,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			}
 			for _, it := range sp.batch.Items {
 				if it.Flags&frame.FlagEncrypted == 0 {
-					it.Payload, it.Flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.Key, it.Headers, it.ID, it.Payload), it.Flags|frame.FlagEncrypted
+					it.Payload, it.Flags = e.keys.Seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.Key, it.Headers, it.ID, it.Payload), it.Flags|frame.FlagEncrypted
 				}
 			}
 			sp.batch.Retry = sp.batch.Items

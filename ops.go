@@ -259,12 +259,12 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		var newPay []byte
 		var newFl *int32
 		if reseal {
-			if e.aead == nil {
+			if !e.keys.CanSeal() {
 				rows.Close()
 				return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
 					ErrEncryption, id, q.name)
 			}
-			payload, fl = e.seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
+			payload, fl = e.keys.Seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
 			newPay, newFl = payload, &fl
 		}
 		h := dedup.Sum(txn)

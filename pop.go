@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/seal"
 )
 
 // popRescan is how often a waiting Pop looks again without a wake: the
@@ -158,7 +159,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	// encrypted queue, which consumes in the claim itself, runs in a
 	// transaction committed only once every payload opened.
 	inTx := false
-	if o.AutoAck || e.aead == nil {
+	if o.AutoAck || !e.keys.CanSeal() {
 		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 		if err != nil {
 			if e.isClosed() {
@@ -166,7 +167,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			return nil, err
 		}
-		if meta.encryption && e.aead == nil {
+		if meta.encryption && !e.keys.CanSeal() {
 			return nil, errNoKey(q.name)
 		}
 		inTx = o.AutoAck && meta.encryption
@@ -297,9 +298,9 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			if f.Flags&frame.FlagEncrypted != 0 {
 				m.stored = append([]byte(nil), f.Payload...)
-				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
+				plain, err := e.keys.Open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
 				if err != nil {
-					if _, ok := err.(unknownKeyError); ok && unknownKey == nil {
+					if _, ok := err.(seal.UnknownKeyError); ok && unknownKey == nil {
 						unknownKey = err
 					}
 					p.dead = append(p.dead, deadMsg{m, err})

@@ -341,7 +341,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
 		var lastEnc, lastKnown bool
-		if spool && e.aead == nil {
+		if spool && !e.keys.CanSeal() {
 			lastEnc, lastKnown = e.lastEncrypted(q.c.tenant, q.name)
 		}
 		switch {
@@ -349,13 +349,13 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			err = ErrClosed
 		case ctx.Err() != nil:
 			err = ctx.Err()
-		case spool && e.aead == nil && lastKnown && !lastEnc:
+		case spool && !e.keys.CanSeal() && lastKnown && !lastEnc:
 			// Not encrypted at the last contact: spooled in plaintext, as
 			// for a queue whose settings are cached.
 			b.unknown, err = err, nil
-		case spool && e.aead == nil && lastEnc:
+		case spool && !e.keys.CanSeal() && lastEnc:
 			err = errNoKey(q.name)
-		case spool && e.aead == nil:
+		case spool && !e.keys.CanSeal():
 			// Spooling a payload in plaintext is only safe for a queue known
 			// not to be encrypted.
 			err = fmt.Errorf("%w: whether queue %q is encrypted is unknown (%w), and without Config.EncryptionKey its payloads could only be spooled in plaintext", ErrEncryption, q.name, err)
@@ -368,7 +368,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			return nil, err
 		}
 	}
-	if meta.encryption && e.aead == nil {
+	if meta.encryption && !e.keys.CanSeal() {
 		b.release()
 		return nil, errNoKey(q.name)
 	}
@@ -436,7 +436,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		hdrs := frame.EncodeHeaders(it.Headers)
 		pi.Headers = hdrs
 		if meta.encryption {
-			pi.Payload = e.seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
+			pi.Payload = e.keys.Seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
 			pi.Flags = frame.FlagEncrypted
 		}
 		if !follower {

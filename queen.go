@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/e03140bc/queen/internal/connstr"
+	"github.com/e03140bc/queen/internal/seal"
 	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
@@ -214,8 +214,7 @@ type engine struct {
 	ownPool bool
 	sql     *stmt.Set
 	log     *slog.Logger
-	aead    cipher.AEAD // the sealing key; nil without Config.EncryptionKey
-	keys    keyring
+	keys    seal.Keyring // Config.EncryptionKey and DecryptionKeys
 	meta    metaCache
 	tracer  trace.Tracer // nil when Config.TracerProvider is a no-op
 	prop    propagation.TextMapPropagator
@@ -316,7 +315,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.sql = stmt.New(cfg.Schema)
 	e.csql = stmt.NewConsume(cfg.Schema)
 	e.owner = newOwner()
-	if err := e.loadKeys(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
+	if e.keys, err = seal.Load(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
 		return fail(err)
 	}
 	e.meter, err = newMeters(cfg.MeterProvider)

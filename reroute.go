@@ -62,15 +62,15 @@ func (e *engine) route(tenant uuid.UUID, queue string, items []*pushItem, lanes 
 		old := it.res.Partition
 		part := laneOf(it.Key, lanes)
 		if part != old && it.Flags&frame.FlagEncrypted != 0 {
-			plain, err := e.open(tenant, queue, old, it.Key, it.Headers, it.ID, it.Payload)
-			if err == nil && e.aead == nil {
+			plain, err := e.keys.Open(tenant, queue, old, it.Key, it.Headers, it.ID, it.Payload)
+			if err == nil && !e.keys.CanSeal() {
 				err = fmt.Errorf("%w: Config.EncryptionKey is not set", ErrEncryption)
 			}
 			if err != nil {
 				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.Key, err))
 				continue
 			}
-			it.Payload = e.seal(tenant, queue, part, it.Key, it.Headers, it.ID, plain)
+			it.Payload = e.keys.Seal(tenant, queue, part, it.Key, it.Headers, it.ID, plain)
 		}
 		it.lanes, it.res.Partition = lanes, part
 		out = append(out, it)

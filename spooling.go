@@ -318,7 +318,7 @@ func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][
 // whether it is encrypted. If PostgreSQL cannot tell, the push is spooled;
 // should it never succeed, replay quarantines that record alone.
 func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue string, meta queueMeta) error {
-	if e.aead != nil || meta.encryption || !meta.fetched.IsZero() || !e.maintOn.Load() {
+	if e.keys.CanSeal() || meta.encryption || !meta.fetched.IsZero() || !e.maintOn.Load() {
 		return nil
 	}
 	d := e.drain
@@ -617,7 +617,7 @@ type encQueueSet struct {
 // without a key (one with a key seals whatever it spools). It keeps the last
 // set while the database is away.
 func (e *engine) refreshEncrypted(ctx context.Context) {
-	if e.aead != nil {
+	if e.keys.CanSeal() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
