@@ -28,21 +28,21 @@ var (
 // Errors the engine's parts pass between themselves; a caller sees them
 // only wrapped, or not at all.
 var (
-	// LeaseEnded is a Consume handler call's answer when the batch's lease
+	// ErrLeaseEnded is a Consume handler call's answer when the batch's lease
 	// ended before the handler could start: the message was not handled
 	// and is left to the partition's next holder.
 	ErrLeaseEnded = errors.New("queen: the lease ended before the handler started")
-	// LanesChanged marks, in its result, an item the database sent back
+	// ErrLanesChanged marks, in its result, an item the database sent back
 	// because it was routed to a lane with a lane count that is not the
 	// queue's: a client's cached settings can be a few seconds old, and a
 	// key must never be stored in a lane other than the one the queue's
 	// count gives. The push that owns the item routes it again; callers
 	// never see it unless that keeps failing.
 	ErrLanesChanged = errors.New("queen: the queue's lane count changed while routing")
-	// BehindSpool is why a push to a partition with spooled pushes not yet
+	// ErrBehindSpool is why a push to a partition with spooled pushes not yet
 	// replayed is spooled too: it must not overtake them.
 	ErrBehindSpool = errors.New("queen: the partition has spooled pushes not yet replayed")
-	// Maintenance is why a push is spooled while maintenance mode is on.
+	// ErrMaintenance is why a push is spooled while maintenance mode is on.
 	ErrMaintenance = errors.New("queen: maintenance mode is on")
 )
 
