@@ -60,7 +60,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.
 				continue
 			}
 			it.Flags &^= flagSpoolSealed
-			if meta.encryption {
+			if meta.Encryption {
 				continue
 			}
 			plain, err := e.keys.Open(b.Key.Tenant, b.Key.Queue, b.Key.Partition, it.Key, it.Headers, it.ID, it.Payload)
@@ -97,7 +97,7 @@ func (q *Queue) refuseWithoutKey(ctx context.Context) error {
 		}
 		return err
 	}
-	if meta.encryption {
+	if meta.Encryption {
 		return errNoKey(q.name)
 	}
 	return nil

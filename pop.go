@@ -167,10 +167,10 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			return nil, err
 		}
-		if meta.encryption && !e.keys.CanSeal() {
+		if meta.Encryption && !e.keys.CanSeal() {
 			return nil, errNoKey(q.name)
 		}
-		inTx = o.AutoAck && meta.encryption
+		inTx = o.AutoAck && meta.Encryption
 	}
 	dm := e.meter.consume.dest(q.name, o.Group) // once per claim: settlements use it
 	e.claims.claims.Add(1)

@@ -368,7 +368,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			return nil, err
 		}
 	}
-	if meta.encryption && !e.keys.CanSeal() {
+	if meta.Encryption && !e.keys.CanSeal() {
 		b.release()
 		return nil, errNoKey(q.name)
 	}
@@ -377,7 +377,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		return nil, err
 	}
 
-	lanes := meta.lanes
+	lanes := meta.Lanes
 	if lanes <= 0 {
 		// Unknown settings (spooled): route with the default; the replay's
 		// bundle is checked against the queue's count and re-routed.
@@ -432,10 +432,10 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		pi := &slab[i]
 		pi.ID, pi.TransactionID, pi.hash, pi.Payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
 		pi.Key, pi.lanes, pi.send = it.Key, routed, send
-		pi.noWindow = !meta.dedup && !meta.fetched.IsZero()
+		pi.noWindow = !meta.Dedup && !meta.Fetched.IsZero()
 		hdrs := frame.EncodeHeaders(it.Headers)
 		pi.Headers = hdrs
-		if meta.encryption {
+		if meta.Encryption {
 			pi.Payload = e.keys.Seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
 			pi.Flags = frame.FlagEncrypted
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/internal/seal"
+	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
@@ -94,6 +95,22 @@ type Config struct {
 	// Maintenance tunes retention and purging. The zero value means the
 	// defaults.
 	Maintenance MaintenanceConfig
+
+	test *testConfig // knobs only tests set; nil for none
+}
+
+// testConfig holds a client's knobs that only tests set (through the
+// package's export_test helpers).
+type testConfig struct {
+	metaCacheMax int // bound on cached queue settings; 0: settings.DefaultMax
+}
+
+// testKnobs is c's test config, never nil.
+func (c *Config) testKnobs() *testConfig {
+	if c.test == nil {
+		c.test = new(testConfig)
+	}
+	return c.test
 }
 
 // FusionConfig tunes the fusion engine. Each zero field takes the value of
@@ -214,9 +231,9 @@ type engine struct {
 	ownPool bool
 	sql     *stmt.Set
 	log     *slog.Logger
-	keys    seal.Keyring // Config.EncryptionKey and DecryptionKeys
-	meta    metaCache
-	tracer  trace.Tracer // nil when Config.TracerProvider is a no-op
+	keys    seal.Keyring    // Config.EncryptionKey and DecryptionKeys
+	meta    *settings.Cache // the queue settings a push needs; made with the engine context
+	tracer  trace.Tracer    // nil when Config.TracerProvider is a no-op
 	prop    propagation.TextMapPropagator
 	injects bool // prop writes some field
 	// viaGlobal: the provider is OpenTelemetry's global one as it was

@@ -175,7 +175,7 @@ func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 			}
 			return nil
 		}
-		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1))
+		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.Lanes, 1))
 		if e.maintOn.Load() {
 			for part, g := range groups {
 				k := key

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/wake"
 )
 
@@ -50,6 +51,7 @@ func (e *engine) services() []service {
 		{name: "engine context",
 			start: func(context.Context) error {
 				e.ctx, e.cancel = context.WithCancel(context.Background())
+				e.meta = settings.New(e.ctx, e.cfg.StatementTimeout, e.readQueueMeta, e.cfg.testKnobs().metaCacheMax)
 				return nil
 			},
 			stop: func(context.Context) error { e.cancel(); return nil }},

@@ -318,7 +318,7 @@ func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][
 // whether it is encrypted. If PostgreSQL cannot tell, the push is spooled;
 // should it never succeed, replay quarantines that record alone.
 func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue string, meta queueMeta) error {
-	if e.keys.CanSeal() || meta.encryption || !meta.fetched.IsZero() || !e.maintOn.Load() {
+	if e.keys.CanSeal() || meta.Encryption || !meta.Fetched.IsZero() || !e.maintOn.Load() {
 		return nil
 	}
 	d := e.drain
@@ -535,7 +535,7 @@ func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
 			}
 			return
 		}
-		groups := e.reroute(key.Tenant, key.Queue, moved, max(meta.lanes, 1))
+		groups := e.reroute(key.Tenant, key.Queue, moved, max(meta.Lanes, 1))
 		done := make(chan struct{})
 		var pending atomic.Int32
 		pending.Store(int32(len(groups)) + 1)

@@ -92,7 +92,7 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 			if err != nil {
 				return fmt.Errorf("queen: push to %q: %w", q.name, err)
 			}
-			for part, g := range e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1)) {
+			for part, g := range e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.Lanes, 1)) {
 				bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
 					Key:   fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part},
 					Items: g,
