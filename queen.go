@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/e03140bc/queen/internal/connstr"
+	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/seal"
 	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/stmt"
@@ -255,7 +256,7 @@ type engine struct {
 	push  *pusher
 	wake  *wake.Hub
 	meter *meters
-	maint *maintainer
+	maint *maintain.Maintainer
 	acks  *acker
 
 	// The disk spool, its drain, and the schema-wide maintenance flag.

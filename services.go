@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/wake"
 )
@@ -57,10 +58,13 @@ func (e *engine) services() []service {
 			stop: func(context.Context) error { e.cancel(); return nil }},
 		{name: "maintenance",
 			start: func(context.Context) (err error) {
-				e.maint, err = newMaintainer(e, e.cfg.Maintenance)
+				e.maint, err = maintain.New(e.ctx, maintain.Params{
+					Pool: e.pool, SQL: e.sql, Timeout: e.cfg.StatementTimeout, Log: e.log,
+					MeterProvider: e.cfg.MeterProvider, Config: maintain.Config(e.cfg.Maintenance),
+				})
 				return err
 			},
-			stop: func(context.Context) error { e.maint.close(); return nil }},
+			stop: func(context.Context) error { e.maint.Close(); return nil }},
 		{name: "wake hub",
 			start: func(context.Context) error {
 				e.wake = wake.New(e.ctx, wake.Config{
