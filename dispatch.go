@@ -127,7 +127,7 @@ func (c *consumer) dispatch(n int) error {
 		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < maxInFlight && retry == nil {
 			inUse += free
 			mu.Unlock()
-			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats
+			e.claims.Pops.Add(int64(free)) // one pop per free worker, in Stats
 			h := hints
 			hints, want = nil, false
 			inFlight++

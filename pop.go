@@ -13,6 +13,7 @@ import (
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/seal"
 )
@@ -120,7 +121,7 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 }
 
 // popOnce is one claim: on its own, or folded into a claim shared with
-// concurrent pops of the same queue and options (see claimFusion).
+// concurrent pops of the same queue and options (see package claimfuse).
 func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*Message, error) {
 	e := q.c.e
 	if err := ctx.Err(); err != nil {
@@ -129,12 +130,27 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	e.claims.pops.Add(1)
+	e.claims.Pops.Add(1)
 	if o.Partition == "" && o.Partitions == 1 {
-		return e.claims.pop(ctx, q, o, hints)
+		return e.claims.Pop(ctx, claimKeyOf(q, o), hints, func(ctx context.Context, hints []string, n int) ([][]*Message, error) {
+			return q.claim(ctx, o, hints, n)
+		})
 	}
 	groups, err := q.claim(ctx, o, hints, 1)
 	return slices.Concat(groups...), err
+}
+
+// claimKeyOf is the claim-fusion lane of a pop of q with o.
+func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
+	mode, from := o.Subscription.SQLMode()
+	k := claimfuse.Key{
+		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Batch: o.Batch,
+		Lease: o.LeaseTime, AutoAck: o.AutoAck, Mode: mode,
+	}
+	if from != nil {
+		k.From = from.UnixNano()
+	}
+	return k
 }
 
 // claim is one claim round trip taking up to n*o.Partitions partitions, at
@@ -173,7 +189,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		inTx = o.AutoAck && meta.Encryption
 	}
 	dm := e.meter.consume.dest(q.name, o.Group) // once per claim: settlements use it
-	e.claims.claims.Add(1)
+	e.claims.Claims.Add(1)
 	// The claim commits on the server even if the caller gives up, so it
 	// runs to completion on a detached context: a lease nobody received
 	// would stall the partition until expiry, an auto-ack would lose data.

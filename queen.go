@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/seal"
@@ -273,7 +274,7 @@ type engine struct {
 	csql     *stmt.Consume
 	owner    string
 	listen   *wake.Listener
-	claims   claimFusion
+	claims   claimfuse.Fusion[*Message]
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
 	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
@@ -432,7 +433,7 @@ func (c *Client) Stats() Stats {
 	a := c.e.acks.fusion.Stats()
 	return Stats{
 		Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items),
-		Pops: c.e.claims.pops.Load(), Claims: c.e.claims.claims.Load(),
+		Pops: c.e.claims.Pops.Load(), Claims: c.e.claims.Claims.Load(),
 		AckCommits: int64(a.Bundles), Acks: int64(a.Items),
 	}
 }
