@@ -400,11 +400,6 @@ func (c *consumer) call(m *Message, exp *atomic.Int64) (err error) {
 	return c.fn(ctx, m)
 }
 
-// errLeaseEnded is call's answer when the batch's lease ended before the
-// handler could start: the message was not handled and is left to the
-// partition's next holder.
-var errLeaseEnded = errors.New("queen: the lease ended before the handler started")
-
 // renew keeps the lease of m's batch alive: it extends it whenever half of
 // it is left, at once if the pop already took that long, and publishes the
 // current end in exp (0 once the lease is lost) until the returned func is

@@ -135,7 +135,7 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 			return nil, fmt.Errorf("queen: dead letter %d: headers: %w", d.ID, err)
 		}
 		if byte(flags)&frame.FlagEncrypted != 0 {
-			if d.Data, err = e.open(q.c.tenant, q.name, d.Partition, d.Key, hdrs, d.MessageID, d.Data); err != nil {
+			if d.Data, err = e.keys.Open(q.c.tenant, q.name, d.Partition, d.Key, hdrs, d.MessageID, d.Data); err != nil {
 				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}

@@ -29,8 +29,8 @@ func (c *consumer) dispatch(n int) error {
 	hold := n * max(c.po.Partitions, 1)
 	run := make(chan struct{}, n) // a token per running batch
 	e := q.c.e
-	w := e.wake.subscribe(q.c.tenant, q.name)
-	defer e.wake.unsubscribe(w)
+	w := e.wake.Subscribe(q.c.tenant, q.name)
+	defer e.wake.Unsubscribe(w)
 	rescan := time.NewTicker(popRescan)
 	defer rescan.Stop()
 
@@ -127,7 +127,7 @@ func (c *consumer) dispatch(n int) error {
 		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < maxInFlight && retry == nil {
 			inUse += free
 			mu.Unlock()
-			e.claims.pops.Add(int64(free)) // one pop per free worker, in Stats
+			e.claims.Pops.Add(int64(free)) // one pop per free worker, in Stats
 			h := hints
 			hints, want = nil, false
 			inFlight++
@@ -165,8 +165,8 @@ func (c *consumer) dispatch(n int) error {
 		case <-retry:
 			retry, want = nil, true
 		case <-c.stop.Done():
-		case <-w.ch:
-			hints = append(hints, w.takeHints()...)
+		case <-w.C():
+			hints = append(hints, w.TakeHints()...)
 			want = true
 		case <-freed:
 			want = true

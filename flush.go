@@ -108,7 +108,7 @@ var maxBundleBytes = 64 << 20
 
 // frameBytes over-estimates the item's frame and hash in a bundle.
 func (it *pushItem) frameBytes() int {
-	return len(it.payload) + len(it.txn) + len(it.key) + len(it.hdrs) + 64
+	return len(it.Payload) + len(it.TransactionID) + len(it.Key) + len(it.Headers) + 64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
@@ -204,7 +204,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		switch v.Status {
 		case alloc.Queued:
 			for k, it := range sp.frames {
-				it.resolve(PushResult{Status: Queued, MessageID: it.id, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
+				it.resolve(PushResult{Status: Queued, MessageID: it.ID, Offset: v.BaseOffset + int64(k), CreatedAt: v.CreatedAt})
 			}
 			if sp.n < len(sp.batch.Items) {
 				// The rest waits, but for followers of what was stored.
@@ -217,7 +217,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 				sp.batch.Retry = retry
 			}
 			if live {
-				e.wake.pushed(sp.batch.Key)
+				e.wake.Pushed(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition)
 			}
 		case alloc.Duplicate:
 			if segCache == nil {
@@ -242,15 +242,15 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			// The queue was switched to encryption after this client cached
 			// its options: encrypt and send again, or fail without a key.
 			e.forgetMeta(sp.batch.Key.Tenant, sp.batch.Key.Queue)
-			if e.aead == nil {
+			if !e.keys.CanSeal() {
 				for _, it := range sp.batch.Items {
 					resolveFailed(it, errNoKey(sp.batch.Key.Queue))
 				}
 				continue
 			}
 			for _, it := range sp.batch.Items {
-				if it.flags&frame.FlagEncrypted == 0 {
-					it.payload, it.flags = e.seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.key, it.hdrs, it.id, it.payload), it.flags|frame.FlagEncrypted
+				if it.Flags&frame.FlagEncrypted == 0 {
+					it.Payload, it.Flags = e.keys.Seal(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition, it.Key, it.Headers, it.ID, it.Payload), it.Flags|frame.FlagEncrypted
 				}
 			}
 			sp.batch.Retry = sp.batch.Items
@@ -314,12 +314,11 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[fusion.Key, *push
 		}
 		frames = append(frames, it)
 		s.hashes = dedup.AppendHash(s.hashes, it.hash)
-		f := frame.Frame{ID: it.id, Flags: it.flags, TransactionID: it.txn, Key: it.key, Headers: it.hdrs, Payload: it.payload}
-		s.raw = frame.Append(s.raw, &f)
-		if it.flags&frame.FlagEncrypted == 0 {
+		s.raw = frame.Append(s.raw, &it.Frame)
+		if it.Flags&frame.FlagEncrypted == 0 {
 			flags &^= alloc.FlagEncrypted
 		}
-		if it.key != "" {
+		if it.Key != "" {
 			flags |= alloc.FlagKeyed
 		}
 		if it.lanes != 0 && lanes != it.lanes {
@@ -397,7 +396,7 @@ func (it *pushItem) resolve(r PushResult) {
 }
 
 func resolveFailed(it *pushItem, err error) {
-	it.resolve(PushResult{Status: Failed, MessageID: it.id, Offset: -1, Err: err})
+	it.resolve(PushResult{Status: Failed, MessageID: it.ID, Offset: -1, Err: err})
 }
 
 // pushLive runs the bundle on a connection of its own. If the statement

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/internal/msg"
 )
 
 // idMinter mints the message ids of one push call. The first is
@@ -43,38 +45,23 @@ func (m *idMinter) next() (uuid.UUID, error) {
 // later are seeded by the same choice, and it is ignored on every later pop.
 // The zero value is SubscribeAll. Queue mode (Group "") always starts at the
 // oldest retained message.
-type Subscription struct {
-	mode string // "" means "all"
-	from time.Time
-}
+type Subscription = msg.Subscription
 
 var (
 	// SubscribeAll starts a new consumer group at the oldest retained
 	// message of every partition.
-	SubscribeAll = Subscription{mode: "all"}
+	SubscribeAll = msg.SubscribeAll
 	// SubscribeNew starts a new consumer group after the current tail of
 	// every existing partition. Partitions created after the group's first
 	// contact are read from their start.
-	SubscribeNew = Subscription{mode: "new"}
+	SubscribeNew = msg.SubscribeNew
 )
 
 // SubscribeFrom starts a new consumer group at the first message pushed at
 // or after t (at segment granularity: messages committed together share a
 // timestamp). Partitions created after the group's first contact are read
 // from their start.
-func SubscribeFrom(t time.Time) Subscription { return Subscription{mode: "from", from: t} }
-
-func (s Subscription) sqlMode() (string, *time.Time) {
-	switch s.mode {
-	case "new":
-		return "new", nil
-	case "from":
-		t := s.from
-		return "from", &t
-	default:
-		return "all", nil
-	}
-}
+func SubscribeFrom(t time.Time) Subscription { return msg.SubscribeFrom(t) }
 
 // PopOptions are the options of one Pop.
 type PopOptions struct {

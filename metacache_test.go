@@ -12,8 +12,7 @@ import (
 // entries, so a queue in steady use stays cached.
 func TestQueueMetaCacheIsBounded(t *testing.T) {
 	const bound = 16
-	defer queen.SetMetaCacheMax(bound)()
-	c := open(t)
+	c := open(t, queen.MetaCacheMax(bound))
 	hot := c.Queue("hot")
 	for i := range 100 {
 		push(t, hot, queen.Item{Data: []byte("x")})

@@ -423,34 +423,3 @@ func registerSpoolMetrics(e *engine) (metric.Registration, error) {
 		return nil
 	}, pending, bytes, quarantined, replayed, qrecords)
 }
-
-// registerLagMetrics registers the consumer lag gauges, read from the
-// maintainer's last snapshot.
-func (m *maintainer) registerLagMetrics() error {
-	meter := m.e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
-	var err error
-	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
-		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
-		return err
-	}
-	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
-		return err
-	}
-	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (m *maintainer) observe(_ context.Context, o metric.Observer) error {
-	m.lagSnapshotM.Lock()
-	defer m.lagSnapshotM.Unlock()
-	for _, r := range m.lag {
-		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
-			attribute.String("tenant", r.tenant.String()))
-		o.ObserveInt64(m.lagMessages, r.messages, attrs)
-		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
-	}
-	return nil
-}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/dedup"
-	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/stmt"
 )
@@ -164,7 +163,7 @@ func (q *Queue) Resume(ctx context.Context, group string) error {
 		return fmt.Errorf("queen: resume %q group %q: %w", q.name, group, err)
 	}
 	if n > 0 {
-		e.wake.woken(q.c.tenant, q.name)
+		e.wake.Woken(q.c.tenant, q.name)
 	}
 	return nil
 }
@@ -260,12 +259,12 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		var newPay []byte
 		var newFl *int32
 		if reseal {
-			if e.aead == nil {
+			if !e.keys.CanSeal() {
 				rows.Close()
 				return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
 					ErrEncryption, id, q.name)
 			}
-			payload, fl = e.seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
+			payload, fl = e.keys.Seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
 			newPay, newFl = payload, &fl
 		}
 		h := dedup.Sum(txn)
@@ -305,7 +304,7 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	}
 	// After Close: the statement's implicit transaction has committed.
 	for _, p := range woken {
-		e.wake.pushed(fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: p})
+		e.wake.Pushed(q.c.tenant, q.name, p)
 	}
 	return total, nil
 }

@@ -117,7 +117,7 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 				}
 			}
 			if f.Flags&frame.FlagEncrypted != 0 {
-				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
+				plain, err := e.keys.Open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
 				if err != nil {
 					return fmt.Errorf("offset %d: %w", off, err)
 				}

@@ -13,7 +13,9 @@ import (
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/seal"
 )
 
 // popRescan is how often a waiting Pop looks again without a wake: the
@@ -91,8 +93,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	}
 	// Subscribe before the first look so a push committing in between
 	// still wakes this pop.
-	w := e.wake.subscribe(q.c.tenant, q.name)
-	defer e.wake.unsubscribe(w)
+	w := e.wake.Subscribe(q.c.tenant, q.name)
+	defer e.wake.Unsubscribe(w)
 	deadline := time.NewTimer(o.Wait)
 	defer deadline.Stop()
 	rescan := time.NewTicker(popRescan)
@@ -104,8 +106,8 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 			return msgs, err
 		}
 		select {
-		case <-w.ch:
-			hints = w.takeHints()
+		case <-w.C():
+			hints = w.TakeHints()
 		case <-rescan.C:
 			hints = nil
 		case <-deadline.C:
@@ -119,7 +121,7 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 }
 
 // popOnce is one claim: on its own, or folded into a claim shared with
-// concurrent pops of the same queue and options (see claimFusion).
+// concurrent pops of the same queue and options (see package claimfuse).
 func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*Message, error) {
 	e := q.c.e
 	if err := ctx.Err(); err != nil {
@@ -128,12 +130,27 @@ func (q *Queue) popOnce(ctx context.Context, o *PopOptions, hints []string) ([]*
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	e.claims.pops.Add(1)
+	e.claims.Pops.Add(1)
 	if o.Partition == "" && o.Partitions == 1 {
-		return e.claims.pop(ctx, q, o, hints)
+		return e.claims.Pop(ctx, claimKeyOf(q, o), hints, func(ctx context.Context, hints []string, n int) ([][]*Message, error) {
+			return q.claim(ctx, o, hints, n)
+		})
 	}
 	groups, err := q.claim(ctx, o, hints, 1)
 	return slices.Concat(groups...), err
+}
+
+// claimKeyOf is the claim-fusion lane of a pop of q with o.
+func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
+	mode, from := o.Subscription.SQLMode()
+	k := claimfuse.Key{
+		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Batch: o.Batch,
+		Lease: o.LeaseTime, AutoAck: o.AutoAck, Mode: mode,
+	}
+	if from != nil {
+		k.From = from.UnixNano()
+	}
+	return k
 }
 
 // claim is one claim round trip taking up to n*o.Partitions partitions, at
@@ -148,7 +165,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	if hints == nil {
 		hints = []string{}
 	}
-	mode, from := o.Subscription.sqlMode()
+	mode, from := o.Subscription.SQLMode()
 	// A client that lacks a key the queue's payloads need is misconfigured:
 	// it must fail without taking anything, where it would otherwise
 	// dead-letter every message it claims. A client without any key learns
@@ -158,7 +175,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	// encrypted queue, which consumes in the claim itself, runs in a
 	// transaction committed only once every payload opened.
 	inTx := false
-	if o.AutoAck || e.aead == nil {
+	if o.AutoAck || !e.keys.CanSeal() {
 		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 		if err != nil {
 			if e.isClosed() {
@@ -166,13 +183,13 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			return nil, err
 		}
-		if meta.encryption && e.aead == nil {
+		if meta.Encryption && !e.keys.CanSeal() {
 			return nil, errNoKey(q.name)
 		}
-		inTx = o.AutoAck && meta.encryption
+		inTx = o.AutoAck && meta.Encryption
 	}
 	dm := e.meter.consume.dest(q.name, o.Group) // once per claim: settlements use it
-	e.claims.claims.Add(1)
+	e.claims.Claims.Add(1)
 	// The claim commits on the server even if the caller gives up, so it
 	// runs to completion on a detached context: a lease nobody received
 	// would stall the partition until expiry, an auto-ack would lose data.
@@ -297,9 +314,9 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			}
 			if f.Flags&frame.FlagEncrypted != 0 {
 				m.stored = append([]byte(nil), f.Payload...)
-				plain, err := e.open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
+				plain, err := e.keys.Open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
 				if err != nil {
-					if _, ok := err.(unknownKeyError); ok && unknownKey == nil {
+					if _, ok := err.(seal.UnknownKeyError); ok && unknownKey == nil {
 						unknownKey = err
 					}
 					p.dead = append(p.dead, deadMsg{m, err})

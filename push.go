@@ -110,16 +110,13 @@ type PushResult struct {
 // pushItem is one frame on its way through fusion. The handler fills it; the
 // flush resolves it by writing res (and the results of its followers).
 type pushItem struct {
-	id      uuid.UUID
-	txn     string
-	hash    dedup.Hash
-	payload []byte
-	key     string
-	hdrs    []byte // the encoded headers (see internal/frame); nil for none
+	// Frame is the message as it will be stored: id, flags, transaction
+	// id, key, encoded headers and payload (ciphertext once sealed).
+	frame.Frame
+	hash dedup.Hash
 	// lanes is the lane count the item was routed to its lane with; 0 when
 	// it was not routed (no key, or its own Partition).
 	lanes int32
-	flags byte
 	// noWindow: the queue had no dedup window by the settings the item was
 	// prepared with, so an isolated push of it may take AppendSegment.
 	noWindow bool
@@ -142,7 +139,7 @@ const pushItemOverhead = 256
 
 // Bytes is what the item holds, for FusionConfig.MaxBufferedBytes.
 func (it *pushItem) Bytes() int {
-	return len(it.payload) + len(it.txn) + len(it.key) + len(it.hdrs) + pushItemOverhead
+	return len(it.Payload) + len(it.TransactionID) + len(it.Key) + len(it.Headers) + pushItemOverhead
 }
 
 // submitAndWait hands n groups to a fusion engine and returns once every
@@ -344,7 +341,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 	if err != nil {
 		var lastEnc, lastKnown bool
-		if spool && e.aead == nil {
+		if spool && !e.keys.CanSeal() {
 			lastEnc, lastKnown = e.lastEncrypted(q.c.tenant, q.name)
 		}
 		switch {
@@ -352,13 +349,13 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			err = ErrClosed
 		case ctx.Err() != nil:
 			err = ctx.Err()
-		case spool && e.aead == nil && lastKnown && !lastEnc:
+		case spool && !e.keys.CanSeal() && lastKnown && !lastEnc:
 			// Not encrypted at the last contact: spooled in plaintext, as
 			// for a queue whose settings are cached.
 			b.unknown, err = err, nil
-		case spool && e.aead == nil && lastEnc:
+		case spool && !e.keys.CanSeal() && lastEnc:
 			err = errNoKey(q.name)
-		case spool && e.aead == nil:
+		case spool && !e.keys.CanSeal():
 			// Spooling a payload in plaintext is only safe for a queue known
 			// not to be encrypted.
 			err = fmt.Errorf("%w: whether queue %q is encrypted is unknown (%w), and without Config.EncryptionKey its payloads could only be spooled in plaintext", ErrEncryption, q.name, err)
@@ -371,7 +368,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			return nil, err
 		}
 	}
-	if meta.encryption && e.aead == nil {
+	if meta.Encryption && !e.keys.CanSeal() {
 		b.release()
 		return nil, errNoKey(q.name)
 	}
@@ -380,7 +377,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		return nil, err
 	}
 
-	lanes := meta.lanes
+	lanes := meta.Lanes
 	if lanes <= 0 {
 		// Unknown settings (spooled): route with the default; the replay's
 		// bundle is checked against the queue's count and re-routed.
@@ -433,14 +430,14 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		// database send the call back (a stale lane count), it may be a
 		// message of its own (see rerouteCall).
 		pi := &slab[i]
-		pi.id, pi.txn, pi.hash, pi.payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
-		pi.key, pi.lanes, pi.send = it.Key, routed, send
-		pi.noWindow = !meta.dedup && !meta.fetched.IsZero()
+		pi.ID, pi.TransactionID, pi.hash, pi.Payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
+		pi.Key, pi.lanes, pi.send = it.Key, routed, send
+		pi.noWindow = !meta.Dedup && !meta.Fetched.IsZero()
 		hdrs := frame.EncodeHeaders(it.Headers)
-		pi.hdrs = hdrs
-		if meta.encryption {
-			pi.payload = e.seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
-			pi.flags = frame.FlagEncrypted
+		pi.Headers = hdrs
+		if meta.Encryption {
+			pi.Payload = e.keys.Seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
+			pi.Flags = frame.FlagEncrypted
 		}
 		if !follower {
 			b.groups[part] = append(b.groups[part], pi)

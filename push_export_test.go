@@ -11,38 +11,19 @@ import (
 // ExpireQueueMeta makes every cached queue setting of c's engine look older
 // than its time to live, and forgets that a read failed recently, as if the
 // cache had not been used for a while.
-func ExpireQueueMeta(c *Client) {
-	e := c.e
-	e.meta.mu.Lock()
-	defer e.meta.mu.Unlock()
-	for k, m := range e.meta.m {
-		e.meta.m[k] = &metaEntry{meta: queueMeta{encryption: m.meta.encryption, lanes: m.meta.lanes}}
-	}
-	e.meta.downUntil = time.Time{}
-}
+func ExpireQueueMeta(c *Client) { c.e.meta.Expire() }
 
-// SetMetaCacheMax sets the bound on cached queue settings and returns a
-// func restoring it. Tests that use it must not run in parallel with others.
-func SetMetaCacheMax(n int) (restore func()) {
-	old := metaCacheMax
-	metaCacheMax = n
-	return func() { metaCacheMax = old }
+// MetaCacheMax bounds the queue settings the client caches: an option for
+// Open in tests.
+func MetaCacheMax(n int) func(*Config) {
+	return func(c *Config) { c.testKnobs().metaCacheMax = n }
 }
 
 // MetaCacheLen is the number of queue settings c's engine has cached.
-func MetaCacheLen(c *Client) int {
-	c.e.meta.mu.RLock()
-	defer c.e.meta.mu.RUnlock()
-	return len(c.e.meta.m)
-}
+func MetaCacheLen(c *Client) int { return c.e.meta.Len() }
 
 // MetaCached reports whether c's engine has the queue's settings cached.
-func MetaCached(c *Client, queue string) bool {
-	c.e.meta.mu.RLock()
-	defer c.e.meta.mu.RUnlock()
-	_, ok := c.e.meta.m[metaKey{c.tenant, queue}]
-	return ok
-}
+func MetaCached(c *Client, queue string) bool { return c.e.meta.Cached(c.tenant, queue) }
 
 // FusionBufferedBytes is what c's push engine holds for unresolved pushes.
 func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }

@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,8 +18,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/connstr"
+	"github.com/e03140bc/queen/internal/maintain"
+	"github.com/e03140bc/queen/internal/seal"
+	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
 	"github.com/e03140bc/queen/sqlschema"
 )
@@ -93,6 +97,22 @@ type Config struct {
 	// Maintenance tunes retention and purging. The zero value means the
 	// defaults.
 	Maintenance MaintenanceConfig
+
+	test *testConfig // knobs only tests set; nil for none
+}
+
+// testConfig holds a client's knobs that only tests set (through the
+// package's export_test helpers).
+type testConfig struct {
+	metaCacheMax int // bound on cached queue settings; 0: settings.DefaultMax
+}
+
+// testKnobs is c's test config, never nil.
+func (c *Config) testKnobs() *testConfig {
+	if c.test == nil {
+		c.test = new(testConfig)
+	}
+	return c.test
 }
 
 // FusionConfig tunes the fusion engine. Each zero field takes the value of
@@ -213,10 +233,9 @@ type engine struct {
 	ownPool bool
 	sql     *stmt.Set
 	log     *slog.Logger
-	aead    cipher.AEAD // the sealing key; nil without Config.EncryptionKey
-	keys    keyring
-	meta    metaCache
-	tracer  trace.Tracer // nil when Config.TracerProvider is a no-op
+	keys    seal.Keyring    // Config.EncryptionKey and DecryptionKeys
+	meta    *settings.Cache // the queue settings a push needs; made with the engine context
+	tracer  trace.Tracer    // nil when Config.TracerProvider is a no-op
 	prop    propagation.TextMapPropagator
 	injects bool // prop writes some field
 	// viaGlobal: the provider is OpenTelemetry's global one as it was
@@ -236,9 +255,9 @@ type engine struct {
 	closeErr  error
 
 	push  *pusher
-	wake  *wakeHub
+	wake  *wake.Hub
 	meter *meters
-	maint *maintainer
+	maint *maintain.Maintainer
 	acks  *acker
 
 	// The disk spool, its drain, and the schema-wide maintenance flag.
@@ -254,8 +273,8 @@ type engine struct {
 	// processes' pushes.
 	csql     *stmt.Consume
 	owner    string
-	listen   *listener
-	claims   claimFusion
+	listen   *wake.Listener
+	claims   claimfuse.Fusion[*Message]
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
 	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
@@ -315,7 +334,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	e.sql = stmt.New(cfg.Schema)
 	e.csql = stmt.NewConsume(cfg.Schema)
 	e.owner = newOwner()
-	if err := e.loadKeys(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
+	if e.keys, err = seal.Load(cfg.EncryptionKey, cfg.DecryptionKeys); err != nil {
 		return fail(err)
 	}
 	e.meter, err = newMeters(cfg.MeterProvider)
@@ -414,7 +433,7 @@ func (c *Client) Stats() Stats {
 	a := c.e.acks.fusion.Stats()
 	return Stats{
 		Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items),
-		Pops: c.e.claims.pops.Load(), Claims: c.e.claims.claims.Load(),
+		Pops: c.e.claims.Pops.Load(), Claims: c.e.claims.Claims.Load(),
 		AckCommits: int64(a.Bundles), Acks: int64(a.Items),
 	}
 }

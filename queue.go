@@ -1,20 +1,16 @@
 package queen
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/e03140bc/queen/internal/settings"
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
@@ -211,229 +207,44 @@ func (q *Queue) Delete(ctx context.Context) error {
 }
 
 // queueMeta is what the push handler needs to know about a queue.
-type queueMeta struct {
-	encryption bool
-	lanes      int32     // the queue's lane count; DefaultLanes for a queue not created yet
-	dedup      bool      // the queue has a dedup window
-	fetched    time.Time // when it was read from the database
-}
+type queueMeta = settings.Meta
 
 type metaKey struct {
 	tenant uuid.UUID
 	name   string
 }
 
-// metaTTL bounds how long another process's Configure can go unseen. The
-// database still rejects a plaintext segment for an encrypted queue, so a
-// stale entry costs a retry, never a plaintext write.
-const metaTTL = 5 * time.Second
-
-// metaCacheMax bounds the cached settings. Past it the least recently used
-// quarter is dropped (a dropped queue costs one read on its next push, or,
-// while the database is away, the knowledge of its setting). An entry is a
-// few hundred bytes at most. A variable so tests can lower it.
-var metaCacheMax = 1 << 14
-
-// metaCache memoises queue settings per client. An entry older than metaTTL
-// is refreshed in the background while it keeps serving: it is the best
-// knowledge there is when the database cannot answer, and a push must not
-// wait on the database for it.
-type metaCache struct {
-	mu    sync.RWMutex
-	m     map[metaKey]*metaEntry
-	reads map[metaKey]*metaRead // in flight, one per key
-	// gen counts forgets: a read that started before one must not store
-	// the setting it was told to drop.
-	gen uint64
-	// downUntil is metaDownFor after the database last failed to answer,
-	// lastErr its error.
-	downUntil time.Time
-	lastErr   error
-}
-
-// metaEntry is replaced, never changed, except for used.
-type metaEntry struct {
-	meta queueMeta
-	used atomic.Int64 // unix nanoseconds of the last lookup, to a millisecond
-}
-
-// lookup returns k's entry and marks it used.
-func (c *metaCache) lookup(k metaKey) (queueMeta, bool) {
-	c.mu.RLock()
-	ent := c.m[k]
-	c.mu.RUnlock()
-	if ent == nil {
-		return queueMeta{}, false
-	}
-	// Written at most once a millisecond, so concurrent pushes to one
-	// queue do not all write the same cache line.
-	if now := time.Now().UnixNano(); now-ent.used.Load() > int64(time.Millisecond) {
-		ent.used.Store(now)
-	}
-	return ent.meta, true
-}
-
-// storeLocked caches m for k, evicting first if the cache is full.
-func (c *metaCache) storeLocked(k metaKey, m queueMeta) {
-	if c.m == nil {
-		c.m = make(map[metaKey]*metaEntry)
-	}
-	if _, ok := c.m[k]; !ok && len(c.m) >= metaCacheMax {
-		c.evictLocked()
-	}
-	ent := &metaEntry{meta: m}
-	ent.used.Store(time.Now().UnixNano())
-	c.m[k] = ent
-}
-
-// evictLocked drops the least recently used quarter of the entries (at
-// least enough to make room for one), so its O(n log n) is paid once per
-// n/4 insertions.
-func (c *metaCache) evictLocked() {
-	type use struct {
-		k    metaKey
-		used int64
-	}
-	all := make([]use, 0, len(c.m))
-	for k, ent := range c.m {
-		all = append(all, use{k, ent.used.Load()})
-	}
-	slices.SortFunc(all, func(a, b use) int { return cmp.Compare(a.used, b.used) })
-	n := max(len(all)/4, len(all)-metaCacheMax+1)
-	for _, u := range all[:n] {
-		delete(c.m, u.k)
-	}
-}
-
-// metaRead is one read of a queue's settings, shared by everyone who needs
-// them meanwhile. m and err are set before done is closed.
-type metaRead struct {
-	done chan struct{}
-	m    queueMeta
-	err  error
-}
-
-// metaDownFor is how long after the database failed to answer (a settings
-// read, or a bundle's connection) a missing setting is reported unknown and
-// a bundle fails at once: during an outage each push would otherwise wait up
-// to StatementTimeout for its own attempt, and a push queued behind a
-// partition's flush in flight for as long again. Reads go on in the
-// background meanwhile, and any answer ends it.
-const metaDownFor = time.Second
+// metaTTL bounds how long another process's Configure can go unseen.
+const metaTTL = settings.TTL
 
 // noteDown records that the database did not answer.
-func (e *engine) noteDown(err error) {
-	e.meta.mu.Lock()
-	e.meta.downUntil, e.meta.lastErr = time.Now().Add(metaDownFor), err
-	e.meta.mu.Unlock()
-}
+func (e *engine) noteDown(err error) { e.meta.NoteDown(err) }
 
 // noteUp records that the database answered.
-func (e *engine) noteUp() {
-	e.meta.mu.Lock()
-	e.meta.downUntil = time.Time{}
-	e.meta.mu.Unlock()
-}
+func (e *engine) noteUp() { e.meta.NoteUp() }
 
 // downErr is the database's last failure to answer if it was less than
-// metaDownFor ago, else nil.
-func (e *engine) downErr() error {
-	e.meta.mu.RLock()
-	defer e.meta.mu.RUnlock()
-	if time.Now().Before(e.meta.downUntil) {
-		return fmt.Errorf("the database did not answer a moment ago: %w", e.meta.lastErr)
-	}
-	return nil
-}
+// settings.DownFor ago, else nil.
+func (e *engine) downErr() error { return e.meta.DownErr() }
 
-// queueMeta returns the queue's push options. An error means they are
-// unknown: the database could not be asked or did not answer within
-// StatementTimeout (or ctx ended first). The read itself runs on the
-// engine's context, never the caller's, so a caller giving up does not kill
-// the connection, and it is shared by everyone asking meanwhile.
-//
-// A fresh entry serves; a stale one serves while it is refreshed in the
-// background; a missing one is read, unless the database failed to answer
-// a moment ago.
+// queueMeta returns the queue's push options (see settings.Cache.Get).
 func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (queueMeta, error) {
-	k := metaKey{tenant, name}
-	c := &e.meta
-	m, ok := c.lookup(k)
-	if ok && time.Since(m.fetched) < metaTTL {
-		return m, nil
-	}
-	r := e.readMeta(k)
-	if ok {
-		return m, nil // the refresh lands in the cache
-	}
-	if err := e.downErr(); err != nil {
-		return m, fmt.Errorf("queen: read queue %q: %w", name, err)
-	}
-	select {
-	case <-r.done:
-		return r.m, r.err
-	case <-ctx.Done():
-		return m, ctx.Err()
-	}
+	return e.meta.Get(ctx, tenant, name)
 }
 
-// readMeta starts a read of k's settings, or joins the one in flight.
-func (e *engine) readMeta(k metaKey) *metaRead {
-	c := &e.meta
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.reads[k]; r != nil {
-		return r
+// readQueueMeta is the settings cache's Reader.
+func (e *engine) readQueueMeta(ctx context.Context, tenant uuid.UUID, name string) (queueMeta, error) {
+	m := queueMeta{Lanes: DefaultLanes}
+	err := stmt.ScanRow(ctx, e.pool, e.sql.QueueMeta, []any{tenant, name}, &m.Encryption, &m.Lanes, &m.Dedup)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not created yet: its first push creates it unencrypted, with
+		// the default lanes.
+		return queueMeta{Lanes: DefaultLanes}, nil
 	}
-	if c.reads == nil {
-		c.reads = make(map[metaKey]*metaRead)
-	}
-	r := &metaRead{done: make(chan struct{})}
-	c.reads[k] = r
-	gen := c.gen
-	go func() {
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
-		var enc, dedup bool
-		lanes := int32(DefaultLanes)
-		err := stmt.ScanRow(ctx, e.pool, e.sql.QueueMeta, []any{k.tenant, k.name}, &enc, &lanes, &dedup)
-		cancel()
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Not created yet: its first push creates it unencrypted, with
-			// the default lanes.
-			err, enc, lanes = nil, false, DefaultLanes
-		}
-		if err != nil {
-			r.err = fmt.Errorf("queen: read queue %q: %w", k.name, err)
-		} else {
-			r.m = queueMeta{encryption: enc, lanes: lanes, dedup: dedup, fetched: time.Now()}
-		}
-		c.mu.Lock()
-		if c.reads[k] == r {
-			delete(c.reads, k)
-		}
-		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-			c.downUntil = time.Time{}
-		case !errors.As(err, &pgErr) && e.ctx.Err() == nil:
-			// No answer at all, rather than an error from the server.
-			c.downUntil, c.lastErr = time.Now().Add(metaDownFor), r.err
-		}
-		if err == nil && c.gen == gen {
-			c.storeLocked(k, r.m)
-		}
-		c.mu.Unlock()
-		close(r.done)
-	}()
-	return r
+	return m, err
 }
 
 func (e *engine) forgetMeta(tenant uuid.UUID, name string) {
-	e.meta.mu.Lock()
-	k := metaKey{tenant, name}
-	delete(e.meta.m, k)
-	delete(e.meta.reads, k) // later callers must not join a read from before
-	e.meta.gen++
-	e.meta.mu.Unlock()
-	e.keyed.Delete(k)
+	e.meta.Forget(tenant, name)
+	e.keyed.Delete(metaKey{tenant, name})
 }

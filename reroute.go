@@ -2,7 +2,6 @@ package queen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gofrs/uuid/v5"
@@ -10,14 +9,6 @@ import (
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 )
-
-// errLanesChanged marks, in its result, an item the database sent back
-// because it was routed to a lane with a lane count that is not the
-// queue's: a client's cached settings can be up to metaTTL old, and a key
-// must never be stored in a lane other than the one the queue's count
-// gives. The push that owns the item routes it again; callers never see it
-// unless that keeps failing.
-var errLanesChanged = errors.New("queen: the queue's lane count changed while routing")
 
 // maxReroutes bounds how often one push routes its items again; each time
 // it reads the queue's settings afresh, so a second one takes a Configure
@@ -69,17 +60,17 @@ func (e *engine) route(tenant uuid.UUID, queue string, items []*pushItem, lanes 
 	out := items[:0:0]
 	for _, it := range items {
 		old := it.res.Partition
-		part := laneOf(it.key, lanes)
-		if part != old && it.flags&frame.FlagEncrypted != 0 {
-			plain, err := e.open(tenant, queue, old, it.key, it.hdrs, it.id, it.payload)
-			if err == nil && e.aead == nil {
+		part := laneOf(it.Key, lanes)
+		if part != old && it.Flags&frame.FlagEncrypted != 0 {
+			plain, err := e.keys.Open(tenant, queue, old, it.Key, it.Headers, it.ID, it.Payload)
+			if err == nil && !e.keys.CanSeal() {
 				err = fmt.Errorf("%w: Config.EncryptionKey is not set", ErrEncryption)
 			}
 			if err != nil {
-				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.key, err))
+				resolveFailed(it, fmt.Errorf("queen: route key %q to its lane again: %w", it.Key, err))
 				continue
 			}
-			it.payload = e.seal(tenant, queue, part, it.key, it.hdrs, it.id, plain)
+			it.Payload = e.keys.Seal(tenant, queue, part, it.Key, it.Headers, it.ID, plain)
 		}
 		it.lanes, it.res.Partition = lanes, part
 		out = append(out, it)
@@ -125,8 +116,8 @@ func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved
 	leaders := make(map[l1Key]int)
 	for i := range b.slab {
 		if it := &b.slab[i]; !cand[i] && b.leaderOf[i] < 0 && it.res != nil {
-			if _, ok := leaders[l1Key{it.res.Partition, it.txn}]; !ok {
-				leaders[l1Key{it.res.Partition, it.txn}] = i
+			if _, ok := leaders[l1Key{it.res.Partition, it.TransactionID}]; !ok {
+				leaders[l1Key{it.res.Partition, it.TransactionID}] = i
 			}
 		}
 	}
@@ -140,7 +131,7 @@ func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved
 		if it.resolved { // failed to route
 			continue
 		}
-		k := l1Key{it.res.Partition, it.txn}
+		k := l1Key{it.res.Partition, it.TransactionID}
 		if l, ok := leaders[k]; ok {
 			b.leaderOf[i] = l
 			continue
@@ -184,7 +175,7 @@ func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 			}
 			return nil
 		}
-		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1))
+		groups := e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.Lanes, 1))
 		if e.maintOn.Load() {
 			for part, g := range groups {
 				k := key

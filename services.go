@@ -3,6 +3,10 @@ package queen
 import (
 	"context"
 	"fmt"
+
+	"github.com/e03140bc/queen/internal/maintain"
+	"github.com/e03140bc/queen/internal/settings"
+	"github.com/e03140bc/queen/internal/wake"
 )
 
 // service is one part of the engine that Open starts and Close stops.
@@ -48,18 +52,29 @@ func (e *engine) services() []service {
 		{name: "engine context",
 			start: func(context.Context) error {
 				e.ctx, e.cancel = context.WithCancel(context.Background())
+				e.meta = settings.New(e.ctx, e.cfg.StatementTimeout, e.readQueueMeta, e.cfg.testKnobs().metaCacheMax)
 				return nil
 			},
 			stop: func(context.Context) error { e.cancel(); return nil }},
 		{name: "maintenance",
 			start: func(context.Context) (err error) {
-				e.maint, err = newMaintainer(e, e.cfg.Maintenance)
+				e.maint, err = maintain.New(e.ctx, maintain.Params{
+					Pool: e.pool, SQL: e.sql, Timeout: e.cfg.StatementTimeout, Log: e.log,
+					MeterProvider: e.cfg.MeterProvider, Config: maintain.Config(e.cfg.Maintenance),
+				})
 				return err
 			},
-			stop: func(context.Context) error { e.maint.close(); return nil }},
+			stop: func(context.Context) error { e.maint.Close(); return nil }},
 		{name: "wake hub",
-			start: func(context.Context) error { e.wake = newWakeHub(e); return nil },
-			stop:  func(context.Context) error { e.wake.close(); return nil }},
+			start: func(context.Context) error {
+				e.wake = wake.New(e.ctx, wake.Config{
+					Pool: e.pool, Notify: e.sql.Notify, Channel: e.sql.Channel,
+					Timeout: e.cfg.StatementTimeout, Log: e.log,
+					OnMaintenance: func() { e.refreshMaintenance(e.ctx) },
+				})
+				return nil
+			},
+			stop: func(context.Context) error { e.wake.Close(); return nil }},
 		{name: "ack fusion",
 			start: func(context.Context) error { e.acks = newAcker(e); return nil },
 			stop:  func(ctx context.Context) error { return e.acks.close(ctx) }},
@@ -70,8 +85,11 @@ func (e *engine) services() []service {
 			start: func(context.Context) error { e.drain = newDrainer(e); return nil },
 			stop:  func(context.Context) error { e.drain.close(); return nil }},
 		{name: "listener",
-			start: func(context.Context) error { e.listen = startListener(e); return nil },
-			stop:  func(context.Context) error { e.listen.close(); return nil }},
+			start: func(context.Context) error {
+				e.listen = wake.Listen(e.wake, e.pool.Config().ConnConfig, e.sql.Channel, e.log)
+				return nil
+			},
+			stop: func(context.Context) error { e.listen.Close(); return nil }},
 		{name: "spool metrics",
 			start: func(context.Context) (err error) {
 				e.spoolReg, err = registerSpoolMetrics(e)

@@ -20,6 +20,7 @@ import (
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
 )
 
@@ -110,7 +111,7 @@ func (e *engine) spoolGroups(gs []spoolGroup) {
 		add := func(g spoolGroup) {
 			acc = append(acc, g)
 			for _, it := range g.items {
-				if it.lanes == 0 || it.key == "" {
+				if it.lanes == 0 || it.Key == "" {
 					continue
 				}
 				k := metaKey{g.key.Tenant, g.key.Queue}
@@ -146,7 +147,7 @@ func laneConflict(routed map[metaKey]int32, g spoolGroup) bool {
 		return false
 	}
 	for _, it := range g.items {
-		if it.lanes != 0 && it.key != "" && !it.noSpool && !it.resolved && it.lanes != n {
+		if it.lanes != 0 && it.Key != "" && !it.noSpool && !it.resolved && it.lanes != n {
 			return true
 		}
 	}
@@ -168,26 +169,26 @@ func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (
 	}
 	var keys map[string]lane // the keys held so far, and where
 	for i, it := range items {
-		if it.lanes == 0 || it.key == "" || it.noSpool || it.resolved {
+		if it.lanes == 0 || it.Key == "" || it.noSpool || it.resolved {
 			if held != nil {
 				kept = append(kept, it)
 			}
 			continue
 		}
-		to, ok := keys[it.key]
+		to, ok := keys[it.Key]
 		if !ok {
 			part, n, found := e.spool.PendingRouted(tenant, queue, func(n uint32) string {
 				if n == 0 || n > math.MaxInt32 {
 					return ""
 				}
-				return laneOf(it.key, int32(n))
+				return laneOf(it.Key, int32(n))
 			})
 			if found && part != it.res.Partition {
 				to, ok = lane{part, int32(n)}, true
 				if keys == nil {
 					keys = make(map[string]lane)
 				}
-				keys[it.key] = to
+				keys[it.Key] = to
 			}
 		}
 		if !ok {
@@ -235,11 +236,7 @@ func (e *engine) spoolRecordGroups(gs []spoolGroup) {
 				continue
 			}
 			p.keep = append(p.keep, it)
-			p.recs = append(p.recs, spool.Record{
-				Tenant: g.key.Tenant, Queue: g.key.Queue, Partition: g.key.Partition,
-				TransactionID: it.txn, MessageID: it.id, Flags: it.flags, Payload: it.payload,
-				Key: it.key, Lanes: uint32(max(it.lanes, 0)), Headers: it.hdrs,
-			})
+			p.recs = append(p.recs, spoolRecord(g.key, &it.Frame, it.lanes))
 		}
 		if len(p.recs) > 0 {
 			parts = append(parts, p)
@@ -260,7 +257,7 @@ func (e *engine) spoolRecordGroups(gs []spoolGroup) {
 			if err != nil {
 				resolveFailed(it, fmt.Errorf("queen: spool write failed (%w) after: %w", err, p.cause))
 			} else {
-				it.resolve(PushResult{Status: Buffered, MessageID: it.id, Offset: -1})
+				it.resolve(PushResult{Status: Buffered, MessageID: it.ID, Offset: -1})
 			}
 		}
 	}
@@ -315,15 +312,13 @@ func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][
 	}
 }
 
-var errBehindSpool = errors.New("queen: the partition has spooled pushes not yet replayed")
-
 // refuseUnreplayable fails a push that could never be replayed instead of
 // spooling it: in maintenance mode, a client without Config.EncryptionKey
 // that has not seen the queue asks PostgreSQL (once per metaTTL, briefly)
 // whether it is encrypted. If PostgreSQL cannot tell, the push is spooled;
 // should it never succeed, replay quarantines that record alone.
 func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue string, meta queueMeta) error {
-	if e.aead != nil || meta.encryption || !meta.fetched.IsZero() || !e.maintOn.Load() {
+	if e.keys.CanSeal() || meta.Encryption || !meta.Fetched.IsZero() || !e.maintOn.Load() {
 		return nil
 	}
 	d := e.drain
@@ -487,9 +482,9 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 	for i := range batch {
 		r := &batch[i]
 		it := &items[i]
-		it.id, it.txn, it.payload, it.flags, it.res, it.noSpool = r.MessageID, r.TransactionID, r.Payload, r.Flags, &results[i], true
+		it.Frame, it.res, it.noSpool = spooledFrame(r), &results[i], true
 		it.hash = dedup.Sum(r.TransactionID)
-		it.key, it.lanes, it.hdrs = r.Key, int32(min(r.Lanes, math.MaxInt32)), r.Headers
+		it.lanes = int32(min(r.Lanes, math.MaxInt32))
 		results[i].Partition = r.Partition
 		group[i] = it
 	}
@@ -540,7 +535,7 @@ func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
 			}
 			return
 		}
-		groups := e.reroute(key.Tenant, key.Queue, moved, max(meta.lanes, 1))
+		groups := e.reroute(key.Tenant, key.Queue, moved, max(meta.Lanes, 1))
 		done := make(chan struct{})
 		var pending atomic.Int32
 		pending.Store(int32(len(groups)) + 1)
@@ -570,8 +565,6 @@ func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
 	}
 }
 
-var errMaintenance = errors.New("queen: maintenance mode is on")
-
 // SetMaintenance switches maintenance mode for every process using this
 // schema. On: every push goes to the local disk spool and is reported
 // Buffered, without touching PostgreSQL, and spool drains pause. Off: the
@@ -586,7 +579,7 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 		return fmt.Errorf("queen: set maintenance: %w", err)
 	}
 	e.maintOn.Store(on)
-	if _, err := e.pool.Exec(ctx, e.sql.Notify, e.sql.Channel, maintenanceNotice); err != nil {
+	if _, err := e.pool.Exec(ctx, e.sql.Notify, e.sql.Channel, wake.MaintenanceNotice); err != nil {
 		e.log.Warn("queen: notify maintenance change", "err", err)
 	}
 	if !on {
@@ -598,10 +591,6 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 // Maintenance reports whether maintenance mode is on, as this process last
 // saw it.
 func (c *Client) Maintenance() bool { return c.e.maintOn.Load() }
-
-// maintenanceNotice is the NOTIFY payload that makes listeners re-read the
-// flag; it cannot be a "tenant/queue" line.
-const maintenanceNotice = "!maintenance"
 
 func (e *engine) refreshMaintenance(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
@@ -628,7 +617,7 @@ type encQueueSet struct {
 // without a key (one with a key seals whatever it spools). It keeps the last
 // set while the database is away.
 func (e *engine) refreshEncrypted(ctx context.Context) {
-	if e.aead != nil {
+	if e.keys.CanSeal() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
@@ -704,4 +693,21 @@ func (c *Client) SpoolStats() SpoolStats {
 		Appended: s.Appended, Replayed: e.drain.replayed.Load(), QuarantinedFiles: s.QuarantinedFiles, QuarantinedRecords: s.QuarantinedRecords,
 		DrainFailures: e.drain.failures.Load(), LastError: s.LastError,
 	}
+}
+
+// spoolRecord is the spool's record of a stored message f bound for key,
+// routed with lanes (0: not routed). With spooledFrame it is the one place
+// the message as stored maps to the spool's record, whose on-disk format is
+// the spool's own.
+func spoolRecord(key fusion.Key, f *frame.Frame, lanes int32) spool.Record {
+	return spool.Record{
+		Tenant: key.Tenant, Queue: key.Queue, Partition: key.Partition,
+		TransactionID: f.TransactionID, MessageID: f.ID, Flags: f.Flags, Payload: f.Payload,
+		Key: f.Key, Lanes: uint32(max(lanes, 0)), Headers: f.Headers,
+	}
+}
+
+// spooledFrame is the stored message a spool record holds.
+func spooledFrame(r *spool.Record) frame.Frame {
+	return frame.Frame{ID: r.MessageID, Flags: r.Flags, TransactionID: r.TransactionID, Key: r.Key, Headers: r.Headers, Payload: r.Payload}
 }

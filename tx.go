@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/wake"
 )
 
 // PushTx pushes items inside the caller's own transaction: the messages
@@ -91,7 +92,7 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 			if err != nil {
 				return fmt.Errorf("queen: push to %q: %w", q.name, err)
 			}
-			for part, g := range e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.lanes, 1)) {
+			for part, g := range e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.Lanes, 1)) {
 				bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
 					Key:   fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part},
 					Items: g,
@@ -102,15 +103,15 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 			break
 		}
 	}
-	seen := map[queueKey]bool{}
+	seen := map[wake.QueueKey]bool{}
 	for _, q := range qs {
-		k := queueKey{q.c.tenant, q.name}
+		k := wake.QueueKey{Tenant: q.c.tenant, Queue: q.name}
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
 		// Delivered on commit only: exactly the wake-up this push deserves.
-		if _, err := tx.Exec(ctx, e.sql.Notify, e.sql.Channel, k.tenant.String()+"/"+k.queue+"\n"); err != nil {
+		if _, err := tx.Exec(ctx, e.sql.Notify, e.sql.Channel, k.Line()); err != nil {
 			return fmt.Errorf("queen: notify: %w", err)
 		}
 	}
@@ -159,7 +160,7 @@ func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
 func (b *pushBatch) keyed() bool {
 	for _, g := range b.groups {
 		for _, it := range g {
-			if it.key != "" {
+			if it.Key != "" {
 				return true
 			}
 		}

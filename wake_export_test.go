@@ -4,13 +4,4 @@ package queen
 func NotifyChannel(c *Client) string { return c.e.sql.Channel }
 
 // ParkedPops counts the waiting pops of c's engine, parked or looking.
-func ParkedPops(c *Client) int {
-	h := c.e.wake
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, ws := range h.waiters {
-		n += len(ws)
-	}
-	return n
-}
+func ParkedPops(c *Client) int { return c.e.wake.Parked() }

@@ -1,0 +1,292 @@
+// Package maintain runs the background maintenance loop: retention,
+// hash-row purge and idle-partition purge in bounded steps, one process per
+// schema (an advisory lock elects it), and the consumer-lag snapshot its
+// gauges report. It owns its goroutine and reaches the database only
+// through the Pool it is given.
+package maintain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/e03140bc/queen/internal/stmt"
+)
+
+// Config is the root's MaintenanceConfig with its defaults applied (the
+// root documents each field).
+type Config struct {
+	Interval       time.Duration
+	IdlePartition  time.Duration
+	HashFloor      time.Duration
+	StepPartitions int
+	StepRows       int
+}
+
+// Report is the root's MaintenanceReport: what one pass did.
+type Report struct {
+	Ran               bool
+	SegmentsDeleted   int
+	HashRowsDeleted   int
+	PartitionsPurged  int
+	PartitionsVisited int
+}
+
+// Pool hands out the connection a pass holds the maintenance lock on; a
+// *pgxpool.Pool is one.
+type Pool interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// Params is what a Maintainer needs of its client.
+type Params struct {
+	Pool          Pool
+	SQL           *stmt.Set
+	Timeout       time.Duration // bounds each step (the client's StatementTimeout)
+	Log           *slog.Logger
+	MeterProvider metric.MeterProvider
+	Config        Config
+}
+
+// Maintainer runs passes on a ticker. Its cursors make successive passes
+// walk on through the partitions instead of revisiting the first ones.
+type Maintainer struct {
+	pool    Pool
+	sql     *stmt.Set
+	timeout time.Duration // each step's: the client's StatementTimeout
+	log     *slog.Logger
+	cfg     Config
+	ctx     context.Context // ends at close, cutting a pass short
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu           sync.Mutex // one pass at a time in this process
+	cursor       int64      // the last partition id of the previous window
+	lagAt        time.Time
+	lag          []lagRow
+	lagReg       metric.Registration
+	lagMessages  metric.Int64ObservableGauge
+	lagSeconds   metric.Float64ObservableGauge
+	lagSnapshotM sync.Mutex // guards lag against the metrics callback
+}
+
+type lagRow struct {
+	tenant   uuid.UUID
+	queue    string
+	group    string
+	messages int64
+	seconds  float64
+}
+
+// lagEvery bounds how often the lag snapshot (a scan of every consumer row)
+// is taken for the metrics.
+const lagEvery = 10 * time.Second
+
+// New starts the loop (unless cfg.Interval is negative), which runs until
+// Close or until ctx ends, and registers the lag gauges with mp.
+func New(ctx context.Context, p Params) (*Maintainer, error) {
+	m := &Maintainer{pool: p.Pool, sql: p.SQL, timeout: p.Timeout, log: p.Log, cfg: p.Config, done: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	if err := m.registerLagMetrics(p.MeterProvider); err != nil {
+		return nil, err
+	}
+	go m.run()
+	return m, nil
+}
+
+func (m *Maintainer) run() {
+	defer close(m.done)
+	if m.cfg.Interval < 0 {
+		<-m.ctx.Done()
+		return
+	}
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := m.Pass(m.ctx); err != nil && m.ctx.Err() == nil {
+			m.log.Warn("queen: maintenance pass", "err", err)
+		}
+	}
+}
+
+// Close stops the loop, cutting a pass short, and unregisters the gauges.
+func (m *Maintainer) Close() {
+	m.cancel()
+	<-m.done
+	_ = m.lagReg.Unregister()
+}
+
+// Pass runs one bounded pass if this process wins the maintenance lock.
+func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var rep Report
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", m.sql.MaintenanceLockKey).Scan(&got); err != nil || !got {
+		return rep, err
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", m.sql.MaintenanceLockKey); err != nil {
+			_ = conn.Conn().Close(context.Background()) // never leave the lock on a pooled connection
+		}
+	}()
+	rep.Ran = true
+	step := func(sql string, args ...any) (int, error) {
+		ctx, cancel := context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+		var n int
+		err := conn.QueryRow(ctx, sql, args...).Scan(&n)
+		return n, err
+	}
+
+	// A window of partitions after the cursor; only those with something due
+	// (their oldest segment or hash row past its queue's limit, read through
+	// the primary keys without locks) get a step, and a step skips a
+	// partition a push holds rather than wait for it.
+	window, err := m.ids(ctx, conn.Conn(), m.sql.MaintenanceWindow, m.cursor)
+	if err != nil {
+		return rep, err
+	}
+	m.cursor = nextCursor(window, m.cfg.StepPartitions)
+	rep.PartitionsVisited += len(window)
+	if len(window) > 0 {
+		rows, err := conn.Query(ctx, m.sql.MaintenanceDue, window, m.cfg.HashFloor.Milliseconds(),
+			max(m.cfg.IdlePartition.Milliseconds(), 0))
+		if err != nil {
+			return rep, err
+		}
+		type due struct {
+			id             int64
+			segments, txns bool
+			keep           int64
+			idle           bool
+		}
+		dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+			var d due
+			err := r.Scan(&d.id, &d.segments, &d.txns, &d.keep, &d.idle)
+			return d, err
+		})
+		if err != nil {
+			return rep, err
+		}
+		for _, d := range dues {
+			if d.segments {
+				n, err := step(m.sql.RetentionStep, d.id, m.cfg.StepRows)
+				if err != nil {
+					return rep, fmt.Errorf("retention of partition %d: %w", d.id, err)
+				}
+				rep.SegmentsDeleted += n
+			}
+			if d.txns {
+				n, err := step(m.sql.PurgeTxnsStep, d.id, d.keep, m.cfg.StepRows)
+				if err != nil {
+					return rep, fmt.Errorf("hash purge of partition %d: %w", d.id, err)
+				}
+				rep.HashRowsDeleted += n
+			}
+			if d.idle {
+				var gone bool
+				ctx, cancel := context.WithTimeout(ctx, m.timeout)
+				err := conn.QueryRow(ctx, m.sql.PurgePartition, d.id, m.cfg.IdlePartition.Milliseconds()).Scan(&gone)
+				cancel()
+				if err != nil {
+					return rep, fmt.Errorf("purge of partition %d: %w", d.id, err)
+				}
+				if gone {
+					rep.PartitionsPurged++
+				}
+			}
+		}
+	}
+
+	if time.Since(m.lagAt) >= lagEvery {
+		m.lagAt = time.Now()
+		if err := m.snapshotLag(ctx, conn.Conn()); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (m *Maintainer) ids(ctx context.Context, conn *pgx.Conn, sql string, arg int64) ([]int64, error) {
+	rows, err := conn.Query(ctx, sql, arg, m.cfg.StepPartitions)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, m.sql.LagByGroup)
+	if err != nil {
+		return err
+	}
+	lag, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lagRow, error) {
+		var l lagRow
+		err := r.Scan(&l.tenant, &l.queue, &l.group, &l.messages, &l.seconds)
+		return l, err
+	})
+	if err != nil {
+		return err
+	}
+	m.lagSnapshotM.Lock()
+	m.lag = lag
+	m.lagSnapshotM.Unlock()
+	return nil
+}
+
+// registerLagMetrics registers the consumer lag gauges, read from the
+// maintainer's last snapshot.
+func (m *Maintainer) registerLagMetrics(mp metric.MeterProvider) error {
+	meter := mp.Meter("github.com/e03140bc/queen")
+	var err error
+	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
+		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
+		return err
+	}
+	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
+		return err
+	}
+	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (m *Maintainer) observe(_ context.Context, o metric.Observer) error {
+	m.lagSnapshotM.Lock()
+	defer m.lagSnapshotM.Unlock()
+	for _, r := range m.lag {
+		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
+			attribute.String("tenant", r.tenant.String()))
+		o.ObserveInt64(m.lagMessages, r.messages, attrs)
+		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
+	}
+	return nil
+}
+
+func nextCursor(ids []int64, limit int) int64 {
+	if len(ids) < limit || len(ids) == 0 {
+		return 0 // wrapped: start over next pass
+	}
+	return ids[len(ids)-1]
+}
