@@ -17,7 +17,7 @@ const flagSpoolSealed = seal.FlagSpoolSealed
 // when the database is away, and the spool must never hold an encrypted
 // queue's payload in plaintext. Items the drain replays are never spooled
 // again and are left alone.
-func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
+func (e *engine) sealForSpool(key partitionKey, items []*pushItem) {
 	if !e.keys.CanSeal() {
 		return
 	}
@@ -36,9 +36,9 @@ func (e *engine) sealForSpool(key fusion.Key, items []*pushItem) {
 // says. It returns the batches whose items it had to fail (the key cannot
 // open them), and an error if the queue's setting could not be read, which
 // fails the bundle.
-func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.Key, *pushItem]) (map[*fusion.Batch[fusion.Key, *pushItem]]bool, error) {
+func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) (map[*fusion.Batch[partitionKey, *pushItem]]bool, error) {
 	e := p.e
-	var skip map[*fusion.Batch[fusion.Key, *pushItem]]bool
+	var skip map[*fusion.Batch[partitionKey, *pushItem]]bool
 	for _, b := range bundle {
 		sealed := false
 		for _, it := range b.Items {
@@ -75,7 +75,7 @@ func (p *pusher) openSpooled(ctx context.Context, bundle []*fusion.Batch[fusion.
 				resolveFailed(it, failed)
 			}
 			if skip == nil {
-				skip = make(map[*fusion.Batch[fusion.Key, *pushItem]]bool)
+				skip = make(map[*fusion.Batch[partitionKey, *pushItem]]bool)
 			}
 			skip[b] = true
 		}

@@ -21,7 +21,7 @@ import (
 // pusher owns the fusion engine and turns its bundles into push_bundle calls.
 type pusher struct {
 	e      *engine
-	fusion *fusion.Engine[fusion.Key, *pushItem]
+	fusion *fusion.Engine[partitionKey, *pushItem]
 	known  knownParts
 	// cleanups are the timed-out bundles' cancel requests in flight.
 	cleanups sync.WaitGroup
@@ -54,7 +54,7 @@ func newPusher(e *engine) *pusher {
 // close flushes what fusion holds; what it cannot flush before ctx ends is
 // spooled (Buffered), or failed with ErrClosed if the spool fails too.
 func (p *pusher) close(ctx context.Context) error {
-	err := p.fusion.Close(ctx, func(bundle []*fusion.Batch[fusion.Key, *pushItem]) {
+	err := p.fusion.Close(ctx, func(bundle []*fusion.Batch[partitionKey, *pushItem]) {
 		p.spoolBundle(bundle, nil, ErrClosed)
 	})
 	p.cleanups.Wait() // each at most 5s
@@ -64,7 +64,7 @@ func (p *pusher) close(ctx context.Context) error {
 // spoolBundle spools the items of a bundle that could not commit (Buffered;
 // spoolItems seals them if the client has a key); batches in skip are
 // already resolved.
-func (p *pusher) spoolBundle(bundle []*fusion.Batch[fusion.Key, *pushItem], skip map[*fusion.Batch[fusion.Key, *pushItem]]bool, cause error) {
+func (p *pusher) spoolBundle(bundle []*fusion.Batch[partitionKey, *pushItem], skip map[*fusion.Batch[partitionKey, *pushItem]]bool, cause error) {
 	gs := make([]spoolGroup, 0, len(bundle))
 	for _, b := range bundle {
 		b.Retry = nil // resolved here, never sent again
@@ -90,7 +90,7 @@ type flushScratch struct {
 
 // segPlan is how one batch became one segment: which items are its frames.
 type segPlan struct {
-	batch  *fusion.Batch[fusion.Key, *pushItem]
+	batch  *fusion.Batch[partitionKey, *pushItem]
 	frames []*pushItem // leaders in frame order
 	n      int         // the segment holds batch.Items[:n]; the rest waits
 }
@@ -115,7 +115,7 @@ var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
 // flush commits one bundle. It runs on a fusion goroutine with the engine's
 // context, never a caller's.
-func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[fusion.Key, *pushItem]) error {
+func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) error {
 	ctx, end := p.e.startFlush(ctx, bundle)
 	err := p.commit(ctx, p.e.pool, bundle, true)
 	end(err)
@@ -126,7 +126,7 @@ func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[fusion.Key, *
 // items to send again are left in each batch's Retry. live is false inside a
 // caller's transaction, where nothing is committed yet: no wake-ups, no
 // metrics, and a failure is returned rather than spread over the items.
-func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.Batch[fusion.Key, *pushItem], live bool) error {
+func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.Batch[partitionKey, *pushItem], live bool) error {
 	e := p.e
 	s := scratchPool.Get().(*flushScratch)
 	defer func() {
@@ -138,7 +138,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	// The arenas back the previous bundle's blobs, which are done with.
 	s.blobs, s.hashes = s.blobs[:0], s.hashes[:0]
 
-	var skip map[*fusion.Batch[fusion.Key, *pushItem]]bool
+	var skip map[*fusion.Batch[partitionKey, *pushItem]]bool
 	if live {
 		var err error
 		if skip, err = p.openSpooled(ctx, bundle); err != nil {
@@ -288,7 +288,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 // payload blob. An item past n whose leader is among them is a follower
 // too: sent in a later bundle, it would be stored again on a queue without
 // a dedup window.
-func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[fusion.Key, *pushItem], n int) segPlan {
+func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pushItem], n int) segPlan {
 	s.hs = s.hs[:0]
 	for _, it := range b.Items {
 		it.followers, it.resolved = it.followers[:0], false
@@ -476,7 +476,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 // made only of them skip the database's provisioning check.
 type knownParts struct {
 	mu sync.RWMutex
-	m  map[fusion.Key]struct{}
+	m  map[partitionKey]struct{}
 }
 
 // knownMax bounds the memory: past it the set starts over.
@@ -497,7 +497,7 @@ func (k *knownParts) add(segs []segPlan) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil || len(k.m) >= knownMax {
-		k.m = make(map[fusion.Key]struct{})
+		k.m = make(map[partitionKey]struct{})
 	}
 	for _, sp := range segs {
 		k.m[sp.batch.Key] = struct{}{}

@@ -242,7 +242,7 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 	if len(b.groups) == 0 { // no items
 		return b.results, nil
 	}
-	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
+	key := partitionKey{Tenant: q.c.tenant, Queue: q.name}
 	finish := func() []PushResult {
 		e.spoolFollowers(key, b)
 		return b.finish()
@@ -262,9 +262,9 @@ func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
 	if e.spoolBehind(q.c.tenant, q.name, b.groups); len(b.groups) == 0 {
 		return finish(), nil
 	}
-	groups := func(yield func(fusion.Key, []*pushItem) bool) {
+	groups := func(yield func(partitionKey, []*pushItem) bool) {
 		for part, g := range b.groups {
-			if !yield(fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part}, g) {
+			if !yield(partitionKey{Tenant: q.c.tenant, Queue: q.name, Partition: part}, g) {
 				return
 			}
 		}
@@ -469,7 +469,7 @@ func checkHeaders(i int, h map[string]string) error {
 // replay pushes both in one group, so if they share a lane again the
 // follower is a layer-2 duplicate of the leader, and otherwise it is stored
 // in its own lane; either way it is not lost.
-func (e *engine) spoolFollowers(key fusion.Key, b *pushBatch) {
+func (e *engine) spoolFollowers(key partitionKey, b *pushBatch) {
 	var groups map[string][]*pushItem
 	for i, l := range b.leaderOf {
 		it := &b.slab[i]

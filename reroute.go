@@ -6,7 +6,6 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 
-	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 )
 
@@ -149,7 +148,7 @@ func (e *engine) rerouteCall(tenant uuid.UUID, queue string, b *pushBatch, moved
 // spooled where they are, and their replay routes them again.
 func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 	e := q.c.e
-	key := fusion.Key{Tenant: q.c.tenant, Queue: q.name}
+	key := partitionKey{Tenant: q.c.tenant, Queue: q.name}
 	for n := 0; ; n++ {
 		moved := b.sentBack()
 		if len(moved) == 0 {
@@ -188,7 +187,7 @@ func (q *Queue) rerouteLoop(ctx context.Context, b *pushBatch) error {
 		if len(groups) == 0 {
 			continue
 		}
-		seq := func(yield func(fusion.Key, []*pushItem) bool) {
+		seq := func(yield func(partitionKey, []*pushItem) bool) {
 			for part, g := range groups {
 				k := key
 				k.Partition = part

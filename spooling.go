@@ -81,7 +81,7 @@ func openSpool(e *engine) (*spool.Spool, error) {
 // itself are never re-spooled: they fail, and the drain retries them. A
 // keyed item goes behind its key's records spooled under another lane
 // count (see keysBehind).
-func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
+func (e *engine) spoolItems(items []*pushItem, key partitionKey, cause error) {
 	e.spoolGroups([]spoolGroup{{items: items, key: key, cause: cause}})
 }
 
@@ -89,7 +89,7 @@ func (e *engine) spoolItems(items []*pushItem, key fusion.Key, cause error) {
 // already ran on them.
 type spoolGroup struct {
 	items  []*pushItem
-	key    fusion.Key
+	key    partitionKey
 	cause  error
 	placed bool
 }
@@ -287,7 +287,7 @@ func (e *engine) spoolRecordGroups(gs []spoolGroup) {
 func (e *engine) spoolBehind(tenant uuid.UUID, queue string, groups map[string][]*pushItem) {
 	var out []spoolGroup
 	for part, g := range groups {
-		k := fusion.Key{Tenant: tenant, Queue: queue, Partition: part}
+		k := partitionKey{Tenant: tenant, Queue: queue, Partition: part}
 		if e.spool.Pending(tenant, queue, part) {
 			out = append(out, spoolGroup{items: g, key: k, cause: errBehindSpool})
 			delete(groups, part)
@@ -488,7 +488,7 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 		results[i].Partition = r.Partition
 		group[i] = it
 	}
-	key := fusion.Key{Tenant: batch[0].Tenant, Queue: batch[0].Queue, Partition: batch[0].Partition}
+	key := partitionKey{Tenant: batch[0].Tenant, Queue: batch[0].Queue, Partition: batch[0].Partition}
 	done := make(chan struct{})
 	if err := e.push.fusion.Submit(ctx, key, group, func() { close(done) }); err != nil {
 		if err == fusion.ErrClosed {
@@ -516,7 +516,7 @@ func (d *drainer) replay(ctx context.Context, batch []spool.Record) (int, error)
 // push that spooled them had stale or unknown settings), and waits for
 // them: records are confirmed only once stored, in order. What cannot be
 // routed stays failed, and the drain retries the records.
-func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
+func (d *drainer) rerouteReplayed(key partitionKey, items []pushItem) {
 	e := d.e
 	for n := 0; n < maxReroutes; n++ {
 		var moved []*pushItem
@@ -545,7 +545,7 @@ func (d *drainer) rerouteReplayed(key fusion.Key, items []pushItem) {
 			}
 		}
 		for part, g := range groups {
-			k := fusion.Key{Tenant: key.Tenant, Queue: key.Queue, Partition: part}
+			k := partitionKey{Tenant: key.Tenant, Queue: key.Queue, Partition: part}
 			// Once handed over, fusion resolves every item; Submit is not
 			// bound to the drain's context for that reason.
 			if err := e.push.fusion.Submit(context.WithoutCancel(d.ctx), k, g, release); err != nil {
@@ -652,12 +652,12 @@ func (e *engine) lastEncrypted(tenant uuid.UUID, queue string) (encrypted, known
 }
 
 // spoolPush is Push in maintenance mode: straight to the spool.
-func (e *engine) spoolPush(key fusion.Key, b *pushBatch) {
+func (e *engine) spoolPush(key partitionKey, b *pushBatch) {
 	e.spoolGroups(groupsOf(key, b.groups, errMaintenance))
 }
 
 // groupsOf is groups, by partition of key's queue, to spool for cause.
-func groupsOf(key fusion.Key, groups map[string][]*pushItem, cause error) []spoolGroup {
+func groupsOf(key partitionKey, groups map[string][]*pushItem, cause error) []spoolGroup {
 	out := make([]spoolGroup, 0, len(groups))
 	for part, g := range groups {
 		k := key
@@ -699,7 +699,7 @@ func (c *Client) SpoolStats() SpoolStats {
 // routed with lanes (0: not routed). With spooledFrame it is the one place
 // the message as stored maps to the spool's record, whose on-disk format is
 // the spool's own.
-func spoolRecord(key fusion.Key, f *frame.Frame, lanes int32) spool.Record {
+func spoolRecord(key partitionKey, f *frame.Frame, lanes int32) spool.Record {
 	return spool.Record{
 		Tenant: key.Tenant, Queue: key.Queue, Partition: key.Partition,
 		TransactionID: f.TransactionID, MessageID: f.ID, Flags: f.Flags, Payload: f.Payload,

@@ -121,7 +121,7 @@ const MaxFlushLinks = 32
 // the recording send spans of its items' push calls (at most
 // MaxFlushLinks), when there is one; end finishes it with the flush's
 // error.
-func (e *engine) startFlush(ctx context.Context, bundle []*fusion.Batch[fusion.Key, *pushItem]) (context.Context, func(error)) {
+func (e *engine) startFlush(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) (context.Context, func(error)) {
 	if !e.tracing() {
 		return ctx, endNothing
 	}

@@ -24,14 +24,14 @@ func TestFlushSpanCapsLinks(t *testing.T) {
 	_, ended := tr.Start(context.Background(), "ended")
 	ended.End()
 	var sends []trace.Span
-	bundle := []*fusion.Batch[fusion.Key, *pushItem]{{Items: []*pushItem{{send: ended}, {}}}}
+	bundle := []*fusion.Batch[partitionKey, *pushItem]{{Items: []*pushItem{{send: ended}, {}}}}
 	for i := range MaxFlushLinks + 8 {
 		_, s := tr.Start(context.Background(), "send")
 		defer s.End()
 		sends = append(sends, s)
 		// Two items per call, in two batches, the second call's items
 		// interleaved with the first's.
-		b := &fusion.Batch[fusion.Key, *pushItem]{Items: []*pushItem{{send: s}, {send: s}}}
+		b := &fusion.Batch[partitionKey, *pushItem]{Items: []*pushItem{{send: s}, {send: s}}}
 		if i > 0 {
 			b.Items = append(b.Items, &pushItem{send: sends[i-1]})
 		}
@@ -60,7 +60,7 @@ func TestFlushSpanCapsLinks(t *testing.T) {
 
 	// No recording submitter: no span.
 	n := len(rec.Ended())
-	_, end = e.startFlush(context.Background(), []*fusion.Batch[fusion.Key, *pushItem]{{Items: []*pushItem{{send: ended}, {}}}})
+	_, end = e.startFlush(context.Background(), []*fusion.Batch[partitionKey, *pushItem]{{Items: []*pushItem{{send: ended}, {}}}})
 	end(nil)
 	if len(rec.Ended()) != n {
 		t.Fatal("a flush span without a recording submitter")

@@ -52,11 +52,11 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 // every item is resolved.
 func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pushBatch) error {
 	e.markKeyed(ctx, qs, bs)
-	var bundle []*fusion.Batch[fusion.Key, *pushItem]
+	var bundle []*fusion.Batch[partitionKey, *pushItem]
 	for i, b := range bs {
 		for part, g := range b.groups {
-			bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
-				Key:   fusion.Key{Tenant: qs[i].c.tenant, Queue: qs[i].name, Partition: part},
+			bundle = append(bundle, &fusion.Batch[partitionKey, *pushItem]{
+				Key:   partitionKey{Tenant: qs[i].c.tenant, Queue: qs[i].name, Partition: part},
 				Items: g,
 			})
 		}
@@ -93,8 +93,8 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 				return fmt.Errorf("queen: push to %q: %w", q.name, err)
 			}
 			for part, g := range e.rerouteCall(q.c.tenant, q.name, b, moved, max(meta.Lanes, 1)) {
-				bundle = append(bundle, &fusion.Batch[fusion.Key, *pushItem]{
-					Key:   fusion.Key{Tenant: q.c.tenant, Queue: q.name, Partition: part},
+				bundle = append(bundle, &fusion.Batch[partitionKey, *pushItem]{
+					Key:   partitionKey{Tenant: q.c.tenant, Queue: q.name, Partition: part},
 					Items: g,
 				})
 			}

@@ -23,10 +23,11 @@
 //
 // # Shards and keys
 //
-// Work is keyed by a [Keyer] type, for pushes [Key] (tenant, queue,
-// partition). A key hashes to one of Config.Shards shards, and each shard
-// owns the state of its keys in a single goroutine: arrivals and flush
-// completions reach it over channels, so that state needs no locks.
+// Work is keyed by a [Keyer] type: any comparable type with a hash (queen
+// keys pushes by tenant, queue and partition). A key hashes to one of
+// Config.Shards shards, and each shard owns the state of its keys in a
+// single goroutine: arrivals and flush completions reach it over channels,
+// so that state needs no locks.
 //
 // # Life of a key
 //
