@@ -143,17 +143,42 @@ func (c *checker) deletedSurvived(ops []*Op) {
 // that began before stays, of unknown outcome (it may have stored into
 // the new queue, a Buffered one later still). So does a pop that ended
 // after (it may have waited into the new queue), with only the messages
-// the new queue's log has at their place.
+// the new queue's log has at their place; and likewise a Consume handler
+// that began after but whose batch was claimed before (or by a claim not
+// recorded): it may run a message of the deleted queue.
 func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
 		return ops
 	}
 	log := c.index()
+	inLog := func(queue string, ms []Delivery) []Delivery {
+		var out []Delivery
+		for _, m := range ms {
+			if s, ok := log[qp{queue, m.Partition}][m.Offset]; ok && s.ID == m.ID {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	claimed := map[qgi]int64{} // a claim's lease -> when it was logged
+	for _, o := range ops {
+		if o.Inv.Op == OpClaim {
+			claimed[qgi{o.Inv.Queue, o.Inv.Group, o.Inv.Lease}] = o.Start()
+		}
+	}
 	out := ops[:0:0]
 	for _, o := range ops {
 		t, ok := cut[o.Inv.Queue]
 		switch {
+		case ok && o.Inv.Op == OpHandler && o.Start() > t:
+			if at, ok := claimed[qgi{o.Inv.Queue, o.Inv.Group, o.Inv.Lease}]; ok && at > t {
+				out = append(out, o)
+				continue
+			}
+			if inv := o.Inv; len(inLog(inv.Queue, inv.Msgs)) == len(inv.Msgs) {
+				out = append(out, o)
+			}
 		case !ok || o.Start() > t:
 			out = append(out, o)
 		case o.Inv.Op == OpPop && o.End() > t:
@@ -162,12 +187,7 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 				continue
 			}
 			done := *o.Done
-			done.Msgs = nil
-			for _, m := range o.Done.Msgs {
-				if s, ok := log[qp{o.Inv.Queue, m.Partition}][m.Offset]; ok && s.ID == m.ID {
-					done.Msgs = append(done.Msgs, m)
-				}
-			}
+			done.Msgs = inLog(o.Inv.Queue, o.Done.Msgs)
 			out = append(out, &Op{Inv: o.Inv, Done: &done})
 		case o.Inv.Op == OpPush && (o.Inv.Rollback || o.Phase() == Fail):
 			out = append(out, o) // certainly stored nothing, in either queue
