@@ -78,3 +78,28 @@ func TestCheckHandlerOfBatchClaimedBeforeDelete(t *testing.T) {
 		t.Errorf("wrong read after the Delete: got %v, want inconsistent-read", got)
 	}
 }
+
+// A Queue.Delete of unknown outcome that the final log shows did not
+// happen (a message read before it began is still stored) cuts nothing:
+// the reads before it count. One that may have happened still cuts.
+func TestCheckDeleteOfUnknownOutcome(t *testing.T) {
+	build := func() *hb {
+		h := newHB()
+		h.call("a", "q", "", "delete", false, OK)
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		d := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+		h.pop("w", "q", "g", false, d)
+		h.settle("w", "q", "g", "ack", d, OK)
+		inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "delete", Queue: "q", T: h.tick()})
+		h.r.Done(inv, Info, Event{Err: "failed to connect", T: h.tick()})
+		return h
+	}
+	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false})
+	if vs := Check(build().r.Events(), s, 0); len(vs) != 0 {
+		t.Errorf("a Delete that did not happen: %v", vs)
+	}
+	// It happened: the message is gone, which is no loss.
+	if vs := Check(build().r.Events(), stMore(), 0); len(vs) != 0 {
+		t.Errorf("a Delete of unknown outcome that happened: %v", vs)
+	}
+}
