@@ -61,12 +61,47 @@ func (c *checker) markCopies(ops []*Op) {
 	}
 }
 
-// deleteCuts: per queue, when its last Queue.Delete ended (MaxInt64 when
-// one never completed).
+// deleteCuts: per queue, when its last Queue.Delete that may have
+// happened ended (MaxInt64 when one never completed). A Delete of unknown
+// outcome did not happen if the final log still holds a message known to
+// exist before it began (read, or reported stored, by then).
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
+	var seen map[qt]int64 // queue/message id -> when it was first known to exist
+	survived := func(d *Op) bool {
+		if seen == nil {
+			seen = map[qt]int64{}
+			note := func(q, id string, t int64) {
+				if at, ok := seen[qt{q, id}]; !ok || t < at {
+					seen[qt{q, id}] = t
+				}
+			}
+			for _, o := range ops {
+				t := o.End()
+				if o.Inv.Op == OpHandler {
+					t = o.Start()
+				}
+				for _, m := range delivered(o) {
+					note(o.Inv.Queue, m.ID, t)
+				}
+				if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
+					for _, r := range o.Done.Results {
+						if r.Status == "queued" || r.Status == "committed" {
+							note(o.Inv.Queue, r.ID, t)
+						}
+					}
+				}
+			}
+		}
+		for _, s := range c.st.Log {
+			if at, ok := seen[qt{s.Queue, s.ID}]; ok && s.Queue == d.Inv.Queue && at < d.Start() {
+				return true
+			}
+		}
+		return false
+	}
 	cut := map[string]int64{}
 	for _, o := range ops {
-		if c.isCall(o, "delete") {
+		if c.isCall(o, "delete") && o.Phase() != Fail && (o.Phase() == OK || !survived(o)) {
 			cut[o.Inv.Queue] = max(cut[o.Inv.Queue], o.End())
 		}
 	}
