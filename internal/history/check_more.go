@@ -19,8 +19,10 @@ func (c *checker) isCall(o *Op, kind string) bool {
 // partition of a queue the run requeued from, all but the oldest are such
 // copies: not pushes of their own (Failures -1, like a skip re-enqueue).
 // Rows marked already stay marked, so it may run again over a longer log.
-// A dead letter of a destroyed message has none of its id or transaction
-// id: every row of its (nil) id in that partition is a copy.
+// A dead letter a pop made of a destroyed message has none of its id or
+// transaction id: every row of its (nil) id in that partition is a copy.
+// One made before its segment was destroyed holds the message's id, and
+// the oldest row of that id is the original as usual.
 func (c *checker) markCopies(ops []*Op) {
 	type qpi struct{ queue, partition, id string }
 	requeued := map[qt]bool{}
@@ -29,7 +31,7 @@ func (c *checker) markCopies(ops []*Op) {
 		if c.isCall(o, "requeue") {
 			for _, m := range o.Inv.Msgs {
 				requeued[qt{o.Inv.Queue, m.ID}] = true
-				if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+				if m.ID == zeroUUID && c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
 					orphans[qpi{o.Inv.Queue, m.Partition, m.ID}] = true
 				}
 			}
