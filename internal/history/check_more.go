@@ -9,6 +9,19 @@ import (
 // deleted queues, paused groups, rejected input and foreign keys.
 
 type qgi struct{ queue, group, id string }
+type qpi struct{ queue, partition, id string }
+
+// destroyedIDs: the messages of which some row was destroyed. A failed
+// message's redelivery (a skip-policy copy) or a requeued dead letter's
+// copy may be that row: its dead letter then holds nothing of the message
+// (nil id), so neither its delivery nor its dead letter can be matched.
+func (c *checker) destroyedIDs() map[qpi]bool {
+	out := map[qpi]bool{}
+	for _, d := range c.st.Destroyed {
+		out[qpi{d.Queue, d.Partition, d.ID}] = true
+	}
+	return out
+}
 
 func (c *checker) isCall(o *Op, kind string) bool {
 	return o.Inv.Op == OpCall && o.Inv.Kind == kind && !o.Inv.Invalid
@@ -24,7 +37,6 @@ func (c *checker) isCall(o *Op, kind string) bool {
 // One made before its segment was destroyed holds the message's id, and
 // the oldest row of that id is the original as usual.
 func (c *checker) markCopies(ops []*Op) {
-	type qpi struct{ queue, partition, id string }
 	requeued := map[qt]bool{}
 	orphans := map[qpi]bool{}
 	for _, o := range ops {
@@ -258,6 +270,7 @@ func (c *checker) redelivered(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]
 		if !ok || !qi.DeadLetter || qi.Retained {
@@ -273,7 +286,8 @@ func (c *checker) redelivered(ops []*Op) {
 		default:
 			continue
 		}
-		if c.destroyed[qp{o.Inv.Queue, partition}][offset] || blind[o.Inv.Queue+"\x00"+o.Inv.Group] > o.Start() {
+		if c.destroyed[qp{o.Inv.Queue, partition}][offset] || lostCopy[qpi{o.Inv.Queue, partition, id}] ||
+			blind[o.Inv.Queue+"\x00"+o.Inv.Group] > o.Start() {
 			continue
 		}
 		k := qgi{o.Inv.Queue, o.Inv.Group, id}
@@ -309,13 +323,14 @@ func (c *checker) requeued(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]
 		if !ok || qi.Retained || !c.isCall(o, "requeue") || o.Phase() != OK {
 			continue
 		}
 		for _, m := range o.Inv.Msgs {
-			if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+			if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] || lostCopy[qpi{o.Inv.Queue, m.Partition, m.ID}] {
 				continue
 			}
 			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}
