@@ -103,3 +103,28 @@ func TestCheckDeleteOfUnknownOutcome(t *testing.T) {
 		t.Errorf("a Delete of unknown outcome that happened: %v", vs)
 	}
 }
+
+// A Queue.Delete whose process died before it returned took effect, if at
+// all, before the new queue's first message was stored: what read the new
+// queue after that counts.
+func TestCheckDeleteNeverReturned(t *testing.T) {
+	build := func() *hb {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t0"}}, OK, Result{"queued", "id0", 0})
+		h.r.Invoke(Event{Proc: "dead", Op: OpCall, Kind: "delete", Queue: "q", T: h.tick()})
+		h.push("a", "q", []Item{{"p2", "t1"}}, OK, Result{"queued", "id1", 0})
+		d := Delivery{"p2", 0, "id1", "t1", "L1", 1, 1e18}
+		h.pop("w", "q", "g", false, d)
+		h.settle("w", "q", "g", "ack", d, OK)
+		return h
+	}
+	s1 := Stored{"q", "p2", 0, "id1", "t1", 0, false}
+	if vs := Check(build().r.Events(), stMore(s1), 0); len(vs) != 0 {
+		t.Errorf("a Delete that happened: %v", vs)
+	}
+	// It did not happen: the first message is still there, and owed.
+	got := kinds(Check(build().r.Events(), stMore(Stored{"q", "p", 0, "id0", "t0", 0, false}, s1), 0))
+	if len(got) != 1 || got["never-delivered"] != 1 {
+		t.Errorf("a Delete that did not happen: got %v, want never-delivered of the first message", got)
+	}
+}
