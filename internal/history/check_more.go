@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -76,48 +77,68 @@ func (c *checker) markCopies(ops []*Op) {
 }
 
 // deleteCuts: per queue, when its last Queue.Delete that may have
-// happened ended (MaxInt64 when one never completed). A Delete of unknown
-// outcome did not happen if the final log still holds a message known to
-// exist before it began (read, or reported stored, by then).
+// happened took effect at the latest. That is when it returned; for one
+// of unknown outcome, no later than when a message of the final log was
+// first known to exist after it began (stored in the new queue), and not
+// at all if one was known before it began (the final log would not hold
+// it). One that never returned thus cuts at the new queue's first message.
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
-	var seen map[qt]int64 // queue/message id -> when it was first known to exist
-	survived := func(d *Op) bool {
-		if seen == nil {
-			seen = map[qt]int64{}
-			note := func(q, id string, t int64) {
-				if at, ok := seen[qt{q, id}]; !ok || t < at {
-					seen[qt{q, id}] = t
-				}
+	var seen map[string][]int64 // queue -> when each message of the final log was first known to exist
+	known := func() {
+		first := map[qt]int64{}
+		note := func(q, id string, t int64) {
+			if at, ok := first[qt{q, id}]; !ok || t < at {
+				first[qt{q, id}] = t
 			}
-			for _, o := range ops {
-				t := o.End()
-				if o.Inv.Op == OpHandler {
-					t = o.Start()
-				}
-				for _, m := range delivered(o) {
-					note(o.Inv.Queue, m.ID, t)
-				}
-				if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
-					for _, r := range o.Done.Results {
-						if r.Status == "queued" || r.Status == "committed" {
-							note(o.Inv.Queue, r.ID, t)
-						}
+		}
+		for _, o := range ops {
+			t := o.End()
+			if o.Inv.Op == OpHandler {
+				t = o.Start()
+			}
+			for _, m := range delivered(o) {
+				note(o.Inv.Queue, m.ID, t)
+			}
+			if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
+				for _, r := range o.Done.Results {
+					if r.Status == "queued" || r.Status == "committed" {
+						note(o.Inv.Queue, r.ID, t)
 					}
 				}
 			}
 		}
+		seen = map[string][]int64{}
 		for _, s := range c.st.Log {
-			if at, ok := seen[qt{s.Queue, s.ID}]; ok && s.Queue == d.Inv.Queue && at < d.Start() {
-				return true
+			if t, ok := first[qt{s.Queue, s.ID}]; ok {
+				seen[s.Queue] = append(seen[s.Queue], t)
 			}
 		}
-		return false
 	}
 	cut := map[string]int64{}
 	for _, o := range ops {
-		if c.isCall(o, "delete") && o.Phase() != Fail && (o.Phase() == OK || !survived(o)) {
-			cut[o.Inv.Queue] = max(cut[o.Inv.Queue], o.End())
+		if !c.isCall(o, "delete") || o.Phase() == Fail {
+			continue
 		}
+		t := o.End()
+		if o.Phase() != OK {
+			if seen == nil {
+				known()
+			}
+			after := int64(math.MaxInt64)
+			survived := false
+			for _, at := range seen[o.Inv.Queue] {
+				if at < o.Start() {
+					survived = true
+					break
+				}
+				after = min(after, at)
+			}
+			if survived {
+				continue
+			}
+			t = min(t, after)
+		}
+		cut[o.Inv.Queue] = max(cut[o.Inv.Queue], t)
 	}
 	return cut
 }
