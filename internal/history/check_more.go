@@ -263,8 +263,29 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 			out = append(out, o) // certainly stored nothing, in either queue
 		case o.Inv.Op == OpPush:
 			// Of unknown outcome in the last queue (deletedSurvived judged
-			// the ones that ended before a deletion).
+			// the ones that ended before a deletion). An item reported
+			// Buffered may be stored there twice (its flush committed
+			// unseen, then its replay): it stays as two such pushes.
 			out = append(out, &Op{Inv: o.Inv})
+			if again := bufferedItems(o); len(again) > 0 {
+				inv := o.Inv
+				inv.Items = again
+				out = append(out, &Op{Inv: inv})
+			}
+		}
+	}
+	return out
+}
+
+// bufferedItems are the items of a push it reported Buffered.
+func bufferedItems(o *Op) []Item {
+	if o.Phase() != OK {
+		return nil
+	}
+	var out []Item
+	for i, it := range o.Inv.Items {
+		if i < len(o.Done.Results) && o.Done.Results[i].Status == "buffered" {
+			out = append(out, it)
 		}
 	}
 	return out
