@@ -213,9 +213,10 @@ func (c *checker) deletedSurvived(ops []*Op) {
 // that began before stays, of unknown outcome (it may have stored into
 // the new queue, a Buffered one later still). So does a pop that ended
 // after (it may have waited into the new queue), with only the messages
-// the new queue's log has at their place; and likewise a Consume handler
-// that began after but whose batch was claimed before (or by a claim not
-// recorded): it may run a message of the deleted queue.
+// the new queue's log has at their place; and so does a Consume handler
+// that began after: its batch may have been claimed before (a claim is
+// logged only after it returned), so it may run a message of the deleted
+// queue.
 func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
@@ -231,21 +232,11 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 		}
 		return out
 	}
-	claimed := map[qgi]int64{} // a claim's lease -> when it was logged
-	for _, o := range ops {
-		if o.Inv.Op == OpClaim {
-			claimed[qgi{o.Inv.Queue, o.Inv.Group, o.Inv.Lease}] = o.Start()
-		}
-	}
 	out := ops[:0:0]
 	for _, o := range ops {
 		t, ok := cut[o.Inv.Queue]
 		switch {
 		case ok && o.Inv.Op == OpHandler && o.Start() > t:
-			if at, ok := claimed[qgi{o.Inv.Queue, o.Inv.Group, o.Inv.Lease}]; ok && at > t {
-				out = append(out, o)
-				continue
-			}
 			if inv := o.Inv; len(inLog(inv.Queue, inv.Msgs)) == len(inv.Msgs) {
 				out = append(out, o)
 			}
