@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -9,6 +10,19 @@ import (
 // deleted queues, paused groups, rejected input and foreign keys.
 
 type qgi struct{ queue, group, id string }
+type qpi struct{ queue, partition, id string }
+
+// destroyedIDs: the messages of which some row was destroyed. A failed
+// message's redelivery (a skip-policy copy) or a requeued dead letter's
+// copy may be that row: its dead letter then holds nothing of the message
+// (nil id), so neither its delivery nor its dead letter can be matched.
+func (c *checker) destroyedIDs() map[qpi]bool {
+	out := map[qpi]bool{}
+	for _, d := range c.st.Destroyed {
+		out[qpi{d.Queue, d.Partition, d.ID}] = true
+	}
+	return out
+}
 
 func (c *checker) isCall(o *Op, kind string) bool {
 	return o.Inv.Op == OpCall && o.Inv.Kind == kind && !o.Inv.Invalid
@@ -19,17 +33,18 @@ func (c *checker) isCall(o *Op, kind string) bool {
 // partition of a queue the run requeued from, all but the oldest are such
 // copies: not pushes of their own (Failures -1, like a skip re-enqueue).
 // Rows marked already stay marked, so it may run again over a longer log.
-// A dead letter of a destroyed message has none of its id or transaction
-// id: every row of its (nil) id in that partition is a copy.
+// A dead letter a pop made of a destroyed message has none of its id or
+// transaction id: every row of its (nil) id in that partition is a copy.
+// One made before its segment was destroyed holds the message's id, and
+// the oldest row of that id is the original as usual.
 func (c *checker) markCopies(ops []*Op) {
-	type qpi struct{ queue, partition, id string }
 	requeued := map[qt]bool{}
 	orphans := map[qpi]bool{}
 	for _, o := range ops {
 		if c.isCall(o, "requeue") {
 			for _, m := range o.Inv.Msgs {
 				requeued[qt{o.Inv.Queue, m.ID}] = true
-				if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+				if m.ID == zeroUUID && c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
 					orphans[qpi{o.Inv.Queue, m.Partition, m.ID}] = true
 				}
 			}
@@ -61,14 +76,69 @@ func (c *checker) markCopies(ops []*Op) {
 	}
 }
 
-// deleteCuts: per queue, when its last Queue.Delete ended (MaxInt64 when
-// one never completed).
+// deleteCuts: per queue, when its last Queue.Delete that may have
+// happened took effect at the latest. That is when it returned; for one
+// of unknown outcome, no later than when a message of the final log was
+// first known to exist after it began (stored in the new queue), and not
+// at all if one was known before it began (the final log would not hold
+// it). One that never returned thus cuts at the new queue's first message.
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
+	var seen map[string][]int64 // queue -> when each message of the final log was first known to exist
+	known := func() {
+		first := map[qt]int64{}
+		note := func(q, id string, t int64) {
+			if at, ok := first[qt{q, id}]; !ok || t < at {
+				first[qt{q, id}] = t
+			}
+		}
+		for _, o := range ops {
+			t := o.End()
+			if o.Inv.Op == OpHandler {
+				t = o.Start()
+			}
+			for _, m := range delivered(o) {
+				note(o.Inv.Queue, m.ID, t)
+			}
+			if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
+				for _, r := range o.Done.Results {
+					if r.Status == "queued" || r.Status == "committed" {
+						note(o.Inv.Queue, r.ID, t)
+					}
+				}
+			}
+		}
+		seen = map[string][]int64{}
+		for _, s := range c.st.Log {
+			if t, ok := first[qt{s.Queue, s.ID}]; ok {
+				seen[s.Queue] = append(seen[s.Queue], t)
+			}
+		}
+	}
 	cut := map[string]int64{}
 	for _, o := range ops {
-		if c.isCall(o, "delete") {
-			cut[o.Inv.Queue] = max(cut[o.Inv.Queue], o.End())
+		if !c.isCall(o, "delete") || o.Phase() == Fail {
+			continue
 		}
+		t := o.End()
+		if o.Phase() != OK {
+			if seen == nil {
+				known()
+			}
+			after := int64(math.MaxInt64)
+			survived := false
+			for _, at := range seen[o.Inv.Queue] {
+				if at < o.Start() {
+					survived = true
+					break
+				}
+				after = min(after, at)
+			}
+			if survived {
+				continue
+			}
+			t = min(t, after)
+		}
+		cut[o.Inv.Queue] = max(cut[o.Inv.Queue], t)
 	}
 	return cut
 }
@@ -143,17 +213,33 @@ func (c *checker) deletedSurvived(ops []*Op) {
 // that began before stays, of unknown outcome (it may have stored into
 // the new queue, a Buffered one later still). So does a pop that ended
 // after (it may have waited into the new queue), with only the messages
-// the new queue's log has at their place.
+// the new queue's log has at their place; and so does a Consume handler
+// that began after: its batch may have been claimed before (a claim is
+// logged only after it returned), so it may run a message of the deleted
+// queue.
 func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
 		return ops
 	}
 	log := c.index()
+	inLog := func(queue string, ms []Delivery) []Delivery {
+		var out []Delivery
+		for _, m := range ms {
+			if s, ok := log[qp{queue, m.Partition}][m.Offset]; ok && s.ID == m.ID {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
 	out := ops[:0:0]
 	for _, o := range ops {
 		t, ok := cut[o.Inv.Queue]
 		switch {
+		case ok && o.Inv.Op == OpHandler && o.Start() > t:
+			if inv := o.Inv; len(inLog(inv.Queue, inv.Msgs)) == len(inv.Msgs) {
+				out = append(out, o)
+			}
 		case !ok || o.Start() > t:
 			out = append(out, o)
 		case o.Inv.Op == OpPop && o.End() > t:
@@ -162,19 +248,35 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 				continue
 			}
 			done := *o.Done
-			done.Msgs = nil
-			for _, m := range o.Done.Msgs {
-				if s, ok := log[qp{o.Inv.Queue, m.Partition}][m.Offset]; ok && s.ID == m.ID {
-					done.Msgs = append(done.Msgs, m)
-				}
-			}
+			done.Msgs = inLog(o.Inv.Queue, o.Done.Msgs)
 			out = append(out, &Op{Inv: o.Inv, Done: &done})
 		case o.Inv.Op == OpPush && (o.Inv.Rollback || o.Phase() == Fail):
 			out = append(out, o) // certainly stored nothing, in either queue
 		case o.Inv.Op == OpPush:
 			// Of unknown outcome in the last queue (deletedSurvived judged
-			// the ones that ended before a deletion).
+			// the ones that ended before a deletion). An item reported
+			// Buffered may be stored there twice (its flush committed
+			// unseen, then its replay): it stays as two such pushes.
 			out = append(out, &Op{Inv: o.Inv})
+			if again := bufferedItems(o); len(again) > 0 {
+				inv := o.Inv
+				inv.Items = again
+				out = append(out, &Op{Inv: inv})
+			}
+		}
+	}
+	return out
+}
+
+// bufferedItems are the items of a push it reported Buffered.
+func bufferedItems(o *Op) []Item {
+	if o.Phase() != OK {
+		return nil
+	}
+	var out []Item
+	for i, it := range o.Inv.Items {
+		if i < len(o.Done.Results) && o.Done.Results[i].Status == "buffered" {
+			out = append(out, it)
 		}
 	}
 	return out
@@ -201,6 +303,7 @@ func (c *checker) redelivered(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]
 		if !ok || !qi.DeadLetter || qi.Retained {
@@ -216,7 +319,8 @@ func (c *checker) redelivered(ops []*Op) {
 		default:
 			continue
 		}
-		if c.destroyed[qp{o.Inv.Queue, partition}][offset] || blind[o.Inv.Queue+"\x00"+o.Inv.Group] > o.Start() {
+		if c.destroyed[qp{o.Inv.Queue, partition}][offset] || lostCopy[qpi{o.Inv.Queue, partition, id}] ||
+			blind[o.Inv.Queue+"\x00"+o.Inv.Group] > o.Start() {
 			continue
 		}
 		k := qgi{o.Inv.Queue, o.Inv.Group, id}
@@ -252,13 +356,14 @@ func (c *checker) requeued(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]
 		if !ok || qi.Retained || !c.isCall(o, "requeue") || o.Phase() != OK {
 			continue
 		}
 		for _, m := range o.Inv.Msgs {
-			if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] {
+			if c.destroyed[qp{o.Inv.Queue, m.Partition}][m.Offset] || lostCopy[qpi{o.Inv.Queue, m.Partition, m.ID}] {
 				continue
 			}
 			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}

@@ -219,3 +219,48 @@ func TestCheckRequeuedCopyOfDestroyed(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter made before its message's segment was destroyed holds its
+// id: requeued, its copy is a copy of that id, and the oldest row of the
+// id (the original, still stored below the destroyed one, here a skip
+// policy's re-enqueued copy) stays the push.
+func TestCheckRequeuedDeadLetterOfLaterDestroyed(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	h.call("a", "q", "g", "requeue", false, OK, Delivery{"p", 1, "id1", "t1", "", 0, 0})
+	d0, d2 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}, Delivery{"p", 2, "id1", "t1", "L1", 1, 1e18}
+	h.pop("a", "q", "g", false, d0, d2)
+	h.settle("a", "q", "g", "ack", d2, OK)
+	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 2, "id1", "t1", 0, false})
+	s.Destroyed = []Stored{{"q", "p", 1, "id1", "t1", 1, false}}
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Errorf("want no violation, got %v", vs)
+	}
+}
+
+// A message failed on a skip-policy queue is redelivered as its copy at
+// the tail; when the nemesis destroyed that copy, the copy is dead-lettered
+// without its id, which is no lost redelivery. A copy left alone still
+// must come again.
+func TestCheckFailedWhoseCopyWasDestroyed(t *testing.T) {
+	for _, destroyed := range []bool{true, false} {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		h.handler("w", "q", "g", Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}, "failed on purpose")
+		s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false})
+		copy1 := Stored{"q", "p", 1, "id1", "t1", 1, false}
+		if destroyed {
+			s.Destroyed = []Stored{copy1}
+			s.DeadLetters = []DeadStored{{"q", "g", "p", 1, zeroUUID, "", "undecodable"}}
+		} else {
+			s.Log = append(s.Log, copy1)
+		}
+		got := kinds(Check(h.r.Events(), s, 0))
+		if destroyed && len(got) != 0 {
+			t.Errorf("copy destroyed: want no violation, got %v", got)
+		}
+		if !destroyed && (got["failed-not-redelivered"] != 1 || len(got) != 1) {
+			t.Errorf("copy stored, never delivered: want only failed-not-redelivered, got %v", got)
+		}
+	}
+}
