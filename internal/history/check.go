@@ -177,6 +177,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	// Again: retention may have taken a requeued copy or its original,
 	// which reconstruct has just put back from their deliveries.
 	c.markCopies(all)
+	c.requeueUnbounded(all)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

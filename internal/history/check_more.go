@@ -33,6 +33,11 @@ func (c *checker) markCopies(ops []*Op) {
 					orphans[qpi{o.Inv.Queue, m.Partition, m.ID}] = true
 				}
 			}
+			// Not to be requeued, but requeueUnbounded judges their copies
+			// (they must not count as second pushes too).
+			for _, m := range o.Inv.Kept {
+				requeued[qt{o.Inv.Queue, m.ID}] = true
+			}
 		}
 	}
 	if len(requeued) == 0 {
@@ -57,6 +62,38 @@ func (c *checker) markCopies(ops []*Op) {
 		default:
 			c.st.Log[j].Failures = -1
 			first[k] = i
+		}
+	}
+}
+
+// nilID is the message id of a destroyed message's dead letter.
+const nilID = "00000000-0000-0000-0000-000000000000"
+
+// requeueUnbounded: a RequeueDeadLetters call requeues none of the dead
+// letters above its MaxID, even when given their ids: no copy of one is
+// stored unless some call was asked to requeue it.
+func (c *checker) requeueUnbounded(ops []*Op) {
+	asked := map[qt]bool{}
+	kept := map[qt]*Op{}
+	for _, o := range ops {
+		if !c.isCall(o, "requeue") {
+			continue
+		}
+		for _, m := range o.Inv.Msgs {
+			asked[qt{o.Inv.Queue, m.ID}] = true
+		}
+		for _, m := range o.Inv.Kept {
+			if k := (qt{o.Inv.Queue, m.ID}); kept[k] == nil {
+				kept[k] = o
+			}
+		}
+	}
+	for _, s := range c.st.Log {
+		k := qt{s.Queue, s.ID}
+		if o := kept[k]; o != nil && s.Failures == -1 && !asked[k] && s.ID != nilID {
+			c.where = Violation{Queue: s.Queue, Group: o.Inv.Group, Partition: s.Partition}
+			c.report("requeue-unbounded", fmt.Sprintf("queue %s group %q: id %s, a dead letter above the MaxID of a requeue, was requeued (a copy at %s@%d)",
+				s.Queue, o.Inv.Group, s.ID, s.Partition, s.Offset), o.evidence()...)
 		}
 	}
 }

@@ -77,6 +77,20 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			// The copy is stored but never reaches the group.
 			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false})
 		}},
+		{"requeue-unbounded", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "dead", d0, OK)
+			h.settle("a", "q", "g", "dead", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "requeue", Queue: "q", Group: "g", Msgs: []Delivery{d0}, Kept: []Delivery{d1}, T: h.tick()})
+			h.r.Done(inv, OK, Event{T: h.tick()})
+			// id2 lay above the call's MaxID, yet it was requeued too.
+			c0 := Delivery{"p", 2, "id1", "t1", "L2", 1, 1e18}
+			c1 := Delivery{"p", 3, "id2", "t2", "L2", 1, 1e18}
+			h.pop("a", "q", "g", false, c0, c1)
+			h.settle("a", "q", "g", "ack", c1, OK)
+			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false}, Stored{"q", "p", 3, "id2", "t2", 0, false})
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})
@@ -217,5 +231,27 @@ func TestCheckRequeuedCopyOfDestroyed(t *testing.T) {
 		if !requeued && (got["phantom"] != 1 || len(got) != 1) {
 			t.Errorf("not requeued: want only phantom, got %v", got)
 		}
+	}
+}
+
+// A dead letter above a requeue's MaxID that stays a dead letter, or that
+// another call requeued, is as promised.
+func TestCheckRequeueBoundedClean(t *testing.T) {
+	h := newHB()
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	d1 := Delivery{"p", 1, "id2", "t2", "L1", 1, 1e18}
+	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
+	h.pop("a", "q", "g", false, d0, d1)
+	h.settle("a", "q", "g", "dead", d0, OK)
+	h.settle("a", "q", "g", "dead", d1, OK)
+	inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "requeue", Queue: "q", Group: "g", Msgs: []Delivery{d0}, Kept: []Delivery{d1}, T: h.tick()})
+	h.r.Done(inv, OK, Event{T: h.tick()})
+	c0 := Delivery{"p", 2, "id1", "t1", "L2", 1, 1e18}
+	h.pop("a", "q", "g", false, c0)
+	h.settle("a", "q", "g", "ack", c0, OK)
+	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id1", "t1", 0, false})
+	s.DeadLetters = []DeadStored{{"q", "g", "p", 1, "id2", "t2", "history: dead"}}
+	for _, v := range Check(h.r.Events(), s, 0) {
+		t.Error(v)
 	}
 }

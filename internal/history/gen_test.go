@@ -169,18 +169,26 @@ func (w *worker) requeue(ctx context.Context) {
 		return
 	}
 	var ids []int64
-	var ms []history.Delivery
 	for _, d := range dls {
 		ids = append(ids, d.ID)
-		ms = append(ms, history.Delivery{Partition: d.Partition, Offset: d.Offset, ID: d.MessageID.String(), TxID: d.TransactionID})
 	}
-	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: g, Msgs: ms})
 	rq := queen.DeadLetterQuery{Groups: []string{g}, IDs: ids, Limit: len(ids)}
 	if w.rng.IntN(2) == 0 {
-		// Bounded as the dashboard's Replay all is: the listed ids are
-		// all at or below the highest, so every one must still be requeued.
-		rq.MaxID = slices.Max(ids)
+		// Bounded as the dashboard's Replay all is, by one of the listed
+		// ids: the ones above it must stay dead letters (Kept).
+		sorted := slices.Sorted(slices.Values(ids))
+		rq.MaxID = sorted[w.rng.IntN(len(sorted))]
 	}
+	var ms, kept []history.Delivery
+	for _, d := range dls {
+		hd := history.Delivery{Partition: d.Partition, Offset: d.Offset, ID: d.MessageID.String(), TxID: d.TransactionID}
+		if rq.MaxID > 0 && d.ID > rq.MaxID {
+			kept = append(kept, hd)
+		} else {
+			ms = append(ms, hd)
+		}
+	}
+	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: g, Msgs: ms, Kept: kept})
 	_, err = w.c.Queue(q).RequeueDeadLetters(ctx, rq)
 	w.done(inv, err, nil)
 }

@@ -31,7 +31,8 @@ const (
 	// Evidence only: it shows which claim took a message nobody handled.
 	OpClaim = "claim"
 	// OpCall is any other public call, named by Kind: "pause", "resume",
-	// "delete", "requeue" (Msgs: the dead letters it was given, of Group),
+	// "delete", "requeue" (Msgs: the dead letters it was given, of Group, at
+	// or below its MaxID; Kept: those above it),
 	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
 	// "consume" (the Consume call itself), "settle-log" (Consume's own
 	// settle failure, from its log: Err), "cursor" (Group's committed
@@ -78,6 +79,9 @@ type Event struct {
 	AutoAck bool       `json:"autoack,omitempty"`
 	Batch   int        `json:"batch,omitempty"` // the pop's Batch
 	Msgs    []Delivery `json:"msgs,omitempty"`
+	// Kept: of a "requeue" call, the dead letters it was given the ids of
+	// but that lie above its MaxID: it must not requeue them.
+	Kept []Delivery `json:"kept,omitempty"`
 
 	// Settle and Handler: one message.
 	Kind      string `json:"kind,omitempty"` // ack, fail, retry, dead, extend
