@@ -470,14 +470,15 @@ func (c *checker) order(ops []*Op) {
 				break
 			}
 			r := o.Done.Results[i]
-			if r.Status != "queued" && r.Status != "buffered" {
+			// Committed: a Client.Tx push, stored (in input order) at its commit.
+			if r.Status != "queued" && r.Status != "buffered" && r.Status != "committed" {
 				continue
 			}
 			s, ok := offsets[qt{o.Inv.Queue, it.TxID}]
 			if !ok || s.Partition != it.Partition || pushed[qt{o.Inv.Queue, it.TxID}] > 1 {
 				continue // reported by pushes
 			}
-			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status == "queued"})
+			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status != "buffered"})
 		}
 	}
 	for k, ps := range by {

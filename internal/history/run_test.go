@@ -1185,13 +1185,24 @@ func (w *worker) tx(ctx context.Context) {
 	m := msgs[0]
 	dst := w.queue()
 	items := w.items(dst)
+	// Sometimes a second Push to the same queue: one call to the checker,
+	// as a partition's items of both are stored in call order.
+	var more []queen.Item
+	if w.rng.IntN(3) == 0 {
+		more = w.items(dst)
+	}
+	all := append(slices.Clone(items), more...)
 	sinv := w.rec.Invoke(settleEvent(w.proc, m, "ack"))
-	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(items)})
+	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(all)})
 	err := w.c.Tx(ctx, func(tx *queen.Tx) error {
 		tx.Ack(m)
 		tx.Push(dst, items)
+		if more != nil {
+			tx.Push(dst, more)
+		}
 		return nil
 	})
+	items = all
 	switch {
 	case err == nil:
 		w.rec.Done(sinv, history.OK, history.Event{})
