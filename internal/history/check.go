@@ -178,6 +178,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	// which reconstruct has just put back from their deliveries.
 	c.markCopies(all)
 	c.requeueUnbounded(all)
+	c.rawErrors(all)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Checks of the calls beyond push, pop and settle: requeued dead letters,
@@ -416,6 +417,48 @@ func (c *checker) wrongKey(ops []*Op) {
 			c.where = Violation{Queue: d.Queue, Group: d.Group, Partition: d.Partition}
 			c.report("wrong-key-dead-letter", fmt.Sprintf("queue %s group %q: %s@%d id %s was dead-lettered for a key: %q",
 				d.Queue, d.Group, d.Partition, d.Offset, d.ID, d.Reason))
+		}
+	}
+}
+
+// faultMargin is how long a fault's effects may outlast its event: a pool
+// finds its connections broken by a restart only when it next uses them.
+const faultMargin = int64(5 * time.Second)
+
+// rawErrors: no call fails with a PostgreSQL error no call documents: an
+// integrity violation (SQLSTATE class 23; a push racing Queue.Delete gets
+// QN001, never a foreign-key error) or, with no fault near the call, a
+// deadlock (40P01; PushTx calls of one transaction to the same partitions
+// in different orders may deadlock, which the run never makes, and a
+// fault may keep a first keyed push from marking its queue ahead).
+func (c *checker) rawErrors(ops []*Op) {
+	var faults []*Op
+	for _, o := range ops {
+		if o.Inv.Op == OpFault {
+			faults = append(faults, o)
+		}
+	}
+	for _, o := range ops {
+		if o.Done == nil || o.Done.Err == "" || o.Inv.Op == OpFault {
+			continue
+		}
+		err := o.Done.Err
+		switch {
+		case strings.Contains(err, "(SQLSTATE 23"):
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+			c.report("raw-error", fmt.Sprintf("queue %s: %s %s failed with an integrity violation: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
+		case strings.Contains(err, "(SQLSTATE 40P01)"):
+			near := false
+			for _, f := range faults {
+				if f.Start() < o.End() && f.End() > o.Start()-faultMargin {
+					near = true
+					break
+				}
+			}
+			if !near {
+				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+				c.report("deadlock", fmt.Sprintf("queue %s: %s %s deadlocked with no fault near it: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
+			}
 		}
 	}
 }

@@ -91,6 +91,22 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			h.settle("a", "q", "g", "ack", c1, OK)
 			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false}, Stored{"q", "p", 3, "id2", "t2", 0, false})
 		}},
+		{"raw-error", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, Fail, Event{Err: `queen: push: ERROR: insert or update on table "partitions" violates foreign key constraint "partitions_queue_id_fkey" (SQLSTATE 23503)`, T: h.tick()})
+			return stMore(s0, s1)
+		}},
+		{"deadlock", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
+			return stMore(s0, s1)
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})
@@ -252,6 +268,19 @@ func TestCheckRequeueBoundedClean(t *testing.T) {
 	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id1", "t1", 0, false})
 	s.DeadLetters = []DeadStored{{"q", "g", "p", 1, "id2", "t2", "history: dead"}}
 	for _, v := range Check(h.r.Events(), s, 0) {
+		t.Error(v)
+	}
+}
+
+// A deadlock near a fault is not reported: a first keyed push whose queue
+// could not be marked ahead (the database was away) marks it itself.
+func TestCheckDeadlockNearFault(t *testing.T) {
+	h := newHB()
+	f := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "restart", T: h.tick()})
+	h.r.Done(f, OK, Event{T: h.tick()})
+	inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+	h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
+	for _, v := range Check(h.r.Events(), stMore(), 0) {
 		t.Error(v)
 	}
 }

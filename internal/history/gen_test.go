@@ -40,6 +40,7 @@ var genKinds = []string{
 	"timeout",   // ConsumeOptions.HandlerTimeout with handlers that outlive it
 	"panic",     // panicking handlers
 	"firstpush", // the first push to an unseen queue during an outage, with and without a key
+	"keyedtx",   // two transactions making first keyed pushes to two fresh queues in opposite orders
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
@@ -93,8 +94,8 @@ func (g gens) String() string {
 // extra runs one of the worker-level generators that are on.
 func (w *worker) extra(ctx context.Context) {
 	var on []string
-	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes"} {
-		if w.gen[k] && (k != "lanes" || w.r != nil) && (k != "delete" || w.idx == 0) {
+	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx"} {
+		if w.gen[k] && (k != "lanes" && k != "keyedtx" || w.r != nil) && (k != "delete" || w.idx == 0) {
 			on = append(on, k)
 		}
 	}
@@ -114,6 +115,8 @@ func (w *worker) extra(ctx context.Context) {
 		w.deleteDoomed(ctx)
 	case "lanes":
 		w.lanes(ctx)
+	case "keyedtx":
+		w.keyedTx(ctx)
 	}
 }
 
@@ -320,6 +323,86 @@ func (w *worker) lanes(ctx context.Context) {
 		return
 	}
 	w.done(inv, err, queen.ErrLanesFixed)
+}
+
+// keyedTx makes two fresh queues, then two transactions that each PushTx
+// keyed items to one of them, wait for the other to have done the same, and
+// PushTx to the other queue: first keyed pushes in opposite orders, which
+// must not deadlock (each marks its queue keyed ahead, outside the
+// transaction; each side pushes to partitions of its own).
+func (w *worker) keyedTx(ctx context.Context) {
+	w.n++
+	qs := [2]string{}
+	for i := range qs {
+		qs[i] = fmt.Sprintf("kt-%s.%d-%d-%d", w.proc, w.idx, w.n, i)
+		w.r.addQueue(qs[i], history.QueueInfo{Deduped: true, Groups: []string{""}})
+		if err := w.c.Queue(qs[i]).Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, LeaseTime: time.Second}); err != nil {
+			return
+		}
+	}
+	items := func(q string, j int) []queen.Item {
+		var out []queen.Item
+		for i := range 3 {
+			tx := fmt.Sprintf("%s/%d.%d", q, j, i)
+			// A partition of each side's own: only the queue rows are shared.
+			out = append(out, queen.Item{Partition: fmt.Sprintf("t%d", j), Key: fmt.Sprintf("key%d", i), TransactionID: tx, Data: payload(q, tx)})
+		}
+		return out
+	}
+	// Both pushes of one side are recorded before its transaction begins,
+	// as pushTx does: a Begin that fails leaves them failed.
+	var firsts [2]chan struct{}
+	for i := range firsts {
+		firsts[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	for side := range 2 {
+		order := [2]string{qs[side], qs[1-side]}
+		wg.Go(func() {
+			var once sync.Once
+			first := func() { once.Do(func() { close(firsts[side]) }) }
+			defer first()
+			var invs [2]history.Event
+			var its [2][]queen.Item
+			for i, q := range order {
+				its[i] = items(q, side)
+				invs[i] = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "pushtx", Queue: q, Items: histItems(its[i])})
+			}
+			failAll := func(from int, phase string, err error) {
+				for i := from; i < 2; i++ {
+					w.rec.Done(invs[i], phase, history.Event{Err: errText(err)})
+				}
+			}
+			tx, err := w.c.Pool().Begin(ctx)
+			if err != nil {
+				failAll(0, history.Fail, err)
+				return
+			}
+			defer tx.Rollback(context.Background())
+			var res [2][]queen.PushResult
+			for i, q := range order {
+				if res[i], err = w.c.Queue(q).PushTx(ctx, tx, its[i]); err != nil {
+					failAll(0, history.Fail, err)
+					return
+				}
+				if i == 0 {
+					first()
+					select { // the other side's first push is made (or failed)
+					case <-firsts[1-side]:
+					case <-time.After(3 * time.Second):
+					}
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				failAll(0, history.Info, err)
+				return
+			}
+			for i := range invs {
+				w.rec.Done(invs[i], history.OK, history.Event{Results: histResults(res[i])})
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // badTexts are names, keys and values no call may take.
