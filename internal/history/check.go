@@ -71,6 +71,17 @@ type State struct {
 	Destroyed []Stored
 	// DeadLetters is the final dead-letter store of the audited queues.
 	DeadLetters []DeadStored
+	// Orphans are rows of the final state that belong to a partition no
+	// longer there (segments, transaction-id hashes).
+	Orphans []Orphan
+}
+
+// Orphan is a partition id that rows of Table still name, though the
+// partition is gone.
+type Orphan struct {
+	Table     string
+	Partition int64
+	Rows      int
 }
 
 // Violation is one broken promise with the events that prove it.
@@ -179,6 +190,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.markCopies(all)
 	c.requeueUnbounded(all)
 	c.rawErrors(all)
+	c.orphans()
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

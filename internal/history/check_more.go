@@ -462,3 +462,13 @@ func (c *checker) rawErrors(ops []*Op) {
 		}
 	}
 }
+
+// orphans: a queue or partition that is deleted leaves none of its rows
+// behind (a Queue.Delete racing pushes must not let them add rows to the
+// partitions it deletes).
+func (c *checker) orphans() {
+	for _, o := range c.st.Orphans {
+		c.where = Violation{}
+		c.report("orphan-rows", fmt.Sprintf("%d rows of %s belong to partition id %d, which no longer exists", o.Rows, o.Table, o.Partition))
+	}
+}

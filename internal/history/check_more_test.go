@@ -107,6 +107,14 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
 			return stMore(s0, s1)
 		}},
+		{"orphan-rows", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			s := stMore(s0, s1)
+			s.Orphans = []Orphan{{"segments", 42, 1}}
+			return s
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})

@@ -427,6 +427,7 @@ func (r *run) main() (st runStats) {
 		hs.Queues[q] = qi
 	}
 	hs.DeadLetters = r.readDeadLetters(ctx, admin)
+	hs.Orphans = r.readOrphans(ctx, admin)
 	r.checkSecretLog(ctx, admin)
 	vs := history.Check(events, hs, 0)
 	shown := map[string]int{}
@@ -1442,6 +1443,30 @@ func (w *worker) consume(ctx context.Context) {
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// readOrphans reads the rows left of partitions that no longer exist.
+func (r *run) readOrphans(ctx context.Context, admin *queen.Client) []history.Orphan {
+	var out []history.Orphan
+	for _, table := range []string{"segments", "txns"} {
+		rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT t.partition_id, count(*) FROM %[1]s.%[2]s t
+			WHERE NOT EXISTS (SELECT 1 FROM %[1]s.partitions p WHERE p.id = t.partition_id) GROUP BY t.partition_id`,
+			pgx.Identifier{r.schema}.Sanitize(), table))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for rows.Next() {
+			o := history.Orphan{Table: table}
+			if err := rows.Scan(&o.Partition, &o.Rows); err != nil {
+				r.t.Fatal(err)
+			}
+			out = append(out, o)
+		}
+		if err := rows.Err(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // readDeadLetters reads the final dead-letter store.
