@@ -191,6 +191,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.requeueUnbounded(all)
 	c.rawErrors(all)
 	c.orphans()
+	c.payloads(ops)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

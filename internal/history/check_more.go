@@ -472,3 +472,20 @@ func (c *checker) orphans() {
 		c.report("orphan-rows", fmt.Sprintf("%d rows of %s belong to partition id %d, which no longer exists", o.Rows, o.Table, o.Partition))
 	}
 }
+
+// payloads: every delivery carries the payload its message was pushed with
+// (a handler writing to an earlier delivery's Data changes no stored copy:
+// a dead letter, a FailureSkip re-enqueue).
+func (c *checker) payloads(ops []*Op) {
+	for _, o := range ops {
+		bad := o.Inv.BadData
+		if o.Done != nil {
+			bad = append(bad, o.Done.BadData...)
+		}
+		for _, m := range bad {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: m.Partition}
+			c.report("corrupt-payload", fmt.Sprintf("queue %s group %q: %s@%d id %s (transaction %q) was delivered with a payload other than the one pushed",
+				o.Inv.Queue, o.Inv.Group, m.Partition, m.Offset, m.ID, m.TxID), o.evidence()...)
+		}
+	}
+}

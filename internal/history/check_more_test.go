@@ -115,6 +115,13 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			s.Orphans = []Orphan{{"segments", 42, 1}}
 			return s
 		}},
+		{"corrupt-payload", func(h *hb) State {
+			pushed(h)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPop, Queue: "q", Group: "g", T: h.tick()})
+			h.r.Done(inv, OK, Event{Msgs: []Delivery{d0, d1}, BadData: []Delivery{d1}, T: h.tick()})
+			h.settle("a", "q", "g", "ack", d1, OK)
+			return stMore(s0, s1)
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})

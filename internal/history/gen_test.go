@@ -41,6 +41,7 @@ var genKinds = []string{
 	"panic",     // panicking handlers
 	"firstpush", // the first push to an unseen queue during an outage, with and without a key
 	"keyedtx",   // two transactions making first keyed pushes to two fresh queues in opposite orders
+	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

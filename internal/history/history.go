@@ -82,6 +82,9 @@ type Event struct {
 	// Kept: of a "requeue" call, the dead letters it was given the ids of
 	// but that lie above its MaxID: it must not requeue them.
 	Kept []Delivery `json:"kept,omitempty"`
+	// BadData: of a pop (on its completion) or a handler, the deliveries
+	// whose Data was not the payload pushed with their transaction id.
+	BadData []Delivery `json:"bad_data,omitempty"`
 
 	// Settle and Handler: one message.
 	Kind      string `json:"kind,omitempty"` // ack, fail, retry, dead, extend

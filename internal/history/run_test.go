@@ -113,10 +113,12 @@ type runStats struct {
 
 // Queues of a run. Every one is audited; each has a dedup window longer
 // than any run, so a transaction id is stored at most once.
-var queueSpecs = []struct {
+type queueSpec struct {
 	name string
 	opts queen.QueueOptions
-}{
+}
+
+var queueSpecs = []queueSpec{
 	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true}},
 	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
@@ -1250,6 +1252,20 @@ func delivery(m *queen.Message) history.Delivery {
 	return d
 }
 
+// badData returns the deliveries of msgs whose Data is not what was pushed.
+// The queues of queueSpecs hold only payload(queue, transaction id); a
+// destroyed message's dead letter (nil id) has nothing to compare.
+func badData(msgs ...*queen.Message) []history.Delivery {
+	var out []history.Delivery
+	for _, m := range msgs {
+		if slices.ContainsFunc(queueSpecs, func(qs queueSpec) bool { return qs.name == m.Queue }) && !m.ID.IsNil() &&
+			!bytes.Equal(m.Data, payload(m.Queue, m.TransactionID)) {
+			out = append(out, delivery(m))
+		}
+	}
+	return out
+}
+
 func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) []*queen.Message {
 	if q.Name() == "doomed" && o.LeaseTime == 0 {
 		o.LeaseTime = time.Second // a recreated queue's default lease outlasts the final drain
@@ -1264,7 +1280,7 @@ func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen
 	for i, m := range msgs {
 		ds[i] = delivery(m)
 	}
-	rec.Done(inv, history.OK, history.Event{Msgs: ds})
+	rec.Done(inv, history.OK, history.Event{Msgs: ds, BadData: badData(msgs...)})
 	return msgs
 }
 
@@ -1342,12 +1358,14 @@ func (w *worker) popSettle(ctx context.Context) {
 					break each
 				}
 			case x < 88:
+				w.scribble(m)
 				_ = recordSettleWhy(ctx, w.rec, w.proc, m, "fail", w.rng, w.reason("history: failed on purpose"))
 				break each
 			case x < 92:
 				_ = recordSettle(ctx, w.rec, w.proc, m, "retry", w.rng)
 				break each
 			case x < 95:
+				w.scribble(m)
 				if recordSettleWhy(ctx, w.rec, w.proc, m, "dead", w.rng, w.reason("history: dead on purpose")) != nil {
 					break each
 				}
@@ -1394,7 +1412,7 @@ func (w *worker) consume(ctx context.Context) {
 		_ = w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
 			d := delivery(m)
 			inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
-				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}})
+				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}, BadData: badData(m)})
 			mu.Lock()
 			x := hrng.IntN(100)
 			bad := badReason(hrng)
@@ -1405,6 +1423,9 @@ func (w *worker) consume(ctx context.Context) {
 				err = errors.New("history: handler failed on purpose")
 				if badText {
 					err = bad
+				}
+				if w.gen["scribble"] {
+					scribble(m)
 				}
 			case x < 10:
 				select { // outlive the lease (Consume renews it)
@@ -1437,6 +1458,20 @@ func (w *worker) consume(ctx context.Context) {
 		// go on (its goroutine is left behind).
 		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group})
 		w.rec.Done(inv, history.Info, history.Event{Err: "stuck: Consume did not return 20s after its context ended"})
+	}
+}
+
+// scribble writes over a message's Data, as a handler may: a stored copy
+// (a dead letter, a FailureSkip re-enqueue) must keep the payload pushed.
+func scribble(m *queen.Message) {
+	for i := range m.Data {
+		m.Data[i] = '#'
+	}
+}
+
+func (w *worker) scribble(m *queen.Message) {
+	if w.gen["scribble"] {
+		scribble(m)
 	}
 }
 
