@@ -192,6 +192,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.rawErrors(all)
 	c.orphans()
 	c.payloads(ops)
+	c.statusLag(all)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()

@@ -489,3 +489,27 @@ func (c *checker) payloads(ops []*Op) {
 		}
 	}
 }
+
+// statusLag: a group's Lag in a Queue.Status read is the retained messages
+// after its cursor, less the offsets settled above it (those are skipped):
+// exactly that when the cursor is at or past the oldest retained offset;
+// with retention past the cursor, at most the retained count and less by
+// at most Settled (settled offsets below the cut may linger until a pop).
+func (c *checker) statusLag(ops []*Op) {
+	for _, o := range ops {
+		l := o.Inv.Lag
+		if !c.isCall(o, "status") || l == nil {
+			continue
+		}
+		base := max(l.LastOffset-max(l.Committed, l.LogStart-1), 0)
+		lo, hi := base-int64(l.Settled), base
+		if l.Committed >= l.LogStart-1 {
+			hi = lo
+		}
+		if l.Lag < max(lo, 0) || l.Lag > hi {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+			c.report("status-lag", fmt.Sprintf("queue %s group %q partition %s: Status read lag %d with last offset %d, log start %d, committed %d, %d settled (want %d..%d)",
+				o.Inv.Queue, o.Inv.Group, o.Inv.Partition, l.Lag, l.LastOffset, l.LogStart, l.Committed, l.Settled, max(lo, 0), hi), o.evidence()...)
+		}
+	}
+}

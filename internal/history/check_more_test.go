@@ -122,6 +122,16 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			h.settle("a", "q", "g", "ack", d1, OK)
 			return stMore(s0, s1)
 		}},
+		{"status-lag", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			// One offset settled above the cursor is still counted as lag.
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "status", Queue: "q", Group: "g", Partition: "p",
+				Lag: &LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 4}, T: h.tick()})
+			h.r.Done(inv, OK, Event{T: h.tick()})
+			return stMore(s0, s1)
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})
@@ -297,5 +307,32 @@ func TestCheckDeadlockNearFault(t *testing.T) {
 	h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
 	for _, v := range Check(h.r.Events(), stMore(), 0) {
 		t.Error(v)
+	}
+}
+
+// Status lag as documented: retained messages after the cursor less the
+// settled ones; past a retention cut, settled offsets below it may linger.
+func TestCheckStatusLag(t *testing.T) {
+	for _, tc := range []struct {
+		l  LagRead
+		ok bool
+	}{
+		{LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 3}, true},
+		{LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 4}, false},
+		{LagRead{LastOffset: -1, LogStart: 0, Committed: -1, Lag: 0}, true},
+		// Retention took 0..3 unread: lag is 4..5, not 5 (5 - 0).
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Lag: 2}, true},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Lag: 5}, false},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Settled: 2, Lag: 1}, true},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Settled: 2, Lag: 2}, true},
+	} {
+		h := newHB()
+		l := tc.l
+		inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "status", Queue: "q", Group: "g", Partition: "p", Lag: &l, T: h.tick()})
+		h.r.Done(inv, OK, Event{T: h.tick()})
+		got := Counts(Check(h.r.Events(), stMore(), 0))["status-lag"]
+		if (got == 0) != tc.ok {
+			t.Errorf("%+v: %d status-lag violations, want ok=%v", tc.l, got, tc.ok)
+		}
 	}
 }

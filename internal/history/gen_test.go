@@ -42,6 +42,7 @@ var genKinds = []string{
 	"firstpush", // the first push to an unseen queue during an outage, with and without a key
 	"keyedtx",   // two transactions making first keyed pushes to two fresh queues in opposite orders
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
+	"status",    // Queue.Status, its lag judged against its own offsets
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
@@ -95,7 +96,7 @@ func (g gens) String() string {
 // extra runs one of the worker-level generators that are on.
 func (w *worker) extra(ctx context.Context) {
 	var on []string
-	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx"} {
+	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx", "status"} {
 		if w.gen[k] && (k != "lanes" && k != "keyedtx" || w.r != nil) && (k != "delete" || w.idx == 0) {
 			on = append(on, k)
 		}
@@ -118,6 +119,8 @@ func (w *worker) extra(ctx context.Context) {
 		w.lanes(ctx)
 	case "keyedtx":
 		w.keyedTx(ctx)
+	case "status":
+		w.status(ctx)
 	}
 }
 
@@ -324,6 +327,28 @@ func (w *worker) lanes(ctx context.Context) {
 		return
 	}
 	w.done(inv, err, queen.ErrLanesFixed)
+}
+
+// status reads a queue's Status and records the rows of a few partitions
+// (each group's cursor, settled count and lag).
+func (w *worker) status(ctx context.Context) {
+	q := w.queue()
+	st, err := w.c.Queue(q).Status(ctx)
+	if err != nil {
+		return
+	}
+	ps := st.Partitions
+	if len(ps) > 16 {
+		w.rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+		ps = ps[:16]
+	}
+	for _, p := range ps {
+		for _, g := range p.Groups {
+			inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "status", Queue: q, Group: g.Group, Partition: p.Name,
+				Lag: &history.LagRead{LastOffset: p.LastOffset, LogStart: p.LogStart, Committed: g.Committed, Settled: g.Settled, Lag: g.Lag}})
+			w.rec.Done(inv, history.OK, history.Event{})
+		}
+	}
 }
 
 // keyedTx makes two fresh queues, then two transactions that each PushTx
