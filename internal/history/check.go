@@ -617,7 +617,11 @@ func (c *checker) deliveries(ops []*Op) {
 				}
 				last[m.Partition] = m.Offset
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
-				reads[k] = append(reads[k], read{o, m})
+				if o.Inv.Op == OpPop || !o.Inv.AutoAck {
+					// An AutoAck Consume read it at its claim, which may
+					// precede this handler by much.
+					reads[k] = append(reads[k], read{o, m})
+				}
 				if o.Inv.AutoAck {
 					commits[k] = append(commits[k], commit{o, m.Offset})
 				}
@@ -792,6 +796,12 @@ func (c *checker) eventually(ops []*Op) {
 		if o.Inv.Op == OpPop && o.Inv.AutoAck && o.Phase() != OK {
 			unknown[o.Inv.Queue+"\x00"+o.Inv.Group] += max(o.Inv.Batch, 1)
 		}
+	}
+	// So may an AutoAck Consume's claims, when one may have gone unseen
+	// (how many is not known).
+	uncertain, _ := c.autoAckConsumes(ops)
+	for k := range uncertain {
+		unknown[k] = math.MaxInt
 	}
 	// A late group owes only what was pushed after its first contact.
 	joined := map[string]int64{}
@@ -1009,6 +1019,19 @@ func (c *checker) pollSkip(ops []*Op) {
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
 				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
 			}
+		}
+	}
+	// An AutoAck Consume's logged claims committed from its start on; one
+	// whose claims may have gone unseen blinds its group as above.
+	uncertain, claims := c.autoAckConsumes(ops)
+	for k, t := range uncertain {
+		if b, ok := blind[k]; !ok || t < b {
+			blind[k] = t
+		}
+	}
+	for k, cs := range claims {
+		for _, cl := range cs {
+			commits[k] = append(commits[k], commit{cl.start, cl.last})
 		}
 	}
 	// A late group's cursor starts wherever the tail was at its first

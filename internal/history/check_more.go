@@ -249,6 +249,8 @@ func (c *checker) redelivered(ops []*Op) {
 		switch {
 		case o.Inv.Op == OpSettle && (o.Inv.Kind == "fail" || o.Inv.Kind == "retry") && o.Phase() == OK:
 			id, partition, offset = o.Inv.ID, o.Inv.Partition, o.Inv.Offset
+		case o.Inv.Op == OpHandler && o.Inv.AutoAck:
+			continue // consumed by its claim: a handler's error is only logged
 		case o.Inv.Op == OpHandler && o.Done != nil && o.Done.Err != "" && len(o.Inv.Msgs) == 1:
 			id, partition, offset = o.Inv.Msgs[0].ID, o.Inv.Msgs[0].Partition, o.Inv.Msgs[0].Offset
 		default:
@@ -513,3 +515,59 @@ func (c *checker) statusLag(ops []*Op) {
 		}
 	}
 }
+
+// autoAckConsumes reads the Consume calls with AutoAck ("consume" calls
+// with AutoAck, recorded from start to return) and their claims (OpClaim
+// without a lease, from the client's log). A call is uncertain if it never
+// returned, a fault came near it, or a claim of its client on its queue
+// failed while it ran: a claim may then have committed (consumed its batch)
+// with nobody seeing it, which at-most-once allows. For those it returns
+// the earliest start per queue/group; for the others, each logged claim as
+// a commit through its last offset that may have applied from the call's
+// start on.
+func (c *checker) autoAckConsumes(ops []*Op) (uncertain map[string]int64, claims map[qgp][]autoClaim) {
+	uncertain = map[string]int64{}
+	claims = map[qgp][]autoClaim{}
+	var calls, faults, errs, logged []*Op
+	for _, o := range ops {
+		switch {
+		case c.isCall(o, "consume") && o.Inv.AutoAck:
+			calls = append(calls, o)
+		case o.Inv.Op == OpFault:
+			faults = append(faults, o)
+		case c.isCall(o, "claim-error"):
+			errs = append(errs, o)
+		case o.Inv.Op == OpClaim && o.Inv.Lease == "":
+			logged = append(logged, o)
+		}
+	}
+	for _, o := range calls {
+		sure := o.Done != nil
+		for _, f := range faults {
+			if sure && f.Start() < o.End() && f.End() > o.Start()-faultMargin {
+				sure = false
+			}
+		}
+		for _, e := range errs {
+			if sure && e.Inv.Proc == o.Inv.Proc && e.Inv.Queue == o.Inv.Queue && e.Start() >= o.Start() && e.Start() <= o.End() {
+				sure = false
+			}
+		}
+		k := o.Inv.Queue + "\x00" + o.Inv.Group
+		if !sure {
+			if t, ok := uncertain[k]; !ok || o.Start() < t {
+				uncertain[k] = o.Start()
+			}
+			continue
+		}
+		for _, l := range logged {
+			if l.Inv.Proc == o.Inv.Proc && l.Inv.Queue == o.Inv.Queue && l.Inv.Group == o.Inv.Group && l.Start() >= o.Start() && l.Start() <= o.End() {
+				qk := qgp{l.Inv.Queue, l.Inv.Group, l.Inv.Partition}
+				claims[qk] = append(claims[qk], autoClaim{start: o.Start(), last: l.Inv.Last})
+			}
+		}
+	}
+	return uncertain, claims
+}
+
+type autoClaim struct{ start, last int64 }

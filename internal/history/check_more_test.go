@@ -336,3 +336,51 @@ func TestCheckStatusLag(t *testing.T) {
 		}
 	}
 }
+
+// An AutoAck Consume: what its logged claims took is consumed, so a message
+// claimed and never handed to a handler is never delivered, unless the
+// call may have made claims nobody saw (a fault near it). A handler's
+// error is only logged (nothing to redeliver), and a pop after the claim
+// starts past it.
+func TestCheckAutoAckConsume(t *testing.T) {
+	d := func(o int64, id, tx string) Delivery { return Delivery{"p", o, id, tx, "", 1, 0} }
+	build := func(fault, handleAll bool) (*hb, State) {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}, {"p", "t3"}}, OK,
+			Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
+		call := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "consume", Queue: "q", Group: "g", AutoAck: true, T: h.tick()})
+		if fault {
+			f := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "terminate", T: h.tick()})
+			h.r.Done(f, OK, Event{T: h.tick()})
+		}
+		cl := h.r.Invoke(Event{Proc: "a", Op: OpClaim, Queue: "q", Group: "g", Partition: "p", Offset: 0, Last: 1, Batch: 2, T: h.tick()})
+		h.r.Done(cl, OK, Event{T: h.tick()})
+		// Another consumer's pop, after the claim: starts past it.
+		h.pop("b", "q", "g", true, d(2, "id3", "t3"))
+		hd := h.r.Invoke(Event{Proc: "a", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Offset: 0, AutoAck: true, Msgs: []Delivery{d(0, "id1", "t1")}, T: h.tick()})
+		h.r.Done(hd, OK, Event{Err: "boom", T: h.tick()})
+		if handleAll {
+			hd := h.r.Invoke(Event{Proc: "a", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Offset: 1, AutoAck: true, Msgs: []Delivery{d(1, "id2", "t2")}, T: h.tick()})
+			h.r.Done(hd, OK, Event{T: h.tick()})
+		}
+		h.r.Done(call, OK, Event{T: h.tick()})
+		return h, stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id3", "t3", 0, false})
+	}
+	for _, tc := range []struct {
+		name             string
+		fault, handleAll bool
+		want             int
+	}{
+		{"all handled", false, true, 0},
+		{"claimed, not handled", false, false, 1},
+		{"fault near: may have been lost unseen", true, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, s := build(tc.fault, tc.handleAll)
+			vs := Check(h.r.Events(), s, 0)
+			if got := Counts(vs)["never-delivered"]; got != tc.want || len(vs) != tc.want {
+				t.Errorf("got %v, want %d never-delivered", vs, tc.want)
+			}
+		})
+	}
+}

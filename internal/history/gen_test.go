@@ -43,6 +43,7 @@ var genKinds = []string{
 	"keyedtx",   // two transactions making first keyed pushes to two fresh queues in opposite orders
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"status",    // Queue.Status, its lag judged against its own offsets
+	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
