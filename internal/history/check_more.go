@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// faultMargin is how long a fault's effects may outlast its event: a pool
+// finds its connections broken by a restart only when it next uses them.
+const faultMargin = int64(5 * time.Second)
+
 // Checks of the calls beyond push, pop and settle: requeued dead letters,
 // deleted queues, paused groups, rejected input and foreign keys.
 
@@ -423,25 +427,21 @@ func (c *checker) wrongKey(ops []*Op) {
 	}
 }
 
-// faultMargin is how long a fault's effects may outlast its event: a pool
-// finds its connections broken by a restart only when it next uses them.
-const faultMargin = int64(5 * time.Second)
-
 // rawErrors: no call fails with a PostgreSQL error no call documents: an
 // integrity violation (SQLSTATE class 23; a push racing Queue.Delete gets
-// QN001, never a foreign-key error) or, with no fault near the call, a
-// deadlock (40P01; PushTx calls of one transaction to the same partitions
-// in different orders may deadlock, which the run never makes, and a
-// fault may keep a first keyed push from marking its queue ahead).
+// QN001, never a foreign-key error) or a push's deadlock (40P01; PushTx
+// calls of one transaction to the same partitions in different orders may
+// deadlock, which the run never makes, and a first keyed push whose client
+// logged that it could not mark the queue keyed ahead marks it itself).
 func (c *checker) rawErrors(ops []*Op) {
-	var faults []*Op
+	var marks []*Op
 	for _, o := range ops {
-		if o.Inv.Op == OpFault {
-			faults = append(faults, o)
+		if c.isCall(o, "mark-failed") {
+			marks = append(marks, o)
 		}
 	}
 	for _, o := range ops {
-		if o.Done == nil || o.Done.Err == "" || o.Inv.Op == OpFault {
+		if o.Done == nil || o.Done.Err == "" {
 			continue
 		}
 		err := o.Done.Err
@@ -449,17 +449,17 @@ func (c *checker) rawErrors(ops []*Op) {
 		case strings.Contains(err, "(SQLSTATE 23"):
 			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
 			c.report("raw-error", fmt.Sprintf("queue %s: %s %s failed with an integrity violation: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
-		case strings.Contains(err, "(SQLSTATE 40P01)"):
-			near := false
-			for _, f := range faults {
-				if f.Start() < o.End() && f.End() > o.Start()-faultMargin {
-					near = true
+		case o.Inv.Op == OpPush && strings.Contains(err, "(SQLSTATE 40P01)"):
+			excused := false
+			for _, m := range marks {
+				if m.Inv.Proc == o.Inv.Proc && m.Start() >= o.Start() && m.Start() <= o.End() {
+					excused = true
 					break
 				}
 			}
-			if !near {
-				c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
-				c.report("deadlock", fmt.Sprintf("queue %s: %s %s deadlocked with no fault near it: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
+			if !excused {
+				c.where = Violation{Queue: o.Inv.Queue}
+				c.report("deadlock", fmt.Sprintf("queue %s: %s %s deadlocked: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
 			}
 		}
 	}

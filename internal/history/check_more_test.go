@@ -297,13 +297,13 @@ func TestCheckRequeueBoundedClean(t *testing.T) {
 	}
 }
 
-// A deadlock near a fault is not reported: a first keyed push whose queue
-// could not be marked ahead (the database was away) marks it itself.
-func TestCheckDeadlockNearFault(t *testing.T) {
+// A push's deadlock is excused when its client logged that it could not
+// mark a queue keyed ahead (the push then marks it, as before the fix).
+func TestCheckDeadlockAfterMarkFailed(t *testing.T) {
 	h := newHB()
-	f := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "restart", T: h.tick()})
-	h.r.Done(f, OK, Event{T: h.tick()})
 	inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+	m := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "mark-failed", T: h.tick()})
+	h.r.Done(m, OK, Event{Err: "timeout", T: h.tick()})
 	h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
 	for _, v := range Check(h.r.Events(), stMore(), 0) {
 		t.Error(v)

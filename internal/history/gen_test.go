@@ -170,8 +170,13 @@ func (w *worker) pause(ctx context.Context) {
 // requeue lists a page of a group's dead letters and requeues exactly those.
 func (w *worker) requeue(ctx context.Context) {
 	q := w.queue()
-	gs := allGroups()
-	g := gs[w.rng.IntN(len(gs))]
+	// The group of a dead letter the queue has (most groups have none most
+	// of the run), then a page of that group's.
+	some, err := w.c.Queue(q).DeadLetters(ctx, queen.DeadLetterQuery{Limit: 50})
+	if err != nil || len(some) == 0 {
+		return
+	}
+	g := some[w.rng.IntN(len(some))].Group
 	dls, err := w.c.Queue(q).DeadLetters(ctx, queen.DeadLetterQuery{Groups: []string{g}, Limit: 1 + w.rng.IntN(20)})
 	if err != nil || len(dls) == 0 {
 		return

@@ -531,6 +531,20 @@ func (h *claimLog) Handle(_ context.Context, r slog.Record) error {
 		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
 		return nil
 	}
+	if strings.HasPrefix(r.Message, "queen: marking queues keyed ahead of a push failed") {
+		// The push marks them itself, in the caller's transaction: first
+		// keyed pushes in opposite orders may then deadlock.
+		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "mark-failed"}
+		var errText string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				errText = a.Value.String()
+			}
+			return true
+		})
+		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
+		return nil
+	}
 	if strings.HasPrefix(r.Message, "queen: consume: claim failed") {
 		// A claim of unknown outcome: with AutoAck it may have consumed
 		// its batch unseen.
@@ -1205,11 +1219,18 @@ func (w *worker) tx(ctx context.Context) {
 	m := msgs[0]
 	dst := w.queue()
 	items := w.items(dst)
-	// Sometimes a second Push to the same queue: one call to the checker,
-	// as a partition's items of both are stored in call order.
+	// Sometimes a second Push to the same queue and partitions (fresh
+	// transaction ids): one call to the checker, as a partition's items of
+	// both are stored in call order.
 	var more []queen.Item
 	if w.rng.IntN(3) == 0 {
-		more = w.items(dst)
+		more = make([]queen.Item, 1+w.rng.IntN(len(items)))
+		for i := range more {
+			src := items[w.rng.IntN(len(items))]
+			w.n++
+			tx := w.proc + "." + strconv.Itoa(w.idx) + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
+			more[i] = queen.Item{Partition: src.Partition, Key: src.Key, TransactionID: tx, Data: payload(dst, tx)}
+		}
 	}
 	all := append(slices.Clone(items), more...)
 	sinv := w.rec.Invoke(settleEvent(w.proc, m, "ack"))
