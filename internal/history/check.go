@@ -352,7 +352,7 @@ func (c *checker) pushes(ops []*Op) {
 		for _, a := range as {
 			switch a.status {
 			case "queued":
-				if qi.Retained && len(ss) == 0 {
+				if (qi.Retained || qi.Completed && early) && len(ss) == 0 {
 					continue
 				}
 				if !slices.ContainsFunc(ss, func(s Stored) bool {
