@@ -424,7 +424,7 @@ func TestCheckCompletedBeforeAnyGroup(t *testing.T) {
 		t.Fatalf("a push before any group is not owed: %v", vs)
 	}
 	h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 1})
-	if got := kinds(Check(h.r.Events(), s, 0)); got["lost"] != 1 || len(got) != 1 {
+	if got := kinds(Check(h.r.Events(), s, 0)); got["lost"] != 1 || got["wrong-result"] != 1 || len(got) != 2 {
 		t.Fatalf("%v", got)
 	}
 }
