@@ -105,7 +105,11 @@ func (w *worker) extra(ctx context.Context) {
 	if len(on) == 0 {
 		return
 	}
-	switch on[w.rng.IntN(len(on))] {
+	k := on[w.rng.IntN(len(on))]
+	if w.gen["requeue"] && w.rng.IntN(len(on)) == 0 {
+		k = "requeue" // twice as often: it needs dead letters, which come late
+	}
+	switch k {
 	case "texts":
 		w.invalid(ctx)
 	case "pause":
@@ -188,9 +192,10 @@ func (w *worker) requeue(ctx context.Context) {
 	rq := queen.DeadLetterQuery{Groups: []string{g}, IDs: ids, Limit: len(ids)}
 	if w.rng.IntN(2) == 0 {
 		// Bounded as the dashboard's Replay all is, by one of the listed
-		// ids: the ones above it must stay dead letters (Kept).
+		// ids below the highest: the ones above it must stay dead letters
+		// (Kept).
 		sorted := slices.Sorted(slices.Values(ids))
-		rq.MaxID = sorted[w.rng.IntN(len(sorted))]
+		rq.MaxID = sorted[w.rng.IntN(max(len(sorted)-1, 1))]
 	}
 	var ms, kept []history.Delivery
 	for _, d := range dls {
