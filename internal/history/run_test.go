@@ -1465,6 +1465,10 @@ func (w *worker) consume(ctx context.Context) {
 			x := hrng.IntN(100)
 			bad := badReason(hrng)
 			mu.Unlock()
+			if o.AutoAck {
+				// A batch takes a while: the stop meets keys not started yet.
+				time.Sleep(5 * time.Millisecond)
+			}
 			var err error
 			switch {
 			case x < 8:
