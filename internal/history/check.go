@@ -71,6 +71,17 @@ type State struct {
 	Destroyed []Stored
 	// DeadLetters is the final dead-letter store of the audited queues.
 	DeadLetters []DeadStored
+	// Orphans are rows of the final state that belong to a partition no
+	// longer there (segments, transaction-id hashes).
+	Orphans []Orphan
+}
+
+// Orphan is a partition id that rows of Table still name, though the
+// partition is gone.
+type Orphan struct {
+	Table     string
+	Partition int64
+	Rows      int
 }
 
 // Violation is one broken promise with the events that prove it.
@@ -177,6 +188,11 @@ func Check(events []Event, st State, limit int) []Violation {
 	// Again: retention may have taken a requeued copy or its original,
 	// which reconstruct has just put back from their deliveries.
 	c.markCopies(all)
+	c.requeueUnbounded(all)
+	c.rawErrors(all)
+	c.orphans()
+	c.payloads(ops)
+	c.statusLag(all)
 	c.pushes(ops)
 	c.pushErrors(ops)
 	c.logShape()
@@ -269,6 +285,17 @@ func (c *checker) pushes(ops []*Op) {
 			attempts[k] = append(attempts[k], a)
 		}
 	}
+	// CompletedRetention deletes what every subscribed group consumed: with
+	// none subscribed yet (a group subscribes at its first contact) it may
+	// delete what nobody read.
+	contact := map[string]int64{}
+	for _, o := range ops {
+		if (o.Inv.Op == OpPop || o.Inv.Op == OpHandler) && o.Phase() == OK {
+			if t, ok := contact[o.Inv.Queue]; !ok || o.End() < t {
+				contact[o.Inv.Queue] = o.End()
+			}
+		}
+	}
 	stored := map[qt][]Stored{}
 	for _, s := range c.st.Log {
 		if s.Failures == 0 {
@@ -285,10 +312,14 @@ func (c *checker) pushes(ops []*Op) {
 		ss := stored[k]
 		var definite, unknown, buffered int
 		var ev []Event
+		early := true // every definite push began before the queue's first contact
 		for _, a := range as {
 			switch a.status {
 			case "queued", "buffered", "committed":
 				definite++
+				if t, ok := contact[k.queue]; ok && a.op.Start() >= t {
+					early = false
+				}
 				if a.status == "buffered" {
 					buffered++
 				}
@@ -304,6 +335,8 @@ func (c *checker) pushes(ops []*Op) {
 		switch {
 		case qi.Retained && len(ss) == 0:
 			// Retention may have taken it before anyone read it.
+		case qi.Completed && early && len(ss) == 0:
+			// So may CompletedRetention, before any group subscribed.
 		case definite > 0 && len(ss) == 0:
 			c.report("lost", fmt.Sprintf("queue %s: transaction %q reported stored (%d times) is not in the log", k.queue, k.tx, definite), ev...)
 		case definite == 0 && unknown == 0 && len(ss) > 0:
@@ -319,7 +352,7 @@ func (c *checker) pushes(ops []*Op) {
 		for _, a := range as {
 			switch a.status {
 			case "queued":
-				if qi.Retained && len(ss) == 0 {
+				if (qi.Retained || qi.Completed && early) && len(ss) == 0 {
 					continue
 				}
 				if !slices.ContainsFunc(ss, func(s Stored) bool {
@@ -469,14 +502,15 @@ func (c *checker) order(ops []*Op) {
 				break
 			}
 			r := o.Done.Results[i]
-			if r.Status != "queued" && r.Status != "buffered" {
+			// Committed: a Client.Tx push, stored (in input order) at its commit.
+			if r.Status != "queued" && r.Status != "buffered" && r.Status != "committed" {
 				continue
 			}
 			s, ok := offsets[qt{o.Inv.Queue, it.TxID}]
 			if !ok || s.Partition != it.Partition || pushed[qt{o.Inv.Queue, it.TxID}] > 1 {
 				continue // reported by pushes
 			}
-			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status == "queued"})
+			by[qp{o.Inv.Queue, it.Partition}] = append(by[qp{o.Inv.Queue, it.Partition}], placed{o, i, s.Offset, r.Status != "buffered"})
 		}
 	}
 	for k, ps := range by {
@@ -600,7 +634,11 @@ func (c *checker) deliveries(ops []*Op) {
 				}
 				last[m.Partition] = m.Offset
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
-				reads[k] = append(reads[k], read{o, m})
+				if o.Inv.Op == OpPop || !o.Inv.AutoAck {
+					// An AutoAck Consume read it at its claim, which may
+					// precede this handler by much.
+					reads[k] = append(reads[k], read{o, m})
+				}
 				if o.Inv.AutoAck {
 					commits[k] = append(commits[k], commit{o, m.Offset})
 				}
@@ -775,6 +813,12 @@ func (c *checker) eventually(ops []*Op) {
 		if o.Inv.Op == OpPop && o.Inv.AutoAck && o.Phase() != OK {
 			unknown[o.Inv.Queue+"\x00"+o.Inv.Group] += max(o.Inv.Batch, 1)
 		}
+	}
+	// So may an AutoAck Consume's claims, when one may have gone unseen
+	// (how many is not known).
+	uncertain, _ := c.autoAckConsumes(ops)
+	for k := range uncertain {
+		unknown[k] = math.MaxInt
 	}
 	// A late group owes only what was pushed after its first contact.
 	joined := map[string]int64{}
@@ -992,6 +1036,19 @@ func (c *checker) pollSkip(ops []*Op) {
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
 				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
 			}
+		}
+	}
+	// An AutoAck Consume's logged claims committed from its start on; one
+	// whose claims may have gone unseen blinds its group as above.
+	uncertain, claims := c.autoAckConsumes(ops)
+	for k, t := range uncertain {
+		if b, ok := blind[k]; !ok || t < b {
+			blind[k] = t
+		}
+	}
+	for k, cs := range claims {
+		for _, cl := range cs {
+			commits[k] = append(commits[k], commit{cl.start, cl.last})
 		}
 	}
 	// A late group's cursor starts wherever the tail was at its first

@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 )
+
+// faultMargin is how long a fault's effects may outlast its event: a pool
+// finds its connections broken by a restart only when it next uses them.
+const faultMargin = int64(5 * time.Second)
 
 // Checks of the calls beyond push, pop and settle: requeued dead letters,
 // deleted queues, paused groups, rejected input and foreign keys.
@@ -48,6 +53,11 @@ func (c *checker) markCopies(ops []*Op) {
 					orphans[qpi{o.Inv.Queue, m.Partition, m.ID}] = true
 				}
 			}
+			// Not to be requeued, but requeueUnbounded judges their copies
+			// (they must not count as second pushes too).
+			for _, m := range o.Inv.Kept {
+				requeued[qt{o.Inv.Queue, m.ID}] = true
+			}
 		}
 	}
 	if len(requeued) == 0 {
@@ -72,6 +82,38 @@ func (c *checker) markCopies(ops []*Op) {
 		default:
 			c.st.Log[j].Failures = -1
 			first[k] = i
+		}
+	}
+}
+
+// nilID is the message id of a destroyed message's dead letter.
+const nilID = "00000000-0000-0000-0000-000000000000"
+
+// requeueUnbounded: a RequeueDeadLetters call requeues none of the dead
+// letters above its MaxID, even when given their ids: no copy of one is
+// stored unless some call was asked to requeue it.
+func (c *checker) requeueUnbounded(ops []*Op) {
+	asked := map[qt]bool{}
+	kept := map[qt]*Op{}
+	for _, o := range ops {
+		if !c.isCall(o, "requeue") {
+			continue
+		}
+		for _, m := range o.Inv.Msgs {
+			asked[qt{o.Inv.Queue, m.ID}] = true
+		}
+		for _, m := range o.Inv.Kept {
+			if k := (qt{o.Inv.Queue, m.ID}); kept[k] == nil {
+				kept[k] = o
+			}
+		}
+	}
+	for _, s := range c.st.Log {
+		k := qt{s.Queue, s.ID}
+		if o := kept[k]; o != nil && s.Failures == -1 && !asked[k] && s.ID != nilID {
+			c.where = Violation{Queue: s.Queue, Group: o.Inv.Group, Partition: s.Partition}
+			c.report("requeue-unbounded", fmt.Sprintf("queue %s group %q: id %s, a dead letter above the MaxID of a requeue, was requeued (a copy at %s@%d)",
+				s.Queue, o.Inv.Group, s.ID, s.Partition, s.Offset), o.evidence()...)
 		}
 	}
 }
@@ -314,6 +356,8 @@ func (c *checker) redelivered(ops []*Op) {
 		switch {
 		case o.Inv.Op == OpSettle && (o.Inv.Kind == "fail" || o.Inv.Kind == "retry") && o.Phase() == OK:
 			id, partition, offset = o.Inv.ID, o.Inv.Partition, o.Inv.Offset
+		case o.Inv.Op == OpHandler && o.Inv.AutoAck:
+			continue // consumed by its claim: a handler's error is only logged
 		case o.Inv.Op == OpHandler && o.Done != nil && o.Done.Err != "" && len(o.Inv.Msgs) == 1:
 			id, partition, offset = o.Inv.Msgs[0].ID, o.Inv.Msgs[0].Partition, o.Inv.Msgs[0].Offset
 		default:
@@ -487,3 +531,148 @@ func (c *checker) wrongKey(ops []*Op) {
 		}
 	}
 }
+
+// rawErrors: no call fails with a PostgreSQL error no call documents: an
+// integrity violation (SQLSTATE class 23; a push racing Queue.Delete gets
+// QN001, never a foreign-key error) or a push's deadlock (40P01; PushTx
+// calls of one transaction to the same partitions in different orders may
+// deadlock, which the run never makes, and a first keyed push whose client
+// logged that it could not mark the queue keyed ahead marks it itself).
+func (c *checker) rawErrors(ops []*Op) {
+	var marks []*Op
+	for _, o := range ops {
+		if c.isCall(o, "mark-failed") {
+			marks = append(marks, o)
+		}
+	}
+	for _, o := range ops {
+		if o.Done == nil || o.Done.Err == "" {
+			continue
+		}
+		err := o.Done.Err
+		switch {
+		case strings.Contains(err, "(SQLSTATE 23"):
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+			c.report("raw-error", fmt.Sprintf("queue %s: %s %s failed with an integrity violation: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
+		case o.Inv.Op == OpPush && strings.Contains(err, "(SQLSTATE 40P01)"):
+			excused := false
+			for _, m := range marks {
+				if m.Inv.Proc == o.Inv.Proc && m.Start() >= o.Start() && m.Start() <= o.End() {
+					excused = true
+					break
+				}
+			}
+			if !excused {
+				c.where = Violation{Queue: o.Inv.Queue}
+				c.report("deadlock", fmt.Sprintf("queue %s: %s %s deadlocked: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, err), o.evidence()...)
+			}
+		}
+	}
+}
+
+// orphans: a queue or partition that is deleted leaves none of its rows
+// behind (a Queue.Delete racing pushes must not let them add rows to the
+// partitions it deletes).
+func (c *checker) orphans() {
+	for _, o := range c.st.Orphans {
+		c.where = Violation{}
+		c.report("orphan-rows", fmt.Sprintf("%d rows of %s belong to partition id %d, which no longer exists", o.Rows, o.Table, o.Partition))
+	}
+}
+
+// payloads: every delivery carries the payload its message was pushed with
+// (a handler writing to an earlier delivery's Data changes no stored copy:
+// a dead letter, a FailureSkip re-enqueue).
+func (c *checker) payloads(ops []*Op) {
+	for _, o := range ops {
+		bad := o.Inv.BadData
+		if o.Done != nil {
+			bad = append(bad, o.Done.BadData...)
+		}
+		for _, m := range bad {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: m.Partition}
+			c.report("corrupt-payload", fmt.Sprintf("queue %s group %q: %s@%d id %s (transaction %q) was delivered with a payload other than the one pushed",
+				o.Inv.Queue, o.Inv.Group, m.Partition, m.Offset, m.ID, m.TxID), o.evidence()...)
+		}
+	}
+}
+
+// statusLag: a group's Lag in a Queue.Status read is the retained messages
+// after its cursor, less the offsets settled above it (those are skipped):
+// exactly that when the cursor is at or past the oldest retained offset;
+// with retention past the cursor, at most the retained count and less by
+// at most Settled (settled offsets below the cut may linger until a pop).
+func (c *checker) statusLag(ops []*Op) {
+	for _, o := range ops {
+		l := o.Inv.Lag
+		if !c.isCall(o, "status") || l == nil {
+			continue
+		}
+		base := max(l.LastOffset-max(l.Committed, l.LogStart-1), 0)
+		lo, hi := base-int64(l.Settled), base
+		if l.Committed >= l.LogStart-1 {
+			hi = lo
+		}
+		if l.Lag < max(lo, 0) || l.Lag > hi {
+			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}
+			c.report("status-lag", fmt.Sprintf("queue %s group %q partition %s: Status read lag %d with last offset %d, log start %d, committed %d, %d settled (want %d..%d)",
+				o.Inv.Queue, o.Inv.Group, o.Inv.Partition, l.Lag, l.LastOffset, l.LogStart, l.Committed, l.Settled, max(lo, 0), hi), o.evidence()...)
+		}
+	}
+}
+
+// autoAckConsumes reads the Consume calls with AutoAck ("consume" calls
+// with AutoAck, recorded from start to return) and their claims (OpClaim
+// without a lease, from the client's log). A call is uncertain if it never
+// returned, a fault came near it, or a claim of its client on its queue
+// failed while it ran: a claim may then have committed (consumed its batch)
+// with nobody seeing it, which at-most-once allows. For those it returns
+// the earliest start per queue/group; for the others, each logged claim as
+// a commit through its last offset that may have applied from the call's
+// start on.
+func (c *checker) autoAckConsumes(ops []*Op) (uncertain map[string]int64, claims map[qgp][]autoClaim) {
+	uncertain = map[string]int64{}
+	claims = map[qgp][]autoClaim{}
+	var calls, faults, errs, logged []*Op
+	for _, o := range ops {
+		switch {
+		case c.isCall(o, "consume") && o.Inv.AutoAck:
+			calls = append(calls, o)
+		case o.Inv.Op == OpFault:
+			faults = append(faults, o)
+		case c.isCall(o, "claim-error"):
+			errs = append(errs, o)
+		case o.Inv.Op == OpClaim && o.Inv.Lease == "":
+			logged = append(logged, o)
+		}
+	}
+	for _, o := range calls {
+		sure := o.Done != nil
+		for _, f := range faults {
+			if sure && f.Start() < o.End() && f.End() > o.Start()-faultMargin {
+				sure = false
+			}
+		}
+		for _, e := range errs {
+			if sure && e.Inv.Proc == o.Inv.Proc && e.Inv.Queue == o.Inv.Queue && e.Start() >= o.Start() && e.Start() <= o.End() {
+				sure = false
+			}
+		}
+		k := o.Inv.Queue + "\x00" + o.Inv.Group
+		if !sure {
+			if t, ok := uncertain[k]; !ok || o.Start() < t {
+				uncertain[k] = o.Start()
+			}
+			continue
+		}
+		for _, l := range logged {
+			if l.Inv.Proc == o.Inv.Proc && l.Inv.Queue == o.Inv.Queue && l.Inv.Group == o.Inv.Group && l.Start() >= o.Start() && l.Start() <= o.End() {
+				qk := qgp{l.Inv.Queue, l.Inv.Group, l.Inv.Partition}
+				claims[qk] = append(claims[qk], autoClaim{start: o.Start(), last: l.Inv.Last})
+			}
+		}
+	}
+	return uncertain, claims
+}
+
+type autoClaim struct{ start, last int64 }

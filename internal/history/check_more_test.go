@@ -77,6 +77,61 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			// The copy is stored but never reaches the group.
 			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false})
 		}},
+		{"requeue-unbounded", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "dead", d0, OK)
+			h.settle("a", "q", "g", "dead", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "requeue", Queue: "q", Group: "g", Msgs: []Delivery{d0}, Kept: []Delivery{d1}, T: h.tick()})
+			h.r.Done(inv, OK, Event{T: h.tick()})
+			// id2 lay above the call's MaxID, yet it was requeued too.
+			c0 := Delivery{"p", 2, "id1", "t1", "L2", 1, 1e18}
+			c1 := Delivery{"p", 3, "id2", "t2", "L2", 1, 1e18}
+			h.pop("a", "q", "g", false, c0, c1)
+			h.settle("a", "q", "g", "ack", c1, OK)
+			return stMore(s0, s1, Stored{"q", "p", 2, "id1", "t1", 0, false}, Stored{"q", "p", 3, "id2", "t2", 0, false})
+		}},
+		{"raw-error", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, Fail, Event{Err: `queen: push: ERROR: insert or update on table "partitions" violates foreign key constraint "partitions_queue_id_fkey" (SQLSTATE 23503)`, T: h.tick()})
+			return stMore(s0, s1)
+		}},
+		{"deadlock", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
+			return stMore(s0, s1)
+		}},
+		{"orphan-rows", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			s := stMore(s0, s1)
+			s.Orphans = []Orphan{{"segments", 42, 1}}
+			return s
+		}},
+		{"corrupt-payload", func(h *hb) State {
+			pushed(h)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPop, Queue: "q", Group: "g", T: h.tick()})
+			h.r.Done(inv, OK, Event{Msgs: []Delivery{d0, d1}, BadData: []Delivery{d1}, T: h.tick()})
+			h.settle("a", "q", "g", "ack", d1, OK)
+			return stMore(s0, s1)
+		}},
+		{"status-lag", func(h *hb) State {
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			// One offset settled above the cursor is still counted as lag.
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "status", Queue: "q", Group: "g", Partition: "p",
+				Lag: &LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 4}, T: h.tick()})
+			h.r.Done(inv, OK, Event{T: h.tick()})
+			return stMore(s0, s1)
+		}},
 		{"wrong-duplicate", func(h *hb) State {
 			pushed(h)
 			h.push("a", "q", []Item{{"p", "t3"}}, OK, Result{"duplicate", "id9", -1})
@@ -262,5 +317,115 @@ func TestCheckFailedWhoseCopyWasDestroyed(t *testing.T) {
 		if !destroyed && (got["failed-not-redelivered"] != 1 || len(got) != 1) {
 			t.Errorf("copy stored, never delivered: want only failed-not-redelivered, got %v", got)
 		}
+	}
+}
+
+// A dead letter above a requeue's MaxID that stays a dead letter, or that
+// another call requeued, is as promised.
+func TestCheckRequeueBoundedClean(t *testing.T) {
+	h := newHB()
+	d0 := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	d1 := Delivery{"p", 1, "id2", "t2", "L1", 1, 1e18}
+	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
+	h.pop("a", "q", "g", false, d0, d1)
+	h.settle("a", "q", "g", "dead", d0, OK)
+	h.settle("a", "q", "g", "dead", d1, OK)
+	inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "requeue", Queue: "q", Group: "g", Msgs: []Delivery{d0}, Kept: []Delivery{d1}, T: h.tick()})
+	h.r.Done(inv, OK, Event{T: h.tick()})
+	c0 := Delivery{"p", 2, "id1", "t1", "L2", 1, 1e18}
+	h.pop("a", "q", "g", false, c0)
+	h.settle("a", "q", "g", "ack", c0, OK)
+	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id1", "t1", 0, false})
+	s.DeadLetters = []DeadStored{{"q", "g", "p", 1, "id2", "t2", "history: dead"}}
+	for _, v := range Check(h.r.Events(), s, 0) {
+		t.Error(v)
+	}
+}
+
+// A push's deadlock is excused when its client logged that it could not
+// mark a queue keyed ahead (the push then marks it, as before the fix).
+func TestCheckDeadlockAfterMarkFailed(t *testing.T) {
+	h := newHB()
+	inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+	m := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "mark-failed", T: h.tick()})
+	h.r.Done(m, OK, Event{Err: "timeout", T: h.tick()})
+	h.r.Done(inv, Fail, Event{Err: "queen: push: ERROR: deadlock detected (SQLSTATE 40P01)", T: h.tick()})
+	for _, v := range Check(h.r.Events(), stMore(), 0) {
+		t.Error(v)
+	}
+}
+
+// Status lag as documented: retained messages after the cursor less the
+// settled ones; past a retention cut, settled offsets below it may linger.
+func TestCheckStatusLag(t *testing.T) {
+	for _, tc := range []struct {
+		l  LagRead
+		ok bool
+	}{
+		{LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 3}, true},
+		{LagRead{LastOffset: 5, LogStart: 0, Committed: 1, Settled: 1, Lag: 4}, false},
+		{LagRead{LastOffset: -1, LogStart: 0, Committed: -1, Lag: 0}, true},
+		// Retention took 0..3 unread: lag is 4..5, not 5 (5 - 0).
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Lag: 2}, true},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Lag: 5}, false},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Settled: 2, Lag: 1}, true},
+		{LagRead{LastOffset: 5, LogStart: 4, Committed: 0, Settled: 2, Lag: 2}, true},
+	} {
+		h := newHB()
+		l := tc.l
+		inv := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "status", Queue: "q", Group: "g", Partition: "p", Lag: &l, T: h.tick()})
+		h.r.Done(inv, OK, Event{T: h.tick()})
+		got := Counts(Check(h.r.Events(), stMore(), 0))["status-lag"]
+		if (got == 0) != tc.ok {
+			t.Errorf("%+v: %d status-lag violations, want ok=%v", tc.l, got, tc.ok)
+		}
+	}
+}
+
+// An AutoAck Consume: what its logged claims took is consumed, so a message
+// claimed and never handed to a handler is never delivered, unless the
+// call may have made claims nobody saw (a fault near it). A handler's
+// error is only logged (nothing to redeliver), and a pop after the claim
+// starts past it.
+func TestCheckAutoAckConsume(t *testing.T) {
+	d := func(o int64, id, tx string) Delivery { return Delivery{"p", o, id, tx, "", 1, 0} }
+	build := func(fault, handleAll bool) (*hb, State) {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}, {"p", "t3"}}, OK,
+			Result{"queued", "id1", 0}, Result{"queued", "id2", 1}, Result{"queued", "id3", 2})
+		call := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "consume", Queue: "q", Group: "g", AutoAck: true, T: h.tick()})
+		if fault {
+			f := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "terminate", T: h.tick()})
+			h.r.Done(f, OK, Event{T: h.tick()})
+		}
+		cl := h.r.Invoke(Event{Proc: "a", Op: OpClaim, Queue: "q", Group: "g", Partition: "p", Offset: 0, Last: 1, Batch: 2, T: h.tick()})
+		h.r.Done(cl, OK, Event{T: h.tick()})
+		// Another consumer's pop, after the claim: starts past it.
+		h.pop("b", "q", "g", true, d(2, "id3", "t3"))
+		hd := h.r.Invoke(Event{Proc: "a", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Offset: 0, AutoAck: true, Msgs: []Delivery{d(0, "id1", "t1")}, T: h.tick()})
+		h.r.Done(hd, OK, Event{Err: "boom", T: h.tick()})
+		if handleAll {
+			hd := h.r.Invoke(Event{Proc: "a", Op: OpHandler, Queue: "q", Group: "g", Partition: "p", Offset: 1, AutoAck: true, Msgs: []Delivery{d(1, "id2", "t2")}, T: h.tick()})
+			h.r.Done(hd, OK, Event{T: h.tick()})
+		}
+		h.r.Done(call, OK, Event{T: h.tick()})
+		return h, stMore(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false}, Stored{"q", "p", 2, "id3", "t3", 0, false})
+	}
+	for _, tc := range []struct {
+		name             string
+		fault, handleAll bool
+		want             int
+	}{
+		{"all handled", false, true, 0},
+		{"claimed, not handled", false, false, 1},
+		{"fault near: may have been lost unseen", true, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, s := build(tc.fault, tc.handleAll)
+			vs := Check(h.r.Events(), s, 0)
+			if got := Counts(vs)["never-delivered"]; got != tc.want || len(vs) != tc.want {
+				t.Errorf("got %v, want %d never-delivered", vs, tc.want)
+			}
+		})
 	}
 }

@@ -410,3 +410,21 @@ func TestCheckSkipsSettledOutOfOrder(t *testing.T) {
 		}
 	}
 }
+
+// CompletedRetention may delete what nobody read while no group has
+// subscribed yet: a push before the queue's first contact may be gone
+// unread; one after it is lost if gone unread.
+func TestCheckCompletedBeforeAnyGroup(t *testing.T) {
+	h := newHB()
+	h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+	h.pop("a", "q", "g", true) // the first contact: g subscribes
+	s := st()
+	s.Queues["q"] = QueueInfo{Deduped: true, Groups: []string{"g"}, Completed: true}
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Fatalf("a push before any group is not owed: %v", vs)
+	}
+	h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 1})
+	if got := kinds(Check(h.r.Events(), s, 0)); got["lost"] != 1 || got["wrong-result"] != 1 || len(got) != 2 {
+		t.Fatalf("%v", got)
+	}
+}

@@ -31,9 +31,10 @@ const (
 	// Evidence only: it shows which claim took a message nobody handled.
 	OpClaim = "claim"
 	// OpCall is any other public call, named by Kind: "pause", "resume",
-	// "delete", "requeue" (Msgs: the dead letters it was given, of Group),
+	// "delete", "requeue" (Msgs: the dead letters it was given, of Group, at
+	// or below its MaxID; Kept: those above it),
 	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
-	// "consume" (the Consume call itself), "settle-log" (Consume's own
+	// "consume" (the Consume call itself), "status" (Lag: one row it read), "settle-log" (Consume's own
 	// settle failure, from its log: Err), "cursor" (Group's committed
 	// Offset on Partition as Queue.Status read it, recorded after the read).
 	OpCall = "call"
@@ -78,6 +79,15 @@ type Event struct {
 	AutoAck bool       `json:"autoack,omitempty"`
 	Batch   int        `json:"batch,omitempty"` // the pop's Batch
 	Msgs    []Delivery `json:"msgs,omitempty"`
+	// Kept: of a "requeue" call, the dead letters it was given the ids of
+	// but that lie above its MaxID: it must not requeue them.
+	Kept []Delivery `json:"kept,omitempty"`
+	// BadData: of a pop (on its completion) or a handler, the deliveries
+	// whose Data was not the payload pushed with their transaction id.
+	BadData []Delivery `json:"bad_data,omitempty"`
+	// Lag: of a "status" call, one group's row of one partition as
+	// Queue.Status read it (Partition, Group).
+	Lag *LagRead `json:"lag,omitempty"`
 
 	// Settle and Handler: one message.
 	Kind      string `json:"kind,omitempty"` // ack, fail, retry, dead, extend
@@ -103,6 +113,15 @@ type Event struct {
 	// WrongKey marks a pop or handler of a client whose keys cannot open
 	// the queue's payloads: it must deliver nothing from an encrypted queue.
 	WrongKey bool `json:"wrong_key,omitempty"`
+}
+
+// LagRead is what one Queue.Status read said of a group on a partition.
+type LagRead struct {
+	LastOffset int64 `json:"last"`
+	LogStart   int64 `json:"start"`
+	Committed  int64 `json:"comm"`
+	Settled    int   `json:"settled"`
+	Lag        int64 `json:"lag"`
 }
 
 // Item is one pushed item.

@@ -53,3 +53,31 @@ func TestCheckPushTxMayOvertakeBufferedItems(t *testing.T) {
 		}
 	})
 }
+
+// A Client.Tx's pushes (committed, no offsets reported) are stored in call
+// order: a partition's items of its Push calls, one push to the checker,
+// stored out of that order are reported.
+func TestCheckTxPushOrder(t *testing.T) {
+	tx := func(h *hb) {
+		inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Kind: "tx", Queue: "q", Items: []Item{{"p", "t1"}, {"p", "t2"}}, T: h.tick()})
+		h.r.Done(inv, OK, Event{Results: []Result{{"committed", "", -1}, {"committed", "", -1}}, T: h.tick()})
+	}
+	for _, tc := range []struct {
+		name string
+		log  []Stored
+		want int
+	}{
+		{"in order", []Stored{{"q", "p", 0, "id1", "t1", 0, false}, {"q", "p", 1, "id2", "t2", 0, false}}, 0},
+		{"reversed", []Stored{{"q", "p", 0, "id2", "t2", 0, false}, {"q", "p", 1, "id1", "t1", 0, false}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHB()
+			tx(h)
+			h.pop("a", "q", "g", true, Delivery{"p", 0, tc.log[0].ID, tc.log[0].TxID, "", 1, 0}, Delivery{"p", 1, tc.log[1].ID, tc.log[1].TxID, "", 1, 0})
+			vs := Check(h.r.Events(), st(tc.log...), 0)
+			if got := kinds(vs)["int-nonmonotonic-send"]; got != tc.want || len(vs) != tc.want {
+				t.Errorf("got %v, want %d int-nonmonotonic-send", vs, tc.want)
+			}
+		})
+	}
+}

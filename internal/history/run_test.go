@@ -113,10 +113,12 @@ type runStats struct {
 
 // Queues of a run. Every one is audited; each has a dedup window longer
 // than any run, so a transaction id is stored at most once.
-var queueSpecs = []struct {
+type queueSpec struct {
 	name string
 	opts queen.QueueOptions
-}{
+}
+
+var queueSpecs = []queueSpec{
 	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true}},
 	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
@@ -430,6 +432,7 @@ func (r *run) main() (st runStats) {
 		hs.Queues[q] = qi
 	}
 	hs.DeadLetters = r.readDeadLetters(ctx, admin)
+	hs.Orphans = r.readOrphans(ctx, admin)
 	r.checkSecretLog(ctx, admin)
 	vs := history.Check(events, hs, 0)
 	shown := map[string]int{}
@@ -523,6 +526,37 @@ func (h *claimLog) Handle(_ context.Context, r slog.Record) error {
 				ev.Queue = a.Value.String()
 			case "partition":
 				ev.Partition = a.Value.String()
+			case "err":
+				errText = a.Value.String()
+			}
+			return true
+		})
+		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
+		return nil
+	}
+	if strings.HasPrefix(r.Message, "queen: marking queues keyed ahead of a push failed") {
+		// The push marks them itself, in the caller's transaction: first
+		// keyed pushes in opposite orders may then deadlock.
+		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "mark-failed"}
+		var errText string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				errText = a.Value.String()
+			}
+			return true
+		})
+		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
+		return nil
+	}
+	if strings.HasPrefix(r.Message, "queen: consume: claim failed") {
+		// A claim of unknown outcome: with AutoAck it may have consumed
+		// its batch unseen.
+		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "claim-error"}
+		var errText string
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "queue":
+				ev.Queue = a.Value.String()
 			case "err":
 				errText = a.Value.String()
 			}
@@ -1188,13 +1222,31 @@ func (w *worker) tx(ctx context.Context) {
 	m := msgs[0]
 	dst := w.queue()
 	items := w.items(dst)
+	// Sometimes a second Push to the same queue and partitions (fresh
+	// transaction ids): one call to the checker, as a partition's items of
+	// both are stored in call order.
+	var more []queen.Item
+	if w.rng.IntN(3) == 0 {
+		more = make([]queen.Item, 1+w.rng.IntN(len(items)))
+		for i := range more {
+			src := items[w.rng.IntN(len(items))]
+			w.n++
+			tx := w.proc + "." + strconv.Itoa(w.idx) + "/" + strconv.Itoa(w.n) + "/" + strconv.FormatUint(w.rng.Uint64()%1e6, 36)
+			more[i] = queen.Item{Partition: src.Partition, Key: src.Key, TransactionID: tx, Data: payload(dst, tx)}
+		}
+	}
+	all := append(slices.Clone(items), more...)
 	sinv := w.rec.Invoke(settleEvent(w.proc, m, "ack"))
-	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(items)})
+	pinv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Kind: "tx", Queue: dst, Items: histItems(all)})
 	err := w.c.Tx(ctx, func(tx *queen.Tx) error {
 		tx.Ack(m)
 		tx.Push(dst, items)
+		if more != nil {
+			tx.Push(dst, more)
+		}
 		return nil
 	})
+	items = all
 	switch {
 	case err == nil:
 		w.rec.Done(sinv, history.OK, history.Event{})
@@ -1241,6 +1293,20 @@ func delivery(m *queen.Message) history.Delivery {
 	return d
 }
 
+// badData returns the deliveries of msgs whose Data is not what was pushed.
+// The queues of queueSpecs hold only payload(queue, transaction id); a
+// destroyed message's dead letter (nil id) has nothing to compare.
+func badData(msgs ...*queen.Message) []history.Delivery {
+	var out []history.Delivery
+	for _, m := range msgs {
+		if slices.ContainsFunc(queueSpecs, func(qs queueSpec) bool { return qs.name == m.Queue }) && !m.ID.IsNil() &&
+			!bytes.Equal(m.Data, payload(m.Queue, m.TransactionID)) {
+			out = append(out, delivery(m))
+		}
+	}
+	return out
+}
+
 func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) []*queen.Message {
 	if q.Name() == "doomed" && o.LeaseTime == 0 {
 		o.LeaseTime = time.Second // a recreated queue's default lease outlasts the final drain
@@ -1255,7 +1321,7 @@ func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen
 	for i, m := range msgs {
 		ds[i] = delivery(m)
 	}
-	rec.Done(inv, history.OK, history.Event{Msgs: ds})
+	rec.Done(inv, history.OK, history.Event{Msgs: ds, BadData: badData(msgs...)})
 	return msgs
 }
 
@@ -1333,12 +1399,14 @@ func (w *worker) popSettle(ctx context.Context) {
 					break each
 				}
 			case x < 88:
+				w.scribble(m)
 				_ = recordSettleWhy(ctx, w.rec, w.proc, m, "fail", w.rng, w.reason("history: failed on purpose"))
 				break each
 			case x < 92:
 				_ = recordSettle(ctx, w.rec, w.proc, m, "retry", w.rng)
 				break each
 			case x < 95:
+				w.scribble(m)
 				if recordSettleWhy(ctx, w.rec, w.proc, m, "dead", w.rng, w.reason("history: dead on purpose")) != nil {
 					break each
 				}
@@ -1363,6 +1431,12 @@ func (w *worker) consume(ctx context.Context) {
 	// messages nobody saw, and Consume's pops are not in the history to
 	// account for them. Recorded pops exercise AutoAck instead.
 	o.Partition, o.Wait, o.AutoAck = "", 200*time.Millisecond, false
+	// With "autoack", some do: the call is recorded, and a fault near it or
+	// a failed claim excuses what its claims may have taken unseen. Only
+	// group g2, so that excuse leaves the other groups checked.
+	if w.gen["autoack"] && w.rng.IntN(4) == 0 {
+		o.AutoAck, o.Group, o.Subscription = true, "g2", queen.Subscription{}
+	}
 	if q == "doomed" && o.LeaseTime == 0 {
 		o.LeaseTime = time.Second
 	}
@@ -1372,7 +1446,7 @@ func (w *worker) consume(ctx context.Context) {
 	if w.gen["timeout"] && w.rng.IntN(3) == 0 {
 		o.HandlerTimeout = time.Duration(50+w.rng.IntN(300)) * time.Millisecond
 	}
-	txMode := w.gen["txconsume"] && w.rng.IntN(3) == 0
+	txMode := w.gen["txconsume"] && w.rng.IntN(3) == 0 && !o.AutoAck
 	badText := w.gen["texts"] && w.rng.IntN(2) == 0
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(300+w.rng.IntN(1500))*time.Millisecond)
 	defer cancel()
@@ -1380,22 +1454,33 @@ func (w *worker) consume(ctx context.Context) {
 	seed := w.rng.Uint64()
 	hrng := rand.New(rand.NewPCG(seed, 7))
 	returned := make(chan struct{})
+	var call history.Event
+	if o.AutoAck {
+		call = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group, AutoAck: true})
+	}
 	go func() {
 		defer close(returned)
-		_ = w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
+		err := w.c.Queue(q).Consume(cctx, o, func(hctx context.Context, m *queen.Message) error {
 			d := delivery(m)
 			inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
-				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}})
+				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{d}, BadData: badData(m), AutoAck: o.AutoAck})
 			mu.Lock()
 			x := hrng.IntN(100)
 			bad := badReason(hrng)
 			mu.Unlock()
+			if o.AutoAck {
+				// A batch takes a while: the stop meets keys not started yet.
+				time.Sleep(5 * time.Millisecond)
+			}
 			var err error
 			switch {
 			case x < 8:
 				err = errors.New("history: handler failed on purpose")
 				if badText {
 					err = bad
+				}
+				if w.gen["scribble"] {
+					scribble(m)
 				}
 			case x < 10:
 				select { // outlive the lease (Consume renews it)
@@ -1420,6 +1505,9 @@ func (w *worker) consume(ctx context.Context) {
 			w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
 			return err
 		})
+		if o.AutoAck {
+			w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
+		}
 	}()
 	select {
 	case <-returned:
@@ -1431,9 +1519,47 @@ func (w *worker) consume(ctx context.Context) {
 	}
 }
 
+// scribble writes over a message's Data, as a handler may: a stored copy
+// (a dead letter, a FailureSkip re-enqueue) must keep the payload pushed.
+func scribble(m *queen.Message) {
+	for i := range m.Data {
+		m.Data[i] = '#'
+	}
+}
+
+func (w *worker) scribble(m *queen.Message) {
+	if w.gen["scribble"] {
+		scribble(m)
+	}
+}
+
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// readOrphans reads the rows left of partitions that no longer exist.
+func (r *run) readOrphans(ctx context.Context, admin *queen.Client) []history.Orphan {
+	var out []history.Orphan
+	for _, table := range []string{"segments", "txns"} {
+		rows, err := admin.Pool().Query(ctx, fmt.Sprintf(`SELECT t.partition_id, count(*) FROM %[1]s.%[2]s t
+			WHERE NOT EXISTS (SELECT 1 FROM %[1]s.partitions p WHERE p.id = t.partition_id) GROUP BY t.partition_id`,
+			pgx.Identifier{r.schema}.Sanitize(), table))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for rows.Next() {
+			o := history.Orphan{Table: table}
+			if err := rows.Scan(&o.Partition, &o.Rows); err != nil {
+				r.t.Fatal(err)
+			}
+			out = append(out, o)
+		}
+		if err := rows.Err(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // readDeadLetters reads the final dead-letter store.

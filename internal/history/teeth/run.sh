@@ -23,8 +23,11 @@ logs=${TEETH_LOGS:-${TMPDIR:-/tmp}/teeth-logs}
 mkdir -p "$logs"
 if [ $# -eq 0 ]; then set -- "$here"/*.patch; fi
 args=(-count=1 -v -timeout "${TEETH_TIMEOUT:-20m}" -run 'TestHistory$')
-if [ -n "${TEETH_SEED:-}" ]; then args+=(-seed "$TEETH_SEED"); fi
-if [ -n "${TEETH_DURATION:-}" ]; then args+=(-duration "$TEETH_DURATION"); fi
+# The checker's own flags go after the package: before it, go test would
+# take them for its own and test the root package.
+own=()
+if [ -n "${TEETH_SEED:-}" ]; then own+=(-seed "$TEETH_SEED"); fi
+if [ -n "${TEETH_DURATION:-}" ]; then own+=(-duration "$TEETH_DURATION"); fi
 
 # verdict RC LOG prints "caught<TAB>kind<TAB>seconds" for a checker log.
 verdict() {
@@ -71,7 +74,7 @@ for p in "$@"; do
 	if sed '/^diff --git/,$d' "$p" | grep -q '^Run: .*-race'; then extra+=(-race); fi
 	{
 		echo "# $name $(date -u +%FT%TZ) tree $root $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
-		echo "# go test ${args[*]} ${extra[*]}"
+		echo "# go test ${args[*]} ${extra[*]} ./internal/history ${own[*]}"
 	} >"$log"
 	if ! (cd "$tmp" && git apply --whitespace=nowarn "$p") >>"$log" 2>&1; then
 		printf '%s\tERROR\tpatch does not apply\t-\t%s\n' "$name" "$log"
@@ -81,7 +84,7 @@ for p in "$@"; do
 		printf '%s\tERROR\tdoes not build\t-\t%s\n' "$name" "$log"
 		status=1; [ -n "${TEETH_KEEP:-}" ] || rm -rf "$tmp"; continue
 	fi
-	(cd "$tmp" && go test "${extra[@]}" "${args[@]}" ./internal/history) >>"$log" 2>&1
+	(cd "$tmp" && go test "${extra[@]}" "${args[@]}" ./internal/history "${own[@]}") >>"$log" 2>&1
 	rc=$?
 	# The checker's result: the first failing subtest and its first violation.
 	# A child killed before it wrote its history file fails the run without
