@@ -190,6 +190,8 @@ WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("seg
 		}
 	}
 	msgs = pop(t, q, queen.PopOptions{Group: "late", Partition: "p"})
+	t.Logf("first contact committed while retention was parked: %v; retention deleted %d segment(s); late got %q",
+		committed, r.rep.SegmentsDeleted, datas(msgs))
 	if committed && (len(msgs) != 1 || string(msgs[0].Data) != "m0") {
 		t.Fatalf("late's first contact committed while retention was deciding, then retention deleted %d segment(s): late got %q from p, want [m0]",
 			r.rep.SegmentsDeleted, datas(msgs))
