@@ -90,3 +90,110 @@ WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("sub
 		t.Fatalf("b's first delivery: offset %d attempt %d, want offset 0 attempt 1", msgs[0].Offset, msgs[0].Attempt)
 	}
 }
+
+// A group's first contact that commits while completed retention is
+// deciding on a partition (after the step's snapshot, before its commit)
+// must not lose that partition's head: what was still stored when the
+// subscription committed is the group's to read. Either the subscription
+// is in the step's snapshot (and pins the head), or the first contact
+// commits after the step (and starts past what it deleted).
+//
+// The test parks retention at its delete (a second connection holds the
+// segments table in SHARE mode: reads go on, the delete waits) while "late"
+// makes first contact with a pop of another partition. p stays in the
+// ready set, as right after a push, so the first contact locks no row of
+// it.
+func TestCompletedRetentionCountsAFirstContactCommittedWhileDeleting(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{CompletedRetention: time.Millisecond})
+	s := func(table string) string { return pgx.Identifier{c.Schema(), table}.Sanitize() }
+
+	pushN(t, q, "p", "m", 1)
+	msgs := pop(t, q, queen.PopOptions{Group: "a", Partition: "p"})
+	wantData(t, msgs, "m0")
+	ack(t, msgs[0])
+	ageSegments(t, c)
+	var pending bool
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT pending FROM "+s("partitions")+" WHERE name = 'p'").Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if !pending {
+		t.Fatal("p left the ready set: the first contact would lock it and wait for retention")
+	}
+
+	holder, err := c.Pool().Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	tx, err := holder.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctxT(t)) }()
+	if _, err := tx.Exec(ctxT(t), "LOCK TABLE "+s("segments")+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		rep queen.MaintenanceReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := c.Maintain(ctxT(t))
+		done <- result{rep, err}
+	}()
+	waitFor(t, 30*time.Second, "retention to wait for the segments table", func() bool {
+		var n int
+		if err := c.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("segments")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+
+	contact := make(chan error, 1)
+	go func() {
+		_, err := q.Pop(ctxT(t), queen.PopOptions{Group: "late", Partition: "none"})
+		contact <- err
+	}()
+	// The first contact either returns (committed while retention is
+	// parked) or waits for a lock.
+	committed := false
+	waitFor(t, 30*time.Second, "late's first contact to return or wait", func() bool {
+		select {
+		case err := <-contact:
+			if err != nil {
+				t.Fatalf("late's first pop: %v", err)
+			}
+			committed = true
+			return true
+		default:
+		}
+		var n int
+		if err := c.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Maintain: %v", r.err)
+	}
+	if !committed {
+		if err := <-contact; err != nil {
+			t.Fatalf("late's first pop: %v", err)
+		}
+	}
+	msgs = pop(t, q, queen.PopOptions{Group: "late", Partition: "p"})
+	t.Logf("first contact committed while retention was parked: %v; retention deleted %d segment(s); late got %q",
+		committed, r.rep.SegmentsDeleted, datas(msgs))
+	if committed && (len(msgs) != 1 || string(msgs[0].Data) != "m0") {
+		t.Fatalf("late's first contact committed while retention was deciding, then retention deleted %d segment(s): late got %q from p, want [m0]",
+			r.rep.SegmentsDeleted, datas(msgs))
+	}
+}

@@ -95,7 +95,12 @@ $$;
 -- its subscription (SubscribeNew) or its from time (SubscribeFrom). A group
 -- pins retention from the commit of its first contact on. Both kinds are
 -- read from one snapshot: every group committed by then is counted once.
--- With no group at all, nothing has been consumed and nothing is due.
+-- That snapshot follows the queue's contact lock, taken shared: a first
+-- contact (which holds it exclusively until it commits) is either in it or
+-- waits for this step, so none commits between the decision and the delete
+-- (its seeding would see the head it was owed deleted). A first contact in
+-- progress leaves only plain retention to this step. With no group at all,
+-- nothing has been consumed and nothing is due.
 CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -116,6 +121,13 @@ BEGIN
     FOR NO KEY UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
     IF NOT FOUND OR (v_ret <= 0 AND v_done_ret <= 0) THEN
         RETURN 0;
+    END IF;
+    IF v_done_ret > 0
+       AND NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
+        v_done_ret := 0; -- never waits: a first contact is in progress
+        IF v_ret <= 0 THEN
+            RETURN 0;
+        END IF;
     END IF;
     IF v_done_ret > 0 THEN
         -- The slowest cursor here and the oldest message some group

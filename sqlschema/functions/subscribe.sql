@@ -87,7 +87,8 @@ $$;
 -- A group's first contact: the subscription, under the queue's contact lock
 -- (no pending flag of the queue is cleared until this commits, see
 -- clear_pending: a push landing after the subscription time sets the flag
--- and nobody clears it before the group is seen), then a first seed_chunk
+-- and nobody clears it before the group is seen; and no completed retention
+-- deletes anything meanwhile, see retention_step), then a first seed_chunk
 -- step. Concurrent first pops of the group wait for the one doing it (the
 -- group's seed lock), which is bounded work, and then go on as later pops.
 -- The subscription time is read after the contact lock: a message created
@@ -134,7 +135,8 @@ BEGIN
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
     IF NOT FOUND THEN
-        -- Waits only for clears in flight, which never wait themselves.
+        -- Waits only for clears and completed-retention steps in flight,
+        -- which never wait themselves.
         PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
         INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time, created_at, seed_after)
         VALUES (p_qid, p_group, p_mode, p_from, clock_timestamp(), CASE WHEN p_mode = 'new' THEN NULL ELSE '' END)
