@@ -77,8 +77,7 @@ func TestPushOverMessageLimitIsSplit(t *testing.T) {
 // flush, in order.
 func TestPushSplitAtBound(t *testing.T) {
 	const bound = 4 << 20
-	defer queen.SetMaxBundleBytes(bound)()
-	c := open(t, func(cfg *queen.Config) { cfg.Fusion.Shards = 1 })
+	c := open(t, queen.MaxBundleBytes(bound), func(cfg *queen.Config) { cfg.Fusion.Shards = 1 })
 	payload := randomPayload(t, 1<<20)
 	var items []queen.Item
 	for p := range 8 {
@@ -128,8 +127,7 @@ func (*bundleTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 // as several push_bundle calls, each within it, in one transaction.
 func TestPushTxBundleSplitAtBound(t *testing.T) {
 	const bound = 4 << 20
-	defer queen.SetMaxBundleBytes(bound)()
-	c := open(t)
+	c := open(t, queen.MaxBundleBytes(bound))
 	ctx := ctxT(t)
 	cfg, err := pgx.ParseConfig(pgtest.URL(t))
 	if err != nil {

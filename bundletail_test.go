@@ -13,10 +13,9 @@ import (
 
 // Layer-2 dedup holds for a flush's whole batch: two calls repeating a
 // transaction id that meet in one flush are one message even when the
-// second does not fit the bundle (maxBundleBytes) and waits for the next
+// second does not fit the bundle (MaxBundleBytes) and waits for the next
 // one, on a queue without a DedupWindow.
 func TestPushLayer2FollowerInDeferredTail(t *testing.T) {
-	defer queen.SetMaxBundleBytes(3 << 19)() // one of the two payloads
 	ctx := ctxT(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	if err != nil {
@@ -28,7 +27,8 @@ func TestPushLayer2FollowerInDeferredTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	c := open(t, func(c *queen.Config) { c.Pool = pool; c.Fusion.Shards = 1 })
+	c := open(t, queen.MaxBundleBytes(3<<19), // one of the two payloads
+		func(c *queen.Config) { c.Pool = pool; c.Fusion.Shards = 1 })
 	q := c.Queue("q")
 	push(t, q, queen.Item{}) // creates the queue; caches its options
 	first := make(chan struct{})

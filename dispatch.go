@@ -31,7 +31,7 @@ func (c *consumer) dispatch(n int) error {
 	e := q.c.e
 	w := e.wake.Subscribe(q.c.tenant, q.name)
 	defer e.wake.Unsubscribe(w)
-	rescan := time.NewTicker(popRescan)
+	rescan := time.NewTicker(e.cfg.test.popRescan)
 	defer rescan.Stop()
 
 	var (

@@ -95,7 +95,7 @@ type segPlan struct {
 	n      int         // the segment holds batch.Items[:n]; the rest waits
 }
 
-// maxBundleBytes bounds the frame bytes of one push_bundle call.
+// defaultMaxBundleBytes bounds the frame bytes of one push_bundle call.
 // PostgreSQL refuses a protocol message of 1 GiB or more, and a bytea[]
 // value that large, so a bigger bundle could only fail whole (and its
 // replay from the spool the same way). 64 MiB keeps a call far below that
@@ -103,8 +103,8 @@ type segPlan struct {
 // bytes a frame and the names) and bounds the memory one call costs the
 // server, which holds the message, the array and the rows at once. The
 // first frame of a bundle always goes, and MaxPayloadSize is 16 MiB, so no
-// call is over the bound. A variable so tests can lower it.
-var maxBundleBytes = 64 << 20
+// call is over the bound. Tests lower it (testConfig.maxBundleBytes).
+const defaultMaxBundleBytes = 64 << 20
 
 // frameBytes over-estimates the item's frame and hash in a bundle.
 func (it *pushItem) frameBytes() int {
@@ -147,10 +147,10 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			return err
 		}
 	}
-	// What does not fit under maxBundleBytes waits for its key's next
+	// What does not fit under the bundle bound waits for its key's next
 	// flush (Batch.Retry): a whole batch, or the rest of one from the first
 	// item that does not fit. Order within a key is kept.
-	room, first, sent := maxBundleBytes, true, 0
+	room, first, sent := p.e.cfg.test.maxBundleBytes, true, 0
 	for _, b := range bundle {
 		if skip[b] {
 			continue

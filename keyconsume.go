@@ -15,7 +15,7 @@ import (
 // keyCheckpoint is how often a per-key batch that runs long writes the
 // outcomes it has not written yet (besides at each lease renewal, each
 // failure and the batch's end): what a crash can lose.
-var keyCheckpoint = time.Second
+const keyCheckpoint = time.Second
 
 // keyLane is one ordering key's messages in a leased batch, in offset order.
 type keyLane struct {

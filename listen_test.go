@@ -28,8 +28,7 @@ func popAsync(q *queen.Queue, ctx context.Context, o queen.PopOptions) <-chan po
 
 // A waiting pop wakes on an in-process push, not on the rescan.
 func TestPopWaitWakesOnPush(t *testing.T) {
-	defer queen.SetPopRescan(time.Hour)()
-	c := open(t)
+	c := open(t, queen.PopRescan(time.Hour))
 	q := c.Queue("q")
 	pushN(t, q, "warm", "w", 1) // the queue exists; the group is seeded
 	ack(t, pop(t, q, queen.PopOptions{})[0])
@@ -67,9 +66,8 @@ func TestPopWaitTimesOut(t *testing.T) {
 
 // Another process's push reaches a waiting pop through LISTEN/NOTIFY.
 func TestPopWaitWakesOnOtherProcess(t *testing.T) {
-	defer queen.SetPopRescan(time.Hour)()
-	a := open(t)
-	b := open(t, func(cfg *queen.Config) { cfg.Schema = a.Schema() })
+	a := open(t, queen.PopRescan(time.Hour))
+	b := open(t, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = a.Schema() })
 	pushN(t, b.Queue("q"), "", "w", 1)
 	ack(t, pop(t, a.Queue("q"), queen.PopOptions{})[0])
 	time.Sleep(100 * time.Millisecond) // let a's listener settle
@@ -89,8 +87,7 @@ func TestPopWaitWakesOnOtherProcess(t *testing.T) {
 // The rescan is the floor: a wake that never comes only delays. A pop
 // waiting on a delayed message is woken by nothing but the rescan.
 func TestPopWaitRescanFloor(t *testing.T) {
-	defer queen.SetPopRescan(100 * time.Millisecond)()
-	c := open(t)
+	c := open(t, queen.PopRescan(100*time.Millisecond))
 	q := configure(t, c, "q", queen.QueueOptions{DelayedProcessing: 300 * time.Millisecond})
 	pushN(t, q, "", "m", 1)
 	r := <-popAsync(q, ctxT(t), queen.PopOptions{Wait: 5 * time.Second})

@@ -261,11 +261,10 @@ func containsBytes(b, sub []byte) bool {
 
 // A requeue wakes a consumer parked on the queue.
 func TestRequeueDeadLettersWakes(t *testing.T) {
-	c := open(t)
+	c := open(t, queen.PopRescan(time.Hour)) // only a wake can find the requeued message
 	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true})
 	push(t, q, queen.Item{Partition: "p", Data: []byte("m")})
 	deadLetterSome(t, q, "p", "m")
-	defer queen.SetPopRescan(time.Hour)() // only a wake can find it
 	got := make(chan []*queen.Message, 1)
 	go func() {
 		msgs, _ := q.Pop(ctxT(t), queen.PopOptions{Wait: time.Minute})
@@ -284,9 +283,9 @@ func TestRequeueDeadLettersWakes(t *testing.T) {
 }
 
 func TestPauseResume(t *testing.T) {
-	defer queen.SetPopRescan(time.Hour)() // Consume claims on wakes only: Resume's must arrive
-	a := open(t)
-	b := open(t, func(cfg *queen.Config) { cfg.Schema = a.Schema() })
+	// Consume claims on wakes only: Resume's must arrive.
+	a := open(t, queen.PopRescan(time.Hour))
+	b := open(t, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = a.Schema() })
 	qa, qb := a.Queue("q"), b.Queue("q")
 	push(t, qa, queen.Item{Partition: "p", Data: []byte("m0")}, queen.Item{Partition: "p", Data: []byte("m1")})
 	held := pop(t, qa, queen.PopOptions{Group: "g"}) // leased before the pause
@@ -375,9 +374,8 @@ func TestPauseResume(t *testing.T) {
 // its next rescan: a parked Pop with a long Wait has no rescan to fall back
 // on before its timeout.
 func TestResumeWakesOtherClient(t *testing.T) {
-	defer queen.SetPopRescan(time.Hour)()
-	a := open(t)
-	b := open(t, func(cfg *queen.Config) { cfg.Schema = a.Schema() })
+	a := open(t, queen.PopRescan(time.Hour))
+	b := open(t, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = a.Schema() })
 	qa, qb := a.Queue("q"), b.Queue("q")
 	if err := qa.Pause(ctxT(t), ""); err != nil {
 		t.Fatal(err)

@@ -18,11 +18,11 @@ import (
 	"github.com/e03140bc/queen/internal/seal"
 )
 
-// popRescan is how often a waiting Pop looks again without a wake: the
-// correctness floor that turns a missed wake into a delay, never a stranded
-// message. It also paces DelayedProcessing and WindowBuffer, which no push
-// wakes.
-var popRescan = 250 * time.Millisecond
+// defaultPopRescan is how often a waiting Pop looks again without a wake:
+// the correctness floor that turns a missed wake into a delay, never a
+// stranded message. It also paces DelayedProcessing and WindowBuffer, which
+// no push wakes.
+const defaultPopRescan = 250 * time.Millisecond
 
 // MaxBatch caps PopOptions.Batch.
 const MaxBatch = 100_000
@@ -97,7 +97,7 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	defer e.wake.Unsubscribe(w)
 	deadline := time.NewTimer(o.Wait)
 	defer deadline.Stop()
-	rescan := time.NewTicker(popRescan)
+	rescan := time.NewTicker(e.cfg.test.popRescan)
 	defer rescan.Stop()
 	var hints []string
 	for {

@@ -2,10 +2,8 @@ package queen
 
 import "time"
 
-// SetPopRescan sets the waiting pop's rescan interval and returns a func
-// restoring it. Tests that use it must not run in parallel with others.
-func SetPopRescan(d time.Duration) (restore func()) {
-	old := popRescan
-	popRescan = d
-	return func() { popRescan = old }
+// PopRescan sets how often c's waiting pops look again without a wake: an
+// option for Open in tests.
+func PopRescan(d time.Duration) func(*Config) {
+	return func(c *Config) { c.testKnobs().popRescan = d }
 }

@@ -28,13 +28,10 @@ func MetaCached(c *Client, queue string) bool { return c.e.meta.Cached(c.tenant,
 // FusionBufferedBytes is what c's push engine holds for unresolved pushes.
 func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }
 
-// SetMaxBundleBytes sets the bound on one push_bundle call's frames and
-// returns a func restoring it. Tests that use it must not run in parallel
-// with others.
-func SetMaxBundleBytes(n int) (restore func()) {
-	old := maxBundleBytes
-	maxBundleBytes = n
-	return func() { maxBundleBytes = old }
+// MaxBundleBytes sets the bound on one push_bundle call's frames: an
+// option for Open in tests.
+func MaxBundleBytes(n int) func(*Config) {
+	return func(c *Config) { c.testKnobs().maxBundleBytes = n }
 }
 
 // Rerouted counts the items c's engine routed to a lane again because the
@@ -56,16 +53,16 @@ func ForgetQueueMeta(c *Client, queue string) {
 	c.e.noteUp()
 }
 
-// SetSpoolAppendDelay makes every spool write take d longer, like an fsync
-// on a busy disk, and returns a func restoring it and one counting the
-// writes since. Tests that use it must not run in parallel with others.
-func SetSpoolAppendDelay(d time.Duration) (restore func(), appends func() int64) {
-	old := spoolAppend
+// SpoolAppendDelay makes every spool write of the client take d longer,
+// like an fsync on a busy disk: an option for Open in tests, and a func
+// counting the client's spool writes.
+func SpoolAppendDelay(d time.Duration) (opt func(*Config), appends func() int64) {
 	var n atomic.Int64
-	spoolAppend = func(s *spool.Spool, ctx context.Context, recs []spool.Record) error {
-		n.Add(1)
-		time.Sleep(d)
-		return old(s, ctx, recs)
-	}
-	return func() { spoolAppend = old }, n.Load
+	return func(c *Config) {
+		c.testKnobs().spoolAppend = func(s *spool.Spool, ctx context.Context, recs []spool.Record) error {
+			n.Add(1)
+			time.Sleep(d)
+			return s.Append(ctx, recs)
+		}
+	}, n.Load
 }

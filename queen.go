@@ -102,9 +102,19 @@ type Config struct {
 }
 
 // testConfig holds a client's knobs that only tests set (through the
-// package's export_test helpers).
+// package's export_test helpers, as options to Open). Open fills in the
+// defaults of those left zero.
 type testConfig struct {
 	metaCacheMax int // bound on cached queue settings; 0: settings.DefaultMax
+	// popRescan is how often a waiting Pop or Consume looks again without
+	// a wake. Defaults to defaultPopRescan.
+	popRescan time.Duration
+	// maxBundleBytes bounds the frame bytes of one push_bundle call.
+	// Defaults to defaultMaxBundleBytes.
+	maxBundleBytes int
+	// spoolAppend writes records to the spool; tests slow it down like a
+	// busy disk. Defaults to spool.Spool.Append.
+	spoolAppend func(s *spool.Spool, ctx context.Context, recs []spool.Record) error
 }
 
 // testKnobs is c's test config, never nil.
@@ -113,6 +123,20 @@ func (c *Config) testKnobs() *testConfig {
 		c.test = new(testConfig)
 	}
 	return c.test
+}
+
+// withDefaults is a copy of t with every zero knob at its default.
+func (t testConfig) withDefaults() *testConfig {
+	if t.popRescan <= 0 {
+		t.popRescan = defaultPopRescan
+	}
+	if t.maxBundleBytes <= 0 {
+		t.maxBundleBytes = defaultMaxBundleBytes
+	}
+	if t.spoolAppend == nil {
+		t.spoolAppend = (*spool.Spool).Append
+	}
+	return &t
 }
 
 // FusionConfig tunes the fusion engine. Each zero field takes the value of
@@ -290,6 +314,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.test = cfg.testKnobs().withDefaults() // a copy: the caller's Config is not touched
 	// Several clients may share a process (and a logger): every line says
 	// which schema it is about.
 	e := &engine{cfg: cfg, log: cfg.Logger.With("schema", cfg.Schema), pool: cfg.Pool, closeDone: make(chan struct{})}

@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,15 +12,16 @@ import (
 // replayed: the item must not be reported Failed, which promises it is
 // not stored.
 func TestSlowSpoolWriteIsNotFailed(t *testing.T) {
-	c := open(t, func(c *queen.Config) { c.SpoolDir = t.TempDir() })
+	var slow atomic.Bool
+	c := open(t, queen.SlowSpoolWrites(&slow), func(c *queen.Config) { c.SpoolDir = t.TempDir() })
 	ctx := ctxT(t)
 	q := withWindow(t, c, "q")
 	if err := c.SetMaintenance(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	restore := queen.SlowSpoolWrites()
+	slow.Store(true)
 	res, err := q.Push(ctx, []queen.Item{{TransactionID: "a", Key: "k", Data: []byte("A")}})
-	restore()
+	slow.Store(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,8 @@ func TestPushToManyPartitionsDuringOutageBuffersWithinStatementTimeout(t *testin
 	)
 	bound := timeout + time.Second
 	cl := pgtest.NewCluster(t, pgcluster.Options{})
-	c := open(t, func(cfg *queen.Config) {
+	slowDisk, appends := queen.SpoolAppendDelay(delay)
+	c := open(t, slowDisk, func(cfg *queen.Config) {
 		cfg.DatabaseURL, cfg.Schema = cl.URL, "wide"
 		cfg.StatementTimeout, cfg.EncryptionKey = timeout, make([]byte, 32)
 	})
@@ -33,8 +34,6 @@ func TestPushToManyPartitionsDuringOutageBuffersWithinStatementTimeout(t *testin
 	if err := cl.Stop("immediate"); err != nil {
 		t.Fatal(err)
 	}
-	restore, appends := queen.SetSpoolAppendDelay(delay)
-	defer restore()
 	for _, q := range []*queen.Queue{seen, c.Queue("never")} {
 		items := make([]queen.Item, parts)
 		for i := range items {

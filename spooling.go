@@ -211,8 +211,6 @@ func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (
 	return kept, held
 }
 
-// spoolAppend is spool.Append; tests slow it down like a busy disk.
-var spoolAppend = (*spool.Spool).Append
 
 // spoolRecordGroups writes the groups' items, each staying in its group's
 // partition, in one spool write. If the spool refuses the write whole
@@ -250,7 +248,7 @@ func (e *engine) spoolRecordGroups(gs []spoolGroup) {
 	// written the records, which the drain then stores; Failed must mean
 	// not stored, so wait for the write's own outcome.
 	write := func(recs []spool.Record) error {
-		return spoolAppend(e.spool, context.Background(), recs)
+		return e.cfg.test.spoolAppend(e.spool, context.Background(), recs)
 	}
 	resolve := func(p part, err error) {
 		for _, it := range p.keep {

@@ -249,10 +249,9 @@ func poll(t *testing.T, what string, cond func() bool) {
 // NOTIFY channel fits PostgreSQL's 63-byte identifiers, so PushTx and Tx
 // pushes commit and another client's waiting pop is woken through LISTEN.
 func TestLongSchemaNameNotifies(t *testing.T) {
-	defer queen.SetPopRescan(time.Hour)()
 	schema := longSchema(t)
-	a := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
-	b := open(t, func(cfg *queen.Config) { cfg.Schema = schema })
+	a := open(t, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = schema })
+	b := open(t, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = schema })
 	ctx := ctxT(t)
 	ch := queen.NotifyChannel(a)
 	if len(ch) > 63 {
