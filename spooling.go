@@ -211,7 +211,6 @@ func (e *engine) keysBehind(tenant uuid.UUID, queue string, items []*pushItem) (
 	return kept, held
 }
 
-
 // spoolRecordGroups writes the groups' items, each staying in its group's
 // partition, in one spool write. If the spool refuses the write whole
 // (full, or a record too large), each group tries alone, as before.
