@@ -1,6 +1,9 @@
 package history
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A pop that began before Queue.Delete and returned after it may have
 // waited into the recreated queue: what it delivered of the new queue
@@ -169,5 +172,38 @@ func TestCheckHandlerOfClaimLoggedAfterDelete(t *testing.T) {
 	h.handler("w", "q", "g", old, "")
 	if vs := Check(h.r.Events(), stMore(), 0); len(vs) != 0 {
 		t.Errorf("want no violation, got %v", vs)
+	}
+}
+
+// A SubscribeNew group's first contact with a queue deleted and recreated
+// is its first pop that ran on the new queue: one that began before the
+// queue surely existed again (during the Delete, or between it and the
+// recreation) may have subscribed to the deleted queue or found none, and
+// returned empty either way. A message pushed before the real first
+// contact is not owed; one pushed after it is.
+func TestCheckLateGroupAcrossDelete(t *testing.T) {
+	for _, during := range []bool{true, false} {
+		h := newHB()
+		h.push("a", "q", []Item{{"p", "t0"}}, OK, Result{"queued", "id0", 0})
+		del := h.r.Invoke(Event{Proc: "a", Op: OpCall, Kind: "delete", Queue: "q", T: h.tick()})
+		var early Event
+		if during {
+			early = h.r.Invoke(Event{Proc: "w", Op: OpPop, Queue: "q", Group: "late", T: h.tick()})
+		}
+		h.r.Done(del, OK, Event{T: h.tick()})
+		if !during {
+			early = h.r.Invoke(Event{Proc: "w", Op: OpPop, Queue: "q", Group: "late", T: h.tick()})
+		}
+		h.r.Done(early, OK, Event{T: h.tick()})
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		h.pop("w", "q", "late", true) // the first contact with the new queue
+		h.push("a", "q", []Item{{"p", "t2"}}, OK, Result{"queued", "id2", 1})
+		h.pop("a", "q", "g", true, Delivery{"p", 0, "id1", "t1", "", 1, 0}, Delivery{"p", 1, "id2", "t2", "", 1, 0})
+		s := st(Stored{"q", "p", 0, "id1", "t1", 0, false}, Stored{"q", "p", 1, "id2", "t2", 0, false})
+		s.Queues["q"] = QueueInfo{Groups: []string{"g"}, LateGroups: []string{"late"}}
+		vs := Check(h.r.Events(), s, 0)
+		if len(vs) != 1 || vs[0].Kind != "never-delivered" || vs[0].Group != "late" || !strings.Contains(vs[0].Detail, "id2") {
+			t.Errorf("early pop during the Delete %v: want id2 (not id1) owed to the late group: %v", during, vs)
+		}
 	}
 }
