@@ -217,6 +217,9 @@ type checker struct {
 	where  Violation // location of the next report
 	// destroyed offsets per partition, owed to nobody
 	destroyed map[qp]map[int64]bool
+	// reborn: per deleted queue, when its last incarnation surely existed
+	// (a message of the final log was known to exist); MaxInt64 if never.
+	reborn map[string]int64
 }
 
 func (c *checker) report(kind, detail string, ev ...Event) {
@@ -833,6 +836,13 @@ func (c *checker) eventually(ops []*Op) {
 				}
 			}
 		case (o.Inv.Op == OpPop || o.Inv.Op == OpHandler) && o.Phase() == OK:
+			// Of a deleted queue, a pop that delivered nothing of the new
+			// one and began before it surely existed may have subscribed
+			// to the deleted queue, or found none (a pop of no queue
+			// subscribes nothing): no contact with the new queue.
+			if t, ok := c.reborn[o.Inv.Queue]; ok && len(delivered(o)) == 0 && o.Start() < t {
+				continue
+			}
 			k := o.Inv.Queue + "\x00" + o.Inv.Group
 			if t, ok := joined[k]; !ok || o.End() < t {
 				joined[k] = o.End()

@@ -125,37 +125,7 @@ func (c *checker) requeueUnbounded(ops []*Op) {
 // at all if one was known before it began (the final log would not hold
 // it). One that never returned thus cuts at the new queue's first message.
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
-	var seen map[string][]int64 // queue -> when each message of the final log was first known to exist
-	known := func() {
-		first := map[qt]int64{}
-		note := func(q, id string, t int64) {
-			if at, ok := first[qt{q, id}]; !ok || t < at {
-				first[qt{q, id}] = t
-			}
-		}
-		for _, o := range ops {
-			t := o.End()
-			if o.Inv.Op == OpHandler {
-				t = o.Start()
-			}
-			for _, m := range delivered(o) {
-				note(o.Inv.Queue, m.ID, t)
-			}
-			if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
-				for _, r := range o.Done.Results {
-					if r.Status == "queued" || r.Status == "committed" {
-						note(o.Inv.Queue, r.ID, t)
-					}
-				}
-			}
-		}
-		seen = map[string][]int64{}
-		for _, s := range c.st.Log {
-			if t, ok := first[qt{s.Queue, s.ID}]; ok {
-				seen[s.Queue] = append(seen[s.Queue], t)
-			}
-		}
-	}
+	var seen map[string][]int64
 	cut := map[string]int64{}
 	for _, o := range ops {
 		if !c.isCall(o, "delete") || o.Phase() == Fail {
@@ -164,7 +134,7 @@ func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 		t := o.End()
 		if o.Phase() != OK {
 			if seen == nil {
-				known()
+				seen = c.known(ops)
 			}
 			after := int64(math.MaxInt64)
 			survived := false
@@ -183,6 +153,40 @@ func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 		cut[o.Inv.Queue] = max(cut[o.Inv.Queue], t)
 	}
 	return cut
+}
+
+// known: per queue, when each message of the final log was first known to
+// exist (a delivery of it, or a push that reported it stored).
+func (c *checker) known(ops []*Op) map[string][]int64 {
+	first := map[qt]int64{}
+	note := func(q, id string, t int64) {
+		if at, ok := first[qt{q, id}]; !ok || t < at {
+			first[qt{q, id}] = t
+		}
+	}
+	for _, o := range ops {
+		t := o.End()
+		if o.Inv.Op == OpHandler {
+			t = o.Start()
+		}
+		for _, m := range delivered(o) {
+			note(o.Inv.Queue, m.ID, t)
+		}
+		if o.Inv.Op == OpPush && o.Phase() == OK && !o.Inv.Rollback {
+			for _, r := range o.Done.Results {
+				if r.Status == "queued" || r.Status == "committed" {
+					note(o.Inv.Queue, r.ID, t)
+				}
+			}
+		}
+	}
+	seen := map[string][]int64{}
+	for _, s := range c.st.Log {
+		if t, ok := first[qt{s.Queue, s.ID}]; ok {
+			seen[s.Queue] = append(seen[s.Queue], t)
+		}
+	}
+	return seen
 }
 
 // deletedSurvived: a message whose every push was Queued (or committed)
@@ -263,6 +267,14 @@ func (c *checker) lastEpoch(ops []*Op) []*Op {
 	cut := c.deleteCuts(ops)
 	if len(cut) == 0 {
 		return ops
+	}
+	seen := c.known(ops)
+	c.reborn = map[string]int64{}
+	for q := range cut {
+		c.reborn[q] = math.MaxInt64
+		for _, at := range seen[q] {
+			c.reborn[q] = min(c.reborn[q], at)
+		}
 	}
 	log := c.index()
 	inLog := func(queue string, ms []Delivery) []Delivery {
