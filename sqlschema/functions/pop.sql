@@ -138,7 +138,9 @@ BEGIN
     SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
     WHERE s.queue_id = v_q.id AND s.group_name = p_group;
     IF NOT FOUND THEN
-        PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from);
+        IF NOT {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from) THEN
+            RETURN; -- the queue was deleted since it was read
+        END IF;
     ELSIF v_after IS NOT NULL
           AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || v_q.id || '/' || p_group, 0)) THEN
         PERFORM {{schema}}.seed_chunk(v_q.id, p_group);

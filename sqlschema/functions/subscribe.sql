@@ -93,9 +93,18 @@ $$;
 -- group's seed lock), which is bounded work, and then go on as later pops.
 -- The subscription time is read after the contact lock: a message created
 -- at or after it cannot have been cleared from the ready set unseen.
+-- The first contact takes the queue row KEY SHARE before anything else of
+-- the queue (the lock order: queues, then partitions): a Queue.Delete
+-- holding the row either committed first (false: the pop finds no queue) or
+-- waits for this one; the subscription insert never meets the row deleted
+-- under its foreign key.
 -- With p_pids (not NULL): cursor rows for those partitions that lack one
 -- (pop passes its window), in ascending id, without any lock of its own:
--- pops of the group seed concurrently.
+-- pops of the group seed concurrently. Each partition row is taken KEY SHARE
+-- (which the foreign key check takes anyway) SKIP LOCKED: a partition being
+-- deleted (Queue.Delete, the idle-partition purge: FOR UPDATE) gets no
+-- cursor, so the insert never waits for a delete and then fails its foreign
+-- key, and the pop still never waits on a partition.
 CREATE OR REPLACE FUNCTION {{schema}}.seed_consumers(p_qid bigint, p_group text, p_mode text, p_from timestamptz, p_pids bigint[])
 RETURNS boolean
 LANGUAGE plpgsql
@@ -126,6 +135,7 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
                           WHERE c.partition_id = p.id AND c.group_name = p_group OFFSET 0)
         ORDER BY p.id
+        FOR KEY SHARE OF p SKIP LOCKED
         ON CONFLICT DO NOTHING;
         RETURN true;
     END IF;
@@ -135,6 +145,10 @@ BEGIN
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
     IF NOT FOUND THEN
+        PERFORM 1 FROM {{schema}}.queues WHERE id = p_qid FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
         -- Waits only for clears and completed-retention steps in flight,
         -- which never wait themselves.
         PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
