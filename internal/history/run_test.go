@@ -510,55 +510,43 @@ type claimLog struct {
 	proc string
 }
 
+// loggedCalls are the log lines recorded as calls of kind, with the error
+// they carry and, where said, their queue and partition.
+var loggedCalls = []struct {
+	prefix, kind     string
+	queue, partition bool
+}{
+	// The settle failures Consume only logs: the checker looks for text the
+	// database refused.
+	{"queen: consume: settle failed", "settle-log", true, true},
+	{"queen: consume: writing out-of-order settlements failed", "settle-log", true, true},
+	// The push marks them itself, in the caller's transaction: first keyed
+	// pushes in opposite orders may then deadlock.
+	{"queen: marking queues keyed ahead of a push failed", "mark-failed", false, false},
+	// A claim of unknown outcome: with AutoAck it may have consumed its
+	// batch unseen.
+	{"queen: consume: claim failed", "claim-error", true, false},
+}
+
 func (*claimLog) Enabled(context.Context, slog.Level) bool { return true }
 func (h *claimLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
 func (h *claimLog) WithGroup(string) slog.Handler          { return h }
 
 func (h *claimLog) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "queen: consume: settle failed") || strings.HasPrefix(r.Message, "queen: consume: writing out-of-order settlements failed") {
-		// The settle failures Consume only logs: the checker looks for
-		// text the database refused.
-		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "settle-log"}
+	for _, l := range loggedCalls {
+		if !strings.HasPrefix(r.Message, l.prefix) {
+			continue
+		}
+		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: l.kind}
 		var errText string
 		r.Attrs(func(a slog.Attr) bool {
-			switch a.Key {
-			case "queue":
+			switch {
+			case a.Key == "err":
+				errText = a.Value.String()
+			case a.Key == "queue" && l.queue:
 				ev.Queue = a.Value.String()
-			case "partition":
+			case a.Key == "partition" && l.partition:
 				ev.Partition = a.Value.String()
-			case "err":
-				errText = a.Value.String()
-			}
-			return true
-		})
-		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
-		return nil
-	}
-	if strings.HasPrefix(r.Message, "queen: marking queues keyed ahead of a push failed") {
-		// The push marks them itself, in the caller's transaction: first
-		// keyed pushes in opposite orders may then deadlock.
-		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "mark-failed"}
-		var errText string
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "err" {
-				errText = a.Value.String()
-			}
-			return true
-		})
-		h.rec.Done(h.rec.Invoke(ev), history.OK, history.Event{Err: errText})
-		return nil
-	}
-	if strings.HasPrefix(r.Message, "queen: consume: claim failed") {
-		// A claim of unknown outcome: with AutoAck it may have consumed
-		// its batch unseen.
-		ev := history.Event{Proc: h.proc, Op: history.OpCall, Kind: "claim-error"}
-		var errText string
-		r.Attrs(func(a slog.Attr) bool {
-			switch a.Key {
-			case "queue":
-				ev.Queue = a.Value.String()
-			case "err":
-				errText = a.Value.String()
 			}
 			return true
 		})
