@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -38,37 +39,7 @@ func TestCompletedRetentionCountsACursorRowCommittedWhileDeciding(t *testing.T) 
 		t.Fatal(err)
 	}
 
-	holder, err := c.Pool().Acquire(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	tx, err := holder.Begin(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctxT(t)) }()
-	if _, err := tx.Exec(ctxT(t), "LOCK TABLE "+s("subscriptions")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-
-	type result struct {
-		rep queen.MaintenanceReport
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := c.Maintain(ctxT(t))
-		done <- result{rep, err}
-	}()
-	waitFor(t, 30*time.Second, "retention to wait for the subscriptions table", func() bool {
-		var n int
-		if err := c.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks
-WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("subscriptions")).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	tx, done := parkMaintain(t, c, "subscriptions", "ACCESS EXCLUSIVE")
 	// What b's pop does for a window holding p: a cursor row at p's start.
 	if _, err := tx.Exec(ctxT(t), "SELECT "+pgx.Identifier{c.Schema()}.Sanitize()+
 		".seed_consumers($1, 'b', 'all', NULL, ARRAY[$2::bigint])", qid, pid); err != nil {
@@ -121,37 +92,7 @@ func TestCompletedRetentionCountsAFirstContactCommittedWhileDeleting(t *testing.
 		t.Fatal("p left the ready set: the first contact would lock it and wait for retention")
 	}
 
-	holder, err := c.Pool().Acquire(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Release()
-	tx, err := holder.Begin(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctxT(t)) }()
-	if _, err := tx.Exec(ctxT(t), "LOCK TABLE "+s("segments")+" IN SHARE MODE"); err != nil {
-		t.Fatal(err)
-	}
-
-	type result struct {
-		rep queen.MaintenanceReport
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := c.Maintain(ctxT(t))
-		done <- result{rep, err}
-	}()
-	waitFor(t, 30*time.Second, "retention to wait for the segments table", func() bool {
-		var n int
-		if err := c.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks
-WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("segments")).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	tx, done := parkMaintain(t, c, "segments", "SHARE")
 
 	contact := make(chan error, 1)
 	go func() {
@@ -196,4 +137,45 @@ WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, s("seg
 		t.Fatalf("late's first contact committed while retention was deciding, then retention deleted %d segment(s): late got %q from p, want [m0]",
 			r.rep.SegmentsDeleted, datas(msgs))
 	}
+}
+
+type maintainResult struct {
+	rep queen.MaintenanceReport
+	err error
+}
+
+// parkMaintain locks table in mode from a transaction of its own and
+// starts c.Maintain, returning once Maintain waits for that lock: the
+// caller commits what it must between retention's statements, then ends tx
+// and reads Maintain's outcome from done.
+func parkMaintain(t *testing.T, c *queen.Client, table, mode string) (pgx.Tx, <-chan maintainResult) {
+	t.Helper()
+	rel := pgx.Identifier{c.Schema(), table}.Sanitize()
+	holder, err := c.Pool().Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(holder.Release)
+	tx, err := holder.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctxT(t), "LOCK TABLE "+rel+" IN "+mode+" MODE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan maintainResult, 1)
+	go func() {
+		rep, err := c.Maintain(ctxT(t))
+		done <- maintainResult{rep, err}
+	}()
+	waitFor(t, 30*time.Second, "retention to wait for the "+table+" table", func() bool {
+		var n int
+		if err := c.Pool().QueryRow(ctxT(t), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'relation' AND NOT granted AND relation = $1::regclass`, rel).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	return tx, done
 }
