@@ -99,6 +99,16 @@ func TestCheckFindsEachCallViolation(t *testing.T) {
 			h.r.Done(inv, Fail, Event{Err: `queen: push: ERROR: insert or update on table "partitions" violates foreign key constraint "partitions_queue_id_fkey" (SQLSTATE 23503)`, T: h.tick()})
 			return stMore(s0, s1)
 		}},
+		{"raw-error", func(h *hb) State {
+			// Push reports a failed item in its result, not as its error.
+			pushed(h)
+			h.pop("a", "q", "g", false, d0, d1)
+			h.settle("a", "q", "g", "ack", d1, OK)
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, OK, Event{Results: []Result{{Status: "failed", Offset: -1}}, T: h.tick(),
+				ItemErr: `queen: push: ERROR: insert or update on table "partitions" violates foreign key constraint "partitions_queue_id_fkey" (SQLSTATE 23503)`})
+			return stMore(s0, s1)
+		}},
 		{"deadlock", func(h *hb) State {
 			pushed(h)
 			h.pop("a", "q", "g", false, d0, d1)

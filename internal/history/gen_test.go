@@ -241,7 +241,11 @@ func (w *worker) peek(ctx context.Context) {
 // deleteDoomed deletes the "doomed" queue and configures it again at once
 // (a push racing in between recreates it with the defaults).
 func (w *worker) deleteDoomed(ctx context.Context) {
-	if w.rng.IntN(3) != 0 {
+	switch w.rng.IntN(3) {
+	case 0:
+		w.deleteRace(ctx)
+		return
+	case 1:
 		return
 	}
 	inv := w.call("doomed", "", "delete", false)

@@ -100,6 +100,9 @@ type Event struct {
 
 	// Err is the error text of a fail or info completion.
 	Err string `json:"err,omitempty"`
+	// ItemErr is the error of a push's first failed item (Push fails
+	// items in its results, not the call).
+	ItemErr string `json:"item_err,omitempty"`
 	// LeaseLost marks a settle refused because the lease was gone.
 	LeaseLost bool `json:"lease_lost,omitempty"`
 	// Keyed marks a settle of a message of a Consume handler with
