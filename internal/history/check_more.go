@@ -558,10 +558,13 @@ func (c *checker) rawErrors(ops []*Op) {
 		}
 	}
 	for _, o := range ops {
-		if o.Done == nil || o.Done.Err == "" {
+		if o.Done == nil || o.Done.Err == "" && o.Done.ItemErr == "" {
 			continue
 		}
 		err := o.Done.Err
+		if err == "" {
+			err = o.Done.ItemErr
+		}
 		switch {
 		case strings.Contains(err, "(SQLSTATE 23"):
 			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group, Partition: o.Inv.Partition}

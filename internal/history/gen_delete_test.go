@@ -46,7 +46,7 @@ func (w *worker) deleteRace(ctx context.Context) {
 				w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 				continue
 			}
-			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 		}
 	}()
 	for range 2 + w.rng.IntN(3) {

@@ -309,7 +309,7 @@ func (w *worker) lanes(ctx context.Context) {
 			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 			return
 		}
-		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 		for i, r := range res {
 			queued = queued || (items[i].Key != "" && r.Status == queen.Queued)
 		}
@@ -685,7 +685,7 @@ func (w *worker) handlerTx(ctx context.Context, m *queen.Message, keyed bool, mu
 			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 			return nil
 		}
-		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 		return nil
 	}
 	kind := "ack"
@@ -788,7 +788,7 @@ func (r *run) firstPush(c *queen.Client, proc string) {
 		r.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return
 	}
-	r.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	r.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 }
 
 // storm runs every maintenance step in a tight loop over the retained
@@ -944,7 +944,7 @@ func (n *nemesis) seedRace(ctx context.Context, c *queen.Client, conns []*pgx.Co
 		rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return
 	}
-	rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 	for _, r := range res {
 		if r.Status != queen.Queued {
 			return

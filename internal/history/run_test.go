@@ -1136,6 +1136,16 @@ func histItems(items []queen.Item) []history.Item {
 	return out
 }
 
+// itemErr is the error of the first failed item of a push.
+func itemErr(rs []queen.PushResult) string {
+	for _, r := range rs {
+		if r.Status == queen.Failed && r.Err != nil {
+			return r.Err.Error()
+		}
+	}
+	return ""
+}
+
 func histResults(rs []queen.PushResult) []history.Result {
 	out := make([]history.Result, len(rs))
 	for i, r := range rs {
@@ -1158,7 +1168,7 @@ func (w *worker) push(ctx context.Context) {
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return
 	}
-	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 	w.remember(q, items)
 }
 
@@ -1189,7 +1199,7 @@ func (w *worker) pushTx(ctx context.Context) {
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return
 	}
-	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
+	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 }
 
 func errText(err error) string {
