@@ -100,3 +100,15 @@ func (w *worker) racePush(ctx context.Context, g int, items []queen.Item) {
 		w.rec.Done(inv, history.OK, history.Event{Results: res})
 	}
 }
+
+// deleteRaces runs deleteRace about every second until ctx ends.
+func (w *worker) deleteRaces(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(400+w.rng.IntN(800)) * time.Millisecond):
+		}
+		w.deleteRace(ctx)
+	}
+}

@@ -348,6 +348,13 @@ func (r *run) main() (st runStats) {
 			wg.Go(func() { nem.seedRaces(genCtx, c, rand.New(rand.NewPCG(r.seed, 0x5eed+uint64(i)))) })
 		}
 	}
+	if r.gen["delete"] {
+		// A fourth worker of main-0 (its own transaction ids) racing Deletes
+		// with pushes all run long: a worker's own Deletes are a few a seed.
+		rw := &worker{c: clients[0], rec: r.rec, proc: "main-0", idx: 3, rng: rand.New(rand.NewPCG(r.seed, 0xde1e7e)), from: r.from,
+			gen: r.gen, r: r, other: clients[1]}
+		wg.Go(func() { rw.deleteRaces(genCtx) })
+	}
 	wg.Wait()
 	r.bg.Wait()
 	select {
