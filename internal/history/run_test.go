@@ -623,6 +623,10 @@ func (r *run) heal(ctx context.Context, admin *queen.Client) {
 
 // finalDrain reads every group of every queue to its end, acking as it
 // goes, recording pops and acks like any consumer.
+// drainLease is the final drain's lease: long enough to ack a batch of
+// 1000 on a loaded machine.
+const drainLease = 15 * time.Second
+
 func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	// Past every lease a worker could have left behind (at most 3s).
 	time.Sleep(3100 * time.Millisecond)
@@ -654,14 +658,20 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 				// Each group's own subscription, as its workers pop: it
 				// decides where a group that never popped during the run
 				// starts (a group that reads everything must not join new).
-				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: 30 * time.Second}
+				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: drainLease}
 				switch {
 				case g == fromGroup:
 					o.Subscription = queen.SubscribeFrom(r.from)
 				case slices.Contains(lateGroups, g):
 					o.Subscription = queen.SubscribeNew
 				}
-				msgs := recordPop(ctx, r.rec, "final", q, o)
+				msgs, err := recordPopErr(ctx, r.rec, "final", q, o)
+				if err != nil {
+					// A pop that timed out may have committed its claim: what
+					// it took comes back once its lease ends.
+					time.Sleep(o.LeaseTime + 100*time.Millisecond)
+					continue
+				}
 				if len(msgs) == 0 {
 					empty++
 					continue
@@ -1313,6 +1323,11 @@ func badData(msgs ...*queen.Message) []history.Delivery {
 }
 
 func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) []*queen.Message {
+	msgs, _ := recordPopErr(ctx, rec, proc, q, o)
+	return msgs
+}
+
+func recordPopErr(ctx context.Context, rec *history.Recorder, proc string, q *queen.Queue, o queen.PopOptions) ([]*queen.Message, error) {
 	if q.Name() == "doomed" && o.LeaseTime == 0 {
 		o.LeaseTime = time.Second // a recreated queue's default lease outlasts the final drain
 	}
@@ -1320,14 +1335,14 @@ func recordPop(ctx context.Context, rec *history.Recorder, proc string, q *queen
 	msgs, err := q.Pop(ctx, o)
 	if err != nil {
 		rec.Done(inv, history.Info, history.Event{Err: err.Error()})
-		return nil
+		return nil, err
 	}
 	ds := make([]history.Delivery, len(msgs))
 	for i, m := range msgs {
 		ds[i] = delivery(m)
 	}
 	rec.Done(inv, history.OK, history.Event{Msgs: ds, BadData: badData(msgs...)})
-	return msgs
+	return msgs, nil
 }
 
 func settleEvent(proc string, m *queen.Message, kind string) history.Event {
