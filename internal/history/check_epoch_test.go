@@ -207,3 +207,20 @@ func TestCheckLateGroupAcrossDelete(t *testing.T) {
 		}
 	}
 }
+
+// A Queue.Delete that never returned, whose new queue's message is first
+// known by the pop that delivers it (its push's completion was never
+// recorded: the process died with its history unwritten): the Delete took
+// effect before that pop read it, so the delivery counts.
+func TestCheckDeleteNeverReturnedMessageKnownByItsPop(t *testing.T) {
+	h := newHB()
+	h.r.Invoke(Event{Proc: "dead", Op: OpCall, Kind: "delete", Queue: "q", T: h.tick()})
+	h.pushOpen("dead", "q", []Item{{"p", "t1"}})
+	d := Delivery{"p", 0, "id1", "t1", "L1", 1, 1e18}
+	h.pop("w", "q", "g", false, d)
+	h.settle("w", "q", "g", "ack", d, OK)
+	s := stMore(Stored{"q", "p", 0, "id1", "t1", 0, false})
+	if vs := Check(h.r.Events(), s, 0); len(vs) != 0 {
+		t.Errorf("delivered by the pop that first saw it: %v", vs)
+	}
+}
