@@ -120,8 +120,8 @@ func (c *checker) requeueUnbounded(ops []*Op) {
 
 // deleteCuts: per queue, when its last Queue.Delete that may have
 // happened took effect at the latest. That is when it returned; for one
-// of unknown outcome, no later than when a message of the final log was
-// first known to exist after it began (stored in the new queue), and not
+// of unknown outcome, before a message of the final log was first known
+// to exist after it began (stored in the new queue), and not
 // at all if one was known before it began (the final log would not hold
 // it). One that never returned thus cuts at the new queue's first message.
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
@@ -147,6 +147,11 @@ func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 			}
 			if survived {
 				continue
+			}
+			// Strictly before: the op that first showed the message read
+			// the new queue (its end may be that moment).
+			if after < math.MaxInt64 {
+				after--
 			}
 			t = min(t, after)
 		}
