@@ -1495,6 +1495,11 @@ func (w *worker) consume(ctx context.Context) {
 			var err error
 			switch {
 			case x < 8:
+				if txMode && o.KeyConcurrency > 1 {
+					// A failure after a slow call: other keys' handlers of
+					// the batch settle meanwhile, in their own transactions.
+					time.Sleep(20 * time.Millisecond)
+				}
 				err = errors.New("history: handler failed on purpose")
 				if badText {
 					err = bad
@@ -1519,7 +1524,7 @@ func (w *worker) consume(ctx context.Context) {
 			case x < 17 && w.gen["panic"]:
 				w.rec.Done(inv, history.OK, history.Event{Err: "history: panicked on purpose"})
 				panic("history: panicked on purpose")
-			case x < 40 && txMode:
+			case txMode && (x < 40 || x < 75 && o.KeyConcurrency > 1):
 				err = w.handlerTx(hctx, m, o.KeyConcurrency > 1, &mu)
 			}
 			w.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
