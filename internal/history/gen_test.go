@@ -44,6 +44,7 @@ var genKinds = []string{
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"status",    // Queue.Status, its lag judged against its own offsets
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
+	"stall",     // a Consume whose client cannot reach the database past its lease, mid-batch, while another takes the batch over
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
@@ -104,8 +105,8 @@ func (g gens) String() string {
 // extra runs one of the worker-level generators that are on.
 func (w *worker) extra(ctx context.Context) {
 	var on []string
-	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx", "status"} {
-		if w.gen[k] && (k != "lanes" && k != "keyedtx" || w.r != nil) && (k != "delete" || w.idx == 0) {
+	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx", "status", "stall"} {
+		if w.gen[k] && (k != "lanes" && k != "keyedtx" && k != "stall" || w.r != nil) && (k != "delete" || w.idx == 0) {
 			on = append(on, k)
 		}
 	}
@@ -133,6 +134,8 @@ func (w *worker) extra(ctx context.Context) {
 		w.keyedTx(ctx)
 	case "status":
 		w.status(ctx)
+	case "stall":
+		w.stall(ctx)
 	}
 }
 
