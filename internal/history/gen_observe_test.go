@@ -317,9 +317,11 @@ func (r *run) fromEdge(ctx context.Context, c, other *queen.Client, proc, otherP
 		return
 	}
 	waited := make(chan struct{})
+	var stored bool // the waiting push was Queued: stored before it returned
 	go func() {
 		defer close(waited)
-		pushRecorded(ctx, r.rec, otherProc, other.Queue(q), items[2:3])
+		res := pushRecorded(ctx, r.rec, otherProc, other.Queue(q), items[2:3])
+		stored = res != nil && res[0].Status == queen.Queued
 	}()
 	time.Sleep(300 * time.Millisecond) // the push is waiting for the row
 	from := time.Now()
@@ -339,8 +341,10 @@ func (r *run) fromEdge(ctx context.Context, c, other *queen.Client, proc, otherP
 	r.rec.Done(inv, history.OK, history.Event{Results: histResults(res)})
 	<-waited
 	last := pushRecorded(ctx, r.rec, proc, cq, items[3:])
-	if last == nil {
-		return // stored or not, unknown: the drain could not tell its end
+	if last == nil || !stored {
+		// Stored or not, unknown (the drain could not tell its end), or
+		// stored when its spool is replayed, past the drain.
+		return
 	}
 	// The group's first contact, and its drain to the last push (a
 	// Buffered one is stored once its spool is replayed): retried through
