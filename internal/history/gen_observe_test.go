@@ -44,7 +44,9 @@ func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherPr
 	if len(kinds) == 0 {
 		return
 	}
-	for i := 0; ctx.Err() == nil; i++ {
+	i := 0
+	defer func() { r.t.Logf("observe: %d rounds of %s", i, strings.Join(kinds, ",")) }()
+	for ; ctx.Err() == nil; i++ {
 		switch kinds[i%len(kinds)] {
 		case "metrics":
 			r.metered(ctx, c, proc, rng, i/len(kinds))
