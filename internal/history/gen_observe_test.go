@@ -49,7 +49,7 @@ func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherPr
 	for ; ctx.Err() == nil; i++ {
 		switch kinds[i%len(kinds)] {
 		case "metrics":
-			r.metered(ctx, c, proc, rng, i/len(kinds))
+			r.metered(ctx, c, proc, rng)
 		case "dashboard":
 			r.dashboard(ctx, c, proc, rng)
 		case "fromedge":
@@ -94,37 +94,42 @@ func fresh(q string, n int) []queen.Item {
 }
 
 // metered pushes a few messages to a fresh queue and consumes them in one
-// batch (KeyConcurrency 1) whose handlers ack some of their messages
-// themselves in Client.Tx: round by round, the last one acked by Consume
-// (what it settles must not count the handlers' acks again) or by its
-// handler (Consume has nothing left to settle: it must not warn).
-func (r *run) metered(ctx context.Context, c *queen.Client, proc string, rng *rand.Rand, round int) {
+// batch at a time (KeyConcurrency 1) whose handlers ack some of their
+// messages themselves in Client.Tx: the first batch's last one acked by
+// Consume (what it settles must not count the handlers' acks again), the
+// second's by its handler (Consume has nothing left to settle: it must not
+// warn).
+func (r *run) metered(ctx context.Context, c *queen.Client, proc string, rng *rand.Rand) {
 	q := r.freshQueue("meter", history.QueueInfo{Deduped: true, Groups: []string{""}, DeadLetter: true})
 	cq := c.Queue(q)
 	if err := cq.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, LeaseTime: 5 * time.Second}); err != nil {
 		return
 	}
+	// Two batches of n: the first ends with a message Consume acks, the
+	// second with one its handler acked.
 	n := 3 + rng.IntN(3)
-	if pushRecorded(ctx, r.rec, proc, cq, fresh(q, n)) == nil {
+	if pushRecorded(ctx, r.rec, proc, cq, fresh(q, 2*n)) == nil {
 		return
 	}
-	own := make([]bool, n)
-	for i := range own[:n-1] {
-		own[i] = rng.IntN(2) == 0
+	own := make([]bool, 2*n)
+	for b := range 2 {
+		for i := range n - 1 {
+			own[b*n+i] = rng.IntN(2) == 0
+		}
+		own[b*n+rng.IntN(n-1)] = true
 	}
-	own[rng.IntN(n-1)] = true
-	own[n-1] = round%2 == 1
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	own[2*n-1] = true
+	cctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	defer cancel()
 	var handled sync.WaitGroup
-	handled.Add(n)
+	handled.Add(2 * n)
 	go func() { handled.Wait(); cancel() }()
 	var once sync.Map
 	_ = cq.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: n, LeaseTime: 5 * time.Second}},
 		func(hctx context.Context, m *queen.Message) error {
 			inv := r.rec.Invoke(history.Event{Proc: proc, Op: history.OpHandler, Queue: q, Group: m.Group,
 				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{delivery(m)}, BadData: badData(m)})
-			if m.Offset < int64(n) && own[m.Offset] {
+			if m.Offset < int64(len(own)) && own[m.Offset] {
 				sinv := r.rec.Invoke(settleEvent(proc, m, "ack"))
 				err := c.Tx(hctx, func(tx *queen.Tx) error {
 					tx.Ack(m)
