@@ -165,15 +165,16 @@ func (r *run) dashboard(ctx context.Context, c *queen.Client, proc string, rng *
 	if err := cq.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, LeaseTime: 10 * time.Second}); err != nil {
 		return
 	}
-	if pushRecorded(ctx, r.rec, proc, cq, fresh(q, 4)) == nil {
+	const n, dead = 6, 4
+	if pushRecorded(ctx, r.rec, proc, cq, fresh(q, n)) == nil {
 		return
 	}
-	msgs := recordPop(ctx, r.rec, proc, cq, queen.PopOptions{Partition: "p", Batch: 4, Wait: 2 * time.Second, LeaseTime: 10 * time.Second})
-	if len(msgs) != 4 {
+	msgs := recordPop(ctx, r.rec, proc, cq, queen.PopOptions{Partition: "p", Batch: n, Wait: 2 * time.Second, LeaseTime: 10 * time.Second})
+	if len(msgs) != n {
 		return
 	}
-	defer func() { _ = recordSettle(ctx, r.rec, proc, msgs[3], "ack", nil) }()
-	for _, m := range msgs[:2] {
+	defer func() { _ = recordSettle(ctx, r.rec, proc, msgs[n-1], "ack", nil) }()
+	for _, m := range msgs[:dead] {
 		if recordSettle(ctx, r.rec, proc, m, "dead", nil) != nil {
 			return
 		}
@@ -182,11 +183,6 @@ func (r *run) dashboard(ctx context.Context, c *queen.Client, proc string, rng *
 		FROM %[1]s.queues q WHERE q.id = d.queue_id AND q.name = $1`, pgx.Identifier{r.schema}.Sanitize()), q); err != nil {
 		return
 	}
-	dls, err := cq.DeadLetters(ctx, queen.DeadLetterQuery{Limit: 10})
-	if err != nil || len(dls) != 2 {
-		return
-	}
-	slices.SortFunc(dls, func(a, b queen.DeadLetter) int { return int(a.ID - b.ID) })
 	d := newDash(c)
 	if !d.open(q) {
 		return
@@ -194,15 +190,30 @@ func (r *run) dashboard(ctx context.Context, c *queen.Client, proc string, rng *
 	hd := func(dl queen.DeadLetter) history.Delivery {
 		return history.Delivery{Partition: dl.Partition, Offset: dl.Offset, ID: dl.MessageID.String(), TxID: dl.TransactionID}
 	}
-	var wg sync.WaitGroup
-	for range 2 + rng.IntN(3) {
-		wg.Go(func() {
-			inv := r.rec.Invoke(history.Event{Proc: proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: dls[0].Group,
-				Msgs: []history.Delivery{hd(dls[0])}, Kept: []history.Delivery{hd(dls[1])}})
-			r.doneHTTP(inv, d.post(url.Values{"queue": {q}, "id": {strconv.FormatInt(dls[0].ID, 10)}, "confirm": {"yes"}}))
-		})
+	// Operators replay the oldest dead letter at once, staggered so that
+	// one's replay may land between another's reading of the dead letter
+	// and its requeue; then the next oldest that is left.
+	for range dead - 1 {
+		dls, err := cq.DeadLetters(ctx, queen.DeadLetterQuery{Limit: 10})
+		if err != nil || len(dls) < 2 {
+			break
+		}
+		var kept []history.Delivery
+		for _, dl := range dls[1:] {
+			kept = append(kept, hd(dl))
+		}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			pause := time.Duration(i*700+rng.IntN(500)) * time.Microsecond
+			wg.Go(func() {
+				time.Sleep(pause)
+				inv := r.rec.Invoke(history.Event{Proc: proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: dls[0].Group,
+					Msgs: []history.Delivery{hd(dls[0])}, Kept: kept})
+				r.doneHTTP(inv, d.post(url.Values{"queue": {q}, "id": {strconv.FormatInt(dls[0].ID, 10)}, "confirm": {"yes"}}))
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	// Replay all: the confirmation names the highest id there is now.
 	page := d.post(url.Values{"queue": {q}})
 	max, ok := hiddenInput(page.Body.String(), "max")
@@ -217,7 +228,7 @@ func (r *run) dashboard(ctx context.Context, c *queen.Client, proc string, rng *
 	if err != nil {
 		return
 	}
-	if recordSettle(ctx, r.rec, proc, msgs[2], "dead", nil) != nil {
+	if recordSettle(ctx, r.rec, proc, msgs[dead], "dead", nil) != nil {
 		return
 	}
 	after, err := cq.DeadLetters(ctx, queen.DeadLetterQuery{Limit: 10})
@@ -233,7 +244,7 @@ func (r *run) dashboard(ctx context.Context, c *queen.Client, proc string, rng *
 			ms = append(ms, hd(dl))
 		}
 	}
-	inv := r.rec.Invoke(history.Event{Proc: proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: dls[0].Group, Msgs: ms, Kept: kept})
+	inv := r.rec.Invoke(history.Event{Proc: proc, Op: history.OpCall, Kind: "requeue", Queue: q, Group: "", Msgs: ms, Kept: kept})
 	r.doneHTTP(inv, d.post(url.Values{"queue": {q}, "max": {max}, "confirm": {"yes"}}))
 }
 
