@@ -36,7 +36,7 @@ import (
 func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherProc string) {
 	rng := rand.New(rand.NewPCG(r.seed, 0x0b5e))
 	var kinds []string
-	for _, k := range []string{"metrics", "dashboard", "fromedge"} {
+	for _, k := range []string{"dashboard", "metrics", "fromedge"} {
 		if r.gen[k] {
 			kinds = append(kinds, k)
 		}
@@ -47,14 +47,18 @@ func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherPr
 	i := 0
 	defer func() { r.t.Logf("observe: %d rounds of %s", i, strings.Join(kinds, ",")) }()
 	for ; ctx.Err() == nil; i++ {
+		// A round begun runs to its end: the run's end must not cut it
+		// short (what it judges comes at its end).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		switch kinds[i%len(kinds)] {
 		case "metrics":
-			r.metered(ctx, c, proc, rng)
+			r.metered(rctx, c, proc, rng)
 		case "dashboard":
-			r.dashboard(ctx, c, proc, rng)
+			r.dashboard(rctx, c, proc, rng)
 		case "fromedge":
-			r.fromEdge(ctx, c, other, proc, otherProc)
+			r.fromEdge(rctx, c, other, proc, otherProc)
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(100+rng.IntN(200)) * time.Millisecond):
