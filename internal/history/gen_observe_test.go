@@ -34,36 +34,40 @@ import (
 // observe runs rounds of the observing generators that are on, with c
 // (proc) and other (otherProc, a second client), until ctx ends.
 func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherProc string) {
-	rng := rand.New(rand.NewPCG(r.seed, 0x0b5e))
-	var kinds []string
-	for _, k := range []string{"dashboard", "metrics", "fromedge"} {
-		if r.gen[k] {
-			kinds = append(kinds, k)
+	var wg sync.WaitGroup
+	for i, k := range []string{"dashboard", "metrics", "fromedge"} {
+		if !r.gen[k] {
+			continue
 		}
+		rng := rand.New(rand.NewPCG(r.seed, 0x0b5e+uint64(i)))
+		// One loop per kind: a round takes seconds on a loaded machine,
+		// and every kind is to have one in a seed of 8 s.
+		wg.Go(func() {
+			n, took := 0, time.Duration(0)
+			defer func() { r.t.Logf("observe: %d rounds of %s (%v in all)", n, k, took.Round(time.Millisecond)) }()
+			for ; ctx.Err() == nil; n++ {
+				// A round begun runs to its end: the run's end must not cut
+				// it short (what it judges comes at its end).
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				start := time.Now()
+				switch k {
+				case "metrics":
+					r.metered(rctx, c, proc, rng)
+				case "dashboard":
+					r.dashboard(rctx, c, proc, rng)
+				case "fromedge":
+					r.fromEdge(rctx, c, other, proc, otherProc)
+				}
+				took += time.Since(start)
+				cancel()
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(200+rng.IntN(400)) * time.Millisecond):
+				}
+			}
+		})
 	}
-	if len(kinds) == 0 {
-		return
-	}
-	i := 0
-	defer func() { r.t.Logf("observe: %d rounds of %s", i, strings.Join(kinds, ",")) }()
-	for ; ctx.Err() == nil; i++ {
-		// A round begun runs to its end: the run's end must not cut it
-		// short (what it judges comes at its end).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		switch kinds[i%len(kinds)] {
-		case "metrics":
-			r.metered(rctx, c, proc, rng)
-		case "dashboard":
-			r.dashboard(rctx, c, proc, rng)
-		case "fromedge":
-			r.fromEdge(rctx, c, other, proc, otherProc)
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(100+rng.IntN(200)) * time.Millisecond):
-		}
-	}
+	wg.Wait()
 }
 
 // freshQueue names a queue of this round and audits it.
