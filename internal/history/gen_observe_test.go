@@ -32,8 +32,8 @@ import (
 // of that queue, a dead letter of it, its from-boundary) is its alone.
 
 // observe runs rounds of the observing generators that are on, with c
-// (proc) and other (otherProc, a second client), until ctx ends.
-func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherProc string) {
+// (proc), until ctx ends.
+func (r *run) observe(ctx context.Context, c *queen.Client, proc string) {
 	var wg sync.WaitGroup
 	for i, k := range []string{"dashboard", "metrics", "fromedge"} {
 		if !r.gen[k] {
@@ -56,7 +56,7 @@ func (r *run) observe(ctx context.Context, c, other *queen.Client, proc, otherPr
 				case "dashboard":
 					r.dashboard(rctx, c, proc, rng)
 				case "fromedge":
-					r.fromEdge(rctx, c, other, proc, otherProc)
+					r.fromEdge(rctx, c, proc, rng)
 				}
 				took += time.Since(start)
 				cancel()
@@ -314,19 +314,23 @@ func hiddenInput(page, name string) (string, bool) {
 	return "", false
 }
 
-// fromEdge: a PushTx holds a partition's row while a Push to it (by
-// other) waits; the group "edge" is to start from a time taken while it
+// fromEdge: a PushTx holds a partition's row while a Push to it waits;
+// the group "edge" is to start from a time taken while it
 // waits, before the commit. The waiting push is stored once the row is
 // free, after that time: the group must get it, and everything after it.
-func (r *run) fromEdge(ctx context.Context, c, other *queen.Client, proc, otherProc string) {
-	qi := history.QueueInfo{Deduped: true, Groups: []string{""}, FromGroups: map[string]int64{}}
+func (r *run) fromEdge(ctx context.Context, c *queen.Client, proc string, rng *rand.Rand) {
+	// With and without a dedup window: an isolated push takes the
+	// single-segment function or one plain statement.
+	window := []time.Duration{0, time.Hour}[rng.IntN(2)]
+	qi := history.QueueInfo{Deduped: window > 0, Groups: []string{""}, FromGroups: map[string]int64{}}
 	q := r.freshQueue("edge", qi)
 	cq := c.Queue(q)
-	if err := cq.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, LeaseTime: 5 * time.Second}); err != nil {
+	if err := cq.Configure(ctx, queen.QueueOptions{DedupWindow: window, LeaseTime: 5 * time.Second}); err != nil {
 		return
 	}
 	items := fresh(q, 4)
-	// The partition exists: the waiting push does not lock it ahead.
+	// The partition exists, and this client pushed to it: the waiting push
+	// is an isolated one, which does not lock the row ahead.
 	if res := pushRecorded(ctx, r.rec, proc, cq, items[:1]); res == nil || res[0].Status != queen.Queued {
 		return
 	}
@@ -346,7 +350,7 @@ func (r *run) fromEdge(ctx context.Context, c, other *queen.Client, proc, otherP
 	var stored bool // the waiting push was Queued: stored before it returned
 	go func() {
 		defer close(waited)
-		res := pushRecorded(ctx, r.rec, otherProc, other.Queue(q), items[2:3])
+		res := pushRecorded(ctx, r.rec, proc, cq, items[2:3])
 		stored = res != nil && res[0].Status == queen.Queued
 	}()
 	time.Sleep(300 * time.Millisecond) // the push is waiting for the row

@@ -342,7 +342,7 @@ func (r *run) main() (st runStats) {
 		ch[i].start()
 	}
 	wg.Go(func() { r.scanSpools(genCtx) })
-	wg.Go(func() { r.observe(genCtx, clients[0], clients[1], "main-0", "main-1") })
+	wg.Go(func() { r.observe(genCtx, clients[0], "main-0") })
 	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17)), nokey: nokey}
 	wg.Go(func() { nem.loop(genCtx) })
 	if r.gen["storm"] {
