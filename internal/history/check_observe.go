@@ -51,9 +51,9 @@ func selfSettled(ops []*Op) map[*Op]*Op {
 // messaging.client.consumed.messages agree with its history, per queue and
 // group. Each ack it made counts once when the database applied it: at
 // least its acks that succeeded, at most those plus the ones of unknown
-// outcome plus one per Consume handler that returned nil without settling
-// its message itself (Consume acks those; a message the handler acked
-// in Client.Tx was counted then). receive is exactly the messages its
+// outcome plus one per Consume handler that returned nil without surely
+// acking its message itself (Consume acks those; a message the handler
+// acked in Client.Tx was counted then). receive is exactly the messages its
 // pops returned (at most those of unknown outcome more), process exactly
 // its handler calls.
 func (c *checker) metricCounts(ops []*Op) {
@@ -85,7 +85,9 @@ func (c *checker) metricCounts(ops []*Op) {
 		case OpHandler:
 			t := at(o.Inv.Proc, o.Inv.Queue, o.Inv.Group)
 			t.handlers++
-			if !o.Inv.AutoAck && (o.Done == nil || o.Done.Err == "") && own[o] == nil {
+			// A handler's own ack that did not surely apply leaves its
+			// message to Consume's settlement.
+			if s := own[o]; !o.Inv.AutoAck && (o.Done == nil || o.Done.Err == "") && (s == nil || s.Phase() != OK) {
 				t.handlerNil++
 			}
 		case OpPop:
@@ -118,8 +120,10 @@ func (c *checker) metricCounts(ops []*Op) {
 			if hi < 0 {
 				want = fmt.Sprintf("at least %d", lo)
 			}
-			c.report("metrics-count", fmt.Sprintf("client %s queue %s group %q: %s counted %d, its history allows %s",
-				o.Inv.Proc, o.Inv.Queue, o.Inv.Group, what, got, want), o.evidence()...)
+			c.report("metrics-count", fmt.Sprintf("client %s queue %s group %q: %s counted %d, its history allows %s "+
+				"(acks: %d applied, %d unknown, %d of other procs; %d handlers returned nil without acking; pops: %d messages, %d unknown; %d handler calls)",
+				o.Inv.Proc, o.Inv.Queue, o.Inv.Group, what, got, want, mine.ackOK, mine.ackUnk, shared.ackOK+shared.ackUnk, mine.handlerNil,
+				mine.recv, mine.popUnk, mine.handlers), o.evidence()...)
 		}
 		lo := mine.ackOK
 		hi := mine.ackOK + mine.ackUnk + shared.ackOK + shared.ackUnk + mine.handlerNil
