@@ -189,6 +189,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	// which reconstruct has just put back from their deliveries.
 	c.markCopies(all)
 	c.requeueUnbounded(all)
+	c.observe(all) // check_observe.go
 	c.rawErrors(all)
 	c.orphans()
 	c.payloads(ops)

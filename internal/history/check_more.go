@@ -112,7 +112,7 @@ func (c *checker) requeueUnbounded(ops []*Op) {
 		k := qt{s.Queue, s.ID}
 		if o := kept[k]; o != nil && s.Failures == -1 && !asked[k] && s.ID != nilID {
 			c.where = Violation{Queue: s.Queue, Group: o.Inv.Group, Partition: s.Partition}
-			c.report("requeue-unbounded", fmt.Sprintf("queue %s group %q: id %s, a dead letter above the MaxID of a requeue, was requeued (a copy at %s@%d)",
+			c.report("requeue-unbounded", fmt.Sprintf("queue %s group %q: id %s, a dead letter a requeue was not to take (above its MaxID, or not the one it named), was requeued (a copy at %s@%d)",
 				s.Queue, o.Inv.Group, s.ID, s.Partition, s.Offset), o.evidence()...)
 		}
 	}

@@ -45,6 +45,9 @@ var genKinds = []string{
 	"status",    // Queue.Status, its lag judged against its own offsets
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
 	"stall",     // a Consume whose client cannot reach the database past its lease, mid-batch, while another takes the batch over
+	"metrics",   // a client's consume-side counters against its history (Consume handlers acking in Client.Tx)
+	"dashboard", // queenui's replay and replay-all driven over HTTP
+	"fromedge",  // a SubscribeFrom time taken while a push waits for its partition's row
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

@@ -36,7 +36,11 @@ const (
 	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
 	// "consume" (the Consume call itself), "status" (Lag: one row it read), "settle-log" (Consume's own
 	// settle failure, from its log: Err), "cursor" (Group's committed
-	// Offset on Partition as Queue.Status read it, recorded after the read).
+	// Offset on Partition as Queue.Status read it, recorded after the read),
+	// "metrics" (Counts: a client's consume-side counters of Queue and
+	// Group), "from-edge" (Group subscribes from the call's start on
+	// Partition; it completed before the commit of a PushTx holding the
+	// partition's row began).
 	OpCall = "call"
 )
 
@@ -88,6 +92,14 @@ type Event struct {
 	// Lag: of a "status" call, one group's row of one partition as
 	// Queue.Status read it (Partition, Group).
 	Lag *LagRead `json:"lag,omitempty"`
+	// Counts: of a "metrics" call, what the client's MeterProvider read
+	// after it closed, for Queue and Group: ack, fail, retry, dead_letter,
+	// released (queen.client.settled.messages), receive and process
+	// (messaging.client.consumed.messages).
+	Counts map[string]int64 `json:"counts,omitempty"`
+	// Procs: of a "metrics" call, the other procs whose calls may have
+	// gone through the same client.
+	Procs []string `json:"procs,omitempty"`
 
 	// Settle and Handler: one message.
 	Kind      string `json:"kind,omitempty"` // ack, fail, retry, dead, extend

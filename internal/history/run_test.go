@@ -187,6 +187,7 @@ type run struct {
 	extra   map[string]history.QueueInfo // queues made during the run
 	extraQ  []string
 	storms  []string // groups the storm made on "completed"
+	obs     observed // gen_observe_test.go
 }
 
 // addQueue audits a queue made during the run.
@@ -273,7 +274,9 @@ func (r *run) main() (st runStats) {
 	for i := range 2 {
 		dir := t.TempDir()
 		r.spoolDirs = append(r.spoolDirs, dir)
-		c := r.open(ctx, fmt.Sprintf("main-%d", i), dir)
+		cfg := r.config(fmt.Sprintf("main-%d", i), dir)
+		cfg.MeterProvider = r.meterProvider(fmt.Sprintf("main-%d", i)) // read by recordMetrics
+		c := r.openCfg(ctx, cfg)
 		clients = append(clients, c)
 	}
 	for i, c := range clients {
@@ -339,6 +342,7 @@ func (r *run) main() (st runStats) {
 		ch[i].start()
 	}
 	wg.Go(func() { r.scanSpools(genCtx) })
+	wg.Go(func() { r.observe(genCtx, clients[0], "main-0") })
 	nem := &nemesis{r: r, admin: admin, clients: clients, children: ch, rng: rand.New(rand.NewPCG(r.seed, 0xfa17)), nokey: nokey}
 	wg.Go(func() { nem.loop(genCtx) })
 	if r.gen["storm"] {
@@ -383,6 +387,8 @@ func (r *run) main() (st runStats) {
 		}
 		ccancel()
 	}
+	// The procs that use a client drawn at random: storm, seedRaces, outage.
+	r.recordMetrics(ctx, []string{"storm", "seedrace", "main-x"})
 	for i, dir := range r.spoolDirs {
 		c := r.open(ctx, fmt.Sprintf("drain-%d", i), dir)
 		deadline := time.Now().Add(90 * time.Second)
