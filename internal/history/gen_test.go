@@ -108,8 +108,8 @@ func (g gens) String() string {
 // extra runs one of the worker-level generators that are on.
 func (w *worker) extra(ctx context.Context) {
 	var on []string
-	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx", "status", "stall"} {
-		if w.gen[k] && (k != "lanes" && k != "keyedtx" && k != "stall" || w.r != nil) && (k != "delete" || w.idx == 0) {
+	for _, k := range []string{"texts", "pause", "requeue", "peek", "delete", "lanes", "keyedtx", "status"} {
+		if w.gen[k] && (k != "lanes" && k != "keyedtx" || w.r != nil) && (k != "delete" || w.idx == 0) {
 			on = append(on, k)
 		}
 	}
@@ -137,8 +137,6 @@ func (w *worker) extra(ctx context.Context) {
 		w.keyedTx(ctx)
 	case "status":
 		w.status(ctx)
-	case "stall":
-		w.stall(ctx)
 	}
 }
 
