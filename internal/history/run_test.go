@@ -365,6 +365,10 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() {
 			for genCtx.Err() == nil {
 				sw.stall(genCtx)
+				select { // a stall spooled in an outage returns at once
+				case <-genCtx.Done():
+				case <-time.After(300 * time.Millisecond):
+				}
 			}
 		})
 	}
