@@ -36,7 +36,9 @@ const (
 	// "peek" (Msgs: what it read), "deadletters", "configure", "status",
 	// "consume" (the Consume call itself), "status" (Lag: one row it read), "settle-log" (Consume's own
 	// settle failure, from its log: Err), "cursor" (Group's committed
-	// Offset on Partition as Queue.Status read it, recorded after the read).
+	// Offset on Partition as Queue.Status read it, recorded after the read),
+	// "rewrite" (segments overwritten behind the clients' backs: Msgs,
+	// Unreadable).
 	OpCall = "call"
 )
 
@@ -113,6 +115,10 @@ type Event struct {
 	// WrongKey marks a pop or handler of a client whose keys cannot open
 	// the queue's payloads: it must deliver nothing from an encrypted queue.
 	WrongKey bool `json:"wrong_key,omitempty"`
+	// Unreadable: of a "rewrite" call (stored messages overwritten under
+	// their keys; Msgs: what each rewritten offset holds now), the
+	// messages whose stored payload can no longer be opened.
+	Unreadable []Delivery `json:"unreadable,omitempty"`
 }
 
 // LagRead is what one Queue.Status read said of a group on a partition.
