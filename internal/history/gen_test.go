@@ -44,6 +44,7 @@ var genKinds = []string{
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"status",    // Queue.Status, its lag judged against its own offsets
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
+	"faults",    // segments rewritten under their keys, a poison spool record, an idle-partition purge (gen_faults_test.go)
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

@@ -348,6 +348,9 @@ func (r *run) main() (st runStats) {
 			wg.Go(func() { nem.seedRaces(genCtx, c, rand.New(rand.NewPCG(r.seed, 0x5eed+uint64(i)))) })
 		}
 	}
+	if r.gen["faults"] {
+		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go
+	}
 	wg.Wait()
 	r.bg.Wait()
 	select {
