@@ -29,7 +29,9 @@ import (
 //     client read part of replaced by other messages (a restore: the rest
 //     is read as it is now, not from the client's cache); one partition's
 //     segment of a three-partition pop corrupted (dead-lettered alone, the
-//     rest delivered); and an idle partition purged between two pushes of
+//     rest delivered); a segment corrupted around an offset a per-key
+//     Consume settled out of order (its run is dead-lettered at once, the
+//     partition goes on); and an idle partition purged between two pushes of
 //     one transaction id inside the dedup window (the second is a
 //     Duplicate).
 //   - spools: a client without a key spools, in maintenance mode, a record
@@ -70,17 +72,17 @@ func (r *run) startFaults(gen, ctx context.Context, wg *sync.WaitGroup, c, admin
 	// that round of theirs ends early. A spool round takes a few seconds
 	// (three replay passes): none begins near the run's end.
 	end, _ := gen.Deadline()
-	for i, fn := range []func(context.Context){f.swap, f.corruptPop, f.cacheReplace, f.idlePurge, func(ctx context.Context) { f.spool(ctx, k) }} {
+	for i, fn := range []func(context.Context){f.swap, f.corruptPop, f.cacheReplace, f.idlePurge, f.keyedCorrupt, func(ctx context.Context) { f.spool(ctx, k) }} {
 		wg.Go(func() {
 			for gen.Err() == nil {
-				if i == 4 && time.Until(end) < 2*time.Second {
+				if i == 5 && time.Until(end) < 2*time.Second {
 					break
 				}
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(gen), faultsStep)
 				fn(sctx)
 				cancel()
 			}
-			if i == 4 {
+			if i == 5 {
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_ = k.Close(cctx)
 				cancel()
@@ -441,4 +443,59 @@ func (f *faultGen) lock(ctx context.Context, q, part string) (release func()) {
 			conn.Close(context.Background())
 		})
 	}
+}
+
+// keyedCorrupt: a per-key Consume settles offset 1 of a segment out of
+// order (key B) and fails offset 0 (key A, which holds 2 and 3 back); then
+// the segment is corrupted. The undecodable run 0, 2, 3 around the settled
+// offset is dead-lettered at once and the message pushed after it is
+// delivered (never-delivered), not held behind the run's lease.
+func (f *faultGen) keyedCorrupt(ctx context.Context) {
+	q := f.name("keyed")
+	if err := f.c.Queue(q).Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, DeadLetter: true, RetryLimit: 3, LeaseTime: 2 * time.Second}); err != nil {
+		return
+	}
+	f.r.addQueue(q, history.QueueInfo{Deduped: true, DeadLetter: true, Groups: []string{""}})
+	items := f.items(q, "p", "p", "p", "p")
+	for i, k := range []string{"A", "B", "A", "A"} {
+		items[i].Key = k
+	}
+	if res, err := f.push(ctx, f.c, "faults", q, items, false); err != nil || !allStatus(res, queen.Queued) {
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var ran atomic.Int32
+	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 4, LeaseTime: 2 * time.Second, Wait: 200 * time.Millisecond}, KeyConcurrency: 2}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f.c.Queue(q).Consume(cctx, o, func(_ context.Context, m *queen.Message) error {
+			inv := f.r.rec.Invoke(history.Event{Proc: "faults", Op: history.OpHandler, Queue: q, Group: m.Group,
+				Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{delivery(m)}})
+			var err error
+			if m.Key == "A" {
+				err = errors.New("history: handler failed on purpose")
+			}
+			f.r.rec.Done(inv, history.OK, history.Event{Err: errText(err)})
+			if ran.Add(1) == 2 {
+				// The batch's settlement is written once both returned.
+				time.AfterFunc(100*time.Millisecond, cancel)
+			}
+			return err
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(faultsStep):
+		return
+	}
+	if ran.Load() < 2 || f.r.destroy(ctx, q, "p") != nil {
+		return
+	}
+	tail := f.items(q+"/tail", "p")
+	if res, err := f.push(ctx, f.c, "faults", q, tail, false); err != nil || !allStatus(res, queen.Queued) {
+		return
+	}
+	ackAll(ctx, f.r.rec, "faults", f.c.Queue(q), f.pop(ctx, q, queen.PopOptions{Batch: 10, LeaseTime: 2 * time.Second}))
 }
