@@ -34,6 +34,10 @@ import (
 //     partition goes on); and an idle partition purged between two pushes of
 //     one transaction id inside the dedup window (the second is a
 //     Duplicate).
+//   - hasty: a client whose StatementTimeout (1 ms) is shorter than a
+//     spool write: its pushes spool, and an item is Buffered once its
+//     record is synced, never Failed while the write goes on (the heal's
+//     drain stores it: aborted-write).
 //   - spools: a client without a key spools, in maintenance mode, a record
 //     that can never be replayed (its queue is switched to encryption
 //     meanwhile) ahead of records of two partitions of a queue without a
@@ -47,6 +51,8 @@ type faultGen struct {
 	admin *queen.Client
 	rng   *rand.Rand
 	n     atomic.Int64
+
+	hastyRounds atomic.Int32
 }
 
 // faultsStep bounds one scenario once begun: it ends what it started
@@ -67,24 +73,32 @@ func (r *run) startFaults(gen, ctx context.Context, wg *sync.WaitGroup, c, admin
 	// quarantines a poison record) take about a second.
 	cfg.DatabaseURL += "&lock_timeout=300"
 	k := r.openCfg(ctx, cfg)
+	// A client whose statements time out after a millisecond: a spool
+	// write (an fsync) outlasts that. Connecting may take longer.
+	dir = r.t.TempDir()
+	r.spoolDirs = append(r.spoolDirs, dir)
+	cfg = r.config("faults-hasty", dir)
+	cfg.DatabaseURL += "&connect_timeout=10"
+	cfg.StatementTimeout = time.Millisecond
+	hasty := r.openCfg(ctx, cfg)
 	// A loop per fault, each as dense as the machine allows. The spool's
 	// maintenance window makes pushes of the others Buffered now and then:
 	// that round of theirs ends early. A spool round takes a few seconds
 	// (three replay passes): none begins near the run's end.
 	end, _ := gen.Deadline()
-	for i, fn := range []func(context.Context){f.swap, f.corruptPop, f.cacheReplace, f.idlePurge, f.keyedCorrupt, func(ctx context.Context) { f.spool(ctx, k) }} {
+	for i, fn := range []func(context.Context){f.swap, f.corruptPop, f.cacheReplace, f.idlePurge, f.keyedCorrupt, func(ctx context.Context) { f.hasty(ctx, hasty) }, func(ctx context.Context) { f.spool(ctx, k) }} {
 		wg.Go(func() {
 			for gen.Err() == nil {
-				if i == 5 && time.Until(end) < 2*time.Second {
+				if i == 6 && time.Until(end) < 2*time.Second {
 					break
 				}
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(gen), faultsStep)
 				fn(sctx)
 				cancel()
 			}
-			if i == 5 {
+			if c := map[int]*queen.Client{5: hasty, 6: k}[i]; c != nil {
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_ = k.Close(cctx)
+				_ = c.Close(cctx)
 				cancel()
 			}
 		})
@@ -498,4 +512,22 @@ func (f *faultGen) keyedCorrupt(ctx context.Context) {
 		return
 	}
 	ackAll(ctx, f.r.rec, "faults", f.c.Queue(q), f.pop(ctx, q, queen.PopOptions{Batch: 10, LeaseTime: 2 * time.Second}))
+}
+
+// hasty pushes one item at a time through a client whose statements time
+// out after a millisecond: each is spooled, and its spool write outlasts
+// that deadline now and then. Three rounds a run are plenty.
+func (f *faultGen) hasty(ctx context.Context, c *queen.Client) {
+	if f.hastyRounds.Add(1) > 3 {
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	q := f.name("hasty")
+	if err := f.c.Queue(q).Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}); err != nil {
+		return
+	}
+	f.r.addQueue(q, history.QueueInfo{Deduped: true, Groups: []string{""}})
+	for i := range 10 {
+		f.push(ctx, c, "faults-hasty", q, f.items(fmt.Sprintf("%s/%d", q, i), "p"), false)
+	}
 }
