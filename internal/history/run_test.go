@@ -332,6 +332,9 @@ func (r *run) main() (st runStats) {
 		wrng := rand.New(rand.NewPCG(r.seed, 0x77))
 		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
+	if r.gen["faults"] {
+		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go; before scanSpools reads spoolDirs
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -347,9 +350,6 @@ func (r *run) main() (st runStats) {
 			c := clients[i%len(clients)]
 			wg.Go(func() { nem.seedRaces(genCtx, c, rand.New(rand.NewPCG(r.seed, 0x5eed+uint64(i)))) })
 		}
-	}
-	if r.gen["faults"] {
-		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go
 	}
 	wg.Wait()
 	r.bg.Wait()
