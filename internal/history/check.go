@@ -207,6 +207,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.paused(ops)
 	c.rejected(ops)
 	c.wrongKey(ops)
+	c.rewrittenReads(all) // check_faults.go
 	return c.out
 }
 
@@ -308,7 +309,8 @@ func (c *checker) pushes(ops []*Op) {
 		}
 	}
 	for k, ss := range stored {
-		if _, ok := attempts[k]; !ok {
+		// Of an audited queue: only theirs are collected.
+		if _, ok := attempts[k]; !ok && c.audited(k.queue) {
 			c.report("phantom", fmt.Sprintf("queue %s: transaction %q stored at %s@%d was never pushed", k.queue, k.tx, ss[0].Partition, ss[0].Offset))
 		}
 	}

@@ -40,7 +40,8 @@ const (
 	// "metrics" (Counts: a client's consume-side counters of Queue and
 	// Group), "from-edge" (Group subscribes from the call's start on
 	// Partition; it completed before the commit of a PushTx holding the
-	// partition's row began).
+	// partition's row began), "rewrite" (segments overwritten behind the clients' backs: Msgs,
+	// Unreadable).
 	OpCall = "call"
 )
 
@@ -128,6 +129,10 @@ type Event struct {
 	// WrongKey marks a pop or handler of a client whose keys cannot open
 	// the queue's payloads: it must deliver nothing from an encrypted queue.
 	WrongKey bool `json:"wrong_key,omitempty"`
+	// Unreadable: of a "rewrite" call (stored messages overwritten under
+	// their keys; Msgs: what each rewritten offset holds now), the
+	// messages whose stored payload can no longer be opened.
+	Unreadable []Delivery `json:"unreadable,omitempty"`
 }
 
 // LagRead is what one Queue.Status read said of a group on a partition.

@@ -335,6 +335,9 @@ func (r *run) main() (st runStats) {
 		wrng := rand.New(rand.NewPCG(r.seed, 0x77))
 		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
+	if r.gen["faults"] {
+		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go; before scanSpools reads spoolDirs
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
