@@ -182,6 +182,7 @@ type run struct {
 	key2  []byte // the key rotated to mid-run ("keyrot")
 	fresh atomic.Int64
 	bg    sync.WaitGroup // first pushes the nemesis started
+	sw    *spoolWin      // "spoolwin", nil when off
 
 	extraMu sync.Mutex
 	extra   map[string]history.QueueInfo // queues made during the run
@@ -332,6 +333,10 @@ func (r *run) main() (st runStats) {
 		wrng := rand.New(rand.NewPCG(r.seed, 0x77))
 		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
+	if r.gen["spoolwin"] {
+		r.sw = r.openSpoolWin(ctx, admin)
+		others = append(others, r.sw.c)
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -350,6 +355,9 @@ func (r *run) main() (st runStats) {
 	}
 	wg.Wait()
 	r.bg.Wait()
+	if r.sw != nil {
+		t.Logf("spoolwin: %d maintenance windows", r.sw.n)
+	}
 	select {
 	case c := <-rot:
 		others = append(others, c)
@@ -850,7 +858,7 @@ func (n *nemesis) outage() {
 }
 
 func (n *nemesis) loop(ctx context.Context) {
-	start, stormed := time.Now(), false
+	start, stormed, maint := time.Now(), false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -866,6 +874,10 @@ func (n *nemesis) loop(ctx context.Context) {
 			kind = "storm" // at least once a run: its race is rare
 		}
 		stormed = stormed || kind == "storm"
+		if n.r.sw != nil && !maint && kind != "storm" && time.Since(start) > n.r.dur/2 {
+			kind = "maintenance" // "spoolwin" needs a window a run
+		}
+		maint = maint || kind == "maintenance"
 		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
 		err := n.inject(ctx, kind)
 		res := history.Event{}
@@ -920,6 +932,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		if err := n.admin.SetMaintenance(ctx, true); err != nil {
 			return err
 		}
+		n.r.sw.window() // its pushes that must be spooled, before the window can end
 		n.outage()
 		sleep(400)
 		for ctx.Err() == nil {
@@ -1730,24 +1743,30 @@ func (r *run) checkSecretLog(ctx context.Context, admin *queen.Client) {
 func (r *run) scanSpools(ctx context.Context) {
 	for ctx.Err() == nil {
 		for _, dir := range r.spoolDirs {
-			_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-				if err != nil || d.IsDir() {
-					return nil
-				}
-				b, err := os.ReadFile(path)
-				if err == nil && bytes.Contains(b, []byte(secretMarker)) {
-					r.plaintext.Add(1)
-					r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
-					return filepath.SkipAll
-				}
-				return nil
-			})
+			r.scanSpoolDir(dir)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// scanSpoolDir reports the first file of dir holding plaintext of an
+// encrypted queue.
+func (r *run) scanSpoolDir(dir string) {
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(b, []byte(secretMarker)) {
+			r.plaintext.Add(1)
+			r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+			return filepath.SkipAll
+		}
+		return nil
+	})
 }
 
 // dumpLog logs the stored messages of a violation's partition, in offset
