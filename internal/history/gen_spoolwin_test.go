@@ -40,7 +40,8 @@ type spoolWin struct {
 	c     *queen.Client
 	admin *queen.Client
 	dir   string
-	rng   *rand.Rand // guarded by the nemesis: only window draws
+	rng   *rand.Rand      // guarded by the nemesis: only window draws
+	stop  context.Context // the run's generation
 	n     int
 	seq   atomic.Int64
 }
@@ -49,10 +50,10 @@ const swProc = "spoolwin"
 
 // openSpoolWin opens the generator's client; it must run before scanSpools
 // starts, which reads r.spoolDirs.
-func (r *run) openSpoolWin(ctx context.Context, admin *queen.Client) *spoolWin {
+func (r *run) openSpoolWin(ctx, stop context.Context, admin *queen.Client) *spoolWin {
 	dir := r.t.TempDir()
 	r.spoolDirs = append(r.spoolDirs, dir)
-	s := &spoolWin{r: r, admin: admin, dir: dir, c: r.open(ctx, swProc, dir), rng: rand.New(rand.NewPCG(r.seed, 0x5700))}
+	s := &spoolWin{r: r, admin: admin, dir: dir, c: r.open(ctx, swProc, dir), rng: rand.New(rand.NewPCG(r.seed, 0x5700)), stop: stop}
 	// Above the recorder's own numbering of this proc (its client's log).
 	s.seq.Store(1 << 40)
 	return s
@@ -191,7 +192,8 @@ func (s *spoolWin) run(n, a, b int, ready chan struct{}) {
 	if !turned && !keyed {
 		return
 	}
-	if !waitUntil(30*time.Second, func() bool { return !s.c.Maintenance() }) {
+	// The nemesis's window may outlive the run: heal ends it, after this.
+	if !waitUntil(30*time.Second, func() bool { return !s.c.Maintenance() || s.stop.Err() != nil }) || s.c.Maintenance() {
 		return
 	}
 	// From the window's end: behind the spooled items, then past the drain.
@@ -236,5 +238,24 @@ func (s *spoolWin) record(ops []*swPush, lanes map[string]int) {
 			done.Results, done.ItemErr = histResults(p.res), itemErr(p.res)
 		}
 		s.r.rec.Add(done)
+	}
+}
+
+// ownWindow is a maintenance window of the generator's own, for a run whose
+// nemesis drew none (a run of a few slow faults).
+func (s *spoolWin) ownWindow(ctx context.Context, admin *queen.Client) error {
+	if err := admin.SetMaintenance(ctx, true); err != nil {
+		return err
+	}
+	s.window()
+	time.Sleep(time.Duration(400+s.rng.IntN(400)) * time.Millisecond)
+	// Off even if the run ended meanwhile: the sequence waits for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := admin.SetMaintenance(context.Background(), false)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

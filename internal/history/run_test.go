@@ -334,7 +334,7 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
 	if r.gen["spoolwin"] {
-		r.sw = r.openSpoolWin(ctx, admin)
+		r.sw = r.openSpoolWin(ctx, genCtx, admin)
 		others = append(others, r.sw.c)
 	}
 	ch := make([]*child, r.children)
@@ -874,19 +874,26 @@ func (n *nemesis) loop(ctx context.Context) {
 			kind = "storm" // at least once a run: its race is rare
 		}
 		stormed = stormed || kind == "storm"
-		if n.r.sw != nil && !maint && kind != "storm" && time.Since(start) > n.r.dur/2 {
-			kind = "maintenance" // "spoolwin" needs a window a run
-		}
 		maint = maint || kind == "maintenance"
-		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
-		err := n.inject(ctx, kind)
-		res := history.Event{}
-		if err != nil {
-			res.Err = err.Error()
+		n.fault(kind, func() error { return n.inject(ctx, kind) })
+		if n.r.sw != nil && !maint && time.Since(start) > n.r.dur/3 && ctx.Err() == nil {
+			// "spoolwin" needs a window a run: one of its own, drawing
+			// nothing from the nemesis's generator.
+			maint = true
+			n.fault("maintenance", func() error { return n.r.sw.ownWindow(ctx, n.admin) })
 		}
-		n.r.rec.Done(inv, history.OK, res)
-		n.r.faults.Add(1)
 	}
+}
+
+func (n *nemesis) fault(kind string, inject func() error) {
+	inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
+	err := inject()
+	res := history.Event{}
+	if err != nil {
+		res.Err = err.Error()
+	}
+	n.r.rec.Done(inv, history.OK, res)
+	n.r.faults.Add(1)
 }
 
 func (n *nemesis) inject(ctx context.Context, kind string) error {
