@@ -858,7 +858,14 @@ func (n *nemesis) outage() {
 }
 
 func (n *nemesis) loop(ctx context.Context) {
-	start, stormed, maint := time.Now(), false, false
+	start, stormed := time.Now(), false
+	// "spoolwin" needs a maintenance window a run: one of its own between
+	// two faults, drawing nothing from the nemesis's generator.
+	own := func() {
+		if n.r.sw != nil && n.r.sw.n == 0 && time.Since(start) > n.r.dur/4 && ctx.Err() == nil {
+			n.fault("maintenance", func() error { return n.r.sw.ownWindow(ctx, n.admin) })
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -874,14 +881,9 @@ func (n *nemesis) loop(ctx context.Context) {
 			kind = "storm" // at least once a run: its race is rare
 		}
 		stormed = stormed || kind == "storm"
-		maint = maint || kind == "maintenance"
+		own()
 		n.fault(kind, func() error { return n.inject(ctx, kind) })
-		if n.r.sw != nil && !maint && time.Since(start) > n.r.dur/3 && ctx.Err() == nil {
-			// "spoolwin" needs a window a run: one of its own, drawing
-			// nothing from the nemesis's generator.
-			maint = true
-			n.fault("maintenance", func() error { return n.r.sw.ownWindow(ctx, n.admin) })
-		}
+		own()
 	}
 }
 
