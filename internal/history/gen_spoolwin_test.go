@@ -42,7 +42,7 @@ type spoolWin struct {
 	dir   string
 	rng   *rand.Rand      // guarded by the nemesis: only window draws
 	stop  context.Context // the run's generation
-	n     int // windows begun (the nemesis's goroutine only)
+	n     int             // windows begun (the nemesis's goroutine only)
 	seq   atomic.Int64
 }
 
