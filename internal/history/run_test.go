@@ -175,6 +175,7 @@ type run struct {
 	destroyMu  sync.Mutex
 	destroyed  []history.Stored // messages of segments the nemesis corrupted
 	plaintext  atomic.Int64     // plaintext-at-rest findings
+	plainFiles sync.Map         // spool files reported, each once
 	childFiles []string
 	spoolDirs  []string
 
@@ -1770,8 +1771,10 @@ func (r *run) scanSpoolDir(dir string) {
 		}
 		b, err := os.ReadFile(path)
 		if err == nil && bytes.Contains(b, []byte(secretMarker)) {
-			r.plaintext.Add(1)
-			r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+			if _, seen := r.plainFiles.LoadOrStore(path, true); !seen {
+				r.plaintext.Add(1)
+				r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+			}
 			return filepath.SkipAll
 		}
 		return nil
