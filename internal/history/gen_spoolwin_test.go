@@ -197,7 +197,7 @@ func (s *spoolWin) run(n, a, b int, ready chan struct{}) {
 		return
 	}
 	// From the window's end: behind the spooled items, then past the drain.
-	end := time.Now().Add(1500 * time.Millisecond)
+	end := time.Now().Add(time.Second)
 	var wg sync.WaitGroup
 	repeat := func(q string, item func(j int) queen.Item) {
 		wg.Go(func() {
