@@ -195,6 +195,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.payloads(ops)
 	c.statusLag(all)
 	c.pushes(ops)
+	c.partitionsOwed(ops) // a follower whose lane parted from its leader's
 	c.pushErrors(ops)
 	c.logShape()
 	c.order(ops)

@@ -49,6 +49,7 @@ var genKinds = []string{
 	"dashboard", // queenui's replay and replay-all driven over HTTP
 	"fromedge",  // a SubscribeFrom time taken while a push waits for its partition's row
 	"faults",    // segments rewritten under their keys, a poison spool record, an idle-partition purge (gen_faults_test.go)
+	"spoolwin",  // in maintenance windows: pushes spooled behind, by a client missing or holding stale settings, across a lane-count change
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

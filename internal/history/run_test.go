@@ -175,6 +175,7 @@ type run struct {
 	destroyMu  sync.Mutex
 	destroyed  []history.Stored // messages of segments the nemesis corrupted
 	plaintext  atomic.Int64     // plaintext-at-rest findings
+	plainFiles sync.Map         // spool files reported, each once
 	childFiles []string
 	spoolDirs  []string
 
@@ -182,6 +183,7 @@ type run struct {
 	key2  []byte // the key rotated to mid-run ("keyrot")
 	fresh atomic.Int64
 	bg    sync.WaitGroup // first pushes the nemesis started
+	sw    *spoolWin      // "spoolwin", nil when off
 
 	extraMu sync.Mutex
 	extra   map[string]history.QueueInfo // queues made during the run
@@ -338,6 +340,10 @@ func (r *run) main() (st runStats) {
 	if r.gen["faults"] {
 		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go; before scanSpools reads spoolDirs
 	}
+	if r.gen["spoolwin"] {
+		r.sw = r.openSpoolWin(ctx, genCtx, admin)
+		others = append(others, r.sw.c)
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -377,6 +383,9 @@ func (r *run) main() (st runStats) {
 	}
 	wg.Wait()
 	r.bg.Wait()
+	if r.sw != nil {
+		t.Logf("spoolwin: %d maintenance windows", r.sw.n)
+	}
 	select {
 	case c := <-rot:
 		others = append(others, c)
@@ -890,6 +899,13 @@ func (n *nemesis) outage() {
 
 func (n *nemesis) loop(ctx context.Context) {
 	start, stormed := time.Now(), false
+	// "spoolwin" needs a maintenance window a run: one of its own between
+	// two faults, drawing nothing from the nemesis's generator.
+	own := func() {
+		if n.r.sw != nil && n.r.sw.n == 0 && time.Since(start) > n.r.dur/4 && ctx.Err() == nil {
+			n.fault("maintenance", func() error { return n.r.sw.ownWindow(ctx, n.admin) })
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -905,15 +921,21 @@ func (n *nemesis) loop(ctx context.Context) {
 			kind = "storm" // at least once a run: its race is rare
 		}
 		stormed = stormed || kind == "storm"
-		inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
-		err := n.inject(ctx, kind)
-		res := history.Event{}
-		if err != nil {
-			res.Err = err.Error()
-		}
-		n.r.rec.Done(inv, history.OK, res)
-		n.r.faults.Add(1)
+		own()
+		n.fault(kind, func() error { return n.inject(ctx, kind) })
+		own()
 	}
+}
+
+func (n *nemesis) fault(kind string, inject func() error) {
+	inv := n.r.rec.Invoke(history.Event{Proc: "nemesis", Op: history.OpFault, Kind: kind})
+	err := inject()
+	res := history.Event{}
+	if err != nil {
+		res.Err = err.Error()
+	}
+	n.r.rec.Done(inv, history.OK, res)
+	n.r.faults.Add(1)
 }
 
 func (n *nemesis) inject(ctx context.Context, kind string) error {
@@ -959,6 +981,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		if err := n.admin.SetMaintenance(ctx, true); err != nil {
 			return err
 		}
+		n.r.sw.window() // its pushes that must be spooled, before the window can end
 		n.outage()
 		sleep(400)
 		for ctx.Err() == nil {
@@ -1779,24 +1802,32 @@ func (r *run) checkSecretLog(ctx context.Context, admin *queen.Client) {
 func (r *run) scanSpools(ctx context.Context) {
 	for ctx.Err() == nil {
 		for _, dir := range r.spoolDirs {
-			_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-				if err != nil || d.IsDir() {
-					return nil
-				}
-				b, err := os.ReadFile(path)
-				if err == nil && bytes.Contains(b, []byte(secretMarker)) {
-					r.plaintext.Add(1)
-					r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
-					return filepath.SkipAll
-				}
-				return nil
-			})
+			r.scanSpoolDir(dir)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// scanSpoolDir reports the first file of dir holding plaintext of an
+// encrypted queue.
+func (r *run) scanSpoolDir(dir string) {
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(b, []byte(secretMarker)) {
+			if _, seen := r.plainFiles.LoadOrStore(path, true); !seen {
+				r.plaintext.Add(1)
+				r.t.Errorf("seed %d: plaintext-at-rest: spool file %s holds a payload of the encrypted queue in plaintext", r.seed, path)
+			}
+			return filepath.SkipAll
+		}
+		return nil
+	})
 }
 
 // dumpLog logs the stored messages of a violation's partition, in offset
