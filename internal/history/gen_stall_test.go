@@ -29,7 +29,10 @@ func (w *worker) stall(ctx context.Context) {
 		items[i] = queen.Item{Partition: "p", TransactionID: tx, Data: payload(q, tx)}
 	}
 	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
-	res, err := w.c.Queue(q).Push(ctx, items)
+	// The end of the run must not cut the push short (see push).
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	res, err := w.c.Queue(q).Push(pctx, items)
+	cancel()
 	if err != nil {
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return

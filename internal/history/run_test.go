@@ -338,7 +338,13 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() { r.wrongKeyLoop(genCtx, []*queen.Client{wrong, nokey}, []string{"wrongkey", "nokey"}, wrng) })
 	}
 	if r.gen["faults"] {
-		r.startFaults(genCtx, ctx, &wg, clients[0], admin) // gen_faults_test.go; before scanSpools reads spoolDirs
+		// A client of its own: its pops are recorded as "faults", and the
+		// main clients' metrics must count only what their procs did.
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		fc := r.open(ctx, "faults", dir)
+		others = append(others, fc)
+		r.startFaults(genCtx, ctx, &wg, fc, admin) // gen_faults_test.go; before scanSpools reads spoolDirs
 	}
 	if r.gen["spoolwin"] {
 		r.sw = r.openSpoolWin(ctx, genCtx, admin)
