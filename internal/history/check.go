@@ -206,6 +206,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.paused(ops)
 	c.rejected(ops)
 	c.wrongKey(ops)
+	c.misuse(all)
 	return c.out
 }
 
