@@ -44,6 +44,7 @@ var genKinds = []string{
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"status",    // Queue.Status, its lag judged against its own offsets
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
+	"misuse",    // nil messages settled, bad URLs, sub-ms leases, unsafe spool dirs, a dead server, Close with a short deadline; odd seeds' schema 63 bytes
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
