@@ -46,7 +46,7 @@ func TestCheckFindsEachMisuse(t *testing.T) {
 				"queen: notify: ERROR: channel name too long (SQLSTATE 22023)")
 		}},
 		{"invalid-accepted", func(h *hb) {
-			h.misuseCall(Event{Kind: "configure-sub-ms-lease", Queue: "misuse-lease", Invalid: true}, 0, OK, "")
+			h.misuseCall(Event{Kind: "configure-lease-500µs", Queue: "misuse-lease", Invalid: true}, 0, OK, "")
 		}},
 	}
 	for _, tc := range cases {
@@ -79,7 +79,7 @@ func TestCheckMisuseClean(t *testing.T) {
 		"queen: parse DatabaseURL: invalid port (an '@' where the host or database name should be: percent-encode '@' (%40), '/' (%2F) and ':' (%3A) in the user name and password)")
 	h.misuseCall(Event{Kind: "close", Deadline: int64(time.Second)}, 8*time.Second, Info, "context deadline exceeded")
 	h.misuseCall(Event{Kind: "open", Deadline: int64(time.Second)}, 2*time.Second, Fail, "queen: ping: failed to connect: timeout")
-	h.misuseCall(Event{Kind: "configure-sub-ms-lease", Queue: "misuse-lease", Invalid: true}, 0, Fail, "queen: QueueOptions.LeaseTime 500µs is under the 1ms minimum")
+	h.misuseCall(Event{Kind: "configure-lease-500µs", Queue: "misuse-lease", Invalid: true}, 0, Fail, "queen: QueueOptions.LeaseTime 500µs is under the 1ms minimum")
 	// A push during an outage, and an invalid one the server refused.
 	h.misuseCall(Event{Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t8"}}}, 0, Fail, "queen: push: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
 	h.misuseCall(Event{Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, Invalid: true}, 0, Fail, "ERROR: invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)")

@@ -186,7 +186,7 @@ func (w *worker) badURL(ctx context.Context, rng *rand.Rand) {
 func (w *worker) subMsLease(ctx context.Context, rng *rand.Rand) {
 	q := fmt.Sprintf("misuse-lease-%s.%d", w.proc, w.idx)
 	lt := time.Duration(1+rng.IntN(999)) * time.Microsecond
-	inv := w.call(q, "", "configure-sub-ms-lease", true)
+	inv := w.call(q, "", "configure-lease-"+lt.String(), true)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.c.Queue(q).Configure(cctx, queen.QueueOptions{LeaseTime: lt}); err != nil {
@@ -194,7 +194,7 @@ func (w *worker) subMsLease(ctx context.Context, rng *rand.Rand) {
 		w.rec.Done(inv, history.Fail, history.Event{Err: err.Error()})
 		return
 	}
-	w.rec.Done(inv, history.OK, history.Event{Err: fmt.Sprintf("accepted LeaseTime %s", lt)})
+	w.rec.Done(inv, history.OK, history.Event{})
 }
 
 // unsafeSpool opens a client on a spool directory others could write to
@@ -232,14 +232,14 @@ func (w *worker) unsafeSpool(ctx context.Context, rng *rand.Rand) {
 	}
 	cfg := w.r.config("misuse-spool", dir)
 	cfg.Logger = quiet
-	inv := w.call("", "", "open-unsafe-spool", true)
+	inv := w.call("", "", "open-spool-"+strings.ReplaceAll(kind, " ", "-"), true)
 	var last error
 	for range 3 {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		c, err := queen.Open(octx, cfg)
 		cancel()
 		if err == nil {
-			w.rec.Done(inv, history.OK, history.Event{Err: "accepted a spool directory " + kind})
+			w.rec.Done(inv, history.OK, history.Event{})
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			_ = c.Close(cctx)
 			cancel()
