@@ -42,12 +42,25 @@ func (c *checker) misuse(ops []*Op) {
 			}
 			c.report(o.Inv.Kind+"-late", fmt.Sprintf("%s %s promised to return within %s and %s", o.Inv.Op, o.Inv.Kind,
 				time.Duration(o.Inv.Deadline-o.Start()).Round(time.Millisecond), took), o.evidence()...)
-		case !o.Inv.Invalid && o.Inv.Op != OpHandler && o.Done != nil && o.Phase() != OK && strings.Contains(o.Done.Err, "(SQLSTATE 22"):
+		case !o.Inv.Invalid && o.Inv.Op != OpHandler && strings.Contains(failure(o), "(SQLSTATE 22"):
 			c.where.Partition = o.Inv.Partition
-			c.report("data-exception", fmt.Sprintf("queue %s: %s %s given valid input failed with a data exception: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, o.Done.Err), o.evidence()...)
+			c.report("data-exception", fmt.Sprintf("queue %s: %s %s given valid input failed with a data exception: %s", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, failure(o)), o.evidence()...)
 		}
 	}
 	c.where = Violation{}
+}
+
+// failure is the error a call failed with: its own, or a push's first
+// failed item's. An ok call's Err is not a failure (a handler's, a logged
+// settle failure's).
+func failure(o *Op) string {
+	switch {
+	case o.Done == nil:
+		return ""
+	case o.Phase() != OK:
+		return o.Done.Err
+	}
+	return o.Done.ItemErr
 }
 
 // showsSecret reports whether text holds secretPiece consecutive bytes of

@@ -45,6 +45,11 @@ func TestCheckFindsEachMisuse(t *testing.T) {
 			h.misuseCall(Event{Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}}, 0, Fail,
 				"queen: notify: ERROR: channel name too long (SQLSTATE 22023)")
 		}},
+		{"data-exception", func(h *hb) {
+			inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", "t9"}}, T: h.tick()})
+			h.r.Done(inv, OK, Event{Results: []Result{{Status: "failed", Offset: -1}}, T: h.tick(),
+				ItemErr: "queen: push: ERROR: invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)"})
+		}},
 		{"invalid-accepted", func(h *hb) {
 			h.misuseCall(Event{Kind: "configure-lease-500µs", Queue: "misuse-lease", Invalid: true}, 0, OK, "")
 		}},
