@@ -335,8 +335,13 @@ func (w *worker) closeLate(ctx context.Context) {
 	q := c.Queue(name)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_ = q.Configure(sctx, queen.QueueOptions{LeaseTime: time.Minute})
-	_, _ = q.Push(sctx, []queen.Item{{Partition: "p", Data: []byte("misuse")}})
 	cancel()
+	push := func() {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = q.Push(pctx, []queen.Item{{Partition: "p", Data: []byte("misuse")}})
+		cancel()
+	}
+	push()
 	started := make(chan struct{})
 	var once sync.Once
 	cctx, stop := context.WithCancel(ctx)
@@ -351,15 +356,24 @@ func (w *worker) closeLate(ctx context.Context) {
 		})
 	}()
 	const within = time.Second
-	select {
-	case <-started:
-	case <-time.After(15 * time.Second):
-		// Nothing claimed (a fault): no handler to outlast the deadline.
-		stop()
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_ = c.Close(cctx)
-		cancel()
-		return
+	// A fault may hold the message back (spooled, a claim failed): another
+	// every 2s.
+	giveUp := time.After(30 * time.Second)
+wait:
+	for {
+		select {
+		case <-started:
+			break wait
+		case <-time.After(2 * time.Second):
+			push()
+		case <-giveUp:
+			// Nothing claimed: no handler to outlast the deadline.
+			stop()
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_ = c.Close(cctx)
+			cancel()
+			return
+		}
 	}
 	start := time.Now()
 	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "close", Deadline: start.Add(within).UnixNano()})
