@@ -209,6 +209,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.rejected(ops)
 	c.wrongKey(ops)
 	c.rewrittenReads(all) // check_faults.go
+	c.misuse(all)
 	return c.out
 }
 

@@ -496,7 +496,7 @@ func (c *checker) paused(ops []*Op) {
 func (c *checker) rejected(ops []*Op) {
 	for _, o := range ops {
 		switch {
-		case o.Inv.Invalid && o.Phase() != Fail:
+		case o.Inv.Invalid && o.Phase() != Fail && !panicked(o): // a panic is misuse's to report
 			res := "succeeded"
 			if o.Done != nil && o.Done.Err != "" {
 				res = "failed with " + fmt.Sprintf("%q", o.Done.Err)

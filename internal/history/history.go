@@ -133,6 +133,13 @@ type Event struct {
 	// their keys; Msgs: what each rewritten offset holds now), the
 	// messages whose stored payload can no longer be opened.
 	Unreadable []Delivery `json:"unreadable,omitempty"`
+	// Secret is a password the call was given (in a database URL): no
+	// error of it may show a piece of it.
+	Secret string `json:"secret,omitempty"`
+	// Deadline is when the call promised to have returned, in Unix
+	// nanoseconds: Close's context deadline; for Open against a server
+	// that never answers, its start plus StatementTimeout.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // LagRead is what one Queue.Status read said of a group on a partition.

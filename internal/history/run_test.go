@@ -237,6 +237,9 @@ func (r *run) main() (st runStats) {
 			r.key2[i] = byte(rng.IntN(256))
 		}
 	}
+	if r.gen["misuse"] {
+		r.schema = longSchema(r.schema, r.seed) // odd seeds: a 63-byte name
+	}
 	t.Logf("generators: %s", r.gen)
 	r.dir, err = os.MkdirTemp("", "queen-history-")
 	if err != nil {
@@ -1075,7 +1078,9 @@ type worker struct {
 }
 
 func (w *worker) loop(ctx context.Context) {
+	mis := w.misuser(ctx) // "misuse": once, at a random moment
 	for ctx.Err() == nil {
+		mis.maybe(ctx)
 		opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		switch x := w.rng.IntN(100 + 15*min(len(w.gen), 1)); {
 		case x < 35:
