@@ -210,6 +210,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.wrongKey(ops)
 	c.rewrittenReads(all) // check_faults.go
 	c.misuse(all)
+	c.autoAckHandled(all) // check_autoack.go
 	return c.out
 }
 
