@@ -44,6 +44,7 @@ var genKinds = []string{
 	"scribble",  // handlers and consumers writing over Message.Data before they fail or dead-letter it
 	"status",    // Queue.Status, its lag judged against its own offsets
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
+	"contact",   // a SubscribeNew first contact held open while another group's pop empties a partition it was seeded past
 	"autostop",  // an AutoAck Consume with KeyConcurrency stopped mid-batch on a queue of its own
 	"stall",     // a Consume whose client cannot reach the database past its lease, mid-batch, while another takes the batch over
 	"metrics",   // a client's consume-side counters against its history (Consume handlers acking in Client.Tx)

@@ -377,6 +377,11 @@ func (r *run) main() (st runStats) {
 			gen: r.gen, r: r, other: clients[1]}
 		wg.Go(func() { rw.deleteRaces(genCtx) })
 	}
+	if r.gen["contact"] {
+		cw := &worker{c: clients[1], rec: r.rec, proc: "main-1", idx: 4, rng: rand.New(rand.NewPCG(r.seed, 0xc0)), from: r.from,
+			gen: r.gen, r: r, other: clients[0]}
+		wg.Go(func() { cw.contactRaces(genCtx) })
+	}
 	if r.gen["autostop"] {
 		aw := &worker{c: clients[0], rec: r.rec, proc: "main-0", idx: 4, rng: rand.New(rand.NewPCG(r.seed, 0xa5)), from: r.from,
 			gen: r.gen, r: r, other: clients[1]}
@@ -689,7 +694,7 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		drains = append(drains, drain{qs.name, gs})
 	}
 	for _, q := range r.extraQ {
-		drains = append(drains, drain{q, r.extra[q].Groups})
+		drains = append(drains, drain{q, append(slices.Clone(r.extra[q].Groups), r.extra[q].LateGroups...)})
 	}
 	for _, d := range drains {
 		q := admin.Queue(d.q)
