@@ -367,7 +367,7 @@ func boolInt(v bool) int64 {
 // of 100 partitions and their acks must stay keyed (DESIGN: "no plan can
 // walk every partition"; "the function forbids sequential scans").
 const (
-	growPartitions = 20_000
+	growPartitions = 12_000
 	// A claim of 100 partitions, or its 100 acks: windows, cursor rows,
 	// claims, ready-set upkeep. Reading the group's cursor rows per
 	// partition, or all of them once, is 15,000 and more.
@@ -518,7 +518,7 @@ WHERE q.name = $1 AND p.name = 'held' FOR UPDATE OF p`, "{{s}}", pgx.Identifier{
 	}
 	over := int64(0)
 	if waiting {
-		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		ctx, cancel := context.WithTimeout(b.ctx, 1500*time.Millisecond)
 		res, err := q.Push(ctx, []queen.Item{{Partition: "free", Data: make([]byte, 400<<10)}})
 		cancel()
 		if err == nil && len(res) == 1 && res[0].Status == queen.Queued {
