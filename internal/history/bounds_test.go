@@ -57,6 +57,7 @@ func runBounds(t *testing.T, cl *pgcluster.Cluster) {
 	b.wideQueue()
 	b.invisibleHeads()
 	b.bufferedBytes()
+	b.bigPush()
 	for _, v := range history.CheckBounds(b.out) {
 		t.Errorf("seed 0: %s", v)
 	}
@@ -534,4 +535,56 @@ WHERE q.name = $1 AND p.name = 'held' FOR UPDATE OF p`, "{{s}}", pgx.Identifier{
 		b.t.Fatalf("the held push: %v", err)
 	}
 	b.add("buffer-unbounded", qn, "", "pushes of 400 KiB committed while 800 KiB were held under MaxBufferedBytes 1 MiB", over, 0)
+}
+
+// bigPush: a bundle carries at most 64 MiB of frames (PostgreSQL refuses a
+// message of 1 GiB, and the bound keeps a call far below it): a push of
+// five 15 MiB items to one partition is committed in two flushes, the
+// fifth waiting for the next one. A sixth repeats the first one's
+// transaction id: the first's Duplicate (layer-1 dedup, within the call).
+func (b *boundsRun) bigPush() {
+	pcfg, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer pool.Close()
+	// A statement timeout no loaded machine reaches: a bundle spooled for
+	// time would look like one spooled for its size.
+	c, err := queen.Open(b.ctx, queen.Config{Pool: pool, Schema: b.schema, SpoolDir: b.t.TempDir(), StatementTimeout: 4 * time.Minute,
+		Maintenance: queen.MaintenanceConfig{Interval: -1}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const qn = "big"
+	q := c.Queue(qn)
+	data := make([]byte, 15<<20) // zeros: cheap to compress and store
+	items := make([]queen.Item, 6)
+	for i := range items {
+		items[i] = queen.Item{Partition: "a", TransactionID: fmt.Sprintf("t%d", i%5), Data: data}
+	}
+	before := c.Stats().Commits
+	res, err := q.Push(b.ctx, items)
+	if err != nil {
+		b.t.Fatalf("push: %v", err)
+	}
+	commits := c.Stats().Commits - before
+	b.add("bundle-over-bound", qn, "", "flushes short of two for 75 MiB of distinct frames in one partition (at most 64 MiB a bundle)", max(0, 2-commits), 0)
+	// Over the bound the bundle fails whole and is spooled (Buffered).
+	notQueued, stored := 0, 0
+	for i, r := range res {
+		if i < 5 && (r.Status != queen.Queued || r.Offset != int64(i)) {
+			notQueued++
+			b.t.Logf("bounds: big push item %d: %s at offset %d (%v)", i, r.Status, r.Offset, r.Err)
+		}
+		if i == 5 && r.Status == queen.Queued {
+			stored++
+		}
+	}
+	b.add("bundle-over-bound", qn, "", "items of a 75 MiB push to one partition not Queued in place", int64(notQueued), 0)
+	b.add("duplicated", qn, "", "items repeating an earlier item's transaction id in the same push stored again", int64(stored), 0)
 }
