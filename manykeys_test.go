@@ -33,8 +33,21 @@ func wideQueue(t testing.TB, c *queen.Client, name string, n int) int64 {
 }
 
 // addPartitions adds partitions "k<from>" .. "k<to-1>" to queue qid of c,
-// each holding one message at offset 0, written in SQL.
+// each holding one message at offset 0, written in SQL, and analyzes the
+// tables.
 func addPartitions(t testing.TB, c *queen.Client, qid int64, from, to int) {
+	t.Helper()
+	addPartitionsUnanalyzed(t, c, qid, from, to, true)
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if _, err := c.Pool().Exec(ctxT(t), "ANALYZE "+s+".partitions, "+s+".segments"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addPartitionsUnanalyzed is addPartitions leaving the statistics as they
+// were, as a queue that just grew has them; the partitions are in the ready
+// set if pending.
+func addPartitionsUnanalyzed(t testing.TB, c *queen.Client, qid int64, from, to int, pending bool) {
 	t.Helper()
 	ctx := ctxT(t)
 	s := pgx.Identifier{c.Schema()}.Sanitize()
@@ -48,16 +61,13 @@ func addPartitions(t testing.TB, c *queen.Client, qid int64, from, to int) {
 WITH b AS (
     SELECT * FROM unnest($2::text[], $3::bytea[]) AS b(name, blob)
 ), p AS (
-    INSERT INTO `+s+`.partitions (queue_id, name, last_offset)
-    SELECT $1, b.name, 0 FROM b
+    INSERT INTO `+s+`.partitions (queue_id, name, last_offset, pending)
+    SELECT $1, b.name, 0, $4 FROM b
     RETURNING id, name
 )
 INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob)
 SELECT p.id, 0, 0, clock_timestamp(), b.blob
-FROM p JOIN b ON b.name = p.name`, qid, names, blobs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Pool().Exec(ctx, "ANALYZE "+s+".partitions, "+s+".segments"); err != nil {
+FROM p JOIN b ON b.name = p.name`, qid, names, blobs, pending); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -179,6 +189,44 @@ func TestFirstContactOnManyPartitionsIsBoundedPerPop(t *testing.T) {
 	}
 	if total != keys {
 		t.Fatalf("group got %d messages, want %d", total, keys)
+	}
+}
+
+// A first contact on a queue whose statistics were never gathered (a queue
+// that just grew: no ANALYZE yet) is bounded work too. Each seeding step
+// reads the next 1,024 partitions by name; a generic plan made with no
+// statistics read them with a bitmap scan, which cannot stop early, and
+// sorted every partition of the queue after the step's start.
+func TestFirstContactOnUnanalyzedQueueIsBounded(t *testing.T) {
+	const (
+		keys    = 30_000
+		maxRows = 12_000 // as TestFirstContactOnManyPartitionsIsBoundedPerPop
+	)
+	c := open(t, manual)
+	ctx := ctxT(t)
+	q := c.Queue("fresh")
+	push(t, q, queen.Item{Partition: "k0", Data: []byte("m")})
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var qid int64
+	if err := c.Pool().QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = 'fresh'").Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	// Out of the ready set, as partitions a drained group consumed: what
+	// a new group's seeding steps must find.
+	addPartitionsUnanalyzed(t, c, qid, 1, keys, false)
+	pc, err := c.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	for i := range 3 {
+		n, rows, err := popWork(ctx, pc.Conn(), c.Schema(), "fresh", "new", 10, 10, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || rows > maxRows {
+			t.Fatalf("pop %d of a new group on %d partitions: %d messages, %d rows touched (want > 0, <= %d)", i, keys, n, rows, maxRows)
+		}
 	}
 }
 

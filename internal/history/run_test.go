@@ -71,6 +71,9 @@ func TestHistory(t *testing.T) {
 		children = *flagChildren
 	}
 	cl := pgtest.NewCluster(t, pgcluster.Options{Settings: map[string]string{"max_connections": "200"}})
+	// The design's bounds on one call's cost, judged on a wide queue of its
+	// own (bounds_test.go).
+	t.Run("bounds", func(t *testing.T) { runBounds(t, cl) })
 	if *flagSeed == 0 {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {

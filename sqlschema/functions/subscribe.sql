@@ -38,11 +38,16 @@ $$;
 -- the queue by name. Those out of the ready set that the group is behind on
 -- are locked in ascending id (the global order; a first contact may wait)
 -- and, by a later statement, given a backlog row unless pending by then. The caller holds the group's seed lock.
+-- No bitmap scans: the step reads the next 1025 names in index order and
+-- stops; a generic plan made before the queue's statistics existed read
+-- them with a bitmap scan, which cannot stop early, and sorted every
+-- partition of the queue after the step's start.
 CREATE OR REPLACE FUNCTION {{schema}}.seed_chunk(p_qid bigint, p_group text)
 RETURNS void
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+SET enable_bitmapscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $$

@@ -1,0 +1,5 @@
+//go:build race
+
+package history_test
+
+const raceEnabled = true
