@@ -76,8 +76,8 @@ func (w *worker) contactRace(ctx context.Context) {
 	// The contact, as a Pop that delivered nothing, from before the seeding
 	// to its end (the commit only makes it visible).
 	seq := time.Now().UnixNano() // distinct from the worker's own sequence
-	w.rec.Add(history.Event{Proc: "contact", Seq: seq, Op: history.OpPop, Phase: history.Invoke, T: start, Queue: q, Group: late, Batch: 10})
-	w.rec.Add(history.Event{Proc: "contact", Seq: seq, Op: history.OpPop, Phase: history.OK, T: end, Queue: q, Group: late})
+	w.rec.Add(history.Event{Proc: "contact-seed", Seq: seq, Op: history.OpPop, Phase: history.Invoke, T: start, Queue: q, Group: late, Batch: 10})
+	w.rec.Add(history.Event{Proc: "contact-seed", Seq: seq, Op: history.OpPop, Phase: history.OK, T: end, Queue: q, Group: late})
 	if pushed {
 		o := queen.PopOptions{Group: late, Subscription: queen.SubscribeNew, Batch: 10, LeaseTime: time.Second}
 		for _, m := range recordPop(ctx, w.rec, w.proc, qq, o) {

@@ -356,6 +356,15 @@ func (r *run) main() (st runStats) {
 		r.sw = r.openSpoolWin(ctx, genCtx, admin)
 		others = append(others, r.sw.c)
 	}
+	var cc *queen.Client
+	if r.gen["contact"] {
+		// A client of its own (stall takes every connection of a main
+		// client now and then), opened before scanSpools reads spoolDirs.
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		cc = r.open(ctx, "contact", dir)
+		others = append(others, cc)
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -381,7 +390,7 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() { rw.deleteRaces(genCtx) })
 	}
 	if r.gen["contact"] {
-		cw := &worker{c: clients[1], rec: r.rec, proc: "main-1", idx: 4, rng: rand.New(rand.NewPCG(r.seed, 0xc0)), from: r.from,
+		cw := &worker{c: cc, rec: r.rec, proc: "contact", idx: 0, rng: rand.New(rand.NewPCG(r.seed, 0xc0)), from: r.from,
 			gen: r.gen, r: r, other: clients[0]}
 		wg.Go(func() { cw.contactRaces(genCtx) })
 	}
