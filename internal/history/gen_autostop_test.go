@@ -2,7 +2,6 @@ package history_test
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/e03140bc/queen"
@@ -14,30 +13,15 @@ import (
 // batch, so every message of it must still reach a handler
 // (autoack-unhandled), the unstarted keys too.
 func (w *worker) autoStop(ctx context.Context) {
-	w.n++
-	q := fmt.Sprintf("autostop-%s.%d-%d", w.proc, w.idx, w.n)
-	w.r.addQueue(q, history.QueueInfo{Groups: []string{""}})
-	items := make([]queen.Item, 8)
-	for i := range items {
-		tx := fmt.Sprintf("%s/%d", q, i)
-		items[i] = queen.Item{Partition: "p", Key: fmt.Sprintf("k%d", i), TransactionID: tx, Data: payload(q, tx)}
-	}
-	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	res, err := w.c.Queue(q).Push(pctx, items)
-	cancel()
-	if err != nil {
-		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
-		return
-	}
-	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
-	if res[0].Status != queen.Queued {
+	const batch = 8
+	q, stored := w.ownQueue(ctx, "autostop", batch, true, history.QueueInfo{Groups: []string{""}})
+	if !stored {
 		return
 	}
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
-	started := make(chan struct{}, len(items))
-	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: len(items), AutoAck: true, Wait: 100 * time.Millisecond},
+	started := make(chan struct{}, batch)
+	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: batch, AutoAck: true, Wait: 100 * time.Millisecond},
 		KeyConcurrency: 2 + w.rng.IntN(2)}
 	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, AutoAck: true})
 	done := make(chan error, 1)
@@ -56,7 +40,7 @@ func (w *worker) autoStop(ctx context.Context) {
 		stop() // a graceful stop, mid-batch
 	case <-cctx.Done():
 	}
-	err = <-done
+	err := <-done
 	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
 }
 

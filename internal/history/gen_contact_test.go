@@ -2,7 +2,6 @@ package history_test
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,24 +19,12 @@ import (
 // database function a first Pop calls; the test calls it to hold the
 // transaction open, as the storm calls maintenance steps.
 func (w *worker) contactRace(ctx context.Context) {
-	w.n++
-	q := fmt.Sprintf("contact-%s.%d-%d", w.proc, w.idx, w.n)
 	late := lateGroups[0]
-	w.r.addQueue(q, history.QueueInfo{Groups: []string{"g1"}, LateGroups: []string{late}})
-	qq := w.c.Queue(q)
-	push := func(tx string) bool {
-		items := []queen.Item{{Partition: "k", TransactionID: tx, Data: payload(q, tx)}}
-		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		res, err := qq.Push(pctx, items)
-		cancel()
-		if err != nil {
-			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
-			return false
-		}
-		w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
-		return res[0].Status == queen.Queued
+	q, stored := w.ownQueue(ctx, "contact", 1, false, history.QueueInfo{Groups: []string{"g1"}, LateGroups: []string{late}})
+	if !stored {
+		return
 	}
+	qq := w.c.Queue(q)
 	drain := func() {
 		o := queen.PopOptions{Group: "g1", AutoAck: true, Batch: 10}
 		for range 5 {
@@ -46,10 +33,7 @@ func (w *worker) contactRace(ctx context.Context) {
 			}
 		}
 	}
-	if !push(q + "/m0") {
-		return
-	}
-	drain() // g1 read k to its end: k leaves the ready set
+	drain() // g1 read p to its end: p leaves the ready set
 	s := pgx.Identifier{w.r.schema}.Sanitize()
 	tx, err := w.c.Pool().Begin(ctx)
 	if err != nil {
@@ -66,9 +50,10 @@ func (w *worker) contactRace(ctx context.Context) {
 		return
 	}
 	end := time.Now().UnixNano()
-	pushed := push(q + "/n0")
+	tx1 := q + "/n0"
+	pushed := w.pushOwn(ctx, q, []queen.Item{{Partition: "p", TransactionID: tx1, Data: payload(q, tx1)}})
 	if pushed {
-		drain() // g1 takes n0: its pop clears k
+		drain() // g1 takes n0: its pop clears p
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return // never subscribed: the final drain is the group's first contact

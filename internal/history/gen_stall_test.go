@@ -20,27 +20,11 @@ import (
 // The first Consume must start no handler of that batch once its lease
 // ended (concurrent-handlers).
 func (w *worker) stall(ctx context.Context) {
-	w.n++
-	q := fmt.Sprintf("stall-%s.%d-%d", w.proc, w.idx, w.n)
-	w.r.addQueue(q, history.QueueInfo{Groups: []string{""}})
-	items := make([]queen.Item, 6)
-	for i := range items {
-		tx := fmt.Sprintf("%s/%d", q, i)
-		items[i] = queen.Item{Partition: "p", TransactionID: tx, Data: payload(q, tx)}
-	}
-	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
-	// The end of the run must not cut the push short (see push).
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	res, err := w.c.Queue(q).Push(pctx, items)
-	cancel()
-	if err != nil {
-		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+	q, stored := w.ownQueue(ctx, "stall", 6, false, history.QueueInfo{Groups: []string{""}})
+	if !stored {
 		return
 	}
-	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
-	if res[0].Status != queen.Queued {
-		return // spooled: the drain delivers them
-	}
+	const batch = 6
 	other := "main-0"
 	if w.proc == "main-0" {
 		other = "main-1"
@@ -55,7 +39,7 @@ func (w *worker) stall(ctx context.Context) {
 	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer acancel()
 	wg.Go(func() {
-		o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: len(items), LeaseTime: 500 * time.Millisecond, Wait: 200 * time.Millisecond}}
+		o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: batch, LeaseTime: 500 * time.Millisecond, Wait: 200 * time.Millisecond}}
 		_ = w.c.Queue(q).Consume(actx, o, func(_ context.Context, m *queen.Message) error {
 			h := record(w.proc, m)
 			first := false
@@ -80,7 +64,7 @@ func (w *worker) stall(ctx context.Context) {
 	}
 	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Second)
 	defer bcancel()
-	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Partition: "p", Batch: len(items), LeaseTime: 3 * time.Second, Wait: 100 * time.Millisecond}}
+	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Partition: "p", Batch: batch, LeaseTime: 3 * time.Second, Wait: 100 * time.Millisecond}}
 	_ = w.other.Queue(q).Consume(bctx, o, func(_ context.Context, m *queen.Message) error {
 		h := record(other, m)
 		time.Sleep(150 * time.Millisecond)
@@ -104,4 +88,43 @@ func (w *worker) takePool(ctx context.Context) []*pgxpool.Conn {
 		held = append(held, c)
 	}
 	return held
+}
+
+// ownQueue names a fresh queue of this worker (kind-proc.idx-n) read by
+// group "" (and late, if given), pushes n items to its partition "p"
+// (each with a key of its own if keyed), recorded, and says whether they
+// were all stored (not spooled: the final drain delivers those).
+func (w *worker) ownQueue(ctx context.Context, kind string, n int, keyed bool, qi history.QueueInfo) (string, bool) {
+	w.n++
+	q := fmt.Sprintf("%s-%s.%d-%d", kind, w.proc, w.idx, w.n)
+	w.r.addQueue(q, qi)
+	items := make([]queen.Item, n)
+	for i := range items {
+		tx := fmt.Sprintf("%s/%d", q, i)
+		items[i] = queen.Item{Partition: "p", TransactionID: tx, Data: payload(q, tx)}
+		if keyed {
+			items[i].Key = fmt.Sprintf("k%d", i)
+		}
+	}
+	return q, w.pushOwn(ctx, q, items)
+}
+
+// pushOwn pushes items, recorded, and says whether all were stored. The
+// end of the run must not cut the push short (see push).
+func (w *worker) pushOwn(ctx context.Context, q string, items []queen.Item) bool {
+	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: q, Items: histItems(items)})
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	res, err := w.c.Queue(q).Push(pctx, items)
+	cancel()
+	if err != nil {
+		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		return false
+	}
+	w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
+	for _, r := range res {
+		if r.Status != queen.Queued {
+			return false
+		}
+	}
+	return true
 }
