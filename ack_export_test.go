@@ -5,7 +5,9 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 
-	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
+	"github.com/e03140bc/queen/internal/settle"
 )
 
 // SettleInOneFlush settles msgs in one ack-fusion flush, as if their
@@ -13,34 +15,31 @@ import (
 // (Fail with reasons[i]), AckRetry or AckDeadLetter (with reasons[i]). It
 // returns each message's verdict as the settling call would.
 func SettleInOneFlush(c *Client, msgs []*Message, statuses []AckStatus, reasons []error) []error {
-	items := make([]*ackItem, len(msgs))
-	var bundle []*fusion.Batch[ackKey, *ackItem]
+	ops := make([]settleOp, len(msgs))
 	for i, m := range msgs {
-		op := settleOp{m: m, ok: m.Offset, act: actNone}
+		ops[i] = settleOp{m: m, ok: m.Offset, act: actNone}
 		switch statuses[i] {
 		case AckFail:
-			op = settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reasons[i])}
+			ops[i] = settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reasons[i])}
 		case AckRetry:
-			op = settleOp{m: m, ok: -1, act: actRetry, actMsg: m}
+			ops[i] = settleOp{m: m, ok: -1, act: actRetry, actMsg: m}
 		case AckDeadLetter:
-			op = settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reasons[i])}
+			ops[i] = settleOp{m: m, ok: -1, act: actDeadLetter, actMsg: m, reason: reasonText(reasons[i])}
 		}
-		items[i] = &ackItem{op: op}
-		bundle = append(bundle, &fusion.Batch[ackKey, *ackItem]{Key: ackKeyOf(op), Items: []*ackItem{items[i]}})
 	}
-	_ = c.e.acks.flush(context.Background(), bundle)
-	out := make([]error, len(items))
-	for i, it := range items {
-		out[i] = it.err
-		if it.err == nil {
-			out[i] = statusErr(it.st)
+	res, _ := settle.Apply(context.Background(), c.e.csql, c.e.pool, settleParams(ops))
+	out := make([]error, len(res))
+	for i, r := range res {
+		out[i] = r.Err
+		if r.Err == nil {
+			out[i] = statusErr(r.Status)
 		}
 	}
 	return out
 }
 
 // RequeueSegment is the segment a skip-policy failure of a message with
-// these stored fields appends (requeueSegment).
+// these stored fields appends (segment.Single).
 func RequeueSegment(id uuid.UUID, flags byte, txn, key string, hdrs, stored []byte) []byte {
-	return requeueSegment(&Message{ID: id, TransactionID: txn, Key: key, flags: flags, hdrs: hdrs, stored: stored})
+	return segment.Single(&frame.Frame{ID: id, Flags: flags, TransactionID: txn, Key: key, Headers: hdrs, Payload: stored})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/e03140bc/queen/dedup"
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
@@ -270,7 +271,7 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		h := dedup.Sum(txn)
 		// The copy's frame: the dead letter's, with the payload as stored
 		// (or as sealed just now).
-		blob := frameSegment(&frame.Frame{ID: mid, Flags: byte(fl), TransactionID: txn, Key: key, Headers: hdrs,
+		blob := segment.Single(&frame.Frame{ID: mid, Flags: byte(fl), TransactionID: txn, Key: key, Headers: hdrs,
 			Payload: payload})
 		ids, hashes, blobs = append(ids, id), append(hashes, h[:]), append(blobs, blob)
 		payloads, flags = append(payloads, newPay), append(flags, newFl)

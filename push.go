@@ -6,7 +6,6 @@ import (
 	"iter"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -142,33 +141,13 @@ func (it *pushItem) Bytes() int {
 	return len(it.Payload) + len(it.TransactionID) + len(it.Key) + len(it.Headers) + pushItemOverhead
 }
 
-// submitAndWait hands n groups to a fusion engine and returns once every
-// one of them has been flushed, or when ctx ends. Each group's items carry
-// their own verdicts. On an error, groups already submitted may still
-// commit: the caller learns only that the call as a whole did not complete.
+// submitAndWait is f.SubmitWait with the client's error for a closed engine.
 func submitAndWait[K fusion.Keyer, T comparable](ctx context.Context, f *fusion.Engine[K, T], n int, groups iter.Seq2[K, []T]) error {
-	var pending atomic.Int32
-	pending.Store(int32(n))
-	done := make(chan struct{})
-	groupDone := func() {
-		if pending.Add(-1) == 0 {
-			close(done)
-		}
+	err := f.SubmitWait(ctx, n, groups)
+	if err == fusion.ErrClosed {
+		return ErrClosed
 	}
-	for k, items := range groups {
-		if err := f.Submit(ctx, k, items, groupDone); err != nil {
-			if err == fusion.ErrClosed {
-				err = ErrClosed
-			}
-			return err
-		}
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return err
 }
 
 // ValidName reports whether s can name a queue, a partition or a consumer

@@ -23,6 +23,7 @@ import (
 	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/seal"
 	"github.com/e03140bc/queen/internal/settings"
+	"github.com/e03140bc/queen/internal/settle"
 	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/internal/wake"
 	"github.com/e03140bc/queen/spool"
@@ -282,7 +283,7 @@ type engine struct {
 	wake  *wake.Hub
 	meter *meters
 	maint *maintain.Maintainer
-	acks  *acker
+	acks  *settle.Fusion
 
 	// The disk spool, its drain, and the schema-wide maintenance flag.
 	spool    *spool.Spool
@@ -455,7 +456,7 @@ type Stats struct {
 // side.
 func (c *Client) Stats() Stats {
 	s := c.e.push.fusion.Stats()
-	a := c.e.acks.fusion.Stats()
+	a := c.e.acks.Stats()
 	return Stats{
 		Commits: int64(s.Bundles), Segments: int64(s.Segments), Items: int64(s.Items),
 		Pops: c.e.claims.Pops.Load(), Claims: c.e.claims.Claims.Load(),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/settings"
+	"github.com/e03140bc/queen/internal/settle"
 	"github.com/e03140bc/queen/internal/wake"
 )
 
@@ -76,8 +77,12 @@ func (e *engine) services() []service {
 			},
 			stop: func(context.Context) error { e.wake.Close(); return nil }},
 		{name: "ack fusion",
-			start: func(context.Context) error { e.acks = newAcker(e); return nil },
-			stop:  func(ctx context.Context) error { return e.acks.close(ctx) }},
+			start: func(context.Context) error {
+				e.acks = settle.New(e.ctx, settle.Config{Pool: e.pool, SQL: e.csql, Hold: e.cfg.Fusion.Hold,
+					Timeout: e.cfg.StatementTimeout})
+				return nil
+			},
+			stop: func(ctx context.Context) error { return e.acks.Close(ctx) }},
 		{name: "push fusion",
 			start: func(context.Context) error { e.push = newPusher(e); return nil },
 			stop:  func(ctx context.Context) error { return e.push.close(ctx) }},

@@ -1,7 +1,6 @@
 package queen
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/settle"
 	"github.com/e03140bc/queen/internal/wake"
 )
 
@@ -296,7 +296,7 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		if len(tx.ops) == 0 {
 			return nil
 		}
-		sts, err := e.settleInTx(ctx, ptx, tx.ops)
+		sts, err := settle.InTx(ctx, e.csql, ptx, settleParams(tx.ops))
 		if err != nil {
 			return err
 		}
@@ -308,50 +308,4 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		}
 		return nil
 	})
-}
-
-// settleInTx applies ops on tx and returns each op's status: a per-key
-// handler's messages through settle_keyed (that offset alone), the others
-// through settle. The calls follow the ops in ascending (partition, group),
-// one per run of a kind, so the cursor rows are locked in the global order
-// even when both kinds are mixed.
-func (e *engine) settleInTx(ctx context.Context, tx pgx.Tx, ops []settleOp) ([]int16, error) {
-	idx := make([]int, len(ops))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		return cmp.Or(cmp.Compare(ops[a].m.pid, ops[b].m.pid), cmp.Compare(ops[a].m.Group, ops[b].m.Group))
-	})
-	out := make([]int16, len(ops))
-	for len(idx) > 0 {
-		keyed := ops[idx[0]].keyed != nil
-		n := 1
-		for n < len(idx) && (ops[idx[n]].keyed != nil) == keyed {
-			n++
-		}
-		run := make([]settleOp, n)
-		for k, i := range idx[:n] {
-			run[k] = ops[i]
-		}
-		if keyed {
-			sts, err := e.settleKeyedSQL(ctx, tx, run)
-			if err != nil {
-				return nil, err
-			}
-			for k, i := range idx[:n] {
-				out[i] = sts[k][0]
-			}
-		} else {
-			sts, err := e.settleSQL(ctx, tx, run)
-			if err != nil {
-				return nil, err
-			}
-			for k, i := range idx[:n] {
-				out[i] = sts[k]
-			}
-		}
-		idx = idx[n:]
-	}
-	return out, nil
 }

@@ -3,6 +3,7 @@ package fusion
 import (
 	"context"
 	"errors"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,6 +245,33 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 	case <-e.closing:
 		sub.refuse()
 		return ErrClosed
+	}
+}
+
+// SubmitWait submits each of groups' n (key, items) pairs and returns once
+// every one has been resolved, or when ctx ends, or with ErrClosed. Each
+// item carries its own verdict. On an error, pairs already submitted may
+// still commit: the caller learns only that the call as a whole did not
+// complete.
+func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K, []T]) error {
+	var pending atomic.Int32
+	pending.Store(int32(n))
+	done := make(chan struct{})
+	groupDone := func() {
+		if pending.Add(-1) == 0 {
+			close(done)
+		}
+	}
+	for k, items := range groups {
+		if err := e.Submit(ctx, k, items, groupDone); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

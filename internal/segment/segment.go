@@ -26,6 +26,8 @@ import (
 	"runtime"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/e03140bc/queen/internal/frame"
 )
 
 // Codec header values.
@@ -179,4 +181,13 @@ func Decompress(dst, blob []byte) ([]byte, error) {
 	default:
 		return dst, fmt.Errorf("%w: unknown codec %d", ErrCorrupt, blob[0])
 	}
+}
+
+// Single is the raw-codec blob holding f alone: what a re-enqueue appends
+// (a failure the skip policy sends to the tail, a requeued dead letter), the
+// frame exactly as it was stored. Raw because one frame is below
+// MinCompress in the common case, and because the previous release's
+// raw_segment builds the same.
+func Single(f *frame.Frame) []byte {
+	return frame.Append(append(make([]byte, 0, 1+frame.Size(f)), CodecRaw), f)
 }

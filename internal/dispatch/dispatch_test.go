@@ -1,0 +1,205 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type batch struct {
+	pid int64
+	seq int // per partition, in claim order
+}
+
+type wakes struct{ ch chan struct{} }
+
+func (w wakes) C() <-chan struct{}  { return w.ch }
+func (w wakes) TakeHints() []string { return nil }
+
+// source hands out batches of a few partitions, the same partition again
+// while an earlier batch of it may still be in hand (as after a lost lease),
+// and records what the loop does with them.
+type source struct {
+	mu        sync.Mutex
+	next      map[int64]int
+	claimed   int
+	left      int
+	asked     []int
+	running   map[int64]bool
+	handled   map[int64][]int
+	overlap   atomic.Bool
+	active    atomic.Int32
+	maxActive atomic.Int32
+}
+
+func newSource(total int) *source {
+	return &source{next: map[int64]int{}, left: total, running: map[int64]bool{}, handled: map[int64][]int{}}
+}
+
+func (s *source) claim(_ context.Context, _ []string, n int) ([]batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, n)
+	var out []batch
+	seen := map[int64]bool{}
+	for range n {
+		if s.left == 0 {
+			break
+		}
+		pid := rand.Int64N(4)
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		out = append(out, batch{pid, s.next[pid]})
+		s.next[pid]++
+		s.left--
+		s.claimed++
+	}
+	return out, nil
+}
+
+func (s *source) handle(b batch) func() {
+	s.mu.Lock()
+	if s.running[b.pid] {
+		s.overlap.Store(true)
+	}
+	s.running[b.pid] = true
+	s.mu.Unlock()
+	a := s.active.Add(1)
+	for {
+		m := s.maxActive.Load()
+		if a <= m || s.maxActive.CompareAndSwap(m, a) {
+			break
+		}
+	}
+	time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+	s.active.Add(-1)
+	return func() {
+		s.mu.Lock()
+		s.running[b.pid] = false
+		s.handled[b.pid] = append(s.handled[b.pid], b.seq)
+		s.mu.Unlock()
+	}
+}
+
+func (s *source) done() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, h := range s.handled {
+		n += len(h)
+	}
+	return n
+}
+
+func config(s *source, workers, hold int) Config[batch] {
+	return Config[batch]{
+		Workers: workers, Hold: hold,
+		Claim:     s.claim,
+		Handle:    s.handle,
+		Partition: func(b batch) int64 { return b.pid },
+		Wake:      wakes{make(chan struct{})},
+		Rescan:    time.Millisecond,
+		Failed:    func(err error, _ time.Duration) error { return err },
+	}
+}
+
+// Every claimed batch is handled and settled once, a partition's batches in
+// claim order and never two at once, at most Workers handlers run at once
+// and no claim asks for more than Hold.
+func TestRunHandlesEachBatchInPartitionOrder(t *testing.T) {
+	const total = 2000
+	s := newSource(total)
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- Run(stop, config(s, 3, 6)) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+	if s.overlap.Load() {
+		t.Fatal("two batches of one partition were handled at once")
+	}
+	if m := s.maxActive.Load(); m > 3 {
+		t.Fatalf("%d handlers ran at once, want at most 3", m)
+	}
+	for pid, seqs := range s.handled {
+		for i, q := range seqs {
+			if q != i {
+				t.Fatalf("partition %d handled out of order: %v", pid, seqs[:i+1])
+			}
+		}
+	}
+	for _, n := range s.asked {
+		if n < 1 || n > 6 {
+			t.Fatalf("a claim asked for %d, want 1..6", n)
+		}
+	}
+}
+
+// A claim error that Failed turns fatal ends Run with it, after the batches
+// that claim returned are handled; one it retries is claimed again after
+// the backoff Failed was told of.
+func TestRunClaimFailure(t *testing.T) {
+	fatal := errors.New("fatal")
+	var calls atomic.Int32
+	var handled atomic.Int32
+	var waits []time.Duration
+	cfg := Config[batch]{
+		Workers: 2, Hold: 2,
+		Claim: func(context.Context, []string, int) ([]batch, error) {
+			switch calls.Add(1) {
+			case 1:
+				return nil, errors.New("transient")
+			case 2:
+				return []batch{{pid: 1}}, fatal
+			}
+			t.Error("claimed after a fatal error")
+			return nil, nil
+		},
+		Handle: func(batch) func() {
+			handled.Add(1)
+			return nil
+		},
+		Partition: func(b batch) int64 { return b.pid },
+		Wake:      wakes{make(chan struct{})},
+		Rescan:    time.Hour,
+		Failed: func(err error, wait time.Duration) error {
+			waits = append(waits, wait)
+			if errors.Is(err, fatal) {
+				return err
+			}
+			return nil
+		},
+	}
+	start := time.Now()
+	if err := Run(context.Background(), cfg); !errors.Is(err, fatal) {
+		t.Fatalf("Run = %v, want %v", err, fatal)
+	}
+	if handled.Load() != 1 {
+		t.Fatalf("handled %d batches, want the failed claim's 1", handled.Load())
+	}
+	if len(waits) != 2 || waits[0] < BackoffMin/2 || waits[0] > BackoffMin || waits[1] < BackoffMin || waits[1] > 2*BackoffMin {
+		t.Fatalf("backoffs %v, want one in [%v, %v] then one in [%v, %v]", waits, BackoffMin/2, BackoffMin, BackoffMin, 2*BackoffMin)
+	}
+	if el := time.Since(start); el < waits[0] {
+		t.Fatalf("claimed again after %v, before the backoff %v", el, waits[0])
+	}
+}
