@@ -1,7 +1,6 @@
 package queen
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"math"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+
+	"github.com/e03140bc/queen/internal/perkey"
 )
 
 // keyCheckpoint is how often a per-key batch that runs long writes the
@@ -17,33 +18,9 @@ import (
 // failure and the batch's end): what a crash can lose.
 const keyCheckpoint = time.Second
 
-// keyLane is one ordering key's messages in a leased batch, in offset order.
-type keyLane struct {
-	msgs   []*Message
-	next   int  // the next message to start
-	paused bool // a failure stopped the key for this batch
-	held   bool // stopping: the rest is handed back
-}
-
-// laneHeap orders the keys ready to start by their next offset, so the
-// partition's cursor advances as fast as the keys allow.
-type laneHeap []*keyLane
-
-func (h laneHeap) Len() int { return len(h) }
-func (h laneHeap) Less(i, j int) bool {
-	return h[i].msgs[h[i].next].Offset < h[j].msgs[h[j].next].Offset
-}
-func (h laneHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *laneHeap) Push(x any)   { *h = append(*h, x.(*keyLane)) }
-func (h *laneHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return l
-}
-
 // keyBatch is one leased partition batch handled per key (KeyConcurrency
-// > 1).
+// > 1): package perkey schedules the handlers, keyBatch settles their
+// outcomes.
 type keyBatch struct {
 	c    *consumer
 	head *Message // names the partition, group and lease
@@ -51,12 +28,7 @@ type keyBatch struct {
 	stat *keyStat
 
 	mu      sync.Mutex
-	wake    *sync.Cond // a handler finished
-	ready   laneHeap
-	lanes   []*keyLane
-	running int
-	paused  int // keys paused in this batch
-	started bool
+	paused  int        // keys paused in this batch
 	pending []keyedRow // outcomes not written yet
 }
 
@@ -69,31 +41,36 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	q := c.q
 	e := q.c.e
 	b := &keyBatch{c: c, head: msgs[0]}
-	b.wake = sync.NewCond(&b.mu)
-	byKey := map[string]*keyLane{}
 	for _, m := range msgs {
 		m.keyed = !c.po.AutoAck
-		l := byKey[m.Key]
-		if l == nil {
-			l = &keyLane{}
-			byKey[m.Key] = l
-			b.lanes = append(b.lanes, l)
-		}
-		l.msgs = append(l.msgs, m)
 	}
-	b.ready = append(laneHeap(nil), b.lanes...)
-	heap.Init(&b.ready)
+	keys := perkey.New(perkey.Config[*Message]{
+		Limit:  c.keyConc,
+		Key:    func(m *Message) string { return m.Key },
+		Offset: func(m *Message) int64 { return m.Offset },
+		// An auto-acked batch never stops: the claim consumed it, so a
+		// message not started would be lost unseen; as without keys, every
+		// one reaches the handler (with a cancelled context once Consume
+		// stops).
+		Stop: func() bool {
+			return !c.po.AutoAck && (c.stop.Err() != nil || time.Now().UnixNano() >= b.exp.Load())
+		},
+		Handle: b.handle,
+	}, msgs)
 	sk := keyStatKey{q.c.tenant, q.name, b.head.Group, b.head.Partition}
 	b.stat = e.keyStats.acquire(sk)
 	defer func() {
-		b.stat.paused.Add(-int64(b.paused))
+		b.mu.Lock()
+		paused := b.paused
+		b.mu.Unlock()
+		b.stat.paused.Add(-int64(paused))
 		e.keyStats.release(sk)
 	}()
 
 	if c.po.AutoAck {
 		// Already committed by the claim: nothing to settle or pause.
 		b.exp.Store(math.MaxInt64)
-		b.run()
+		keys.Run()
 		return nil
 	}
 	b.exp.Store(b.head.LeaseExpiresAt.UnixNano())
@@ -119,7 +96,7 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 			b.checkpoint()
 		}
 	})
-	b.run()
+	keys.Run()
 	close(done)
 	wg.Wait()
 	stopRenew()
@@ -128,16 +105,11 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	if c.stop.Err() != nil {
 		// Stopping: hand back what was not started, uncharged, except a
 		// paused key's (its failure already counted this delivery).
-		for _, l := range b.lanes {
-			if l.paused {
-				continue
-			}
-			for _, m := range l.msgs[l.next:] {
-				rows = append(rows, keyedRow{m: m, act: actInterrupt})
-			}
+		for m := range keys.Unstarted() {
+			rows = append(rows, keyedRow{m: m, act: actInterrupt})
 		}
 	}
-	if !b.started && len(rows) == 0 {
+	if !keys.Started() && len(rows) == 0 {
 		if b.exp.Load() == 0 {
 			c.dm.leaseLost(context.Background())
 		}
@@ -159,47 +131,22 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	}
 }
 
-// run starts handlers until every key is done, paused or the batch must
-// stop (Consume stopping, the lease ended), and returns once the started
-// ones have returned. An auto-acked batch never stops: the claim consumed
-// it, so a message not started would be lost unseen; as without keys, every
-// one reaches the handler (with a cancelled context once Consume stops).
-func (b *keyBatch) run() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for {
-		stop := !b.c.po.AutoAck && (b.c.stop.Err() != nil || time.Now().UnixNano() >= b.exp.Load())
-		for !stop && b.running < b.c.keyConc && b.ready.Len() > 0 {
-			l := heap.Pop(&b.ready).(*keyLane)
-			m := l.msgs[l.next]
-			l.next++
-			b.running++
-			b.started = true
-			b.stat.inFlight.Add(1)
-			go b.handle(l, m)
-		}
-		if b.running == 0 && (stop || b.ready.Len() == 0) {
-			return
-		}
-		b.wake.Wait()
-	}
-}
-
 // handle runs one message's handler and records its outcome; a failure is
 // written at once, because its verdict decides whether the key goes on.
-func (b *keyBatch) handle(l *keyLane, m *Message) {
+func (b *keyBatch) handle(m *Message) perkey.Outcome {
 	c := b.c
 	var exp *atomic.Int64
 	if !c.po.AutoAck {
 		exp = &b.exp
 	}
+	b.stat.inFlight.Add(1)
+	defer b.stat.inFlight.Add(-1)
 	err := c.call(m, exp)
-	var pause, hold bool
 	switch {
 	case errors.Is(err, errLeaseEnded):
 		// Not started: nothing to settle, and the key stops here (the
 		// lease is over, so the batch starts nothing more anyway).
-		hold = true
+		return perkey.Hold
 	case c.po.AutoAck:
 		if err != nil {
 			c.q.c.e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", c.q.name,
@@ -215,25 +162,17 @@ func (b *keyBatch) handle(l *keyLane, m *Message) {
 		b.mu.Lock()
 		b.pending = append(b.pending, keyedRow{m: m, act: actInterrupt})
 		b.mu.Unlock()
-		hold = true
+		return perkey.Hold
 	default:
-		pause = b.fail(keyedRow{m: m, act: actFail, reason: reasonText(err)})
+		if b.fail(keyedRow{m: m, act: actFail, reason: reasonText(err)}) {
+			b.mu.Lock()
+			b.paused++
+			b.mu.Unlock()
+			b.stat.paused.Add(1)
+			return perkey.Pause
+		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.running--
-	b.stat.inFlight.Add(-1)
-	switch {
-	case pause:
-		l.paused = true
-		b.paused++
-		b.stat.paused.Add(1)
-	case hold:
-		l.held = true
-	case l.next < len(l.msgs):
-		heap.Push(&b.ready, l)
-	}
-	b.wake.Signal()
+	return perkey.Next
 }
 
 // fail writes a failure together with the outcomes not written yet and
