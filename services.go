@@ -71,7 +71,12 @@ func (e *engine) services() []service {
 				e.wake = wake.New(e.ctx, wake.Config{
 					Pool: e.pool, Notify: e.sql.Notify, Channel: e.sql.Channel,
 					Timeout: e.cfg.StatementTimeout, Log: e.log,
-					OnMaintenance: func() { e.refreshMaintenance(e.ctx) },
+					// The listener starts after the drain.
+					OnMaintenance: func() {
+						if e.refreshMaintenance(e.ctx) {
+							e.drain.kick()
+						}
+					},
 				})
 				return nil
 			},

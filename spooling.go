@@ -410,6 +410,8 @@ func (d *drainer) run() {
 				continue // a failing database is retried on the backoff timer
 			}
 		}
+		// Not a kick: this pass replays if maintenance just ended, and the
+		// loop may run before Open has published the drain.
 		e.refreshMaintenance(d.ctx)
 		if s := e.encSet.Load(); s == nil || time.Since(s.at) >= metaTTL {
 			e.refreshEncrypted(d.ctx)
@@ -589,16 +591,18 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 // saw it.
 func (c *Client) Maintenance() bool { return c.e.maintOn.Load() }
 
-func (e *engine) refreshMaintenance(ctx context.Context) {
+// refreshMaintenance re-reads the maintenance flag and reports whether
+// maintenance mode just ended, which is when the drain must replay. The
+// drain's own loop replays in the same pass; other callers kick it.
+func (e *engine) refreshMaintenance(ctx context.Context) (ended bool) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
 	defer cancel()
 	var on bool
 	if err := e.pool.QueryRow(ctx, e.sql.GetMaintenance).Scan(&on); err != nil {
-		return // keep the last known state while the database is away
+		return false // keep the last known state while the database is away
 	}
-	if was := e.maintOn.Swap(on); was && !on {
-		e.drain.kick()
-	}
+	was := e.maintOn.Swap(on)
+	return was && !on
 }
 
 // encQueueSet is the schema's encrypted queues as last read. A client
