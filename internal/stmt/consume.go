@@ -2,20 +2,10 @@ package stmt
 
 // Consume is the consumption side's statements, rendered for one schema.
 type Consume struct {
-	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
-	// (NULL = any), $5 hinted partitions, $6 batch (in all), $7 partitions,
-	// $8 lease ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11
-	// subscription mode, $12 subscription time, $13 batch per partition. One
-	// row per delivered segment, with the failures a re-enqueued segment's
-	// message carries and, on a partition's first row, the cursor's
-	// out-of-order settled offsets and failure entries.
+	// Pop claims and leases (see Pop): one row per delivered segment.
 	Pop string
-	// PopDeadLetter dead-letters messages a pop claimed but cannot decode:
-	// $1 partition id, $2 group, $3 lease (NULL: auto-acked), $4 the
-	// lease's new last offset (NULL: unchanged), then per message $5
-	// offsets, $6 ids, $7 transaction ids, $8 flags, $9 payloads, $10
-	// created at, $11 reasons, $12 keys. One boolean: false if the lease is
-	// lost.
+	// PopDeadLetter dead-letters messages a pop claimed but cannot decode
+	// (see PopDeadLetter).
 	PopDeadLetter string
 	// Settle applies acks, failures, retries and dead letters, one result
 	// per input in input order; $16 holds each failure's re-enqueue segment
@@ -34,8 +24,7 @@ type Consume struct {
 	// AckMany commits pure acks set-based: $1 partition ids, $2 groups,
 	// $3 leases, $4 offsets; at most one per (partition, group).
 	AckMany string
-	// Extend renews a live lease: $1 partition id, $2 group, $3 lease id,
-	// $4 milliseconds from now. No row means the lease is lost.
+	// Extend renews a live lease (see Extend).
 	Extend string
 	// Status lists every partition of ($1 tenant, $2 queue) with each
 	// group's cursor and lease and whether the group is paused; a partition
