@@ -33,23 +33,19 @@ type Set struct {
 	// the segment is keyed). Then nothing was written.
 	AppendSegment string
 	// MarkKeyed marks queues keyed ahead of a push in a caller's
-	// transaction: $1 tenant, $2 names. It returns the names keyed now.
+	// transaction (see MarkKeyed).
 	MarkKeyed string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
-	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted, its lane
-	// count and whether it has a dedup window: the options the push path
-	// needs.
+	// QueueMeta reads the options of a queue the push path needs (see
+	// QueueMeta).
 	QueueMeta string
-	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
-	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7
-	// encryption, $8 delayed ms, $9 window buffer ms, $10 retention ms, $11
-	// completed retention ms, $12 failure policy, $13 lanes. No row: the
-	// queue is keyed and $13 is not its lane count (nothing changed).
+	// QueueUpsert creates or updates a queue's options (see QueueUpsert).
 	QueueUpsert string
-	// QueueDelete deletes ($1 tenant, $2 name) with its partitions' data.
+	// QueueDelete deletes a queue with its partitions' data (see
+	// QueueDelete).
 	QueueDelete string
-	// Notify wakes other processes: $1 payload.
+	// Notify wakes other processes (see Notify).
 	Notify string
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
@@ -65,7 +61,7 @@ type Set struct {
 	PurgePartition string // ($1 pid, $2 idle ms)
 	LagByGroup     string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
-	// maintenance flag ($1 on).
+	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
 	SetMaintenance string
 	// MaintenanceLockKey is the advisory lock that elects one maintainer.
