@@ -50,16 +50,14 @@ type Set struct {
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
 
-	// MaintenanceWindow: partition ids after $1, at most $2, in id order.
+	// The maintenance pass's statements (see the functions of the same
+	// names).
 	MaintenanceWindow string
-	// MaintenanceDue: for partitions $1, whether retention and the hash
-	// purge have work ($2 the hash floor ms), how long hash rows stay, and
-	// whether the partition is empty and unwritten for $3 ms (0: never).
-	MaintenanceDue string
-	RetentionStep  string // ($1 pid, $2 max segments)
-	PurgeTxnsStep  string // ($1 pid, $2 keep ms, $3 max rows)
-	PurgePartition string // ($1 pid, $2 idle ms)
-	LagByGroup     string
+	MaintenanceDue    string
+	RetentionStep     string
+	PurgeTxnsStep     string
+	PurgePartition    string
+	LagByGroup        string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
 	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
