@@ -1,7 +1,13 @@
 // Package stmt holds queen's SQL statements: the text in this directory's
 // *.sql files (one "-- name: Field" block per statement, {{schema}} for the
-// schema), the parameters and result columns in the doc of the Set or
-// Consume field each fills. The functions they call live in sqlschema's
+// schema), each filling a field of Set or Consume. Most statements have a
+// function of the field's name that runs it: a params struct in, typed rows
+// out, so callers pass no positional arguments and scan no columns. The
+// push statements (PushBundle, PushSegment, AppendSegment, SegmentAt) are
+// run by package alloc, whose Segment and Verdict are their types. A
+// previous release's statements (see Use) name fewer parameters and
+// columns; the functions here absorb that (Args, ScanRow), so callers see
+// one shape. The functions the statements call live in sqlschema's
 // function layer. Statements are rendered once per schema and then used as
 // constants, so pgx caches their prepared forms per connection.
 package stmt
