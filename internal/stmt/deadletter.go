@@ -48,7 +48,7 @@ type DeadLetterRow struct {
 
 // DeadLetters runs c.DeadLetters for page on q.
 func DeadLetters(ctx context.Context, c *Consume, q Querier, page DeadLetterPage) ([]DeadLetterRow, error) {
-	rows, err := q.Query(ctx, c.DeadLetters, Args(c.DeadLetters, page.Queue.Tenant, page.Queue.Name, page.Groups,
+	rows, err := q.Query(ctx, c.DeadLetters, prefixArgs(c.DeadLetters, page.Queue.Tenant, page.Queue.Name, page.Groups,
 		page.Partition, page.Since, page.Until, page.After, page.Limit, page.IDs, page.MaxID)...)
 	if err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ type RequeueCandidate struct {
 // RequeueCandidates runs c.RequeueCandidates for page on q; encrypted says
 // whether the queue is (QueueIDEnc).
 func RequeueCandidates(ctx context.Context, c *Consume, q Querier, page DeadLetterPage, encrypted bool) ([]RequeueCandidate, error) {
-	rows, err := q.Query(ctx, c.RequeueCandidates, Args(c.RequeueCandidates, page.Queue.Tenant, page.Queue.Name,
+	rows, err := q.Query(ctx, c.RequeueCandidates, prefixArgs(c.RequeueCandidates, page.Queue.Tenant, page.Queue.Name,
 		page.Groups, page.Partition, page.Since, page.Until, page.After, page.Limit, encrypted, page.IDs, page.MaxID)...)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func Requeue(ctx context.Context, c *Consume, q Querier, queueID int64, in []Req
 	for i, p := range in {
 		ids[i], hashes[i], payloads[i], flags[i], blobs[i] = p.ID, p.Hash, p.Payload, p.Flags, p.Segment
 	}
-	rows, err := q.Query(ctx, c.Requeue, Args(c.Requeue, queueID, ids, hashes, payloads, flags, blobs)...)
+	rows, err := q.Query(ctx, c.Requeue, prefixArgs(c.Requeue, queueID, ids, hashes, payloads, flags, blobs)...)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ type QueueMetaRow struct {
 // QueueMeta runs s.QueueMeta for queue on q, or pgx.ErrNoRows when the
 // queue does not exist. Fields m has no column for keep their values.
 func QueueMeta(ctx context.Context, s *Set, q Querier, queue QueueRef, m *QueueMetaRow) error {
-	return ScanRow(ctx, q, s.QueueMeta, []any{queue.Tenant, queue.Name}, &m.Encryption, &m.Lanes, &m.Dedup)
+	return scanPrefix(ctx, q, s.QueueMeta, []any{queue.Tenant, queue.Name}, &m.Encryption, &m.Lanes, &m.Dedup)
 }
 
 // QueueUpsertParams is the input of QueueUpsert: a queue's options as

@@ -6,10 +6,11 @@
 // push statements (PushBundle, PushSegment, AppendSegment, SegmentAt) are
 // run by package alloc, whose Segment and Verdict are their types. A
 // previous release's statements (see Use) name fewer parameters and
-// columns; the functions here absorb that (Args, ScanRow), so callers see
-// one shape. The functions the statements call live in sqlschema's
-// function layer. Statements are rendered once per schema and then used as
-// constants, so pgx caches their prepared forms per connection.
+// columns; the functions here absorb that (prefixArgs, scanPrefix), so
+// callers see one shape. The functions the statements call live in
+// sqlschema's function layer. Statements are rendered once per schema and
+// then used as constants, so pgx caches their prepared forms per
+// connection.
 package stmt
 
 import (
