@@ -268,8 +268,7 @@ func (e *engine) extend(ctx context.Context, m *Message, d time.Duration) (time.
 	if e.isClosed() {
 		return time.Time{}, ErrClosed
 	}
-	var exp time.Time
-	err := e.pool.QueryRow(ctx, e.csql.Extend, m.pid, m.Group, m.lease, max(d.Milliseconds(), 1)).Scan(&exp)
+	exp, err := stmt.Extend(ctx, e.csql, e.pool, m.leaseOf(), d)
 	if err != nil {
 		if isNoRows(err) {
 			return exp, ErrLeaseLost

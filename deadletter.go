@@ -69,22 +69,24 @@ func (o DeadLetterQuery) limit() int {
 	return min(o.Limit, 10_000)
 }
 
-// filters are the query's optional filters as statement arguments (NULL
-// when unset).
-func (o DeadLetterQuery) filters() (part *string, since, until *time.Time, maxID *int64) {
+// page is the query on q as the statements take it (NULL for an unset
+// filter).
+func (o DeadLetterQuery) page(q *Queue) stmt.DeadLetterPage {
+	p := stmt.DeadLetterPage{Queue: stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, Groups: o.Groups,
+		After: o.After, Limit: o.Limit, IDs: o.IDs}
 	if o.Partition != "" {
-		part = &o.Partition
+		p.Partition = &o.Partition
 	}
 	if !o.Since.IsZero() {
-		since = &o.Since
+		p.Since = &o.Since
 	}
 	if !o.Until.IsZero() {
-		until = &o.Until
+		p.Until = &o.Until
 	}
 	if o.MaxID > 0 {
-		maxID = &o.MaxID
+		p.MaxID = &o.MaxID
 	}
-	return part, since, until, maxID
+	return p
 }
 
 // check refuses a query no dead letter could be meant by.
@@ -111,38 +113,29 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 		return nil, err
 	}
 	o.Limit = o.limit()
-	part, since, until, maxID := o.filters()
-	rows, err := e.pool.Query(ctx, e.csql.DeadLetters, stmt.Args(e.csql.DeadLetters, q.c.tenant, q.name, o.Groups, part,
-		since, until, o.After, o.Limit, o.IDs, maxID)...)
+	rows, err := stmt.DeadLetters(ctx, e.csql, e.pool, o.page(q))
 	if err != nil {
 		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 	}
-	defer rows.Close()
 	var out []DeadLetter
-	for rows.Next() {
-		d := DeadLetter{Queue: q.name}
-		var flags int32
-		var reason *string
-		var hdrs []byte
-		if err := rows.Scan(&d.ID, &d.Partition, &d.Group, &d.Offset, &d.MessageID, &d.TransactionID, &flags,
-			&d.Data, &d.CreatedAt, &d.Attempts, &reason, &d.DeadAt, &d.Key, &hdrs); err != nil {
-			return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
+	for _, r := range rows {
+		d := DeadLetter{
+			ID: r.ID, Queue: q.name, Partition: r.Partition, Group: r.Group, Offset: r.Offset, MessageID: r.MessageID,
+			TransactionID: r.TransactionID, Key: r.Key, Data: r.Payload, CreatedAt: r.CreatedAt, Attempts: int(r.Attempts),
+			DeadAt: r.DeadAt,
 		}
-		if reason != nil {
-			d.Reason = *reason
+		if r.Reason != nil {
+			d.Reason = *r.Reason
 		}
-		if d.Headers, err = frame.DecodeHeaders(hdrs); err != nil {
+		if d.Headers, err = frame.DecodeHeaders(r.Headers); err != nil {
 			return nil, fmt.Errorf("queen: dead letter %d: headers: %w", d.ID, err)
 		}
-		if byte(flags)&frame.FlagEncrypted != 0 {
-			if d.Data, err = e.keys.Open(q.c.tenant, q.name, d.Partition, d.Key, hdrs, d.MessageID, d.Data); err != nil {
+		if byte(r.Flags)&frame.FlagEncrypted != 0 {
+			if d.Data, err = e.keys.Open(q.c.tenant, q.name, d.Partition, d.Key, r.Headers, d.MessageID, d.Data); err != nil {
 				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}
 		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)
 	}
 	return out, nil
 }

@@ -65,62 +65,42 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	rows, err := e.pool.Query(ctx, e.csql.Queues, c.tenant)
+	rows, err := stmt.Queues(ctx, e.csql, e.pool, c.tenant)
 	if err != nil {
 		return nil, fmt.Errorf("queen: queues: %w", err)
 	}
-	defer rows.Close()
 	var out []QueueInfo
-	for rows.Next() {
-		var (
-			qi                                                   QueueInfo
-			leaseMs, dedupMs, delayMs, windowMs, retMs, compRtMs int64
-			retry, lanes                                         int32
-			policy                                               string
-			parts                                                int64
-			oldest                                               *time.Time
-			group                                                *string
-			lag                                                  *int64
-			head                                                 *time.Time
-			paused                                               bool
-			now                                                  time.Time
-		)
-		if err := rows.Scan(&qi.Name, &qi.Tenant, &leaseMs, &retry, &qi.Options.DeadLetter, &dedupMs, &qi.Options.Encryption,
-			&delayMs, &windowMs, &retMs, &compRtMs, &policy, &lanes, &parts, &qi.Depth, &oldest,
-			&qi.Pushed, &qi.DeadLetters, &group, &lag, &head, &paused, &now, &qi.LastDeadLetterID); err != nil {
-			return nil, fmt.Errorf("queen: queues: %w", err)
-		}
-		if n := len(out); n == 0 || out[n-1].Name != qi.Name {
+	for _, r := range rows {
+		if n := len(out); n == 0 || out[n-1].Name != r.Name {
 			ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-			qi.Options.LeaseTime, qi.Options.DedupWindow = ms(leaseMs), ms(dedupMs)
-			qi.Options.DelayedProcessing, qi.Options.WindowBuffer = ms(delayMs), ms(windowMs)
-			qi.Options.Retention, qi.Options.CompletedRetention = ms(retMs), ms(compRtMs)
-			qi.Options.RetryLimit = int(retry)
-			if retry == 0 {
+			qi := QueueInfo{Name: r.Name, Tenant: r.Tenant, Depth: r.Depth, Pushed: r.Pushed, DeadLetters: r.DeadLetters,
+				LastDeadLetterID: r.LastDeadLetter, Partitions: int(r.Partitions)}
+			qi.Options.DeadLetter, qi.Options.Encryption = r.DeadLetter, r.Encryption
+			qi.Options.LeaseTime, qi.Options.DedupWindow = ms(r.LeaseMs), ms(r.DedupWindowMs)
+			qi.Options.DelayedProcessing, qi.Options.WindowBuffer = ms(r.DelayedMs), ms(r.WindowBufferMs)
+			qi.Options.Retention, qi.Options.CompletedRetention = ms(r.RetentionMs), ms(r.CompletedRetention)
+			qi.Options.RetryLimit = int(r.RetryLimit)
+			if r.RetryLimit == 0 {
 				qi.Options.RetryLimit = -1 // stored 0 is "none"; 0 in QueueOptions means the default
 			}
-			qi.Options.FailurePolicy, qi.Options.Lanes = FailurePolicy(policy), int(lanes)
-			qi.Partitions = int(parts)
-			if qi.Depth > 0 && oldest != nil {
-				qi.OldestAge = max(now.Sub(*oldest), 0)
+			qi.Options.FailurePolicy, qi.Options.Lanes = FailurePolicy(r.FailurePolicy), int(r.Lanes)
+			if qi.Depth > 0 && r.Oldest != nil {
+				qi.OldestAge = max(r.Now.Sub(*r.Oldest), 0)
 			}
 			out = append(out, qi)
 		}
-		if group == nil {
+		if r.Group == nil {
 			continue
 		}
-		g := QueueGroupInfo{Group: *group, Paused: paused}
-		if lag != nil {
-			g.Lag = *lag
+		g := QueueGroupInfo{Group: *r.Group, Paused: r.Paused}
+		if r.Lag != nil {
+			g.Lag = *r.Lag
 		}
-		if g.Lag > 0 && head != nil {
-			g.LagAge = max(now.Sub(*head), 0)
+		if g.Lag > 0 && r.Head != nil {
+			g.LagAge = max(r.Now.Sub(*r.Head), 0)
 		}
 		last := &out[len(out)-1]
 		last.Groups = append(last.Groups, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queen: queues: %w", err)
 	}
 	return out, nil
 }
@@ -137,7 +117,7 @@ func (q *Queue) Pause(ctx context.Context, group string) error {
 	if err := q.checkGroup(group); err != nil {
 		return err
 	}
-	if _, err := e.pool.Exec(ctx, e.csql.Pause, q.c.tenant, q.name, group); err != nil {
+	if err := stmt.Pause(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group); err != nil {
 		return fmt.Errorf("queen: pause %q group %q: %w", q.name, group, err)
 	}
 	return nil
@@ -151,19 +131,11 @@ func (q *Queue) Resume(ctx context.Context, group string) error {
 	if err := q.checkGroup(group); err != nil {
 		return err
 	}
-	rows, err := e.pool.Query(ctx, e.csql.Resume, q.c.tenant, q.name, group)
+	had, err := stmt.Resume(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group)
 	if err != nil {
 		return fmt.Errorf("queen: resume %q group %q: %w", q.name, group, err)
 	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("queen: resume %q group %q: %w", q.name, group, err)
-	}
-	if n > 0 {
+	if had {
 		e.wake.Woken(q.c.tenant, q.name)
 	}
 	return nil
@@ -220,92 +192,52 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		return 0, err
 	}
 	o.Limit = o.limit()
-	var qid int64
-	var enc bool
-	if err := e.pool.QueryRow(ctx, e.csql.QueueIDEnc, q.c.tenant, q.name).Scan(&qid, &enc); err != nil {
+	ref := stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}
+	qid, enc, err := stmt.QueueIDEnc(ctx, e.csql, e.pool, ref)
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
-	part, since, until, maxID := o.filters()
-	rows, err := e.pool.Query(ctx, e.csql.RequeueCandidates, stmt.Args(e.csql.RequeueCandidates, q.c.tenant, q.name,
-		o.Groups, part, since, until, o.After, o.Limit, enc, o.IDs, maxID)...)
+	cands, err := stmt.RequeueCandidates(ctx, e.csql, e.pool, o.page(q), enc)
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
-	var (
-		ids      []int64
-		hashes   [][]byte
-		payloads [][]byte // what a sealed dead letter's replace (the previous release's arguments)
-		flags    []*int32
-		blobs    [][]byte
-	)
-	for rows.Next() {
-		var (
-			id      int64
-			txn     string
-			reseal  bool
-			payload []byte
-			pname   string
-			mid     uuid.UUID
-			key     string
-			hdrs    []byte
-			fl      int32
-		)
-		if err := rows.Scan(&id, &txn, &reseal, &payload, &pname, &mid, &key, &hdrs, &fl); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
-		}
-		var newPay []byte
-		var newFl *int32
-		if reseal {
-			if !e.keys.CanSeal() {
-				rows.Close()
-				return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
-					ErrEncryption, id, q.name)
-			}
-			payload, fl = e.keys.Seal(q.c.tenant, q.name, pname, key, hdrs, mid, payload), fl|int32(frame.FlagEncrypted)
-			newPay, newFl = payload, &fl
-		}
-		h := dedup.Sum(txn)
-		// The copy's frame: the dead letter's, with the payload as stored
-		// (or as sealed just now).
-		blob := segment.Single(&frame.Frame{ID: mid, Flags: byte(fl), TransactionID: txn, Key: key, Headers: hdrs,
-			Payload: payload})
-		ids, hashes, blobs = append(ids, id), append(hashes, h[:]), append(blobs, blob)
-		payloads, flags = append(payloads, newPay), append(flags, newFl)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
-	}
-	if len(ids) == 0 {
+	if len(cands) == 0 {
 		return 0, nil
 	}
-	rows, err = e.pool.Query(ctx, e.csql.Requeue, stmt.Args(e.csql.Requeue, qid, ids, hashes, payloads, flags, blobs)...)
+	in := make([]stmt.RequeueParams, 0, len(cands))
+	for _, c := range cands {
+		payload, fl := c.Payload, c.Flags
+		p := stmt.RequeueParams{ID: c.ID}
+		if c.Reseal {
+			if !e.keys.CanSeal() {
+				return 0, fmt.Errorf("%w: dead letter %d of encrypted queue %q is plaintext and the client has no EncryptionKey to seal it",
+					ErrEncryption, c.ID, q.name)
+			}
+			payload, fl = e.keys.Seal(q.c.tenant, q.name, c.Partition, c.Key, c.Headers, c.MessageID, payload), fl|int32(frame.FlagEncrypted)
+			p.Payload, p.Flags = payload, &fl
+		}
+		h := dedup.Sum(c.TransactionID)
+		p.Hash = h[:]
+		// The copy's frame: the dead letter's, with the payload as stored
+		// (or as sealed just now).
+		p.Segment = segment.Single(&frame.Frame{ID: c.MessageID, Flags: byte(fl), TransactionID: c.TransactionID,
+			Key: c.Key, Headers: c.Headers, Payload: payload})
+		in = append(in, p)
+	}
+	rows, err := stmt.Requeue(ctx, e.csql, e.pool, qid, in)
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
 	total := 0
-	var woken []string
-	for rows.Next() {
-		var pname string
-		var n int32
-		if err := rows.Scan(&pname, &n); err != nil {
-			rows.Close()
-			return total, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
-		}
-		total += int(n)
-		woken = append(woken, pname)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
+	for _, r := range rows {
+		total += int(r.Requeued)
 	}
 	// After Close: the statement's implicit transaction has committed.
-	for _, p := range woken {
-		e.wake.Pushed(q.c.tenant, q.name, p)
+	for _, r := range rows {
+		e.wake.Pushed(q.c.tenant, q.name, r.Partition)
 	}
 	return total, nil
 }

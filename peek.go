@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/segment"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // DefaultPeekLimit is the most messages a Peek returns when
@@ -75,31 +75,19 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 	if o.Partition != "" {
 		part = &o.Partition
 	}
-	rows, err := e.pool.Query(ctx, e.csql.Peek, q.c.tenant, q.name, part, o.From, o.Limit)
-	if err != nil {
-		if e.isClosed() {
-			return nil, ErrClosed
-		}
-		return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
-	}
-	defer rows.Close()
 	var (
-		out     []*Message
-		pid     int64
-		pname   string
-		base    int64
-		end     int64
-		lo      int64
-		created time.Time
-		blob    []byte
-		raw     []byte
+		out []*Message
+		raw []byte
+		bad error // a segment that does not decode: ends the peek
 	)
-	for rows.Next() {
-		if err := rows.Scan(&pid, &pname, &base, &end, &lo, &created, &blob); err != nil {
-			return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
-		}
-		if raw, err = segment.Decompress(raw[:0], blob); err != nil {
-			return nil, fmt.Errorf("queen: peek %q: partition %q segment %d-%d: %w", q.name, pname, base, end, err)
+	err := stmt.Peek(ctx, e.csql, e.pool, stmt.PeekParams{
+		Queue: stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, Partition: part, From: o.From, Limit: o.Limit,
+	}, func(r *stmt.PeekRow) (bool, error) {
+		pname, base, end, lo := r.PartitionName, r.Base, r.End, r.First
+		var err error
+		if raw, err = segment.Decompress(raw[:0], r.Blob); err != nil {
+			bad = fmt.Errorf("queen: peek %q: partition %q segment %d-%d: %w", q.name, pname, base, end, err)
+			return false, nil
 		}
 		hi := min(end, lo+int64(o.Limit-len(out))-1)
 		next := lo
@@ -108,7 +96,7 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 			next = off + 1
 			m := &Message{
 				ID: f.ID, TransactionID: f.TransactionID, Key: f.Key, Queue: q.name, Partition: pname,
-				Offset: off, CreatedAt: created, flags: f.Flags,
+				Offset: off, CreatedAt: r.CreatedAt, flags: f.Flags,
 			}
 			if len(f.Headers) > 0 {
 				var err error
@@ -136,13 +124,18 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 			err = fmt.Errorf("%w: segment %d-%d has no frame for offset %d", frame.ErrCorrupt, base, end, next)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("queen: peek %q: partition %q: %w", q.name, pname, err)
+			bad = fmt.Errorf("queen: peek %q: partition %q: %w", q.name, pname, err)
+			return false, nil
 		}
-		if len(out) >= o.Limit {
-			break
-		}
+		return len(out) < o.Limit, nil
+	})
+	if bad != nil {
+		return nil, bad
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
+		if e.isClosed() {
+			return nil, ErrClosed
+		}
 		return nil, fmt.Errorf("queen: peek %q: %w", q.name, err)
 	}
 	return out, nil

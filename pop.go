@@ -16,6 +16,7 @@ import (
 	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/seal"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // defaultPopRescan is how often a waiting Pop looks again without a wake:
@@ -162,9 +163,6 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	if o.Partition != "" {
 		part = &o.Partition
 	}
-	if hints == nil {
-		hints = []string{}
-	}
 	mode, from := o.Subscription.SQLMode()
 	// A client that lacks a key the queue's payloads need is misconfigured:
 	// it must fail without taking anything, where it would otherwise
@@ -211,49 +209,27 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		}()
 		db = tx
 	}
-	rows, err := db.Query(qctx, e.csql.Pop, q.c.tenant, q.name, o.Group, part, hints, n*o.Batch, n*o.Partitions,
-		o.LeaseTime.Milliseconds(), o.AutoAck, e.owner, mode, from, o.Batch)
-	if err != nil {
-		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
-	}
-	defer rows.Close()
 	var unknownKey error // the first payload sealed with a key this client lacks
 	var (
 		parts   []*popPart
 		p       *popPart
 		scratch []byte
-		pid     int64
-		pname   string
-		lease   *uuid.UUID
-		expires *time.Time
-		leaseMs int64
-		first   int64
-		last    int64
-		deliv   int32
-		dmax    int64
-		base    int64
-		end     int64
-		created time.Time
-		blob    []byte
-		fails   int32
-		settled []int64
-		failOff []int64
-		failCnt []int32
 	)
-	for rows.Next() {
-		if err := rows.Scan(&pid, &pname, &lease, &expires, &leaseMs, &first, &last, &deliv, &dmax, &base, &end, &created, &blob, &fails,
-			&settled, &failOff, &failCnt); err != nil {
-			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
-		}
-		if p == nil || p.pid != pid {
-			p = &popPart{pid: pid, name: pname, settled: settled, head: -1}
-			if lease != nil {
-				p.lease = *lease
+	err := stmt.Pop(qctx, e.csql, db, stmt.PopParams{
+		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
+		Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
+		AutoAck: o.AutoAck, Owner: e.owner, Mode: mode, From: from,
+	}, func(r *stmt.PopRow) error {
+		pname := r.PartitionName
+		if p == nil || p.pid != r.PartitionID {
+			p = &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1}
+			if r.Lease != nil {
+				p.lease = *r.Lease
 			}
-			if len(failOff) > 0 && len(failOff) == len(failCnt) {
-				p.fails = make(map[int64]int, len(failOff))
-				for i, o := range failOff {
-					p.fails[o] = int(failCnt[i])
+			if len(r.FailOffsets) > 0 && len(r.FailOffsets) == len(r.FailCounts) {
+				p.fails = make(map[int64]int, len(r.FailOffsets))
+				for i, o := range r.FailOffsets {
+					p.fails[o] = int(r.FailCounts[i])
 				}
 			}
 			parts = append(parts, p)
@@ -261,21 +237,21 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		var leaseStr string
 		var exp time.Time
 		var dur time.Duration
-		if lease != nil {
+		if r.Lease != nil {
 			leaseStr = p.lease.String()
 		}
-		if expires != nil {
-			exp = *expires
-			dur = time.Duration(leaseMs) * time.Millisecond
+		if r.LeaseExpires != nil {
+			exp = *r.LeaseExpires
+			dur = r.LeaseTime
 		}
 		msg := func(off int64) *Message {
 			m := &Message{
-				Queue: q.name, Partition: pname, Offset: off, CreatedAt: created, Group: o.Group,
+				Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt, Group: o.Group,
 				LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-				q: q, pid: pid, lease: p.lease, leaseDur: dur, dm: dm,
+				q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm,
 			}
-			if off <= dmax && deliv > 1 {
-				m.Attempt = int(deliv)
+			if off <= r.DeliveredMax && r.Deliveries > 1 {
+				m.Attempt = int(r.Deliveries)
 			}
 			if f := p.fails[off]; f > 0 {
 				// Failed out of order (not at the cursor): at least its
@@ -283,17 +259,18 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 				m.Attempt = max(m.Attempt, f+1)
 			}
 			// A message the skip policy re-enqueued carries its failures.
-			m.Attempt += int(fails)
+			m.Attempt += int(r.Failures)
 			return m
 		}
-		lo, hi := max(first, base), min(last, end)
+		base, end := r.Base, r.End
+		lo, hi := max(r.First, base), min(r.Last, end)
 		if p.head < 0 {
 			p.head = lo
 		}
-		frames, owned, err := e.segs.frames(pid, base, end, last, blob, scratch)
+		frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, scratch)
 		if err != nil {
 			p.undecodable(msg, lo, hi, err)
-			continue
+			return nil
 		}
 		if owned {
 			scratch = frames
@@ -342,11 +319,11 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		if err != nil {
 			p.undecodable(msg, next, hi, err)
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
-	rows.Close()
 	if unknownKey != nil {
 		err := fmt.Errorf("queen: pop %q: %w", q.name, unknownKey)
 		switch {
@@ -488,27 +465,14 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 		dead = dead[:h]
 	}
 	n := len(dead)
-	var (
-		offs     = make([]int64, n)
-		ids      = make([]uuid.UUID, n)
-		txns     = make([]string, n)
-		flags    = make([]int32, n)
-		payloads = make([][]byte, n)
-		created  = make([]time.Time, n)
-		reasons  = make([]string, n)
-		keys     = make([]string, n)
-		hdrs     = make([][]byte, n)
-	)
+	in := stmt.PopDeadLetterParams{Partition: p.pid, Group: o.Group, Lease: leaseID, Cut: cut, Dead: make([]stmt.PopDead, n)}
 	for i, d := range dead {
-		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.m.Offset, d.m.ID, d.m.TransactionID, int32(d.m.flags), d.m.stored, d.m.CreatedAt
-		keys[i], hdrs[i] = d.m.Key, d.m.hdrs
-		reasons[i] = string(reasonText(fmt.Errorf("queen: undecodable message: %w", d.err)))
+		in.Dead[i] = stmt.PopDead{Offset: d.m.Offset, Kept: *d.m.kept(actDeadLetter),
+			Reason: string(reasonText(fmt.Errorf("queen: undecodable message: %w", d.err)))}
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
-	var ok bool
-	err := e.pool.QueryRow(dctx, e.csql.PopDeadLetter, p.pid, o.Group, leaseID, cut,
-		offs, ids, txns, flags, payloads, created, reasons, keys, hdrs).Scan(&ok)
+	ok, err := stmt.PopDeadLetter(dctx, e.csql, e.pool, in)
 	if err == nil && !ok {
 		err = ErrLeaseLost
 		if o.AutoAck {
@@ -520,7 +484,7 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 	}
 	for i, d := range dead {
 		attrs := []any{"queue", q.name, "partition", p.name, "group", o.Group, "offset", d.m.Offset,
-			"id", d.m.ID, "reason", reasons[i]}
+			"id", d.m.ID, "reason", in.Dead[i].Reason}
 		if err == nil {
 			e.log.Warn("queen: pop: undecodable message moved to the dead-letter store", attrs...)
 		} else {

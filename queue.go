@@ -171,13 +171,14 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 	if err != nil {
 		return err
 	}
-	ms := func(d time.Duration) int64 { return d.Milliseconds() }
-	var one int
-	err = e.pool.QueryRow(ctx, e.sql.QueueUpsert, q.c.tenant, q.name, ms(o.LeaseTime), o.RetryLimit, o.DeadLetter,
-		ms(o.DedupWindow), o.Encryption, ms(o.DelayedProcessing), ms(o.WindowBuffer), ms(o.Retention), ms(o.CompletedRetention),
-		string(o.FailurePolicy), int32(o.Lanes)).Scan(&one)
+	applied, err := stmt.QueueUpsert(ctx, e.sql, e.pool, stmt.QueueUpsertParams{
+		Queue: stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, Lease: o.LeaseTime, RetryLimit: o.RetryLimit,
+		DeadLetter: o.DeadLetter, DedupWindow: o.DedupWindow, Encryption: o.Encryption, Delayed: o.DelayedProcessing,
+		WindowBuffer: o.WindowBuffer, Retention: o.Retention, CompletedRetention: o.CompletedRetention,
+		FailurePolicy: string(o.FailurePolicy), Lanes: int32(o.Lanes),
+	})
 	e.forgetMeta(q.c.tenant, q.name)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if err == nil && !applied {
 		return fmt.Errorf("%w: queue %q has keyed messages; Lanes %d is not its lane count", ErrLanesFixed, q.name, o.Lanes)
 	}
 	if err != nil {
@@ -198,7 +199,7 @@ func (q *Queue) Delete(ctx context.Context) error {
 	if err := checkName(nameQueue, q.name); err != nil {
 		return err
 	}
-	_, err := e.pool.Exec(ctx, e.sql.QueueDelete, q.c.tenant, q.name)
+	err := stmt.QueueDelete(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
 	e.forgetMeta(q.c.tenant, q.name)
 	if err != nil {
 		return fmt.Errorf("queen: delete %q: %w", q.name, err)
@@ -234,14 +235,14 @@ func (e *engine) queueMeta(ctx context.Context, tenant uuid.UUID, name string) (
 
 // readQueueMeta is the settings cache's Reader.
 func (e *engine) readQueueMeta(ctx context.Context, tenant uuid.UUID, name string) (queueMeta, error) {
-	m := queueMeta{Lanes: DefaultLanes}
-	err := stmt.ScanRow(ctx, e.pool, e.sql.QueueMeta, []any{tenant, name}, &m.Encryption, &m.Lanes, &m.Dedup)
+	r := stmt.QueueMetaRow{Lanes: DefaultLanes}
+	err := stmt.QueueMeta(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: tenant, Name: name}, &r)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not created yet: its first push creates it unencrypted, with
 		// the default lanes.
 		return queueMeta{Lanes: DefaultLanes}, nil
 	}
-	return m, err
+	return queueMeta{Encryption: r.Encryption, Lanes: r.Lanes, Dedup: r.Dedup}, err
 }
 
 func (e *engine) forgetMeta(tenant uuid.UUID, name string) {

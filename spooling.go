@@ -325,8 +325,10 @@ func (e *engine) refuseUnreplayable(ctx context.Context, tenant uuid.UUID, queue
 	d.encMu.Unlock()
 	if !ok || time.Since(c.at) >= metaTTL {
 		qctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
-		err := stmt.ScanRow(qctx, e.pool, e.sql.QueueMeta, []any{tenant, queue}, &c.encrypted)
+		var m stmt.QueueMetaRow
+		err := stmt.QueueMeta(qctx, e.sql, e.pool, stmt.QueueRef{Tenant: tenant, Name: queue}, &m)
 		cancel()
+		c.encrypted = m.Encryption
 		if errors.Is(err, pgx.ErrNoRows) {
 			c.encrypted, err = false, nil
 		}
@@ -574,11 +576,11 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 	if e.isClosed() {
 		return ErrClosed
 	}
-	if _, err := e.pool.Exec(ctx, e.sql.SetMaintenance, on); err != nil {
+	if err := stmt.SetMaintenance(ctx, e.sql, e.pool, on); err != nil {
 		return fmt.Errorf("queen: set maintenance: %w", err)
 	}
 	e.maintOn.Store(on)
-	if _, err := e.pool.Exec(ctx, e.sql.Notify, e.sql.Channel, wake.MaintenanceNotice); err != nil {
+	if err := stmt.Notify(ctx, e.sql, e.pool, wake.MaintenanceNotice); err != nil {
 		e.log.Warn("queen: notify maintenance change", "err", err)
 	}
 	if !on {
@@ -597,8 +599,8 @@ func (c *Client) Maintenance() bool { return c.e.maintOn.Load() }
 func (e *engine) refreshMaintenance(ctx context.Context) (ended bool) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
 	defer cancel()
-	var on bool
-	if err := e.pool.QueryRow(ctx, e.sql.GetMaintenance).Scan(&on); err != nil {
+	on, err := stmt.GetMaintenance(ctx, e.sql, e.pool)
+	if err != nil {
 		return false // keep the last known state while the database is away
 	}
 	was := e.maintOn.Swap(on)

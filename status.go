@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // QueueStatus is a snapshot of a queue's partitions and consumer groups.
@@ -66,63 +68,42 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	if err := checkName(nameQueue, q.name); err != nil {
 		return st, err
 	}
-	rows, err := e.pool.Query(ctx, e.csql.Status, q.c.tenant, q.name)
+	rows, err := stmt.Status(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			p        PartitionStatus
-			group    *string
-			comm     *int64
-			batchEnd *int64
-			owner    *string
-			expires  *time.Time
-			attempts *int32
-			settled  *int32
-			lag      *int64
-			headAt   *time.Time
-			now      time.Time
-			paused   bool
-		)
-		if err := rows.Scan(&p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &group, &comm, &batchEnd, &owner,
-			&expires, &attempts, &lag, &headAt, &now, &settled, &paused); err != nil {
-			return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
-		}
+	for _, r := range rows {
 		n := len(st.Partitions)
-		if n == 0 || st.Partitions[n-1].Name != p.Name {
-			st.Partitions = append(st.Partitions, p)
+		if n == 0 || st.Partitions[n-1].Name != r.Partition {
+			st.Partitions = append(st.Partitions, PartitionStatus{Name: r.Partition, LastOffset: r.LastOffset,
+				LogStart: r.LogStart, LastWriteAt: r.LastWriteAt})
 			n++
 		}
-		if group == nil {
+		if r.Group == nil {
 			continue
 		}
-		g := GroupStatus{Group: *group, Committed: *comm, Failures: int(*attempts), Paused: paused}
-		if settled != nil {
-			g.Settled = int(*settled)
+		g := GroupStatus{Group: *r.Group, Committed: *r.Committed, Failures: int(r.Attempts), Paused: r.Paused}
+		if r.Settled != nil {
+			g.Settled = int(*r.Settled)
 		}
 		if f, p, ok := e.keyStats.get(keyStatKey{q.c.tenant, q.name, g.Group, st.Partitions[n-1].Name}); ok {
 			g.KeysInFlight, g.KeysPaused = int(f), int(p)
 		}
 		// Lag as the consumer_lag view counts it (SQL lag_messages), less
 		// the settled offsets.
-		if lag != nil {
-			g.Lag = *lag
+		if r.Lag != nil {
+			g.Lag = *r.Lag
 		}
-		if g.Lag > 0 && headAt != nil {
-			g.LagAge = max(now.Sub(*headAt), 0)
+		if g.Lag > 0 && r.HeadAt != nil {
+			g.LagAge = max(r.Now.Sub(*r.HeadAt), 0)
 		}
-		if batchEnd != nil && expires != nil && expires.After(now) {
-			g.Leased, g.LeaseEnd, g.LeaseExpiresAt = true, *batchEnd, *expires
-			if owner != nil {
-				g.LeaseOwner = *owner
+		if r.BatchEnd != nil && r.LeaseExpires != nil && r.LeaseExpires.After(r.Now) {
+			g.Leased, g.LeaseEnd, g.LeaseExpiresAt = true, *r.BatchEnd, *r.LeaseExpires
+			if r.Owner != nil {
+				g.LeaseOwner = *r.Owner
 			}
 		}
 		st.Partitions[n-1].Groups = append(st.Partitions[n-1].Groups, g)
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}
 	return st, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/settle"
+	"github.com/e03140bc/queen/internal/stmt"
 	"github.com/e03140bc/queen/internal/wake"
 )
 
@@ -111,7 +112,7 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 		}
 		seen[k] = true
 		// Delivered on commit only: exactly the wake-up this push deserves.
-		if _, err := tx.Exec(ctx, e.sql.Notify, e.sql.Channel, k.Line()); err != nil {
+		if err := stmt.Notify(ctx, e.sql, tx, k.Line()); err != nil {
 			return fmt.Errorf("queen: notify: %w", err)
 		}
 	}
@@ -127,9 +128,6 @@ func (e *engine) pushInTx(ctx context.Context, tx pgx.Tx, qs []*Queue, bs []*pus
 // row was locked, the queue does not exist yet) is marked by the push as
 // before.
 func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
-	if e.sql.MarkKeyed == "" {
-		return
-	}
 	byTenant := map[uuid.UUID][]string{}
 	for i, b := range bs {
 		k := metaKey{qs[i].c.tenant, qs[i].name}
@@ -141,15 +139,11 @@ func (e *engine) markKeyed(ctx context.Context, qs []*Queue, bs []*pushBatch) {
 	for tenant, names := range byTenant {
 		// Short: the caller holds a connection of the pool this waits for.
 		mctx, cancel := context.WithTimeout(ctx, min(e.cfg.StatementTimeout, time.Second))
-		rows, err := e.pool.Query(mctx, e.sql.MarkKeyed, tenant, names)
-		if err == nil {
-			var name string
-			_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
-				e.keyed.Store(metaKey{tenant, name}, struct{}{})
-				return nil
-			})
-		}
+		keyed, err := stmt.MarkKeyed(mctx, e.sql, e.pool, tenant, names)
 		cancel()
+		for _, name := range keyed {
+			e.keyed.Store(metaKey{tenant, name}, struct{}{})
+		}
 		if err != nil {
 			e.log.Debug("queen: marking queues keyed ahead of a push failed; the push marks them", "err", err)
 		}

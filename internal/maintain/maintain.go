@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
@@ -71,19 +70,11 @@ type Maintainer struct {
 	mu           sync.Mutex // one pass at a time in this process
 	cursor       int64      // the last partition id of the previous window
 	lagAt        time.Time
-	lag          []lagRow
+	lag          []stmt.LagRow
 	lagReg       metric.Registration
 	lagMessages  metric.Int64ObservableGauge
 	lagSeconds   metric.Float64ObservableGauge
 	lagSnapshotM sync.Mutex // guards lag against the metrics callback
-}
-
-type lagRow struct {
-	tenant   uuid.UUID
-	queue    string
-	group    string
-	messages int64
-	seconds  float64
 }
 
 // lagEvery bounds how often the lag snapshot (a scan of every consumer row)
@@ -149,66 +140,60 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		}
 	}()
 	rep.Ran = true
-	step := func(sql string, args ...any) (int, error) {
+	// Each step is bounded by m.timeout.
+	step := func(f func(ctx context.Context) error) error {
 		ctx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
-		var n int
-		err := conn.QueryRow(ctx, sql, args...).Scan(&n)
-		return n, err
+		return f(ctx)
 	}
 
 	// A window of partitions after the cursor; only those with something due
 	// (their oldest segment or hash row past its queue's limit, read through
 	// the primary keys without locks) get a step, and a step skips a
 	// partition a push holds rather than wait for it.
-	window, err := m.ids(ctx, conn.Conn(), m.sql.MaintenanceWindow, m.cursor)
+	window, err := stmt.MaintenanceWindow(ctx, m.sql, conn, m.cursor, m.cfg.StepPartitions)
 	if err != nil {
 		return rep, err
 	}
 	m.cursor = nextCursor(window, m.cfg.StepPartitions)
 	rep.PartitionsVisited += len(window)
 	if len(window) > 0 {
-		rows, err := conn.Query(ctx, m.sql.MaintenanceDue, window, m.cfg.HashFloor.Milliseconds(),
-			max(m.cfg.IdlePartition.Milliseconds(), 0))
-		if err != nil {
-			return rep, err
-		}
-		type due struct {
-			id             int64
-			segments, txns bool
-			keep           int64
-			idle           bool
-		}
-		dues, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-			var d due
-			err := r.Scan(&d.id, &d.segments, &d.txns, &d.keep, &d.idle)
-			return d, err
-		})
+		dues, err := stmt.MaintenanceDue(ctx, m.sql, conn, stmt.MaintenanceDueParams{Partitions: window,
+			HashFloor: m.cfg.HashFloor, Idle: m.cfg.IdlePartition})
 		if err != nil {
 			return rep, err
 		}
 		for _, d := range dues {
-			if d.segments {
-				n, err := step(m.sql.RetentionStep, d.id, m.cfg.StepRows)
+			if d.Retention {
+				var n int
+				err := step(func(ctx context.Context) (err error) {
+					n, err = stmt.RetentionStep(ctx, m.sql, conn, d.Partition, m.cfg.StepRows)
+					return err
+				})
 				if err != nil {
-					return rep, fmt.Errorf("retention of partition %d: %w", d.id, err)
+					return rep, fmt.Errorf("retention of partition %d: %w", d.Partition, err)
 				}
 				rep.SegmentsDeleted += n
 			}
-			if d.txns {
-				n, err := step(m.sql.PurgeTxnsStep, d.id, d.keep, m.cfg.StepRows)
+			if d.Hashes {
+				var n int
+				err := step(func(ctx context.Context) (err error) {
+					n, err = stmt.PurgeTxnsStep(ctx, m.sql, conn, d.Partition, d.HashKeep, m.cfg.StepRows)
+					return err
+				})
 				if err != nil {
-					return rep, fmt.Errorf("hash purge of partition %d: %w", d.id, err)
+					return rep, fmt.Errorf("hash purge of partition %d: %w", d.Partition, err)
 				}
 				rep.HashRowsDeleted += n
 			}
-			if d.idle {
+			if d.Idle {
 				var gone bool
-				ctx, cancel := context.WithTimeout(ctx, m.timeout)
-				err := conn.QueryRow(ctx, m.sql.PurgePartition, d.id, m.cfg.IdlePartition.Milliseconds()).Scan(&gone)
-				cancel()
+				err := step(func(ctx context.Context) (err error) {
+					gone, err = stmt.PurgePartition(ctx, m.sql, conn, d.Partition, m.cfg.IdlePartition)
+					return err
+				})
 				if err != nil {
-					return rep, fmt.Errorf("purge of partition %d: %w", d.id, err)
+					return rep, fmt.Errorf("purge of partition %d: %w", d.Partition, err)
 				}
 				if gone {
 					rep.PartitionsPurged++
@@ -226,24 +211,8 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-func (m *Maintainer) ids(ctx context.Context, conn *pgx.Conn, sql string, arg int64) ([]int64, error) {
-	rows, err := conn.Query(ctx, sql, arg, m.cfg.StepPartitions)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
-}
-
 func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, m.sql.LagByGroup)
-	if err != nil {
-		return err
-	}
-	lag, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lagRow, error) {
-		var l lagRow
-		err := r.Scan(&l.tenant, &l.queue, &l.group, &l.messages, &l.seconds)
-		return l, err
-	})
+	lag, err := stmt.LagByGroup(ctx, m.sql, conn)
 	if err != nil {
 		return err
 	}
@@ -276,10 +245,10 @@ func (m *Maintainer) observe(_ context.Context, o metric.Observer) error {
 	m.lagSnapshotM.Lock()
 	defer m.lagSnapshotM.Unlock()
 	for _, r := range m.lag {
-		attrs := metric.WithAttributes(attribute.String("queue", r.queue), attribute.String("group", r.group),
-			attribute.String("tenant", r.tenant.String()))
-		o.ObserveInt64(m.lagMessages, r.messages, attrs)
-		o.ObserveFloat64(m.lagSeconds, r.seconds, attrs)
+		attrs := metric.WithAttributes(attribute.String("queue", r.Queue), attribute.String("group", r.Group),
+			attribute.String("tenant", r.Tenant.String()))
+		o.ObserveInt64(m.lagMessages, r.Messages, attrs)
+		o.ObserveFloat64(m.lagSeconds, r.Seconds, attrs)
 	}
 	return nil
 }

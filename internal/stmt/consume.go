@@ -2,82 +2,47 @@ package stmt
 
 // Consume is the consumption side's statements, rendered for one schema.
 type Consume struct {
-	// Pop claims and leases: $1 tenant, $2 queue, $3 group, $4 partition
-	// (NULL = any), $5 hinted partitions, $6 batch (in all), $7 partitions,
-	// $8 lease ms (<= 0: the queue's), $9 auto-ack, $10 lease owner, $11
-	// subscription mode, $12 subscription time, $13 batch per partition. One
-	// row per delivered segment, with the failures a re-enqueued segment's
-	// message carries and, on a partition's first row, the cursor's
-	// out-of-order settled offsets and failure entries.
+	// Pop claims and leases (see Pop): one row per delivered segment.
 	Pop string
-	// PopDeadLetter dead-letters messages a pop claimed but cannot decode:
-	// $1 partition id, $2 group, $3 lease (NULL: auto-acked), $4 the
-	// lease's new last offset (NULL: unchanged), then per message $5
-	// offsets, $6 ids, $7 transaction ids, $8 flags, $9 payloads, $10
-	// created at, $11 reasons, $12 keys. One boolean: false if the lease is
-	// lost.
+	// PopDeadLetter dead-letters messages a pop claimed but cannot decode
+	// (see PopDeadLetter).
 	PopDeadLetter string
-	// Settle applies acks, failures, retries and dead letters, one result
-	// per input in input order; $16 holds each failure's re-enqueue segment
-	// (NULL for other actions). See settle_v2() in
-	// sqlschema/functions/settle.sql.
+	// Settle applies acks, failures, retries and dead letters (see Settle
+	// and settle_v2() in sqlschema/functions/settle.sql).
 	Settle string
 	// SettleKeyed applies out-of-order settlements of per-key parallel
-	// Consume, one row per message outcome: $1 partition ids, $2 groups, $3
-	// leases, $4 offsets, $5 actions, $6 release, $7 reasons, then the
-	// dead-letter snapshot $8 ids, $9 transaction ids, $10 flags, $11
-	// payloads, $12 created at, $13 keys, $14 headers, and $15 each
-	// failure's re-enqueue segment (NULL for other actions). One result per
-	// row, in row order; see settle_keyed_v2() in
-	// sqlschema/functions/settle.sql.
+	// Consume (see SettleKeyed and settle_keyed_v2() in
+	// sqlschema/functions/settle.sql).
 	SettleKeyed string
-	// AckMany commits pure acks set-based: $1 partition ids, $2 groups,
-	// $3 leases, $4 offsets; at most one per (partition, group).
+	// AckMany commits pure acks set-based (see AckMany).
 	AckMany string
-	// Extend renews a live lease: $1 partition id, $2 group, $3 lease id,
-	// $4 milliseconds from now. No row means the lease is lost.
+	// Extend renews a live lease (see Extend).
 	Extend string
-	// Status lists every partition of ($1 tenant, $2 queue) with each
-	// group's cursor and lease and whether the group is paused; a partition
-	// without groups has NULL group columns.
+	// Status lists every partition of a queue with each group's cursor
+	// and lease (see Status).
 	Status string
-	// DeadLetters pages the dead letters of ($1 tenant, $2 queue) by id:
-	// $3 groups (NULL = all), $4 partition (NULL = all), $5 since, $6
-	// until, $7 after id, $8 limit, $9 ids (NULL = all), $10 the highest
-	// id (NULL = none). $10 trims the function's page, which is in id
-	// order: the rows it drops come after every row it keeps.
+	// DeadLetters pages a queue's dead letters by id (see DeadLetters).
 	DeadLetters string
-	// Peek reads segments without a lease or a cursor: ($1 tenant, $2
-	// queue), $3 partition (NULL = all), $4 the first offset, $5 the most
-	// messages. One row per segment holding offsets at or after $4, by
-	// partition name (byte order) then offset, until $5 messages are
-	// covered.
+	// Peek reads segments without a lease or a cursor (see Peek).
 	Peek string
-	// Pause pauses ($1 tenant, $2 queue, $3 group), creating the queue if
-	// missing; Resume deletes the pause and returns a row if there was one.
+	// Pause pauses a group, creating the queue if missing; Resume deletes
+	// the pause (see Pause, Resume).
 	Pause  string
 	Resume string
-	// RequeueCandidates pages dead letters like DeadLetters ($1..$8, $10
-	// ids, $11 the highest id) for a
-	// requeue: id, transaction id, whether it needs sealing (($9) the queue
-	// is encrypted and the dead letter is not), stored payload, partition,
-	// message id, key, headers and flags: what its re-enqueue segment
-	// needs.
+	// RequeueCandidates pages dead letters like DeadLetters with what
+	// their re-enqueue segments need (see RequeueCandidates).
 	RequeueCandidates string
-	// QueueIDEnc reads ($1 tenant, $2 name)'s id and encryption flag.
+	// QueueIDEnc reads a queue's id and encryption flag (see QueueIDEnc).
 	QueueIDEnc string
-	// Requeue requeues dead letters: $1 queue id, $2 ids, $3 hashes, $4
-	// replacement payloads and $5 replacement flags (of a dead letter the
-	// client sealed; NULL otherwise), $6 the segments their copies append;
-	// see requeue_dead_letters_v2() in sqlschema/functions/deadletter.sql.
+	// Requeue requeues dead letters (see Requeue and
+	// requeue_dead_letters_v2() in sqlschema/functions/deadletter.sql).
 	Requeue string
-	// Queues lists every queue of tenant $1 with its options, partition
-	// count, depth and oldest unconsumed message, one row per group (NULL
-	// group columns for a queue without groups), ordered by queue and group.
+	// Queues lists every queue of a tenant with its options and counts,
+	// one row per group (see Queues).
 	Queues string
 }
 
-// Settle actions, the $5 of Settle and SettleKeyed per input, as
+// Settle actions, the Act of SettleParams and SettleKeyedParams, as
 // sqlschema/functions/settle.sql numbers them.
 const (
 	ActNone       int16 = 0 // an ack

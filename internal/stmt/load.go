@@ -157,13 +157,13 @@ func Use(fsys fs.FS) (restore func(), err error) {
 // Files returns the embedded statement files.
 func Files() fs.FS { return embedded }
 
-// ScanRow runs sql on q (a pool, a connection or a transaction) and scans
+// scanPrefix runs sql on q (a pool, a connection or a transaction) and scans
 // the first columns of its first row into dest, as many as both have: a
 // statement's columns are only ever appended to, so a previous release's
 // statement (see Use) fills the prefix of dest it has and leaves the rest
 // alone, and a caller that needs only the first columns names only those.
 // pgx.ErrNoRows when there is no row.
-func ScanRow(ctx context.Context, q interface {
+func scanPrefix(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, sql string, args []any, dest ...any) error {
 	rows, err := q.Query(ctx, sql, args...)
@@ -189,11 +189,11 @@ func ScanRow(ctx context.Context, q interface {
 	return rows.Err()
 }
 
-// Args returns args cut to the highest parameter ($n) sql names. A
+// prefixArgs returns args cut to the highest parameter ($n) sql names. A
 // statement's parameters are only ever appended to, so the current client
 // passes its full list and a statement of the previous release (see Use),
 // which names fewer, gets the prefix that release passed.
-func Args(sql string, args ...any) []any {
+func prefixArgs(sql string, args ...any) []any {
 	n := 0
 	for i := 0; i < len(sql); i++ {
 		if sql[i] != '$' {

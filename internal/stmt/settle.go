@@ -128,7 +128,7 @@ func Settle(ctx context.Context, c *Consume, q Querier, in []SettleParams) ([]in
 		throughs[i], acts[i], actOffs[i], releases[i], reasons[i] = p.Through, p.Act, p.At, p.Release, p.Reason
 		snap.add(p.Act, p.Kept)
 	}
-	rows, err := q.Query(ctx, c.Settle, Args(c.Settle, pids, groups, leases, throughs, acts, actOffs, releases, reasons,
+	rows, err := q.Query(ctx, c.Settle, prefixArgs(c.Settle, pids, groups, leases, throughs, acts, actOffs, releases, reasons,
 		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs)...)
 	return statuses(rows, err, n, "settle")
 }
@@ -152,7 +152,7 @@ func SettleKeyed(ctx context.Context, c *Consume, q Querier, in []SettleKeyedPar
 		offs[i], acts[i], releases[i], reasons[i] = p.Offset, p.Act, p.Release, p.Reason
 		snap.add(p.Act, p.Kept)
 	}
-	rows, err := q.Query(ctx, c.SettleKeyed, Args(c.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
+	rows, err := q.Query(ctx, c.SettleKeyed, prefixArgs(c.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
 		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs)...)
 	return statuses(rows, err, n, "settle")
 }

@@ -314,7 +314,7 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 	}
 }
 
-// ScanRow fills the prefix of dest a statement has columns for (a previous
+// ScanRow (scanPrefix) fills the prefix of dest a statement has columns for (a previous
 // release's statement returns fewer), scans only the columns dest names,
 // and says when there is no row.
 func TestScanRow(t *testing.T) {

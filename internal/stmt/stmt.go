@@ -1,9 +1,16 @@
 // Package stmt holds queen's SQL statements: the text in this directory's
 // *.sql files (one "-- name: Field" block per statement, {{schema}} for the
-// schema), the parameters and result columns in the doc of the Set or
-// Consume field each fills. The functions they call live in sqlschema's
-// function layer. Statements are rendered once per schema and then used as
-// constants, so pgx caches their prepared forms per connection.
+// schema), each filling a field of Set or Consume. Most statements have a
+// function of the field's name that runs it: a params struct in, typed rows
+// out, so callers pass no positional arguments and scan no columns. The
+// push statements (PushBundle, PushSegment, AppendSegment, SegmentAt) are
+// run by package alloc, whose Segment and Verdict are their types. A
+// previous release's statements (see Use) name fewer parameters and
+// columns; the functions here absorb that (prefixArgs, scanPrefix), so
+// callers see one shape. The functions the statements call live in
+// sqlschema's function layer. Statements are rendered once per schema and
+// then used as constants, so pgx caches their prepared forms per
+// connection.
 package stmt
 
 import (
@@ -33,39 +40,33 @@ type Set struct {
 	// the segment is keyed). Then nothing was written.
 	AppendSegment string
 	// MarkKeyed marks queues keyed ahead of a push in a caller's
-	// transaction: $1 tenant, $2 names. It returns the names keyed now.
+	// transaction (see MarkKeyed).
 	MarkKeyed string
 	// SegmentAt returns the segment covering ($1 partition id, $2 offset).
 	SegmentAt string
-	// QueueMeta reads whether ($1 tenant, $2 name) is encrypted, its lane
-	// count and whether it has a dedup window: the options the push path
-	// needs.
+	// QueueMeta reads the options of a queue the push path needs (see
+	// QueueMeta).
 	QueueMeta string
-	// QueueUpsert creates or updates a queue's options: $1 tenant, $2 name,
-	// $3 lease ms, $4 retry limit, $5 dead letter, $6 dedup window ms, $7
-	// encryption, $8 delayed ms, $9 window buffer ms, $10 retention ms, $11
-	// completed retention ms, $12 failure policy, $13 lanes. No row: the
-	// queue is keyed and $13 is not its lane count (nothing changed).
+	// QueueUpsert creates or updates a queue's options (see QueueUpsert).
 	QueueUpsert string
-	// QueueDelete deletes ($1 tenant, $2 name) with its partitions' data.
+	// QueueDelete deletes a queue with its partitions' data (see
+	// QueueDelete).
 	QueueDelete string
-	// Notify wakes other processes: $1 payload.
+	// Notify wakes other processes (see Notify).
 	Notify string
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
 
-	// MaintenanceWindow: partition ids after $1, at most $2, in id order.
+	// The maintenance pass's statements (see the functions of the same
+	// names).
 	MaintenanceWindow string
-	// MaintenanceDue: for partitions $1, whether retention and the hash
-	// purge have work ($2 the hash floor ms), how long hash rows stay, and
-	// whether the partition is empty and unwritten for $3 ms (0: never).
-	MaintenanceDue string
-	RetentionStep  string // ($1 pid, $2 max segments)
-	PurgeTxnsStep  string // ($1 pid, $2 keep ms, $3 max rows)
-	PurgePartition string // ($1 pid, $2 idle ms)
-	LagByGroup     string
+	MaintenanceDue    string
+	RetentionStep     string
+	PurgeTxnsStep     string
+	PurgePartition    string
+	LagByGroup        string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
-	// maintenance flag ($1 on).
+	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
 	SetMaintenance string
 	// MaintenanceLockKey is the advisory lock that elects one maintainer.

@@ -172,7 +172,7 @@ func mustGlob(t *testing.T) []string {
 }
 
 // Args cuts the arguments to the highest parameter a statement names.
-func TestArgs(t *testing.T) {
+func TestPrefixArgs(t *testing.T) {
 	for _, tc := range []struct {
 		sql  string
 		args int
@@ -186,8 +186,8 @@ func TestArgs(t *testing.T) {
 		{"SELECT $20", 3, 3}, // never more than given: pgx reports the shortfall
 	} {
 		args := make([]any, tc.args)
-		if got := len(Args(tc.sql, args...)); got != tc.want {
-			t.Errorf("Args(%q, %d arguments) kept %d, want %d", tc.sql, tc.args, got, tc.want)
+		if got := len(prefixArgs(tc.sql, args...)); got != tc.want {
+			t.Errorf("prefixArgs(%q, %d arguments) kept %d, want %d", tc.sql, tc.args, got, tc.want)
 		}
 	}
 }
@@ -213,7 +213,7 @@ func TestPreviousStatementsTakeAPrefix(t *testing.T) {
 	}
 	for name, old := range *prev {
 		cur := (*builtin)[name]
-		if n, m := len(Args(old, make([]any, 99)...)), len(Args(cur, make([]any, 99)...)); n > m {
+		if n, m := len(prefixArgs(old, make([]any, 99)...)), len(prefixArgs(cur, make([]any, 99)...)); n > m {
 			t.Errorf("%s: the previous release's statement names %d parameters, the current one %d", name, n, m)
 		}
 		now := casts(cur)

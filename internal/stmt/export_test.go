@@ -1,0 +1,4 @@
+package stmt
+
+// ScanRow is scanPrefix, for the external tests.
+var ScanRow = scanPrefix

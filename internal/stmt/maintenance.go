@@ -1,0 +1,122 @@
+package stmt
+
+import (
+	"context"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+)
+
+// MaintenanceWindow runs s.MaintenanceWindow on q: the ids of at most
+// limit partitions after id after, in id order.
+func MaintenanceWindow(ctx context.Context, s *Set, q Querier, after int64, limit int) ([]int64, error) {
+	rows, err := q.Query(ctx, s.MaintenanceWindow, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// MaintenanceDueParams is the input of MaintenanceDue.
+type MaintenanceDueParams struct {
+	Partitions []int64 // partition ids
+	// HashFloor is the least time hash rows stay (sent in whole
+	// milliseconds), whatever the queue's dedup window and lease time.
+	HashFloor time.Duration
+	// Idle is how long an empty partition goes unwritten before it is
+	// purged (sent in whole milliseconds); <= 0: never.
+	Idle time.Duration
+}
+
+// MaintenanceDueRow is one row of MaintenanceDue: one of its partitions.
+type MaintenanceDueRow struct {
+	Partition int64
+	Retention bool // retention has segments to delete (RetentionStep)
+	Hashes    bool // the hash purge has rows to delete (PurgeTxnsStep)
+	// HashKeep is how long the partition's hash rows stay.
+	HashKeep time.Duration
+	Idle     bool // empty and unwritten for Idle (PurgePartition)
+}
+
+// MaintenanceDue runs s.MaintenanceDue for in on q: what is due on each
+// partition.
+func MaintenanceDue(ctx context.Context, s *Set, q Querier, in MaintenanceDueParams) ([]MaintenanceDueRow, error) {
+	rows, err := q.Query(ctx, s.MaintenanceDue, in.Partitions, in.HashFloor.Milliseconds(), max(in.Idle.Milliseconds(), 0))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []MaintenanceDueRow
+	for rows.Next() {
+		var r MaintenanceDueRow
+		var keepMs int64
+		if err := rows.Scan(&r.Partition, &r.Retention, &r.Hashes, &keepMs, &r.Idle); err != nil {
+			return nil, err
+		}
+		r.HashKeep = time.Duration(keepMs) * time.Millisecond
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RetentionStep runs s.RetentionStep on q: it deletes at most maxSegments
+// expired segments of partition pid and returns how many it deleted.
+func RetentionStep(ctx context.Context, s *Set, q Querier, pid int64, maxSegments int) (int, error) {
+	var n int
+	err := scanOne(ctx, q, s.RetentionStep, []any{pid, maxSegments}, &n)
+	return n, err
+}
+
+// PurgeTxnsStep runs s.PurgeTxnsStep on q: it deletes at most maxRows hash
+// rows of partition pid older than keep (sent in whole milliseconds) and
+// returns how many it deleted.
+func PurgeTxnsStep(ctx context.Context, s *Set, q Querier, pid int64, keep time.Duration, maxRows int) (int, error) {
+	var n int
+	err := scanOne(ctx, q, s.PurgeTxnsStep, []any{pid, keep.Milliseconds(), maxRows}, &n)
+	return n, err
+}
+
+// PurgePartition runs s.PurgePartition on q: it forgets partition pid if
+// it is still empty and unwritten for idle (sent in whole milliseconds),
+// and reports whether it did.
+func PurgePartition(ctx context.Context, s *Set, q Querier, pid int64, idle time.Duration) (bool, error) {
+	var gone bool
+	err := scanOne(ctx, q, s.PurgePartition, []any{pid, idle.Milliseconds()}, &gone)
+	return gone, err
+}
+
+// LagRow is one row of LagByGroup: a consumer group's lag on one queue.
+type LagRow struct {
+	Tenant   uuid.UUID
+	Queue    string
+	Group    string
+	Messages int64   // behind, summed over the partitions
+	Seconds  float64 // the age of the oldest unconsumed message
+}
+
+// LagByGroup runs s.LagByGroup on q.
+func LagByGroup(ctx context.Context, s *Set, q Querier) ([]LagRow, error) {
+	rows, err := q.Query(ctx, s.LagByGroup)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LagRow
+	for rows.Next() {
+		var r LagRow
+		if err := rows.Scan(&r.Tenant, &r.Queue, &r.Group, &r.Messages, &r.Seconds); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

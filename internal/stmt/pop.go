@@ -1,0 +1,188 @@
+package stmt
+
+import (
+	"context"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+)
+
+// PopParams is the input of Pop: one claim of a queue for a consumer group.
+type PopParams struct {
+	Tenant uuid.UUID
+	Queue  string
+	Group  string
+	// Partition restricts the claim to the partition of that name; nil:
+	// any partition.
+	Partition *string
+	// Hints are partition names to try before the ready set (a wake named
+	// them); nil: none.
+	Hints []string
+	// Batch is the most messages the claim takes in all, PerPartition the
+	// most from any one partition (a fused claim takes one partition for
+	// each of several callers, each with its own batch).
+	Batch        int
+	PerPartition int
+	// Partitions is the most partitions the claim takes.
+	Partitions int
+	// Lease is how long the claim's leases last, sent in whole
+	// milliseconds; <= 0: the queue's lease time.
+	Lease time.Duration
+	// AutoAck commits the cursor past what is claimed: no lease.
+	AutoAck bool
+	// Owner names the claiming client in the lease (lease_owner).
+	Owner string
+	// Mode and From are how a group's first contact seeds its cursors:
+	// "all", "new" or "from" with From the first push time taken (nil
+	// otherwise).
+	Mode string
+	From *time.Time
+}
+
+// PopRow is one row of Pop: a delivered segment of a claimed partition.
+// The lease columns repeat on every row of a partition.
+type PopRow struct {
+	PartitionID   int64
+	PartitionName string
+	// Lease is the claim's lease on the partition and LeaseExpires its
+	// end; both nil for an auto-ack. LeaseTime is the lease's length.
+	Lease        *uuid.UUID
+	LeaseExpires *time.Time
+	LeaseTime    time.Duration
+	// First and Last are the offsets the claim took on the partition
+	// (inclusive), of which this segment holds Base..End.
+	First, Last int64
+	// Deliveries is how many times the offsets up to DeliveredMax were
+	// delivered under a lease, this claim included.
+	Deliveries   int32
+	DeliveredMax int64
+	Base, End    int64
+	// CreatedAt is when the segment was pushed; Blob is the segment as
+	// stored (internal/segment).
+	CreatedAt time.Time
+	Blob      []byte
+	// Failures are the failures a segment the skip policy re-enqueued
+	// carries for its message (0 otherwise).
+	Failures int32
+	// On a partition's first row only: the offsets above the cursor
+	// settled out of order (sorted), and the failures charged per offset
+	// out of order (FailOffsets[i] failed FailCounts[i] times).
+	Settled     []int64
+	FailOffsets []int64
+	FailCounts  []int32
+}
+
+// Pop runs c.Pop for in on q and calls each for every row, in row order,
+// with a row it may keep no reference to (the row is reused; the slices
+// in it are not). An error from each ends Pop with that error.
+func Pop(ctx context.Context, c *Consume, q Querier, in PopParams, each func(*PopRow) error) error {
+	hints := in.Hints
+	if hints == nil {
+		hints = []string{}
+	}
+	rows, err := q.Query(ctx, c.Pop, in.Tenant, in.Queue, in.Group, in.Partition, hints, in.Batch, in.Partitions,
+		in.Lease.Milliseconds(), in.AutoAck, in.Owner, in.Mode, in.From, in.PerPartition)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var (
+		r       PopRow
+		leaseMs int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&r.PartitionID, &r.PartitionName, &r.Lease, &r.LeaseExpires, &leaseMs, &r.First, &r.Last,
+			&r.Deliveries, &r.DeliveredMax, &r.Base, &r.End, &r.CreatedAt, &r.Blob, &r.Failures,
+			&r.Settled, &r.FailOffsets, &r.FailCounts); err != nil {
+			return err
+		}
+		r.LeaseTime = time.Duration(leaseMs) * time.Millisecond
+		if err := each(&r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// PopDeadLetterParams is the input of PopDeadLetter: messages a claim took
+// but cannot decode, in offset order, each dead-lettered with its reason.
+type PopDeadLetterParams struct {
+	Partition int64 // the partition's id
+	Group     string
+	// Lease is the claim's lease; nil: the claim auto-acked.
+	Lease *uuid.UUID
+	// Cut is the lease's new last offset (it ends before a message a
+	// later claim must find at its head); nil: unchanged.
+	Cut *int64
+	// Dead are the messages, as stored (the payload sealed on an
+	// encrypted queue).
+	Dead []PopDead
+}
+
+// PopDead is one message of PopDeadLetterParams.
+type PopDead struct {
+	Offset int64
+	Kept   Kept
+	Reason string
+}
+
+// PopDeadLetter runs c.PopDeadLetter for in on q. It reports false when
+// the lease is lost (the partition is gone, for an auto-ack).
+func PopDeadLetter(ctx context.Context, c *Consume, q Querier, in PopDeadLetterParams) (bool, error) {
+	n := len(in.Dead)
+	var (
+		offs     = make([]int64, n)
+		ids      = make([]uuid.UUID, n)
+		txns     = make([]string, n)
+		flags    = make([]int32, n)
+		payloads = make([][]byte, n)
+		created  = make([]time.Time, n)
+		reasons  = make([]string, n)
+		keys     = make([]string, n)
+		hdrs     = make([][]byte, n)
+	)
+	for i, d := range in.Dead {
+		f := &d.Kept.Frame
+		offs[i], ids[i], txns[i], flags[i], payloads[i], created[i] = d.Offset, f.ID, f.TransactionID, int32(f.Flags), f.Payload, d.Kept.CreatedAt
+		keys[i], hdrs[i], reasons[i] = f.Key, f.Headers, d.Reason
+	}
+	var ok bool
+	err := scanOne(ctx, q, c.PopDeadLetter, []any{in.Partition, in.Group, in.Lease, in.Cut,
+		offs, ids, txns, flags, payloads, created, reasons, keys, hdrs}, &ok)
+	return ok, err
+}
+
+// Extend runs c.Extend on q: it renews lease l to end d from now (sent in
+// whole milliseconds, at least one) and returns the new end, or
+// pgx.ErrNoRows when the lease is lost.
+func Extend(ctx context.Context, c *Consume, q Querier, l Lease, d time.Duration) (time.Time, error) {
+	var exp time.Time
+	err := scanOne(ctx, q, c.Extend, []any{l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1)}, &exp)
+	return exp, err
+}
+
+// scanOne runs sql with args on q and scans its one row into dest, as
+// pgx's QueryRow does: pgx.ErrNoRows when there is no row.
+func scanOne(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
