@@ -162,10 +162,9 @@ func Files() fs.FS { return embedded }
 // statement's columns are only ever appended to, so a previous release's
 // statement (see Use) fills the prefix of dest it has and leaves the rest
 // alone, and a caller that needs only the first columns names only those.
-// pgx.ErrNoRows when there is no row.
-func scanPrefix(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args []any, dest ...any) error {
+// pgx.ErrNoRows when there is no row. With as many destinations as columns
+// it is pgx's QueryRow over a Querier.
+func scanPrefix(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return err

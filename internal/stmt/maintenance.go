@@ -72,7 +72,7 @@ func MaintenanceDue(ctx context.Context, s *Set, q Querier, in MaintenanceDuePar
 // expired segments of partition pid and returns how many it deleted.
 func RetentionStep(ctx context.Context, s *Set, q Querier, pid int64, maxSegments int) (int, error) {
 	var n int
-	err := scanOne(ctx, q, s.RetentionStep, []any{pid, maxSegments}, &n)
+	err := scanPrefix(ctx, q, s.RetentionStep, []any{pid, maxSegments}, &n)
 	return n, err
 }
 
@@ -81,7 +81,7 @@ func RetentionStep(ctx context.Context, s *Set, q Querier, pid int64, maxSegment
 // returns how many it deleted.
 func PurgeTxnsStep(ctx context.Context, s *Set, q Querier, pid int64, keep time.Duration, maxRows int) (int, error) {
 	var n int
-	err := scanOne(ctx, q, s.PurgeTxnsStep, []any{pid, keep.Milliseconds(), maxRows}, &n)
+	err := scanPrefix(ctx, q, s.PurgeTxnsStep, []any{pid, keep.Milliseconds(), maxRows}, &n)
 	return n, err
 }
 
@@ -90,7 +90,7 @@ func PurgeTxnsStep(ctx context.Context, s *Set, q Querier, pid int64, keep time.
 // and reports whether it did.
 func PurgePartition(ctx context.Context, s *Set, q Querier, pid int64, idle time.Duration) (bool, error) {
 	var gone bool
-	err := scanOne(ctx, q, s.PurgePartition, []any{pid, idle.Milliseconds()}, &gone)
+	err := scanPrefix(ctx, q, s.PurgePartition, []any{pid, idle.Milliseconds()}, &gone)
 	return gone, err
 }
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
-	"github.com/jackc/pgx/v5"
 )
 
 // PopParams is the input of Pop: one claim of a queue for a consumer group.
@@ -152,7 +151,7 @@ func PopDeadLetter(ctx context.Context, c *Consume, q Querier, in PopDeadLetterP
 		keys[i], hdrs[i], reasons[i] = f.Key, f.Headers, d.Reason
 	}
 	var ok bool
-	err := scanOne(ctx, q, c.PopDeadLetter, []any{in.Partition, in.Group, in.Lease, in.Cut,
+	err := scanPrefix(ctx, q, c.PopDeadLetter, []any{in.Partition, in.Group, in.Lease, in.Cut,
 		offs, ids, txns, flags, payloads, created, reasons, keys, hdrs}, &ok)
 	return ok, err
 }
@@ -162,27 +161,6 @@ func PopDeadLetter(ctx context.Context, c *Consume, q Querier, in PopDeadLetterP
 // pgx.ErrNoRows when the lease is lost.
 func Extend(ctx context.Context, c *Consume, q Querier, l Lease, d time.Duration) (time.Time, error) {
 	var exp time.Time
-	err := scanOne(ctx, q, c.Extend, []any{l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1)}, &exp)
+	err := scanPrefix(ctx, q, c.Extend, []any{l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1)}, &exp)
 	return exp, err
-}
-
-// scanOne runs sql with args on q and scans its one row into dest, as
-// pgx's QueryRow does: pgx.ErrNoRows when there is no row.
-func scanOne(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	rows.Close()
-	return rows.Err()
 }

@@ -203,6 +203,6 @@ func Resume(ctx context.Context, c *Consume, q Querier, queue QueueRef, group st
 // QueueIDEnc runs c.QueueIDEnc on q: queue's id and whether it is
 // encrypted, or pgx.ErrNoRows when it does not exist.
 func QueueIDEnc(ctx context.Context, c *Consume, q Querier, queue QueueRef) (id int64, encrypted bool, err error) {
-	err = scanOne(ctx, q, c.QueueIDEnc, []any{queue.Tenant, queue.Name}, &id, &encrypted)
+	err = scanPrefix(ctx, q, c.QueueIDEnc, []any{queue.Tenant, queue.Name}, &id, &encrypted)
 	return id, encrypted, err
 }

@@ -61,7 +61,7 @@ type QueueUpsertParams struct {
 func QueueUpsert(ctx context.Context, s *Set, q Querier, in QueueUpsertParams) (bool, error) {
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	var one int
-	err := scanOne(ctx, q, s.QueueUpsert, []any{in.Queue.Tenant, in.Queue.Name, ms(in.Lease), in.RetryLimit, in.DeadLetter,
+	err := scanPrefix(ctx, q, s.QueueUpsert, []any{in.Queue.Tenant, in.Queue.Name, ms(in.Lease), in.RetryLimit, in.DeadLetter,
 		ms(in.DedupWindow), in.Encryption, ms(in.Delayed), ms(in.WindowBuffer), ms(in.Retention), ms(in.CompletedRetention),
 		in.FailurePolicy, in.Lanes}, &one)
 	if isNoRows(err) {
@@ -109,7 +109,7 @@ func Notify(ctx context.Context, s *Set, q Querier, payload string) error {
 // on.
 func GetMaintenance(ctx context.Context, s *Set, q Querier) (bool, error) {
 	var on bool
-	err := scanOne(ctx, q, s.GetMaintenance, nil, &on)
+	err := scanPrefix(ctx, q, s.GetMaintenance, nil, &on)
 	return on, err
 }
 
