@@ -151,3 +151,66 @@ func TestDiscardDeadLettersCancelledAndClosed(t *testing.T) {
 		t.Fatalf("%d dead letters after a closed client's discard, want 3", n)
 	}
 }
+
+// QueueOptions.DeadLetterRetention: a maintenance pass deletes the queue's
+// dead letters older than it, and only those; 0 keeps them forever.
+func TestDeadLetterRetention(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, DeadLetterRetention: time.Hour})
+	keep := configure(t, c, "keep", queen.QueueOptions{DeadLetter: true})
+	killAll(t, q, "", "a", 5)
+	killAll(t, keep, "", "a", 2)
+	if qs := mustQueues(t, c); qs[1].Name != "q" || qs[1].Options.DeadLetterRetention != time.Hour ||
+		qs[0].Options.DeadLetterRetention != 0 {
+		t.Fatalf("Queues options: %+v", qs)
+	}
+	all := deadLetters(t, q)
+	// Three of q's and every one of keep's were dead-lettered two hours ago.
+	age := func(queue string, ids ...int64) {
+		t.Helper()
+		if _, err := c.Pool().Exec(ctx, "UPDATE "+c.Schema()+".dead_letters d SET created_at = now() - interval '2 hours' "+
+			"FROM "+c.Schema()+".queues q WHERE q.id = d.queue_id AND q.name = $1 AND ($2::int8[] IS NULL OR d.id = ANY ($2))",
+			queue, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age("q", all[0].ID, all[1].ID, all[3].ID)
+	age("keep", nil...)
+	rep := maintain(t, c)
+	if rep.DeadLettersDeleted != 3 {
+		t.Fatalf("pass deleted %d dead letters, want 3", rep.DeadLettersDeleted)
+	}
+	if got := deadIDs(t, q); !slices.Equal(got, []int64{all[2].ID, all[4].ID}) {
+		t.Fatalf("left %v, want the recent %d and %d", got, all[2].ID, all[4].ID)
+	}
+	if n := len(deadLetters(t, keep)); n != 2 {
+		t.Fatalf("a queue without DeadLetterRetention kept %d of 2", n)
+	}
+	if rep := maintain(t, c); rep.DeadLettersDeleted != 0 {
+		t.Fatalf("second pass deleted %d", rep.DeadLettersDeleted)
+	}
+	if err := c.Queue("bad").Configure(ctx, queen.QueueOptions{DeadLetterRetention: -time.Second}); err == nil {
+		t.Fatal("a negative DeadLetterRetention was accepted")
+	}
+}
+
+// A pass deletes at most StepRows expired dead letters; the next pass goes
+// on.
+func TestDeadLetterRetentionBounded(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t, manual, func(cfg *queen.Config) { cfg.Maintenance.StepRows = 2 })
+	q := configure(t, c, "q", queen.QueueOptions{DeadLetter: true, DeadLetterRetention: time.Minute})
+	killAll(t, q, "", "a", 5)
+	if _, err := c.Pool().Exec(ctx, "UPDATE "+c.Schema()+".dead_letters SET created_at = now() - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{2, 2, 1, 0} {
+		if rep := maintain(t, c); rep.DeadLettersDeleted != want {
+			t.Fatalf("pass %d deleted %d, want %d", i, rep.DeadLettersDeleted, want)
+		}
+	}
+	if n := len(deadLetters(t, q)); n != 0 {
+		t.Fatalf("%d dead letters left", n)
+	}
+}
