@@ -79,7 +79,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 			qi.Options.LeaseTime, qi.Options.DedupWindow = ms(r.LeaseMs), ms(r.DedupWindowMs)
 			qi.Options.DelayedProcessing, qi.Options.WindowBuffer = ms(r.DelayedMs), ms(r.WindowBufferMs)
 			qi.Options.Retention, qi.Options.CompletedRetention = ms(r.RetentionMs), ms(r.CompletedRetention)
-			qi.Options.RetryLimit = int(r.RetryLimit)
+			qi.Options.RetryLimit, qi.Options.DeadLetterRetention = int(r.RetryLimit), ms(r.DeadLetterRetentionMs)
 			if r.RetryLimit == 0 {
 				qi.Options.RetryLimit = -1 // stored 0 is "none"; 0 in QueueOptions means the default
 			}

@@ -1,7 +1,7 @@
 // Package maintain runs the background maintenance loop: retention,
-// hash-row purge and idle-partition purge in bounded steps, one process per
-// schema (an advisory lock elects it), and the consumer-lag snapshot its
-// gauges report. It owns its goroutine and reaches the database only
+// hash-row purge, idle-partition purge and dead-letter retention in bounded
+// steps, one process per schema (an advisory lock elects it), and the
+// consumer-lag snapshot its gauges report. It owns its goroutine and reaches the database only
 // through the Pool it is given.
 package maintain
 
@@ -32,11 +32,12 @@ type Config struct {
 
 // Report is the root's MaintenanceReport: what one pass did.
 type Report struct {
-	Ran               bool
-	SegmentsDeleted   int
-	HashRowsDeleted   int
-	PartitionsPurged  int
-	PartitionsVisited int
+	Ran                bool
+	SegmentsDeleted    int
+	HashRowsDeleted    int
+	PartitionsPurged   int
+	PartitionsVisited  int
+	DeadLettersDeleted int
 }
 
 // Pool hands out the connection a pass holds the maintenance lock on; a
@@ -201,6 +202,17 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 			}
 		}
 	}
+
+	// Dead letters past their queue's retention, at most StepRows a pass.
+	var n int
+	err = step(func(ctx context.Context) (err error) {
+		n, err = stmt.DeadLetterRetentionStep(ctx, m.sql, conn, m.cfg.StepRows)
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("dead-letter retention: %w", err)
+	}
+	rep.DeadLettersDeleted += n
 
 	if time.Since(m.lagAt) >= lagEvery {
 		m.lagAt = time.Now()

@@ -94,6 +94,19 @@ func PurgePartition(ctx context.Context, s *Set, q Querier, pid int64, idle time
 	return gone, err
 }
 
+// DeadLetterRetentionStep runs s.DeadLetterRetentionStep on q: it deletes
+// at most maxRows dead letters older than their queue's dead-letter
+// retention and returns how many it deleted. A previous release has no
+// such statement (see Use) and deletes none: 0.
+func DeadLetterRetentionStep(ctx context.Context, s *Set, q Querier, maxRows int) (int, error) {
+	if s.DeadLetterRetentionStep == "" {
+		return 0, nil
+	}
+	var n int
+	err := scanOne(ctx, q, s.DeadLetterRetentionStep, []any{maxRows}, &n)
+	return n, err
+}
+
 // LagRow is one row of LagByGroup: a consumer group's lag on one queue.
 type LagRow struct {
 	Tenant   uuid.UUID
