@@ -11,7 +11,8 @@ import (
 
 // DiscardDeadLetters deletes the page it selects; DeadLetterRetentionStep
 // deletes dead letters past their queue's retention, at most maxRows, and
-// leaves a queue without retention alone.
+// leaves a queue without retention alone; DeadLetterCounts counts per
+// queue, 0 included.
 func TestDeadLetterStatements(t *testing.T) {
 	ctx, pool, schema := migrated(t)
 	s, c := stmt.New(schema), stmt.NewConsume(schema)
@@ -39,6 +40,20 @@ func TestDeadLetterStatements(t *testing.T) {
 		if n, err := stmt.DeadLetterRetentionStep(ctx, s, pool, 2); err != nil || n != want {
 			t.Fatalf("retention step %d: %d, %v; want %d", i, n, err, want)
 		}
+	}
+	counts, err := stmt.DeadLetterCounts(ctx, s, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, r := range counts {
+		if r.Tenant != tenant {
+			t.Fatalf("count row %+v of another tenant", r)
+		}
+		got[r.Queue] = r.DeadLetters
+	}
+	if len(got) != 3 || got["q"] != 1 || got["keep"] != 1 || got["none"] != 0 {
+		t.Fatalf("counts %v", got)
 	}
 	page := stmt.DeadLetterPage{Queue: stmt.QueueRef{Tenant: tenant, Name: "keep"}, Limit: 10}
 	if n, err := stmt.DiscardDeadLetters(ctx, c, pool, page); err != nil || n != 1 {

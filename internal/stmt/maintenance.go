@@ -133,3 +133,34 @@ func LagByGroup(ctx context.Context, s *Set, q Querier) ([]LagRow, error) {
 	}
 	return out, rows.Err()
 }
+
+// DeadLetterCountRow is one row of DeadLetterCounts: a queue and how many
+// dead letters it holds.
+type DeadLetterCountRow struct {
+	Tenant      uuid.UUID
+	Queue       string
+	DeadLetters int64
+}
+
+// DeadLetterCounts runs s.DeadLetterCounts on q: every queue of the
+// schema, with 0 for one without dead letters. A previous release has no
+// such statement (see Use): no rows.
+func DeadLetterCounts(ctx context.Context, s *Set, q Querier) ([]DeadLetterCountRow, error) {
+	if s.DeadLetterCounts == "" {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, s.DeadLetterCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetterCountRow
+	for rows.Next() {
+		var r DeadLetterCountRow
+		if err := rows.Scan(&r.Tenant, &r.Queue, &r.DeadLetters); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -56,6 +56,12 @@ SELECT count(*)::int8 FROM del
 SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
 FROM {{schema}}.consumer_lag GROUP BY tenant, queue, group_name
 
+-- name: DeadLetterCounts
+-- Every queue, 0 for one without dead letters (through
+-- dead_letters_queue_id_idx).
+SELECT q.tenant, q.name, (SELECT count(*) FROM {{schema}}.dead_letters d WHERE d.queue_id = q.id)::int8
+FROM {{schema}}.queues q
+
 -- name: GetMaintenance
 SELECT maintenance FROM {{schema}}.settings
 

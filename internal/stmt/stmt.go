@@ -68,6 +68,9 @@ type Set struct {
 	// DeadLetterRetentionStep deletes expired dead letters (see
 	// DeadLetterRetentionStep).
 	DeadLetterRetentionStep string
+	// DeadLetterCounts counts each queue's dead letters (see
+	// DeadLetterCounts).
+	DeadLetterCounts string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
 	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
