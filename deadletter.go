@@ -59,6 +59,13 @@ type DeadLetter struct {
 	Attempts  int    // explicit failures charged when it was dead-lettered
 	Reason    string // the error passed to Fail or DeadLetter; "" if none
 	DeadAt    time.Time
+	// Err is why this one could not be decoded: its payload is sealed with
+	// a key the client does not hold, or does not open with it (an
+	// ErrEncryption), or its stored headers are malformed. Data (and for
+	// malformed headers, Headers) is then nil; the other fields are as
+	// stored, so it can still be requeued or discarded by ID. nil for a
+	// dead letter listed whole.
+	Err error
 }
 
 // limit is the page size: Limit, 100 when unset, at most 10,000.
@@ -98,6 +105,8 @@ func (o DeadLetterQuery) check() error {
 }
 
 // DeadLetters lists the queue's dead letters in ID order (oldest first).
+// One it cannot decode (see DeadLetter.Err) is listed with Err set rather
+// than failing the page.
 func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLetter, error) {
 	e := q.c.e
 	if e.isClosed() {
@@ -127,12 +136,13 @@ func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLette
 		if r.Reason != nil {
 			d.Reason = *r.Reason
 		}
+		// One that does not decode is listed with Err: the page, and the
+		// dead letters after it, stay readable.
 		if d.Headers, err = frame.DecodeHeaders(r.Headers); err != nil {
-			return nil, fmt.Errorf("queen: dead letter %d: headers: %w", d.ID, err)
-		}
-		if byte(r.Flags)&frame.FlagEncrypted != 0 {
+			d.Headers, d.Data, d.Err = nil, nil, fmt.Errorf("queen: dead letter %d: headers: %w", d.ID, err)
+		} else if byte(r.Flags)&frame.FlagEncrypted != 0 {
 			if d.Data, err = e.keys.Open(q.c.tenant, q.name, d.Partition, d.Key, r.Headers, d.MessageID, d.Data); err != nil {
-				return nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
+				d.Data, d.Err = nil, fmt.Errorf("queen: dead letter %d: %w", d.ID, err)
 			}
 		}
 		out = append(out, d)

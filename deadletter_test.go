@@ -1,6 +1,8 @@
 package queen_test
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -201,5 +203,51 @@ func TestDeadLetterQueryMaxID(t *testing.T) {
 	}
 	if left2, _ := q.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left2) != 3 {
 		t.Fatalf("a refused requeue changed the dead letters: %d left", len(left2))
+	}
+}
+
+// A dead letter the client cannot decrypt (sealed with a key it lacks, or
+// a client without a key) is listed with Err set and no Data; the rest of
+// the page is listed as usual.
+func TestDeadLettersUndecryptableEntry(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{8}, 32)
+	ctx := ctxT(t)
+	before := open(t, func(cfg *queen.Config) { cfg.EncryptionKey = oldKey })
+	q := configure(t, before, "q", queen.QueueOptions{Encryption: true, DeadLetter: true})
+	killAll(t, q, "", "a", 1)
+	// The key was rotated and the old one dropped.
+	after := open(t, func(cfg *queen.Config) { cfg.Schema, cfg.EncryptionKey = before.Schema(), newKey })
+	aq := after.Queue("q")
+	killAll(t, aq, "", "b", 2)
+
+	page, err := aq.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil {
+		t.Fatalf("DeadLetters failed the page: %v", err)
+	}
+	if len(page) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(page))
+	}
+	if d := page[0]; !errors.Is(d.Err, queen.ErrEncryption) || d.Data != nil || d.Partition != "a" || d.MessageID.IsNil() {
+		t.Fatalf("the old-key dead letter: %+v; want Err ErrEncryption, no Data, the rest listed", d)
+	}
+	for i, want := range []string{"b0", "b1"} {
+		if d := page[i+1]; d.Err != nil || string(d.Data) != want {
+			t.Fatalf("dead letter %d: %+v, %v; want %q", i+1, d, d.Err, want)
+		}
+	}
+	// A client without a key lists every one, none decrypted.
+	noKey := open(t, func(cfg *queen.Config) { cfg.Schema = before.Schema() })
+	page, err = noKey.Queue("q").DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(page) != 3 {
+		t.Fatalf("without a key: %d, %v", len(page), err)
+	}
+	for _, d := range page {
+		if !errors.Is(d.Err, queen.ErrEncryption) || d.Data != nil {
+			t.Fatalf("without a key: %+v", d)
+		}
+	}
+	// The client that has the old key reads it.
+	if page := deadLetters(t, q); page[0].Err != nil || string(page[0].Data) != "a0" {
+		t.Fatalf("with the old key: %+v", page[0])
 	}
 }

@@ -26,7 +26,8 @@ type MaintenanceConfig struct {
 	// the last pass stopped) one pass looks at. Defaults to 256.
 	StepPartitions int
 	// StepRows bounds the segments or hash rows one step deletes from one
-	// partition. Defaults to 1000.
+	// partition, and the dead letters past their queue's
+	// DeadLetterRetention one pass deletes. Defaults to 1000.
 	StepRows int
 }
 
@@ -56,10 +57,13 @@ type MaintenanceReport struct {
 	HashRowsDeleted   int
 	PartitionsPurged  int
 	PartitionsVisited int
+	// DeadLettersDeleted is how many dead letters past their queue's
+	// DeadLetterRetention the pass deleted (at most StepRows).
+	DeadLettersDeleted int
 }
 
-// Maintain runs one maintenance pass now: retention, hash-row purge and
-// idle-partition purge, in bounded steps. It reports Ran false when another
+// Maintain runs one maintenance pass now: retention, hash-row purge,
+// idle-partition purge and dead-letter retention, in bounded steps. It reports Ran false when another
 // process holds the maintenance lock. The background loop calls the same.
 func (c *Client) Maintain(ctx context.Context) (MaintenanceReport, error) {
 	if c.e.isClosed() {

@@ -84,6 +84,15 @@ func TestEveryPublicCallRejectsBadNames(t *testing.T) {
 			_, err := good.RequeueDeadLetters(ctx, queen.DeadLetterQuery{Groups: []string{n}})
 			return err
 		},
+		"DiscardDeadLetters queue": func(n string) error {
+			_, err := c.Queue(n).DiscardDeadLetters(ctx, queen.DeadLetterQuery{})
+			return err
+		},
+		"DiscardDeadLetters partition": func(n string) error { _, err := good.DiscardDeadLetters(ctx, dlq(n)); return err },
+		"DiscardDeadLetters groups": func(n string) error {
+			_, err := good.DiscardDeadLetters(ctx, queen.DeadLetterQuery{Groups: []string{"", n}})
+			return err
+		},
 	}
 	for call, f := range calls {
 		for kind, name := range bads {

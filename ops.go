@@ -79,7 +79,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 			qi.Options.LeaseTime, qi.Options.DedupWindow = ms(r.LeaseMs), ms(r.DedupWindowMs)
 			qi.Options.DelayedProcessing, qi.Options.WindowBuffer = ms(r.DelayedMs), ms(r.WindowBufferMs)
 			qi.Options.Retention, qi.Options.CompletedRetention = ms(r.RetentionMs), ms(r.CompletedRetention)
-			qi.Options.RetryLimit = int(r.RetryLimit)
+			qi.Options.RetryLimit, qi.Options.DeadLetterRetention = int(r.RetryLimit), ms(r.DeadLetterRetentionMs)
 			if r.RetryLimit == 0 {
 				qi.Options.RetryLimit = -1 // stored 0 is "none"; 0 in QueueOptions means the default
 			}
@@ -240,4 +240,36 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 		e.wake.Pushed(q.c.tenant, q.name, r.Partition)
 	}
 	return total, nil
+}
+
+// DiscardDeadLetters deletes the dead letters that o selects (the same
+// filters and page as DeadLetters and RequeueDeadLetters: at most o.Limit,
+// default 100, from o.After on, in ID order) and returns how many it
+// deleted; call it again until that is 0 to discard everything o matches,
+// and bound such a loop with o.MaxID (QueueInfo.LastDeadLetterID) to leave
+// alone what is dead-lettered meanwhile. The page goes in one statement,
+// all of it or none of it: a ctx cancelled before the call deletes
+// nothing, and after an error (a ctx cancelled mid-call included) a retry
+// finds whatever is left. Deleted dead letters are gone for good; nothing
+// is pushed. A queue that does not exist has none: 0.
+func (q *Queue) DiscardDeadLetters(ctx context.Context, o DeadLetterQuery) (int, error) {
+	e := q.c.e
+	if e.isClosed() {
+		return 0, ErrClosed
+	}
+	if err := checkName(nameQueue, q.name); err != nil {
+		return 0, err
+	}
+	if err := o.checkFilters(); err != nil {
+		return 0, err
+	}
+	if err := o.check(); err != nil {
+		return 0, err
+	}
+	o.Limit = o.limit()
+	n, err := stmt.DiscardDeadLetters(ctx, e.csql, e.pool, o.page(q))
+	if err != nil {
+		return 0, fmt.Errorf("queen: discard dead letters of %q: %w", q.name, err)
+	}
+	return int(n), nil
 }

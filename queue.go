@@ -86,6 +86,11 @@ type QueueOptions struct {
 	// of such a queue must repeat its Lanes, as for every other option).
 	// Defaults to DefaultLanes (64).
 	Lanes int
+	// DeadLetterRetention deletes the queue's dead letters once they are
+	// this old (DeadLetter.DeadAt): the maintenance pass removes them,
+	// StepRows at a time. Defaults to 0: keep them until they are
+	// requeued, discarded or the queue is deleted.
+	DeadLetterRetention time.Duration
 }
 
 // DefaultLanes is the default of QueueOptions.Lanes.
@@ -121,7 +126,8 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 		name string
 		v    time.Duration
 	}{{"LeaseTime", o.LeaseTime}, {"DedupWindow", o.DedupWindow}, {"DelayedProcessing", o.DelayedProcessing},
-		{"WindowBuffer", o.WindowBuffer}, {"Retention", o.Retention}, {"CompletedRetention", o.CompletedRetention}} {
+		{"WindowBuffer", o.WindowBuffer}, {"Retention", o.Retention}, {"CompletedRetention", o.CompletedRetention},
+		{"DeadLetterRetention", o.DeadLetterRetention}} {
 		if d.v < 0 {
 			return o, fmt.Errorf("queen: QueueOptions.%s must not be negative", d.name)
 		}
@@ -175,7 +181,7 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 		Queue: stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, Lease: o.LeaseTime, RetryLimit: o.RetryLimit,
 		DeadLetter: o.DeadLetter, DedupWindow: o.DedupWindow, Encryption: o.Encryption, Delayed: o.DelayedProcessing,
 		WindowBuffer: o.WindowBuffer, Retention: o.Retention, CompletedRetention: o.CompletedRetention,
-		FailurePolicy: string(o.FailurePolicy), Lanes: int32(o.Lanes),
+		FailurePolicy: string(o.FailurePolicy), Lanes: int32(o.Lanes), DeadLetterRetention: o.DeadLetterRetention,
 	})
 	e.forgetMeta(q.c.tenant, q.name)
 	if err == nil && !applied {

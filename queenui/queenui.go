@@ -369,6 +369,9 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		row := deadLetterRow{ID: d.ID, Partition: d.Partition, Group: d.Group, Offset: d.Offset, Attempts: d.Attempts,
 			Reason: d.Reason, DeadAt: d.DeadAt, Size: len(d.Data)}
 		row.Preview, row.Binary = Preview(d.Data, 200)
+		if d.Err != nil {
+			row.Preview = "(undecodable: " + d.Err.Error() + ")"
+		}
 		p.DeadLetters = append(p.DeadLetters, row)
 	}
 	h.page(w, r, http.StatusOK, "queue", p)
@@ -480,6 +483,9 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request) {
 			row := deadLetterRow{ID: one.ID, Partition: one.Partition, Group: one.Group, Offset: one.Offset,
 				Attempts: one.Attempts, Reason: one.Reason, DeadAt: one.DeadAt, Size: len(one.Data)}
 			row.Preview, row.Binary = Preview(one.Data, 200)
+			if one.Err != nil {
+				row.Preview = "(undecodable: " + one.Err.Error() + ")"
+			}
 			p.Letter, p.Count = &row, 1
 		} else {
 			qi, err := h.queueInfo(ctx, name)

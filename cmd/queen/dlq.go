@@ -234,6 +234,8 @@ type deadLetterJSON struct {
 	DeadAt        time.Time         `json:"dead_at"`
 	Data          *string           `json:"data,omitempty"`
 	DataBase64    string            `json:"data_base64,omitempty"`
+	// Error is why the payload could not be decoded (DeadLetter.Err).
+	Error string `json:"error,omitempty"`
 }
 
 func (e *env) printDeadLetters(queue string, dls []queen.DeadLetter) int {
@@ -244,6 +246,9 @@ func (e *env) printDeadLetters(queue string, dls []queen.DeadLetter) int {
 				MessageID: d.MessageID.String(), TransactionID: d.TransactionID, Key: d.Key, Headers: d.Headers,
 				Attempts: d.Attempts, Reason: d.Reason, CreatedAt: d.CreatedAt.UTC(), DeadAt: d.DeadAt.UTC()}
 			setData(&j.Data, &j.DataBase64, d.Data)
+			if d.Err != nil {
+				j.Error = d.Err.Error()
+			}
 			out = append(out, j)
 		}
 		return e.writeJSON(out)
@@ -259,8 +264,12 @@ func (e *env) printDeadLetters(queue string, dls []queen.DeadLetter) int {
 		if d.Reason != "" {
 			reason = safe(d.Reason)
 		}
+		data := preview(d.Data, 60)
+		if d.Err != nil {
+			data = "(undecodable: " + safe(d.Err.Error()) + ")"
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, d.Partition, groupName(d.Group), d.Offset, d.Attempts,
-			d.DeadAt.UTC().Format(time.RFC3339), reason, preview(d.Data, 60))
+			d.DeadAt.UTC().Format(time.RFC3339), reason, data)
 	}
 	if err := tw.Flush(); err != nil {
 		return e.fail(err)

@@ -1,7 +1,7 @@
 // Package maintain runs the background maintenance loop: retention,
-// hash-row purge and idle-partition purge in bounded steps, one process per
-// schema (an advisory lock elects it), and the consumer-lag snapshot its
-// gauges report. It owns its goroutine and reaches the database only
+// hash-row purge, idle-partition purge and dead-letter retention in bounded
+// steps, one process per schema (an advisory lock elects it), and the
+// consumer-lag snapshot its gauges report. It owns its goroutine and reaches the database only
 // through the Pool it is given.
 package maintain
 
@@ -32,11 +32,12 @@ type Config struct {
 
 // Report is the root's MaintenanceReport: what one pass did.
 type Report struct {
-	Ran               bool
-	SegmentsDeleted   int
-	HashRowsDeleted   int
-	PartitionsPurged  int
-	PartitionsVisited int
+	Ran                bool
+	SegmentsDeleted    int
+	HashRowsDeleted    int
+	PartitionsPurged   int
+	PartitionsVisited  int
+	DeadLettersDeleted int
 }
 
 // Pool hands out the connection a pass holds the maintenance lock on; a
@@ -71,14 +72,17 @@ type Maintainer struct {
 	cursor       int64      // the last partition id of the previous window
 	lagAt        time.Time
 	lag          []stmt.LagRow
+	dead         []stmt.DeadLetterCountRow
 	lagReg       metric.Registration
 	lagMessages  metric.Int64ObservableGauge
 	lagSeconds   metric.Float64ObservableGauge
-	lagSnapshotM sync.Mutex // guards lag against the metrics callback
+	deadLetters  metric.Int64ObservableGauge
+	lagSnapshotM sync.Mutex // guards lag and dead against the metrics callback
 }
 
 // lagEvery bounds how often the lag snapshot (a scan of every consumer row)
-// is taken for the metrics.
+// and the dead-letter counts (of every dead letter's index entry) are taken
+// for the metrics.
 const lagEvery = 10 * time.Second
 
 // New starts the loop (unless cfg.Interval is negative), which runs until
@@ -202,6 +206,17 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		}
 	}
 
+	// Dead letters past their queue's retention, at most StepRows a pass.
+	var n int
+	err = step(func(ctx context.Context) (err error) {
+		n, err = stmt.DeadLetterRetentionStep(ctx, m.sql, conn, m.cfg.StepRows)
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("dead-letter retention: %w", err)
+	}
+	rep.DeadLettersDeleted += n
+
 	if time.Since(m.lagAt) >= lagEvery {
 		m.lagAt = time.Now()
 		if err := m.snapshotLag(ctx, conn.Conn()); err != nil {
@@ -216,14 +231,18 @@ func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
+	dead, err := stmt.DeadLetterCounts(ctx, m.sql, conn)
+	if err != nil {
+		return err
+	}
 	m.lagSnapshotM.Lock()
-	m.lag = lag
+	m.lag, m.dead = lag, dead
 	m.lagSnapshotM.Unlock()
 	return nil
 }
 
-// registerLagMetrics registers the consumer lag gauges, read from the
-// maintainer's last snapshot.
+// registerLagMetrics registers the consumer lag gauges and the dead-letter
+// gauge, read from the maintainer's last snapshot.
 func (m *Maintainer) registerLagMetrics(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/e03140bc/queen")
 	var err error
@@ -235,7 +254,11 @@ func (m *Maintainer) registerLagMetrics(mp metric.MeterProvider) error {
 		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
 		return err
 	}
-	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds); err != nil {
+	if m.deadLetters, err = meter.Int64ObservableGauge("queen.dead_letters", metric.WithUnit("{message}"),
+		metric.WithDescription("Dead letters each queue holds (reported by the process running maintenance).")); err != nil {
+		return err
+	}
+	if m.lagReg, err = meter.RegisterCallback(m.observe, m.lagMessages, m.lagSeconds, m.deadLetters); err != nil {
 		return err
 	}
 	return nil
@@ -249,6 +272,10 @@ func (m *Maintainer) observe(_ context.Context, o metric.Observer) error {
 			attribute.String("tenant", r.Tenant.String()))
 		o.ObserveInt64(m.lagMessages, r.Messages, attrs)
 		o.ObserveFloat64(m.lagSeconds, r.Seconds, attrs)
+	}
+	for _, r := range m.dead {
+		o.ObserveInt64(m.deadLetters, r.DeadLetters,
+			metric.WithAttributes(attribute.String("queue", r.Queue), attribute.String("tenant", r.Tenant.String())))
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ type Consume struct {
 	// Queues lists every queue of a tenant with its options and counts,
 	// one row per group (see Queues).
 	Queues string
+	// DiscardDeadLetters deletes a page of dead letters (see
+	// DiscardDeadLetters).
+	DiscardDeadLetters string
 }
 
 // Settle actions, the Act of SettleParams and SettleKeyedParams, as

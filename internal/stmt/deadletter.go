@@ -2,14 +2,15 @@ package stmt
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 )
 
 // DeadLetterPage selects a page of a queue's dead letters, in id order,
-// for DeadLetters and RequeueCandidates. Every filter that is nil keeps
-// all.
+// for DeadLetters, RequeueCandidates and DiscardDeadLetters. Every filter
+// that is nil keeps all.
 type DeadLetterPage struct {
 	Queue  QueueRef
 	Groups []string // "" is queue mode
@@ -153,4 +154,18 @@ func Requeue(ctx context.Context, c *Consume, q Querier, queueID int64, in []Req
 	}
 	rows.Close()
 	return out, rows.Err()
+}
+
+// DiscardDeadLetters runs c.DiscardDeadLetters for page on q: it deletes
+// the dead letters the page selects, in one statement, and returns how
+// many it deleted. A previous release has no such statement (see Use):
+// ErrUnsupported then.
+func DiscardDeadLetters(ctx context.Context, c *Consume, q Querier, page DeadLetterPage) (int64, error) {
+	if c.DiscardDeadLetters == "" {
+		return 0, errors.ErrUnsupported
+	}
+	var n int64
+	err := scanPrefix(ctx, q, c.DiscardDeadLetters, []any{page.Queue.Tenant, page.Queue.Name, page.Groups, page.Partition,
+		page.Since, page.Until, page.After, page.Limit, page.IDs, page.MaxID}, &n)
+	return n, err
 }

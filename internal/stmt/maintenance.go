@@ -94,6 +94,19 @@ func PurgePartition(ctx context.Context, s *Set, q Querier, pid int64, idle time
 	return gone, err
 }
 
+// DeadLetterRetentionStep runs s.DeadLetterRetentionStep on q: it deletes
+// at most maxRows dead letters older than their queue's dead-letter
+// retention and returns how many it deleted. A previous release has no
+// such statement (see Use) and deletes none: 0.
+func DeadLetterRetentionStep(ctx context.Context, s *Set, q Querier, maxRows int) (int, error) {
+	if s.DeadLetterRetentionStep == "" {
+		return 0, nil
+	}
+	var n int
+	err := scanPrefix(ctx, q, s.DeadLetterRetentionStep, []any{maxRows}, &n)
+	return n, err
+}
+
 // LagRow is one row of LagByGroup: a consumer group's lag on one queue.
 type LagRow struct {
 	Tenant   uuid.UUID
@@ -114,6 +127,37 @@ func LagByGroup(ctx context.Context, s *Set, q Querier) ([]LagRow, error) {
 	for rows.Next() {
 		var r LagRow
 		if err := rows.Scan(&r.Tenant, &r.Queue, &r.Group, &r.Messages, &r.Seconds); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeadLetterCountRow is one row of DeadLetterCounts: a queue and how many
+// dead letters it holds.
+type DeadLetterCountRow struct {
+	Tenant      uuid.UUID
+	Queue       string
+	DeadLetters int64
+}
+
+// DeadLetterCounts runs s.DeadLetterCounts on q: every queue of the
+// schema, with 0 for one without dead letters. A previous release has no
+// such statement (see Use): no rows.
+func DeadLetterCounts(ctx context.Context, s *Set, q Querier) ([]DeadLetterCountRow, error) {
+	if s.DeadLetterCounts == "" {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, s.DeadLetterCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetterCountRow
+	for rows.Next() {
+		var r DeadLetterCountRow
+		if err := rows.Scan(&r.Tenant, &r.Queue, &r.DeadLetters); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

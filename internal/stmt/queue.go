@@ -150,6 +150,10 @@ type QueuesRow struct {
 	Paused         bool
 	Now            time.Time // the server's clock
 	LastDeadLetter int64
+	// DeadLetterRetentionMs is the queue's dead-letter retention (0:
+	// none). A previous release's statement (see Use) has no such column:
+	// it stays 0.
+	DeadLetterRetentionMs int64
 }
 
 // Queues runs c.Queues for tenant on q: every queue of the tenant, by
@@ -163,10 +167,13 @@ func Queues(ctx context.Context, c *Consume, q Querier, tenant uuid.UUID) ([]Que
 	var out []QueuesRow
 	for rows.Next() {
 		var r QueuesRow
-		if err := rows.Scan(&r.Name, &r.Tenant, &r.LeaseMs, &r.RetryLimit, &r.DeadLetter, &r.DedupWindowMs, &r.Encryption,
+		dest := []any{&r.Name, &r.Tenant, &r.LeaseMs, &r.RetryLimit, &r.DeadLetter, &r.DedupWindowMs, &r.Encryption,
 			&r.DelayedMs, &r.WindowBufferMs, &r.RetentionMs, &r.CompletedRetention, &r.FailurePolicy, &r.Lanes,
 			&r.Partitions, &r.Depth, &r.Oldest, &r.Pushed, &r.DeadLetters, &r.Group, &r.Lag, &r.Head, &r.Paused,
-			&r.Now, &r.LastDeadLetter); err != nil {
+			&r.Now, &r.LastDeadLetter, &r.DeadLetterRetentionMs}
+		// Columns are only appended to: a previous release's statement
+		// fills a prefix.
+		if err := rows.Scan(dest[:min(len(dest), len(rows.FieldDescriptions()))]...); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

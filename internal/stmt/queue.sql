@@ -8,15 +8,15 @@ SELECT encryption, lanes, dedup_window_ms > 0 FROM {{schema}}.queues WHERE tenan
 -- name: QueueUpsert
 INSERT INTO {{schema}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
     dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
-    failure_policy, lanes)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+    failure_policy, lanes, dead_letter_retention_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (tenant, name) DO UPDATE SET
     lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
     dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
     encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
-    lanes = EXCLUDED.lanes, updated_at = now()
+    lanes = EXCLUDED.lanes, dead_letter_retention_ms = EXCLUDED.dead_letter_retention_ms, updated_at = now()
 WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
 RETURNING 1
 
@@ -89,7 +89,7 @@ SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_
     coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
     g.group_name, g.lag, g.head,
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
-    now(), coalesce(dl.last, 0)::bigint
+    now(), coalesce(dl.last, 0)::bigint, q.dead_letter_retention_ms
 FROM q
 LEFT JOIN pc ON pc.queue_id = q.id
 LEFT JOIN pd ON pd.queue_id = q.id

@@ -53,6 +53,9 @@ type QueueUpsertParams struct {
 	// Lanes is the lane count keys are routed with; a queue that has keyed
 	// messages keeps its own.
 	Lanes int32
+	// DeadLetterRetention deletes dead letters this old (0: never). A
+	// previous release's statement (see Use) does not write it.
+	DeadLetterRetention time.Duration
 }
 
 // QueueUpsert runs s.QueueUpsert for in on q: it creates the queue or
@@ -61,9 +64,9 @@ type QueueUpsertParams struct {
 func QueueUpsert(ctx context.Context, s *Set, q Querier, in QueueUpsertParams) (bool, error) {
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
 	var one int
-	err := scanPrefix(ctx, q, s.QueueUpsert, []any{in.Queue.Tenant, in.Queue.Name, ms(in.Lease), in.RetryLimit, in.DeadLetter,
-		ms(in.DedupWindow), in.Encryption, ms(in.Delayed), ms(in.WindowBuffer), ms(in.Retention), ms(in.CompletedRetention),
-		in.FailurePolicy, in.Lanes}, &one)
+	err := scanPrefix(ctx, q, s.QueueUpsert, prefixArgs(s.QueueUpsert, in.Queue.Tenant, in.Queue.Name, ms(in.Lease), in.RetryLimit,
+		in.DeadLetter, ms(in.DedupWindow), in.Encryption, ms(in.Delayed), ms(in.WindowBuffer), ms(in.Retention),
+		ms(in.CompletedRetention), in.FailurePolicy, in.Lanes, ms(in.DeadLetterRetention)), &one)
 	if isNoRows(err) {
 		return false, nil
 	}

@@ -65,6 +65,12 @@ type Set struct {
 	PurgeTxnsStep     string
 	PurgePartition    string
 	LagByGroup        string
+	// DeadLetterRetentionStep deletes expired dead letters (see
+	// DeadLetterRetentionStep).
+	DeadLetterRetentionStep string
+	// DeadLetterCounts counts each queue's dead letters (see
+	// DeadLetterCounts).
+	DeadLetterCounts string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
 	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
