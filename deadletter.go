@@ -104,24 +104,34 @@ func (o DeadLetterQuery) check() error {
 	return nil
 }
 
+// checkDeadLetterCall is what every call over a DeadLetterQuery checks
+// first: the client open, the queue's name, the query; it fills in the
+// default Limit.
+func (q *Queue) checkDeadLetterCall(o *DeadLetterQuery) error {
+	if q.c.e.isClosed() {
+		return ErrClosed
+	}
+	if err := checkName(nameQueue, q.name); err != nil {
+		return err
+	}
+	if err := o.checkFilters(); err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	o.Limit = o.limit()
+	return nil
+}
+
 // DeadLetters lists the queue's dead letters in ID order (oldest first).
 // One it cannot decode (see DeadLetter.Err) is listed with Err set rather
 // than failing the page.
 func (q *Queue) DeadLetters(ctx context.Context, o DeadLetterQuery) ([]DeadLetter, error) {
 	e := q.c.e
-	if e.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := checkName(nameQueue, q.name); err != nil {
+	if err := q.checkDeadLetterCall(&o); err != nil {
 		return nil, err
 	}
-	if err := o.checkFilters(); err != nil {
-		return nil, err
-	}
-	if err := o.check(); err != nil {
-		return nil, err
-	}
-	o.Limit = o.limit()
 	rows, err := stmt.DeadLetters(ctx, e.csql, e.pool, o.page(q))
 	if err != nil {
 		return nil, fmt.Errorf("queen: dead letters of %q: %w", q.name, err)

@@ -179,19 +179,9 @@ func (q *Queue) checkGroup(group string) error {
 // requeued is no longer selected. Consumers are woken as by a push.
 func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int, error) {
 	e := q.c.e
-	if e.isClosed() {
-		return 0, ErrClosed
-	}
-	if err := checkName(nameQueue, q.name); err != nil {
+	if err := q.checkDeadLetterCall(&o); err != nil {
 		return 0, err
 	}
-	if err := o.checkFilters(); err != nil {
-		return 0, err
-	}
-	if err := o.check(); err != nil {
-		return 0, err
-	}
-	o.Limit = o.limit()
 	ref := stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}
 	qid, enc, err := stmt.QueueIDEnc(ctx, e.csql, e.pool, ref)
 	if err != nil {
@@ -254,19 +244,9 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 // is pushed. A queue that does not exist has none: 0.
 func (q *Queue) DiscardDeadLetters(ctx context.Context, o DeadLetterQuery) (int, error) {
 	e := q.c.e
-	if e.isClosed() {
-		return 0, ErrClosed
-	}
-	if err := checkName(nameQueue, q.name); err != nil {
+	if err := q.checkDeadLetterCall(&o); err != nil {
 		return 0, err
 	}
-	if err := o.checkFilters(); err != nil {
-		return 0, err
-	}
-	if err := o.check(); err != nil {
-		return 0, err
-	}
-	o.Limit = o.limit()
 	n, err := stmt.DiscardDeadLetters(ctx, e.csql, e.pool, o.page(q))
 	if err != nil {
 		return 0, fmt.Errorf("queen: discard dead letters of %q: %w", q.name, err)
