@@ -39,6 +39,9 @@ func (c *consumer) dispatch(n int) error {
 		Partition: func(b []*Message) int64 { return b[0].pid },
 		Wake:      w,
 		Rescan:    e.cfg.test.popRescan,
+		// AutoAck batches hold no lease: two claims in flight could take
+		// consecutive batches of one partition and hand them reversed.
+		Serial: c.po.AutoAck,
 		Failed: func(err error, wait time.Duration) error {
 			if e.isClosed() {
 				return ErrClosed

@@ -41,6 +41,11 @@ type Config[B any] struct {
 	// with that error (retrying cannot help); nil retries after a backoff
 	// (Backoff, the next backoff).
 	Failed func(err error, backoff time.Duration) error
+	// Serial runs one claim at a time. Required when two claims can take
+	// consecutive batches of one partition (batches that hold no lease):
+	// claims in flight return in any order, and the later batch must not
+	// be handed first.
+	Serial bool
 }
 
 // BackoffMin and BackoffMax bound the wait after a failed claim: it doubles
@@ -50,10 +55,11 @@ const (
 	BackoffMax = 5 * time.Second
 )
 
-// maxInFlight is how many claims run at once: each reserves the workers it
-// asked for, so the slots freed while one is in flight can start a second,
-// and a round trip in flight does not leave the workers that finished
-// during it idle until it returns (with fast handlers, about half of them).
+// maxInFlight is how many claims run at once (unless Config.Serial): each
+// reserves the workers it asked for, so the slots freed while one is in
+// flight can start a second, and a round trip in flight does not leave the
+// workers that finished during it idle until it returns (with fast
+// handlers, about half of them).
 const maxInFlight = 2
 
 // Run runs the loop until stop ends or Failed returns an error, and returns
@@ -122,7 +128,10 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		err     error
 	}
 	results := make(chan claimed, maxInFlight)
-	inFlight := 0
+	inFlight, most := 0, maxInFlight
+	if cfg.Serial {
+		most = 1
+	}
 	// hand releases a claim's reservation and gives every claimed batch to
 	// a worker, even when stopping: the worker hands back what it does not
 	// start.
@@ -156,7 +165,7 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		free := hold - inUse
 		// Claim ahead in steps of a worker's share; claim any amount when a
 		// worker would otherwise idle.
-		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < maxInFlight && retry == nil {
+		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < most && retry == nil {
 			inUse += free
 			mu.Unlock()
 			h := hints

@@ -212,3 +212,38 @@ func TestRunClaimFailure(t *testing.T) {
 		t.Fatalf("claimed again after %v, before the backoff %v", el, waits[0])
 	}
 }
+
+// With Serial, no two claims are in flight at once.
+func TestRunSerialClaims(t *testing.T) {
+	const total = 500
+	s := newSource(total)
+	var inClaim, most atomic.Int32
+	cfg := config(s, 4, 8)
+	cfg.Serial = true
+	claim := cfg.Claim
+	cfg.Claim = func(ctx context.Context, hints []string, n int) ([]batch, error) {
+		if c := inClaim.Add(1); c > most.Load() {
+			most.Store(c)
+		}
+		time.Sleep(100 * time.Microsecond)
+		defer inClaim.Add(-1)
+		return claim(ctx, hints, n)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- Run(stop, cfg) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d claims in flight at once, want 1", m)
+	}
+}
