@@ -104,6 +104,27 @@ func (s *source) done() int {
 	return n
 }
 
+// runUntilDone runs cfg until s has settled total batches, stops it and
+// checks that it returned nil with exactly total settled.
+func runUntilDone(t *testing.T, s *source, cfg Config[batch], total int) {
+	t.Helper()
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- Run(stop, cfg) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+}
+
 func config(s *source, workers, hold int) Config[batch] {
 	return Config[batch]{
 		Workers: workers, Hold: hold,
@@ -130,21 +151,7 @@ func config(s *source, workers, hold int) Config[batch] {
 func TestRunHandlesEachBatchInPartitionOrder(t *testing.T) {
 	const total = 2000
 	s := newSource(total)
-	stop, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error)
-	go func() { done <- Run(stop, config(s, 3, 6)) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for s.done() < total && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
-	if got := s.done(); got != total {
-		t.Fatalf("handled %d batches, want %d", got, total)
-	}
+	runUntilDone(t, s, config(s, 3, 6), total)
 	if s.overlap.Load() {
 		t.Fatal("two batches of one partition were handled at once")
 	}
@@ -229,20 +236,7 @@ func TestRunSerialClaims(t *testing.T) {
 		defer inClaim.Add(-1)
 		return claim(ctx, hints, n)
 	}
-	stop, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- Run(stop, cfg) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for s.done() < total && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
-	if got := s.done(); got != total {
-		t.Fatalf("handled %d batches, want %d", got, total)
-	}
+	runUntilDone(t, s, cfg, total)
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d claims in flight at once, want 1", m)
 	}
