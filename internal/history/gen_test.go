@@ -47,6 +47,7 @@ var genKinds = []string{
 	"contact",   // a SubscribeNew first contact held open while another group's pop empties a partition it was seeded past
 	"autostop",  // an AutoAck Consume with KeyConcurrency stopped mid-batch on a queue of its own
 	"stall",     // a Consume whose client cannot reach the database past its lease, mid-batch, while another takes the batch over
+	"freeze",    // a Consume frozen between deciding to run a handler and its start (a tracer's span start) past the lease, while another takes the batch over
 	"metrics",   // a client's consume-side counters against its history (Consume handlers acking in Client.Tx)
 	"dashboard", // queenui's replay and replay-all driven over HTTP
 	"fromedge",  // a SubscribeFrom time taken while a push waits for its partition's row

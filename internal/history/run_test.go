@@ -365,6 +365,16 @@ func (r *run) main() (st runStats) {
 		cc = r.open(ctx, "contact", dir)
 		others = append(others, cc)
 	}
+	var fz *queen.Client
+	freezeTP := &freezeTracer{}
+	if r.gen["freeze"] {
+		dir := t.TempDir() // before scanSpools reads spoolDirs
+		r.spoolDirs = append(r.spoolDirs, dir)
+		cfg := r.config("freeze", dir)
+		cfg.TracerProvider = freezeTP
+		fz = r.openCfg(ctx, cfg)
+		others = append(others, fz)
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -406,6 +416,19 @@ func (r *run) main() (st runStats) {
 			for genCtx.Err() == nil {
 				sw.stall(genCtx)
 				select { // a stall spooled in an outage returns at once
+				case <-genCtx.Done():
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+		})
+	}
+	if r.gen["freeze"] {
+		fw := &worker{c: fz, rec: r.rec, proc: "freeze", idx: 0, rng: rand.New(rand.NewPCG(r.seed, 0xf5ee5e)), from: r.from,
+			gen: r.gen, r: r, other: clients[0]}
+		wg.Go(func() {
+			for genCtx.Err() == nil {
+				fw.freeze(genCtx, freezeTP)
+				select {
 				case <-genCtx.Done():
 				case <-time.After(300 * time.Millisecond):
 				}
