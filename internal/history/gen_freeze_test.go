@@ -45,8 +45,8 @@ func (t freezeSpans) Start(ctx context.Context, name string, opts ...trace.SpanS
 
 // freeze is stall with the pause moved to where a lease check cannot see
 // it coming: the first handler of a batch takes every connection of its
-// client's pool (no renewal gets through) and returns shortly before the
-// lease ends, and the client then freezes in the next message's span start
+// client's pool (no renewal gets through; taking them may take a while,
+// hence a lease of seconds) and returns shortly before the lease ends, and the client then freezes in the next message's span start
 // until the other client's Consume has claimed the batch and runs a slow
 // handler. The frozen Consume must not start that message's handler
 // (concurrent-handlers).
@@ -66,10 +66,10 @@ func (w *worker) freeze(ctx context.Context, tp *freezeTracer) {
 	var once, takenOnce, releaseOnce sync.Once
 	release := func() {} // the held connections, if the thaw never ran
 	var wg sync.WaitGroup
-	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 8*time.Second)
 	defer acancel()
 	wg.Go(func() {
-		o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: batch, LeaseTime: 500 * time.Millisecond, Wait: 200 * time.Millisecond}}
+		o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: batch, LeaseTime: 2 * time.Second, Wait: 200 * time.Millisecond}}
 		_ = w.c.Queue(q).Consume(actx, o, func(_ context.Context, m *queen.Message) error {
 			h := record(w.proc, m)
 			first := false
@@ -107,7 +107,7 @@ func (w *worker) freeze(ctx context.Context, tp *freezeTracer) {
 		wg.Wait()
 		return
 	}
-	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Second)
+	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), 6*time.Second)
 	defer bcancel()
 	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Partition: "p", Batch: batch, LeaseTime: 3 * time.Second, Wait: 100 * time.Millisecond}}
 	_ = w.other.Queue(q).Consume(bctx, o, func(_ context.Context, m *queen.Message) error {
