@@ -78,7 +78,8 @@ $$;
 -- VOLATILE, so each of their statements takes its own snapshot, as a
 -- statement of pop's own body does. pop assigns each step's result (never
 -- PERFORM or SELECT ... FROM): a plain expression is evaluated without an
--- executor of its own, which keeps the steps about as cheap as inline code.
+-- executor of its own, so a step costs its statements and a few µs for
+-- the call; pop_upkeep is called only when it has partitions to look at.
 
 -- First contact of group p_group with queue p_qid (bounded, see
 -- seed_consumers), or one more step of its marking when no other pop of
@@ -545,7 +546,9 @@ BEGIN
         v_seen := v_seen || v_pend;
     END LOOP;
 
-    v_n := {{schema}}.pop_upkeep(p_group, v_drained, v_caught, p_partition IS NULL);
+    IF cardinality(v_drained) > 0 OR (p_partition IS NULL AND cardinality(v_caught) > 0) THEN
+        v_n := {{schema}}.pop_upkeep(p_group, v_drained, v_caught, p_partition IS NULL);
+    END IF;
 END
 $$;
 
