@@ -1554,7 +1554,7 @@ func (w *worker) consume(ctx context.Context) {
 	returned := make(chan struct{})
 	var call history.Event
 	if o.AutoAck {
-		call = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group, AutoAck: true})
+		call = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group, AutoAck: true, Keyed: o.KeyConcurrency > 1})
 	}
 	go func() {
 		defer close(returned)
