@@ -399,6 +399,9 @@ func (r *run) main() (st runStats) {
 			gen: r.gen, r: r, other: clients[1]}
 		wg.Go(func() { aw.autoStops(genCtx) })
 	}
+	if r.gen["autoorder"] {
+		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
+	}
 	if r.gen["stall"] {
 		sw := &worker{c: clients[1], rec: r.rec, proc: "main-1", idx: 3, rng: rand.New(rand.NewPCG(r.seed, 0x57a11)), from: r.from,
 			gen: r.gen, r: r, other: clients[0]}

@@ -1,0 +1,66 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/history"
+)
+
+// autoOrders runs autoOrder on client c until one drained its backlog or
+// ctx ends (a push spooled or failed in an outage: a fresh queue after a
+// moment).
+func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
+	w := &worker{c: c, rec: r.rec, proc: "main-1", idx: 5, rng: rand.New(rand.NewPCG(r.seed, 0xa0)), from: r.from, gen: r.gen, r: r}
+	for ctx.Err() == nil && !w.autoOrder(ctx) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// autoOrder gives a queue of its own a deep backlog on one partition (a few
+// thousand small items in a few pushes) and drains it with one AutoAck
+// Consume of several workers and small batches, recorded. AutoAck holds no
+// lease, so claims in flight at once could take consecutive batches of the
+// partition and hand the later one first: the call must still hand them in
+// offset order (autoack-order). It stops once everything was handled, or
+// after a while (the final drain reads the rest). It says whether the
+// backlog was stored and consumed.
+func (w *worker) autoOrder(ctx context.Context) bool {
+	const pushes, per = 3, 700
+	w.n++
+	q := fmt.Sprintf("autoorder-%s.%d-%d", w.proc, w.idx, w.n)
+	w.r.addQueue(q, history.QueueInfo{Groups: []string{""}})
+	for i := range pushes {
+		items := make([]queen.Item, per)
+		for j := range items {
+			tx := fmt.Sprintf("%s/%d", q, i*per+j)
+			items[j] = queen.Item{Partition: "p", TransactionID: tx, Data: payload(q, tx)}
+		}
+		if !w.pushOwn(ctx, q, items) {
+			return false
+		}
+	}
+	cctx, stop := context.WithTimeout(ctx, 8*time.Second)
+	defer stop()
+	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2 + w.rng.IntN(9), AutoAck: true}, Concurrency: 4 + w.rng.IntN(5)}
+	var handled atomic.Int64
+	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, AutoAck: true})
+	err := w.c.Queue(q).Consume(cctx, o, func(_ context.Context, m *queen.Message) error {
+		h := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
+			Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{delivery(m)}, AutoAck: true})
+		w.rec.Done(h, history.OK, history.Event{})
+		if handled.Add(1) == pushes*per {
+			stop()
+		}
+		return nil
+	})
+	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
+	return true
+}
