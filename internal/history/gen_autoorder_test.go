@@ -51,6 +51,7 @@ func (w *worker) autoOrder(ctx context.Context) bool {
 	defer stop()
 	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 2 + w.rng.IntN(9), AutoAck: true}, Concurrency: 4 + w.rng.IntN(5)}
 	var handled atomic.Int64
+	start := time.Now()
 	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, AutoAck: true})
 	err := w.c.Queue(q).Consume(cctx, o, func(_ context.Context, m *queen.Message) error {
 		h := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
@@ -62,5 +63,7 @@ func (w *worker) autoOrder(ctx context.Context) bool {
 		return nil
 	})
 	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
+	w.r.t.Logf("autoorder: %s: %d of %d handled in %s (Batch %d, Concurrency %d)", q, handled.Load(), pushes*per,
+		time.Since(start).Round(time.Millisecond), o.Batch, o.Concurrency)
 	return true
 }
