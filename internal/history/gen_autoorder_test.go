@@ -33,7 +33,7 @@ func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
 // after a while (the final drain reads the rest). It says whether the
 // backlog was stored and consumed.
 func (w *worker) autoOrder(ctx context.Context) bool {
-	const pushes, per = 3, 700
+	const pushes, per = 3, 500
 	w.n++
 	q := fmt.Sprintf("autoorder-%s.%d-%d", w.proc, w.idx, w.n)
 	w.r.addQueue(q, history.QueueInfo{Groups: []string{""}})

@@ -294,6 +294,9 @@ func (r *run) main() (st runStats) {
 			wg.Go(func() { wk.loop(genCtx) })
 		}
 	}
+	if r.gen["autoorder"] { // first: its backlog takes most of the run to drain
+		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
+	}
 	var others []*queen.Client // closed at heal
 	rot := make(chan *queen.Client, 1)
 	if r.gen["keyrot"] {
@@ -398,9 +401,6 @@ func (r *run) main() (st runStats) {
 		aw := &worker{c: clients[0], rec: r.rec, proc: "main-0", idx: 4, rng: rand.New(rand.NewPCG(r.seed, 0xa5)), from: r.from,
 			gen: r.gen, r: r, other: clients[1]}
 		wg.Go(func() { aw.autoStops(genCtx) })
-	}
-	if r.gen["autoorder"] {
-		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
 	}
 	if r.gen["stall"] {
 		sw := &worker{c: clients[1], rec: r.rec, proc: "main-1", idx: 3, rng: rand.New(rand.NewPCG(r.seed, 0x57a11)), from: r.from,
