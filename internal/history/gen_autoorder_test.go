@@ -11,28 +11,27 @@ import (
 	"github.com/e03140bc/queen/internal/history"
 )
 
-// autoOrders runs autoOrder on client c until one drained its backlog or
-// ctx ends (a push spooled or failed in an outage: a fresh queue after a
-// moment).
+// autoOrders runs autoOrder on client c, one after another, while ctx has
+// time left for one to drain a good part of its backlog.
 func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
 	w := &worker{c: c, rec: r.rec, proc: "main-1", idx: 5, rng: rand.New(rand.NewPCG(r.seed, 0xa0)), from: r.from, gen: r.gen, r: r}
-	for ctx.Err() == nil && !w.autoOrder(ctx) {
+	for time.Until(deadlineOf(ctx)) > 3*time.Second {
+		w.autoOrder(ctx)
 		select {
 		case <-ctx.Done():
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 }
 
-// autoOrder gives a queue of its own a deep backlog on one partition (a few
-// thousand small items in a few pushes) and drains it with one AutoAck
+// autoOrder gives a queue of its own a deep backlog on one partition (1,500
+// small items in three pushes) and drains it with one AutoAck
 // Consume of several workers and small batches, recorded. AutoAck holds no
 // lease, so claims in flight at once could take consecutive batches of the
 // partition and hand the later one first: the call must still hand them in
 // offset order (autoack-order). It stops once everything was handled, or
-// after a while (the final drain reads the rest). It says whether the
-// backlog was stored and consumed.
-func (w *worker) autoOrder(ctx context.Context) bool {
+// after a while (the final drain reads the rest).
+func (w *worker) autoOrder(ctx context.Context) {
 	const pushes, per = 3, 500
 	w.n++
 	q := fmt.Sprintf("autoorder-%s.%d-%d", w.proc, w.idx, w.n)
@@ -44,7 +43,7 @@ func (w *worker) autoOrder(ctx context.Context) bool {
 			items[j] = queen.Item{Partition: "p", TransactionID: tx, Data: payload(q, tx)}
 		}
 		if !w.pushOwn(ctx, q, items) {
-			return false
+			return // spooled or failed in an outage: the final drain reads them
 		}
 	}
 	cctx, stop := context.WithTimeout(ctx, 8*time.Second)
@@ -65,5 +64,4 @@ func (w *worker) autoOrder(ctx context.Context) bool {
 	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
 	w.r.t.Logf("autoorder: %s: %d of %d handled in %s (Batch %d, Concurrency %d)", q, handled.Load(), pushes*per,
 		time.Since(start).Round(time.Millisecond), o.Batch, o.Concurrency)
-	return true
 }
