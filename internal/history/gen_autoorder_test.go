@@ -24,7 +24,7 @@ func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
 	}
 }
 
-// autoOrder gives a queue of its own a deep backlog on one partition (1,500
+// autoOrder gives a queue of its own a deep backlog on one partition (750
 // small items in three pushes) and drains it with one AutoAck
 // Consume of several workers and small batches, recorded. AutoAck holds no
 // lease, so claims in flight at once could take consecutive batches of the
@@ -32,7 +32,7 @@ func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
 // offset order (autoack-order). It stops once everything was handled, or
 // after a while (the final drain reads the rest).
 func (w *worker) autoOrder(ctx context.Context) {
-	const pushes, per = 3, 500
+	const pushes, per = 3, 250
 	w.n++
 	q := fmt.Sprintf("autoorder-%s.%d-%d", w.proc, w.idx, w.n)
 	w.r.addQueue(q, history.QueueInfo{Groups: []string{""}})
