@@ -286,12 +286,17 @@ type engine struct {
 	acks  *settle.Fusion
 
 	// The disk spool, its drain, and the schema-wide maintenance flag.
-	spool    *spool.Spool
-	drain    *drainer
-	maintOn  atomic.Bool
-	encSet   atomic.Pointer[encQueueSet] // without a key: the encrypted queues at the last contact
-	spoolReg metric.Registration
-	keyReg   metric.Registration // the per-key Consume gauges
+	spool   *spool.Spool
+	drain   *drainer
+	maintOn atomic.Bool
+	// maintGen counts this client's SetMaintenance calls, under maintMu
+	// with the store of maintOn they make; maintRead serializes re-reads.
+	maintMu   sync.Mutex
+	maintGen  uint64
+	maintRead sync.Mutex
+	encSet    atomic.Pointer[encQueueSet] // without a key: the encrypted queues at the last contact
+	spoolReg  metric.Registration
+	keyReg    metric.Registration // the per-key Consume gauges
 
 	// The consumption side: its statements, the lease owner this client
 	// writes, and the LISTEN loop that wakes parked pops for other

@@ -579,7 +579,10 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 	if err := stmt.SetMaintenance(ctx, e.sql, e.pool, on); err != nil {
 		return fmt.Errorf("queen: set maintenance: %w", err)
 	}
+	e.maintMu.Lock()
+	e.maintGen++ // a re-read begun before this commit must not land after it
 	e.maintOn.Store(on)
+	e.maintMu.Unlock()
 	if err := stmt.Notify(ctx, e.sql, e.pool, wake.MaintenanceNotice); err != nil {
 		e.log.Warn("queen: notify maintenance change", "err", err)
 	}
@@ -596,12 +599,26 @@ func (c *Client) Maintenance() bool { return c.e.maintOn.Load() }
 // refreshMaintenance re-reads the maintenance flag and reports whether
 // maintenance mode just ended, which is when the drain must replay. The
 // drain's own loop replays in the same pass; other callers kick it.
+// Re-reads run one at a time (the drain's poll and the listener's may
+// overlap), and one that began before this client's SetMaintenance
+// committed is dropped: each statement has its own snapshot, so a read
+// that landed late would undo a newer state.
 func (e *engine) refreshMaintenance(ctx context.Context) (ended bool) {
+	e.maintRead.Lock()
+	defer e.maintRead.Unlock()
+	e.maintMu.Lock()
+	gen := e.maintGen
+	e.maintMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
 	defer cancel()
 	on, err := stmt.GetMaintenance(ctx, e.sql, e.pool)
 	if err != nil {
 		return false // keep the last known state while the database is away
+	}
+	e.maintMu.Lock()
+	defer e.maintMu.Unlock()
+	if e.maintGen != gen {
+		return false
 	}
 	was := e.maintOn.Swap(on)
 	return was && !on
