@@ -72,7 +72,8 @@ var errIncomplete = errors.New("spool: replay function stored only part of a bat
 // records stay pending, in order, and none of its later records is offered
 // before them. The other keys go on, unless calls keep failing with no
 // success in between (2 × ReplayConcurrency in a row, as when the database
-// is down), which ends the pass. A Permanent failure of the same key in
+// is down), which ends the pass (a call still running that then succeeds does
+// not revive it). A Permanent failure of the same key in
 // QuarantineAfter passes (a success of the key starts the count again)
 // quarantines the record it failed at on its own: the record is appended to
 // a *.spool.quarantine file, logged, counted in Stats.QuarantinedRecords and
@@ -132,6 +133,10 @@ type pass struct {
 	fatal   error             // an I/O error of the spool: the pass stops
 	streak  int               // failures since the last success
 	limit   int
+	// stopped: streak reached limit. It stays set, since workers skipped
+	// keys then without blocking them: a call still running that succeeds
+	// afterwards must not let the pass go on to their later records.
+	stopped bool
 }
 
 func (p *pass) isBlocked(k groupKey) bool {
@@ -148,6 +153,9 @@ func (p *pass) failed(k groupKey, err error) {
 		p.first = err
 	}
 	p.streak++
+	if p.streak >= p.limit {
+		p.stopped = true
+	}
 }
 
 func (p *pass) succeeded() {
@@ -167,7 +175,7 @@ func (p *pass) halt(err error) {
 func (p *pass) halted() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.fatal != nil || p.streak >= p.limit
+	return p.fatal != nil || p.stopped
 }
 
 func (p *pass) result() error {
