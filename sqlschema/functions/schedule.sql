@@ -81,11 +81,12 @@ BEGIN
     -- insert waited are in its snapshot.
     RETURN QUERY
     SELECT u.o::integer,
-           CASE WHEN u.h = ANY (v_new) THEN 0 ELSE 1 END,
-           CASE WHEN u.h = ANY (v_new) THEN NULL ELSE
+           CASE WHEN nw.h IS NULL THEN 1 ELSE 0 END,
+           CASE WHEN nw.h IS NULL THEN
                (SELECT s.message_id FROM {{schema}}.scheduled s WHERE s.queue_id = v_qid AND s.hash = u.h)
            END
     FROM unnest(p_hashes) WITH ORDINALITY AS u(h, o)
+    LEFT JOIN unnest(v_new) AS nw(h) ON nw.h = u.h
     ORDER BY u.o;
 END
 $$;
