@@ -131,7 +131,7 @@ func TestScheduledExactlyOnceWithTwoMovers(t *testing.T) {
 	a := open(t)
 	b := open(t, func(cfg *queen.Config) { cfg.Schema = a.Schema() })
 	const n = 3000
-	due := time.Now().Add(1500 * time.Millisecond)
+	due := time.Now().Add(6 * time.Second) // after both calls, on a loaded machine
 	parts := make([]string, n)
 	for i := range parts {
 		parts[i] = fmt.Sprintf("p%d", i%7)
@@ -229,7 +229,7 @@ func TestCancelScheduledRacingTheMove(t *testing.T) {
 	c := open(t)
 	q := c.Queue("q")
 	const n = 400
-	due := time.Now().Add(time.Second)
+	due := time.Now().Add(3 * time.Second)
 	parts := make([]string, n)
 	for i := range parts {
 		parts[i] = fmt.Sprintf("p%d", i%5)
