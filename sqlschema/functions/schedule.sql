@@ -99,6 +99,12 @@ $$;
 -- partitions appended to (for wakes), and the time until the next due
 -- message by the database's clock (NULL when none is scheduled).
 --
+-- One move at a time per schema: a transaction advisory lock, tried (a
+-- mover that misses it moves nothing and looks again shortly). Two movers
+-- in parallel would each append their own rows, and the later-due ones of
+-- one could reach a partition first; serialized, every partition takes
+-- its messages in due order (ties by schedule order).
+--
 -- Exactly once: the rows are deleted and appended in the caller's one
 -- transaction. They are locked FOR UPDATE SKIP LOCKED, so two movers take
 -- disjoint rows and a cancel (a DELETE) either deletes a row first (not
@@ -141,6 +147,11 @@ BEGIN
     woke_tenants := '{}';
     woke_queues := '{}';
     woke_parts := '{}';
+    -- The key: "QUEE" above the table's oid, unique per schema.
+    IF NOT pg_try_advisory_xact_lock((x'51554545'::bigint << 32) | '{{schema}}.scheduled'::regclass::oid::bigint) THEN
+        next_in_ms := 0;
+        RETURN;
+    END IF;
     SELECT coalesce(array_agg(l.id), '{}') INTO v_qids
     FROM (SELECT q.id FROM {{schema}}.queues q
           WHERE q.id IN (SELECT d.queue_id FROM {{schema}}.scheduled d
