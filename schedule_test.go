@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // scheduleItems schedules one item per partition name in parts (data and
@@ -409,5 +412,93 @@ func TestScheduleValidation(t *testing.T) {
 	defer tx.Rollback(context.Background())
 	if _, err := q.PushTx(ctxT(t), tx, []queen.Item{{DeliverAt: time.Now().Add(time.Minute)}}); err == nil {
 		t.Fatal("PushTx with DeliverAt: no error")
+	}
+}
+
+// A client whose mover only hears of a schedule by NOTIFY (its poll is
+// far longer than the test) moves the message once due: the scheduling
+// client closed before then.
+func TestScheduledNotifiesOtherClients(t *testing.T) {
+	const poll = 10 * time.Minute
+	a := open(t, queen.SchedulePoll(poll))
+	b := open(t, queen.SchedulePoll(poll), func(cfg *queen.Config) { cfg.Schema = a.Schema() })
+	// b's mover has looked (at Open) and sleeps for the poll.
+	time.Sleep(200 * time.Millisecond)
+	due := time.Now().Add(2 * time.Second)
+	scheduleItems(t, a.Queue("q"), due, "n", "p")
+	time.Sleep(200 * time.Millisecond) // a's notifier sends within its 5ms tick
+	if err := a.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := drainUntil(t, b.Queue("q"), 1, due.Add(30*time.Second))
+	wantData(t, msgs, "n0")
+}
+
+// Deleting a queue deletes its scheduled messages.
+func TestScheduledGoWithTheQueue(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	scheduleItems(t, q, time.Now().Add(time.Hour), "g", "p", "p")
+	if err := q.Delete(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, c, "scheduled"); n != 0 {
+		t.Fatalf("%d scheduled rows after the delete", n)
+	}
+}
+
+// A plaintext message scheduled before its queue was made encrypted is not
+// appended (nothing plaintext lands in an encrypted queue): it is held,
+// counted by Status, until cancelled; the mover does not spin on it.
+func TestScheduledHeldWhenQueueBecameEncrypted(t *testing.T) {
+	c := open(t, func(cfg *queen.Config) { cfg.EncryptionKey = bytes.Repeat([]byte{1}, 32) })
+	q := c.Queue("q")
+	due := time.Now().Add(time.Second)
+	scheduleItems(t, q, due, "h", "p")
+	if err := q.Configure(ctxT(t), queen.QueueOptions{Encryption: true}); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, _ := drainUntil(t, q, 1, due.Add(2*time.Second)); len(msgs) != 0 {
+		t.Fatalf("delivered %q", datas(msgs))
+	}
+	var held bool
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT held FROM "+pgx.Identifier{c.Schema(), "scheduled"}.Sanitize()).
+		Scan(&held); err != nil || !held {
+		t.Fatalf("held %v, %v", held, err)
+	}
+	if st, err := q.Status(ctxT(t)); err != nil || st.Scheduled != 1 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+	if n, err := q.CancelScheduled(ctxT(t), []string{"h0"}); err != nil || n != 1 {
+		t.Fatalf("cancel: %d, %v", n, err)
+	}
+}
+
+// During an outage a scheduled item fails, saying it is not spooled; an
+// item for now in the same call is spooled as usual.
+func TestScheduleDuringOutageFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test")
+	}
+	cl := pgtest.NewCluster(t, pgcluster.Options{})
+	c := open(t, func(cfg *queen.Config) {
+		cfg.DatabaseURL, cfg.Schema, cfg.StatementTimeout = cl.URL, "outage", 2*time.Second
+	})
+	q := c.Queue("q")
+	push(t, q, queen.Item{Data: []byte("before")})
+	if err := cl.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := pushTimed(t, q, time.Minute,
+		queen.Item{Data: []byte("now")},
+		queen.Item{Data: []byte("later"), DeliverAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != queen.Buffered {
+		t.Fatalf("item for now: %+v, want Buffered", res[0])
+	}
+	if res[1].Status != queen.Failed || res[1].Err == nil || !strings.Contains(res[1].Err.Error(), "not spooled") {
+		t.Fatalf("scheduled item: %+v, want Failed, not spooled", res[1])
 	}
 }
