@@ -35,8 +35,10 @@ const (
 	// notification told this client of (PushTx of another process, a lost
 	// NOTIFY).
 	defaultSchedulePoll = time.Second
-	// moveLimit is the most messages one move transaction appends.
-	moveLimit = 1000
+	// moveLimit is the most messages one move transaction appends, and
+	// moveMaxBytes the most bytes of them (but for a larger first one).
+	moveLimit    = 1000
+	moveMaxBytes = 16 << 20
 	// moveIdle is the least the mover waits after a move that moved
 	// nothing: due messages it could not take are another mover's.
 	moveIdle = 10 * time.Millisecond
@@ -393,7 +395,7 @@ func (m *mover) moveDue(start time.Time) time.Time {
 	}
 	for {
 		ctx, cancel := context.WithTimeout(m.ctx, e.cfg.StatementTimeout)
-		r, err := stmt.MoveScheduled(ctx, e.sql, e.pool, moveLimit)
+		r, err := stmt.MoveScheduled(ctx, e.sql, e.pool, moveLimit, moveMaxBytes)
 		cancel()
 		if err != nil {
 			if m.ctx.Err() == nil {
@@ -402,8 +404,8 @@ func (m *mover) moveDue(start time.Time) time.Time {
 			return time.Now().Add(m.poll)
 		}
 		m.wakeMoved(&r)
-		if r.Moved+r.Dropped+r.Held >= moveLimit {
-			continue
+		if r.Moved+r.Dropped > 0 && r.NextIn != nil && *r.NextIn <= 0 {
+			continue // more are due
 		}
 		now := time.Now()
 		if r.NextIn == nil {

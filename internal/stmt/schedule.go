@@ -72,13 +72,14 @@ type MoveRow struct {
 	NextIn *int64
 }
 
-// MoveScheduled runs s.MoveScheduled on q: moves up to limit due messages.
-func MoveScheduled(ctx context.Context, s *Set, q Querier, limit int32) (MoveRow, error) {
+// MoveScheduled runs s.MoveScheduled on q: moves up to limit due messages
+// and maxBytes of their blobs (the first always).
+func MoveScheduled(ctx context.Context, s *Set, q Querier, limit int32, maxBytes int64) (MoveRow, error) {
 	var r MoveRow
 	if s.MoveScheduled == "" {
 		return r, errNoStatement
 	}
-	err := scanPrefix(ctx, q, s.MoveScheduled, []any{limit}, &r.Moved, &r.Dropped, &r.Held, &r.WokeTenants,
+	err := scanPrefix(ctx, q, s.MoveScheduled, []any{limit, maxBytes}, &r.Moved, &r.Dropped, &r.Held, &r.WokeTenants,
 		&r.WokeQueues, &r.WokeParts, &r.NextIn)
 	return r, err
 }

@@ -7,7 +7,7 @@ SELECT ord, status, dup_id FROM {{schema}}.schedule_items($1, $2, $3, $4, $5, $6
 
 -- name: MoveScheduled
 SELECT moved, dropped, held, woke_tenants, woke_queues, woke_parts, next_in_ms
-FROM {{schema}}.move_scheduled($1)
+FROM {{schema}}.move_scheduled($1, $2)
 
 -- name: CancelScheduled
 SELECT {{schema}}.cancel_scheduled($1, $2, $3)

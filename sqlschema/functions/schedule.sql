@@ -91,13 +91,13 @@ BEGIN
 END
 $$;
 
--- Moves up to p_limit due messages (due_at at or before the database's
--- clock) into their partitions, earliest due first, and returns what it
--- did: moved (appended), dropped (duplicates of a stored message within
--- the queue's dedup window, as for a push), held (the queue became
--- encrypted and the message is not: kept, see scheduled.held), the
--- partitions appended to (for wakes), and the time until the next due
--- message by the database's clock (NULL when none is scheduled).
+-- Moves due messages (due_at at or before the database's clock) into their
+-- partitions, earliest due first: up to p_limit of them and p_max_bytes of
+-- blobs (the first always). Returns what it did: moved (appended), dropped
+-- (duplicates of a stored message within the queue's dedup window, as for
+-- a push), held (plaintext of a queue made encrypted since: kept, see
+-- scheduled.held), the partitions appended to (for wakes), and the time
+-- until the next due message by the database's clock (NULL when none).
 --
 -- One move at a time per schema: a transaction advisory lock, tried (a
 -- mover that misses it moves nothing and looks again shortly). Two movers
@@ -106,15 +106,23 @@ $$;
 -- its messages in due order (ties by schedule order).
 --
 -- Exactly once: the rows are deleted and appended in the caller's one
--- transaction. They are locked FOR UPDATE SKIP LOCKED, so two movers take
--- disjoint rows and a cancel (a DELETE) either deletes a row first (not
--- taken here) or waits for this to commit (and finds it gone). The queues
--- are key-shared first, SKIP LOCKED, in id order: the lock order is
--- queues, then partitions (push_bundle), and a queue being deleted (its
--- row held FOR UPDATE) is skipped rather than waited for while this holds
--- rows its delete cascades to.
+-- transaction. They are locked FOR UPDATE SKIP LOCKED, so a cancel (a
+-- DELETE) either deletes a row first (not taken here) or waits for this to
+-- commit (and finds it gone). The queues are key-shared first, SKIP
+-- LOCKED, in id order: the lock order is queues, then partitions
+-- (push_bundle), and a queue being deleted (its row held FOR UPDATE) is
+-- skipped rather than waited for while this holds rows its delete
+-- cascades to.
+--
+-- The rows of a partition of a queue without a dedup window go in one
+-- segment (their frames concatenated after the raw codec byte, their
+-- hashes likewise), as a push's bundle would; with a window each row is a
+-- segment of its own, so a duplicate drops only itself. A verdict that
+-- would drop or refuse more than it should (a window or encryption set by
+-- a Configure racing this) raises, rolling the move back for the next try.
 CREATE OR REPLACE FUNCTION {{schema}}.move_scheduled(
     p_limit          integer,
+    p_max_bytes      bigint,
     OUT moved        integer,
     OUT dropped      integer,
     OUT held         integer,
@@ -127,17 +135,15 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_qids    bigint[];
-    v_ids     bigint[];
+    v_cand    bigint[];
     v_tenants uuid[];
     v_queues  text[];
     v_parts   text[];
+    v_counts  integer[];
     v_hashes  bytea[];
     v_flags   integer[];
     v_lanes   integer[];
     v_blobs   bytea[];
-    v_mids    uuid[];
-    v_due     timestamptz[];
-    v_qid     bigint[];
     n         integer;
     r         {{schema}}.push_result;
 BEGIN
@@ -160,47 +166,65 @@ BEGIN
           ORDER BY q.id
           FOR KEY SHARE SKIP LOCKED) l;
     IF cardinality(v_qids) > 0 THEN
+        -- Plaintext for a queue made encrypted since it was scheduled is
+        -- held, not moved: nothing plaintext lands in an encrypted queue.
+        WITH h AS (
+            UPDATE {{schema}}.scheduled s SET held = true
+            FROM {{schema}}.queues q
+            WHERE q.id = s.queue_id AND q.encryption AND s.queue_id = ANY (v_qids)
+              AND s.due_at <= v_now AND NOT s.held AND (s.flags & 1) = 0
+            RETURNING 1
+        )
+        SELECT count(*) INTO held FROM h;
+        SELECT coalesce(array_agg(w.id ORDER BY w.due_at, w.id), '{}') INTO v_cand
+        FROM (SELECT x.id, x.due_at,
+                     sum(octet_length(x.blob)) OVER (ORDER BY x.due_at, x.id) AS upto,
+                     row_number() OVER (ORDER BY x.due_at, x.id) AS k
+              FROM {{schema}}.scheduled x
+              WHERE x.due_at <= v_now AND NOT x.held AND x.queue_id = ANY (v_qids)
+              ORDER BY x.due_at, x.id LIMIT p_limit) w
+        WHERE w.upto <= p_max_bytes OR w.k = 1;
         WITH d AS (
             DELETE FROM {{schema}}.scheduled s
-            WHERE s.id IN (SELECT x.id FROM {{schema}}.scheduled x
-                           WHERE x.due_at <= v_now AND NOT x.held AND x.queue_id = ANY (v_qids)
-                           ORDER BY x.due_at, x.id LIMIT p_limit
+            WHERE s.id IN (SELECT x.id FROM {{schema}}.scheduled x WHERE x.id = ANY (v_cand)
                            FOR UPDATE SKIP LOCKED)
             RETURNING s.*
+        ), g AS (
+            SELECT q.tenant, q.name, d.partition_name, min(d.due_at) AS due, min(d.id) AS first_id,
+                   count(*)::integer AS cnt,
+                   '\x00'::bytea || string_agg(substring(d.blob FROM 2), ''::bytea ORDER BY d.due_at, d.id) AS blob,
+                   string_agg(d.hash, ''::bytea ORDER BY d.due_at, d.id) AS hashes,
+                   (bit_and(d.flags) & 1) | (bit_or(d.flags) & 2) AS flags,
+                   CASE WHEN count(DISTINCT nullif(d.lanes, 0)) > 1 THEN -1
+                        ELSE coalesce(max(nullif(d.lanes, 0)), 0) END AS lanes
+            FROM d JOIN {{schema}}.queues q ON q.id = d.queue_id
+            GROUP BY q.tenant, q.name, d.partition_name, CASE WHEN q.dedup_window_ms > 0 THEN d.id END
         )
-        SELECT array_agg(d.id ORDER BY d.due_at, d.id), array_agg(q.tenant ORDER BY d.due_at, d.id),
-               array_agg(q.name ORDER BY d.due_at, d.id), array_agg(d.partition_name ORDER BY d.due_at, d.id),
-               array_agg(d.hash ORDER BY d.due_at, d.id), array_agg(d.flags ORDER BY d.due_at, d.id),
-               array_agg(d.lanes ORDER BY d.due_at, d.id), array_agg(d.blob ORDER BY d.due_at, d.id),
-               array_agg(d.message_id ORDER BY d.due_at, d.id), array_agg(d.due_at ORDER BY d.due_at, d.id),
-               array_agg(d.queue_id ORDER BY d.due_at, d.id)
-        INTO v_ids, v_tenants, v_queues, v_parts, v_hashes, v_flags, v_lanes, v_blobs, v_mids, v_due, v_qid
-        FROM d JOIN {{schema}}.queues q ON q.id = d.queue_id;
-        n := coalesce(cardinality(v_ids), 0);
+        SELECT array_agg(g.tenant ORDER BY g.due, g.first_id), array_agg(g.name ORDER BY g.due, g.first_id),
+               array_agg(g.partition_name ORDER BY g.due, g.first_id), array_agg(g.cnt ORDER BY g.due, g.first_id),
+               array_agg(g.hashes ORDER BY g.due, g.first_id), array_agg(g.flags ORDER BY g.due, g.first_id),
+               array_agg(g.lanes ORDER BY g.due, g.first_id), array_agg(g.blob ORDER BY g.due, g.first_id)
+        INTO v_tenants, v_queues, v_parts, v_counts, v_hashes, v_flags, v_lanes, v_blobs
+        FROM g;
+        n := coalesce(cardinality(v_parts), 0);
         IF n > 0 THEN
-            -- The normal append path: one segment per message, in due
-            -- order (a partition's segments in input order).
+            -- The normal append path (a partition's segments in input
+            -- order: due order).
             FOR r IN
-                SELECT * FROM {{schema}}.push_bundle(v_queues, v_parts, array_fill(1, ARRAY[n]), v_hashes,
+                SELECT * FROM {{schema}}.push_bundle(v_queues, v_parts, v_counts, v_hashes,
                                                      array_fill(-1::bigint, ARRAY[n]), v_blobs, v_tenants, v_flags,
                                                      false, v_lanes)
             LOOP
                 IF r.status = 0 THEN
-                    moved := moved + 1;
+                    moved := moved + v_counts[r.ord];
                     woke_tenants := woke_tenants || v_tenants[r.ord];
                     woke_queues := woke_queues || v_queues[r.ord];
                     woke_parts := woke_parts || v_parts[r.ord];
-                ELSIF r.status = 1 THEN
+                ELSIF r.status = 1 AND v_counts[r.ord] = 1 THEN
                     dropped := dropped + 1;
                 ELSE
-                    -- 2: the queue became encrypted after the schedule. 3
-                    -- cannot happen (a keyed schedule froze the lane
-                    -- count); kept rather than lost if it does.
-                    held := held + 1;
-                    INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags,
-                                                      lanes, blob, held)
-                    VALUES (v_qid[r.ord], v_parts[r.ord], v_due[r.ord], v_hashes[r.ord], v_mids[r.ord],
-                            v_flags[r.ord], v_lanes[r.ord], v_blobs[r.ord], true);
+                    RAISE EXCEPTION 'queen: move_scheduled: verdict % for % messages of %/%; the queue changed, retried',
+                        r.status, v_counts[r.ord], v_queues[r.ord], v_parts[r.ord] USING ERRCODE = 'QN002';
                 END IF;
             END LOOP;
         END IF;
