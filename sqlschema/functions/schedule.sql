@@ -166,16 +166,6 @@ BEGIN
           ORDER BY q.id
           FOR KEY SHARE SKIP LOCKED) l;
     IF cardinality(v_qids) > 0 THEN
-        -- Plaintext for a queue made encrypted since it was scheduled is
-        -- held, not moved: nothing plaintext lands in an encrypted queue.
-        WITH h AS (
-            UPDATE {{schema}}.scheduled s SET held = true
-            FROM {{schema}}.queues q
-            WHERE q.id = s.queue_id AND q.encryption AND s.queue_id = ANY (v_qids)
-              AND s.due_at <= v_now AND NOT s.held AND (s.flags & 1) = 0
-            RETURNING 1
-        )
-        SELECT count(*) INTO held FROM h;
         SELECT coalesce(array_agg(w.id ORDER BY w.due_at, w.id), '{}') INTO v_cand
         FROM (SELECT x.id, x.due_at,
                      sum(octet_length(x.blob)) OVER (ORDER BY x.due_at, x.id) AS upto,
@@ -184,9 +174,20 @@ BEGIN
               WHERE x.due_at <= v_now AND NOT x.held AND x.queue_id = ANY (v_qids)
               ORDER BY x.due_at, x.id LIMIT p_limit) w
         WHERE w.upto <= p_max_bytes OR w.k = 1;
+        -- Plaintext for a queue made encrypted since it was scheduled is
+        -- held, not moved: nothing plaintext lands in an encrypted queue.
+        IF EXISTS (SELECT 1 FROM {{schema}}.queues q WHERE q.id = ANY (v_qids) AND q.encryption) THEN
+            WITH h AS (
+                UPDATE {{schema}}.scheduled s SET held = true
+                FROM {{schema}}.queues q
+                WHERE s.id = ANY (v_cand) AND q.id = s.queue_id AND q.encryption AND (s.flags & 1) = 0
+                RETURNING 1
+            )
+            SELECT count(*) INTO held FROM h;
+        END IF;
         WITH d AS (
             DELETE FROM {{schema}}.scheduled s
-            WHERE s.id IN (SELECT x.id FROM {{schema}}.scheduled x WHERE x.id = ANY (v_cand)
+            WHERE s.id IN (SELECT x.id FROM {{schema}}.scheduled x WHERE x.id = ANY (v_cand) AND NOT x.held
                            FOR UPDATE SKIP LOCKED)
             RETURNING s.*
         ), g AS (
