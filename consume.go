@@ -28,6 +28,18 @@ type ConsumeOptions struct {
 	// cancelled when it passes, and an error it then returns fails the
 	// message (charging its retry budget). Defaults to 0: no deadline.
 	HandlerTimeout time.Duration
+	// MaxHold is how long a leased batch keeps its lease renewed while no
+	// handler of it starts: a handler that runs past it (one hung on a call
+	// without a deadline, say) has its context cancelled, as at
+	// HandlerTimeout, and the lease is renewed no more, so it ends within
+	// LeaseTime and the next claim redelivers the message and the rest of
+	// its batch, uncharged, as after a crash. An error the handler returns
+	// while the lease still lasts fails the message (charging its retry
+	// budget). With KeyConcurrency above 1 it is measured from the latest
+	// handler start of the batch, whatever the key. AutoAck batches hold no
+	// lease and are not watched. Defaults to DefaultMaxHold; negative: no
+	// limit (a hung handler holds its partition until Consume stops).
+	MaxHold time.Duration
 	// KeyConcurrency is how many handlers run at once within one leased
 	// partition batch, each on a different ordering key (Message.Key; the
 	// keyless messages, key "", count as one key). Messages of one key are
@@ -142,7 +154,8 @@ type consumer struct {
 	q       *Queue
 	po      PopOptions
 	timeout time.Duration
-	keyConc int // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
+	maxHold time.Duration // 0: off
+	keyConc int           // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
 	fn      func(context.Context, *Message) error
 	dm      *destMeter // the consume-side instruments' attributes of (queue, group)
 
@@ -215,6 +228,12 @@ func (e *engine) stopConsumes(ctx context.Context) {
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
 	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{}),
 		dm: q.c.e.meter.consume.dest(q.name, po.Group)}
+	switch {
+	case o.MaxHold == 0:
+		c.maxHold = DefaultMaxHold
+	case o.MaxHold > 0:
+		c.maxHold = o.MaxHold
+	}
 	c.stop, c.cancelStop = context.WithCancelCause(ctx)
 	if o.SoftStop <= 0 {
 		c.work, c.cancelWork = context.WithCancel(c.stop)
@@ -270,7 +289,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	if c.po.AutoAck {
 		// Already committed by the claim: stopping cannot give them back.
 		for _, m := range msgs {
-			if err := c.call(m, nil); err != nil {
+			if err := c.call(c.work, m, nil, nil); err != nil {
 				e.log.Warn("queen: consume: handler failed on an auto-acked message", "queue", q.name,
 					"partition", m.Partition, "offset", m.Offset, "err", err)
 			}
@@ -279,7 +298,9 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	}
 	var exp atomic.Int64 // the lease's end in Unix ns, 0 once lost
 	exp.Store(msgs[0].LeaseExpiresAt.UnixNano())
-	stopRenew := q.renew(msgs[0], &exp, nil)
+	hold, hctx := c.newHold()
+	defer hold.end()
+	stopRenew := q.renew(msgs[0], &exp, nil, hold)
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
@@ -288,7 +309,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			op.act, op.actMsg = actInterrupt, m
 			break
 		}
-		err := c.call(m, &exp)
+		err := c.call(hctx, m, &exp, hold)
 		if err == nil {
 			lastOK = i
 			continue
@@ -358,12 +379,12 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	}
 }
 
-// call runs fn on m with the handlers' context, under the HandlerTimeout
-// deadline if any, and turns a panic into an error wrapping
+// call runs fn on m with ctx, the batch's handlers' context, under the
+// HandlerTimeout deadline if any, and turns a panic into an error wrapping
 // ErrPanic, logged at Error with the stack: one poison message must not take
-// down the process and every lease it holds.
-func (c *consumer) call(m *Message, exp *atomic.Int64) (err error) {
-	ctx := c.work
+// down the process and every lease it holds. With exp it first checks the
+// lease, and stamps the start on hold.
+func (c *consumer) call(ctx context.Context, m *Message, exp *atomic.Int64, hold *holdWatch) (err error) {
 	if c.dm.timed(ctx) {
 		start := time.Now()
 		defer func() { // last: after the recover below
@@ -393,8 +414,12 @@ func (c *consumer) call(m *Message, exp *atomic.Int64) (err error) {
 	// checked it too, but a process paused after that check (a stop
 	// signal, a long GC, a frozen VM) must not start a handler once
 	// another consumer may hold the partition.
-	if exp != nil && time.Now().UnixNano() >= exp.Load() {
-		return errLeaseEnded
+	if exp != nil {
+		now := time.Now().UnixNano()
+		if now >= exp.Load() {
+			return errLeaseEnded
+		}
+		hold.started(now)
 	}
 	c.dm.consumed(ctx, 1, false)
 	return c.fn(ctx, m)
@@ -404,8 +429,9 @@ func (c *consumer) call(m *Message, exp *atomic.Int64) (err error) {
 // it is left, at once if the pop already took that long, and publishes the
 // current end in exp (0 once the lease is lost) until the returned func is
 // called (which waits for the renewer to stop). onRenew, if not nil, runs
-// after each renewal.
-func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func()) (stop func()) {
+// after each renewal. With hold, it gives up once no handler has started
+// for MaxHold: it cancels the handlers' context and lets the lease end.
+func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func(), hold *holdWatch) (stop func()) {
 	d := m.leaseDur
 	if d <= 0 {
 		return func() {}
@@ -414,13 +440,26 @@ func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func()) (stop func(
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			wait := time.Until(time.Unix(0, exp.Load())) - d/2
-			t := time.NewTimer(max(wait, 0))
+			at := time.Unix(0, exp.Load()).Add(-d / 2)
+			next := at
+			if hold != nil && hold.deadline().Before(next) {
+				next = hold.deadline()
+			}
+			t := time.NewTimer(max(time.Until(next), 0))
 			select {
 			case <-done:
 				t.Stop()
 				return
 			case <-t.C:
+			}
+			if hold != nil && !time.Now().Before(hold.deadline()) {
+				q.c.e.log.Warn("queen: consume: no handler started for MaxHold; the lease is renewed no more and the handlers' context is cancelled",
+					"queue", q.name, "partition", m.Partition, "offset", m.Offset, "max_hold", hold.limit)
+				hold.cancel()
+				return
+			}
+			if time.Now().Before(at) {
+				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), q.c.e.cfg.StatementTimeout)
 			end, err := q.c.e.extend(ctx, m, d)

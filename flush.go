@@ -16,6 +16,7 @@ import (
 	"github.com/e03140bc/queen/fusion"
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/segment"
+	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // pusher owns the fusion engine and turns its bundles into push_bundle calls.
@@ -181,7 +182,7 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	if live {
 		s.verdicts, err = p.pushLive(ctx, s)
 	} else {
-		s.verdicts, err = s.bundle.Push(ctx, q, e.sql.PushBundle, s.verdicts)
+		s.verdicts, err = stmt.PushBundle(ctx, e.sql, q, &s.bundle, s.verdicts)
 	}
 	if !live {
 		if err != nil {
@@ -357,7 +358,7 @@ func (p *pusher) originalID(ctx context.Context, q alloc.Querier, cache map[segK
 			return frameID(seg, off)
 		}
 	}
-	seg, found, err := alloc.SegmentAt(ctx, q, p.e.sql.SegmentAt, pid, off)
+	seg, found, err := stmt.SegmentAt(ctx, p.e.sql, q, pid, off)
 	if err != nil || !found {
 		if err != nil {
 			p.e.log.Warn("queen: resolve duplicate's original id", "partition_id", pid, "offset", off, "err", err)
@@ -425,17 +426,17 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		// one plain statement; with one, or settings unknown, the
 		// single-segment function, half push_bundle's server time. Either
 		// may leave it to push_bundle, which gives every other verdict.
-		if s.segs[0].frames[0].noWindow && e.sql.AppendSegment != "" {
-			v, err = s.bundle.AppendSegment(ctx, conn, e.sql.AppendSegment, s.verdicts)
+		if s.segs[0].frames[0].noWindow {
+			v, err = stmt.AppendSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)
 		} else {
-			v, err = s.bundle.PushSegment(ctx, conn, e.sql.PushSegment, s.verdicts)
+			v, err = stmt.PushSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)
 		}
 		if err == nil && v[0].Status == alloc.NeedsBundle {
 			v = nil
 		}
 	}
 	if err == nil && v == nil {
-		v, err = s.bundle.Push(ctx, conn, e.sql.PushBundle, s.verdicts)
+		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, s.verdicts)
 	}
 	if isCode(err, codePartitionGone) {
 		// A partition was purged (maintenance forgets idle ones) after this
@@ -443,7 +444,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		// once more with provisioning, which recreates it.
 		p.known.forget(s.segs)
 		s.bundle.Known = false
-		v, err = s.bundle.Push(ctx, conn, e.sql.PushBundle, v)
+		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, v)
 	}
 	if err == nil {
 		p.known.add(s.segs)

@@ -26,6 +26,8 @@ type keyBatch struct {
 	head *Message // names the partition, group and lease
 	exp  atomic.Int64
 	stat *keyStat
+	hold *holdWatch      // nil when MaxHold is off or AutoAck
+	ctx  context.Context // the batch's handlers' context
 
 	mu      sync.Mutex
 	paused  int        // keys paused in this batch
@@ -40,7 +42,7 @@ type keyBatch struct {
 func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	q := c.q
 	e := q.c.e
-	b := &keyBatch{c: c, head: msgs[0]}
+	b := &keyBatch{c: c, head: msgs[0], ctx: c.work}
 	for _, m := range msgs {
 		m.keyed = !c.po.AutoAck
 	}
@@ -74,13 +76,15 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 		return nil
 	}
 	b.exp.Store(b.head.LeaseExpiresAt.UnixNano())
+	b.hold, b.ctx = c.newHold()
+	defer b.hold.end()
 	kick := make(chan struct{}, 1)
 	stopRenew := q.renew(b.head, &b.exp, func() {
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
-	})
+	}, b.hold)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -141,7 +145,7 @@ func (b *keyBatch) handle(m *Message) perkey.Outcome {
 	}
 	b.stat.inFlight.Add(1)
 	defer b.stat.inFlight.Add(-1)
-	err := c.call(m, exp)
+	err := c.call(b.ctx, m, exp, b.hold)
 	switch {
 	case errors.Is(err, errLeaseEnded):
 		// Not started: nothing to settle, and the key stops here (the

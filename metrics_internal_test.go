@@ -39,7 +39,7 @@ func BenchmarkConsumeCall(b *testing.B) {
 			exp.Store(math.MaxInt64) // a lease that does not end
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := c.call(msg, &exp); err != nil {
+				if err := c.call(c.work, msg, &exp, nil); err != nil {
 					b.Fatal(err)
 				}
 				c.dm.settledOp(context.Background(), &op, 1, 0, stApplied)
@@ -76,14 +76,14 @@ func TestCallChecksTheLeaseLast(t *testing.T) {
 	msg := &Message{Queue: "q", Partition: "p", Group: "g"}
 	var exp atomic.Int64
 	exp.Store(time.Now().Add(-time.Millisecond).UnixNano())
-	if err := c.call(msg, &exp); !errors.Is(err, errLeaseEnded) || ran != 0 {
+	if err := c.call(c.work, msg, &exp, nil); !errors.Is(err, errLeaseEnded) || ran != 0 {
 		t.Fatalf("lease ended: call returned %v, handler ran %d times; want errLeaseEnded and none", err, ran)
 	}
 	exp.Store(time.Now().Add(time.Minute).UnixNano())
-	if err := c.call(msg, &exp); err != nil || ran != 1 {
+	if err := c.call(c.work, msg, &exp, nil); err != nil || ran != 1 {
 		t.Fatalf("live lease: call returned %v, handler ran %d times", err, ran)
 	}
-	if err := c.call(msg, nil); err != nil || ran != 2 { // AutoAck: no lease
+	if err := c.call(c.work, msg, nil, nil); err != nil || ran != 2 { // AutoAck: no lease
 		t.Fatalf("no lease: call returned %v, handler ran %d times", err, ran)
 	}
 }

@@ -211,6 +211,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.rewrittenReads(all) // check_faults.go
 	c.misuse(all)
 	c.autoAckHandled(all) // check_autoack.go
+	c.autoAckOrder(all)   // check_autoorder.go
 	return c.out
 }
 

@@ -23,7 +23,7 @@ func (w *worker) autoStop(ctx context.Context) {
 	started := make(chan struct{}, batch)
 	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: batch, AutoAck: true, Wait: 100 * time.Millisecond},
 		KeyConcurrency: 2 + w.rng.IntN(2)}
-	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, AutoAck: true})
+	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, AutoAck: true, Keyed: true})
 	done := make(chan error, 1)
 	go func() {
 		done <- w.c.Queue(q).Consume(cctx, o, func(_ context.Context, m *queen.Message) error {

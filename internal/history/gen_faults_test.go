@@ -422,6 +422,11 @@ func (f *faultGen) spool(ctx context.Context, k *queen.Client) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	f.r.rec.Done(fault, history.OK, history.Event{})
+	if ctx.Err() != nil {
+		// The step's time ran out while maintenance mode would not end: a
+		// push now would fail for its dead context, not for the database.
+		return
+	}
 	// Spooled behind a's records (not overtaking them) while the poison
 	// record still fails: not yet tried when it is quarantined.
 	f.push(ctx, k, proc, nd, f.items(nd+"/3", "a", "a"), false)

@@ -46,6 +46,7 @@ var genKinds = []string{
 	"autoack",   // Consume with AutoAck (group g2), its claims judged from its log
 	"contact",   // a SubscribeNew first contact held open while another group's pop empties a partition it was seeded past
 	"autostop",  // an AutoAck Consume with KeyConcurrency stopped mid-batch on a queue of its own
+	"autoorder", // a deep one-partition backlog drained by one AutoAck Consume of several workers and small batches (gen_autoorder_test.go)
 	"stall",     // a Consume whose client cannot reach the database past its lease, mid-batch, while another takes the batch over
 	"freeze",    // a Consume frozen between deciding to run a handler and its start (a tracer's span start) past the lease, while another takes the batch over
 	"metrics",   // a client's consume-side counters against its history (Consume handlers acking in Client.Tx)

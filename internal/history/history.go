@@ -120,7 +120,8 @@ type Event struct {
 	LeaseLost bool `json:"lease_lost,omitempty"`
 	// Keyed marks a settle of a message of a Consume handler with
 	// KeyConcurrency > 1 (Tx.Ack): it settles that offset alone, not the
-	// cursor through it.
+	// cursor through it. Of a "consume" call: its KeyConcurrency is above
+	// 1, so its partitions keep order only per key.
 	Keyed bool `json:"keyed,omitempty"`
 	// Invalid marks a call given input it must reject (a bad name, key,
 	// header or size, a Lanes change on a keyed queue): it must fail,

@@ -294,6 +294,9 @@ func (r *run) main() (st runStats) {
 			wg.Go(func() { wk.loop(genCtx) })
 		}
 	}
+	if r.gen["autoorder"] { // first: its backlog takes most of the run to drain
+		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
+	}
 	var others []*queen.Client // closed at heal
 	rot := make(chan *queen.Client, 1)
 	if r.gen["keyrot"] {
@@ -1577,7 +1580,7 @@ func (w *worker) consume(ctx context.Context) {
 	returned := make(chan struct{})
 	var call history.Event
 	if o.AutoAck {
-		call = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group, AutoAck: true})
+		call = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Group: o.Group, AutoAck: true, Keyed: o.KeyConcurrency > 1})
 	}
 	go func() {
 		defer close(returned)

@@ -1,10 +1,11 @@
 // Package stmt holds queen's SQL statements: the text in this directory's
 // *.sql files (one "-- name: Field" block per statement, {{schema}} for the
-// schema), each filling a field of Set or Consume. Most statements have a
+// schema), each filling a field of Set or Consume. Each statement has a
 // function of the field's name that runs it: a params struct in, typed rows
 // out, so callers pass no positional arguments and scan no columns. The
-// push statements (PushBundle, PushSegment, AppendSegment, SegmentAt) are
-// run by package alloc, whose Segment and Verdict are their types. A
+// push statements' functions (PushBundle, PushSegment, AppendSegment,
+// SegmentAt) take package alloc's Bundle and answer its Verdicts: alloc
+// binds the segments' reused arrays and scans the rows. A
 // previous release's statements (see Use) name fewer parameters and
 // columns; the functions here absorb that (prefixArgs, scanPrefix), so
 // callers see one shape. The functions the statements call live in

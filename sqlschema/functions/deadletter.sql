@@ -1,6 +1,73 @@
--- Operator actions on groups and dead letters: pause and requeue.
+-- Dead letters: storing them (from settle and pop), and the operator
+-- actions on groups and dead letters: pause and requeue.
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
+
+-- The dead-letter snapshots (type dead_letter_snapshot) of the parallel
+-- arrays a statement passes, one per input, in input order; p_keys and
+-- p_headers may be NULL (none). Arrays not p_n long fail the call, named
+-- by p_what (the caller's name for itself). With p_act (settling's
+-- actions) only a failure (1) or a dead letter (3) reads its snapshot: the
+-- others get NULL, and a call without either builds none, so a batch of
+-- acks pays only for the check.
+CREATE OR REPLACE FUNCTION {{schema}}.dead_letter_snapshots(
+    p_what     text,
+    p_n        integer,
+    p_act      smallint[],
+    p_ids      uuid[],
+    p_txns     text[],
+    p_flags    integer[],
+    p_payloads bytea[],
+    p_created  timestamptz[],
+    p_keys     text[],
+    p_headers  bytea[],
+    p_reasons  text[]
+) RETURNS {{schema}}.dead_letter_snapshot[]
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) <> p_n OR coalesce(cardinality(p_txns), 0) <> p_n
+       OR coalesce(cardinality(p_flags), 0) <> p_n OR coalesce(cardinality(p_payloads), 0) <> p_n
+       OR coalesce(cardinality(p_created), 0) <> p_n OR coalesce(cardinality(p_reasons), 0) <> p_n
+       OR (p_keys IS NOT NULL AND cardinality(p_keys) <> p_n)
+       OR (p_headers IS NOT NULL AND cardinality(p_headers) <> p_n) THEN
+        RAISE EXCEPTION 'queen: % arrays are not aligned', p_what;
+    END IF;
+    IF p_act IS NOT NULL AND NOT (1 = ANY (p_act) OR 3 = ANY (p_act)) THEN
+        RETURN array_fill(NULL::{{schema}}.dead_letter_snapshot, ARRAY[p_n]);
+    END IF;
+    RETURN ARRAY(SELECT CASE WHEN p_act IS NULL OR p_act[x.o] IN (1, 3)
+                             THEN ROW(x.id, x.txn, x.fl, x.pl, x.at, x.k, x.h, x.r)::{{schema}}.dead_letter_snapshot END
+                 FROM unnest(p_ids, p_txns, p_flags, p_payloads, p_created, p_keys, p_headers, p_reasons)
+                      WITH ORDINALITY AS x(id, txn, fl, pl, at, k, h, r, o)
+                 ORDER BY x.o);
+END
+$$;
+
+-- Stores dead letters of group p_group from partition p_pid (of queue
+-- p_qid, named p_part): per message its offset, the attempts it spent and
+-- its snapshot, in offset order. The one INSERT into dead_letters of
+-- settling and of pop_dead_letter.
+CREATE OR REPLACE FUNCTION {{schema}}.insert_dead_letters(
+    p_qid      bigint,
+    p_pid      bigint,
+    p_part     text,
+    p_group    text,
+    p_offs     bigint[],
+    p_attempts integer[],
+    p_dls      {{schema}}.dead_letter_snapshot[]
+) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
+        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload, message_created_at,
+        attempts, reason)
+    SELECT p_qid, p_pid, p_part, p_group, x.off, x.id, x.txn, nullif(x.key, ''), nullif(x.hdrs, '\x'::bytea),
+           x.flags, x.payload, x.created, x.att, x.reason
+    -- A composite array unnests into its fields.
+    FROM unnest(p_offs, p_attempts, p_dls) AS x(off, att, id, txn, flags, payload, created, key, hdrs, reason)
+    ORDER BY x.off;
+END
+$$;
 
 -- Pauses group p_group of queue (p_tenant, p_queue), creating the queue
 -- (default options, as a first push would) if it does not exist.

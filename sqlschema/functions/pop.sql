@@ -1,4 +1,4 @@
--- Claiming: the ready set's clearing, pop and the dead-lettering of undecodable claims.
+-- Claiming: the ready set's clearing, pop and its steps, and the dead-lettering of undecodable claims.
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
@@ -61,6 +61,346 @@ BEGIN
 END
 $$;
 
+-- pop is one call from the client; the steps it takes are functions of
+-- their own, called only from pop (whose SET clauses they run under):
+--
+--   pop_first_contact  the group's subscription, or one more marking step
+--   pop_window         which partitions this pass looks at
+--   pop_ready          one read of the window: which are claimable
+--   pop_claim          lock one cursor and size its claim
+--   (pop itself)       read the claim's segments: the rows it returns
+--   pop_take           write the claim to the cursor
+--   pop_upkeep         the ready set's upkeep, last
+--
+-- A step holds whole statements, run in pop's order, and no decision
+-- spans two steps: what one statement decides stays one statement (see
+-- DESIGN.md, "Which snapshot each decision stands on"). The steps are
+-- VOLATILE, so each of their statements takes its own snapshot, as a
+-- statement of pop's own body does. pop assigns each step's result (never
+-- PERFORM or SELECT ... FROM): a plain expression is evaluated without an
+-- executor of its own, so a step costs its statements and a few µs for
+-- the call; pop_upkeep is called only when it has partitions to look at.
+
+-- First contact of group p_group with queue p_qid (bounded, see
+-- seed_consumers), or one more step of its marking when no other pop of
+-- the group is taking one. False: the queue was deleted since pop read it
+-- (the first contact found no queue row), and pop claims nothing.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_first_contact(p_qid bigint, p_group text, p_mode text, p_from timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_after text;
+BEGIN
+    SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
+    WHERE s.queue_id = p_qid AND s.group_name = p_group;
+    IF NOT FOUND THEN
+        RETURN {{schema}}.seed_consumers(p_qid, p_group, p_mode, p_from);
+    ELSIF v_after IS NOT NULL
+          AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || p_qid || '/' || p_group, 0)) THEN
+        PERFORM {{schema}}.seed_chunk(p_qid, p_group);
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- The window pass p_pass of a pop looks at: partitions hinted (first pass
+-- only), then up to p_win ids of the shared ready set (pending) and up to
+-- p_win of this group's backlog, each from a random point, wrapping
+-- around; the second pass drops what the first saw (p_seen). Never another
+-- group's backlog, and never more than a window: a pop is O(window) even
+-- when 100k keys have backlog, whichever group it is; the random start
+-- spreads concurrent pops and is fair over time. The ids are read on their
+-- own (the indexes are the only fit): in a join the planner may drive from
+-- the group's consumer rows (every partition) when statistics are stale.
+-- is_full: the ready set or the backlog had more than the window holds.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_window(p_qid bigint, p_group text, p_hints text[], p_pass integer,
+                                               p_win integer, p_seen bigint[], OUT ids bigint[], OUT is_full boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_lo   bigint;
+    v_hi   bigint;
+    v_from bigint;
+    v_n    integer;
+BEGIN
+    is_full := false;
+    SELECT coalesce(array_agg(p.id), '{}') INTO ids
+    FROM {{schema}}.partitions p
+    WHERE p_pass = 1 AND p.queue_id = p_qid AND p.name = ANY (p_hints)
+      AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                                WHERE b.queue_id = p_qid AND b.group_name = p_group AND b.partition_id = p.id
+                                OFFSET 0));
+    -- queue_id as a range, ordered by (queue_id, id): only the partial
+    -- index gives that order. With queue_id = a parameter the order is by
+    -- id alone, and a generic plan walked the primary key filtering
+    -- pending (it takes half the rows for pending), every partition of the
+    -- schema when the set is small. Likewise for the backlog, whose
+    -- partition_id index would otherwise give the order.
+    v_lo := (SELECT p.id FROM {{schema}}.partitions p
+             WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending
+             ORDER BY p.queue_id, p.id LIMIT 1);
+    v_hi := (SELECT p.id FROM {{schema}}.partitions p
+             WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending
+             ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
+    IF v_lo IS NOT NULL THEN
+        v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+        v_n := cardinality(ids);
+        ids := ids || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                            WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending AND p.id >= v_from
+                            ORDER BY p.queue_id, p.id LIMIT p_win);
+        IF cardinality(ids) - v_n < p_win THEN
+            ids := ids || ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                                WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending AND p.id < v_from
+                                ORDER BY p.queue_id, p.id LIMIT p_win - (cardinality(ids) - v_n));
+        END IF;
+        is_full := is_full OR cardinality(ids) - v_n >= p_win;
+    END IF;
+    v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
+             WHERE b.queue_id BETWEEN p_qid AND p_qid AND b.group_name BETWEEN p_group AND p_group
+             ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
+    v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
+             WHERE b.queue_id BETWEEN p_qid AND p_qid AND b.group_name BETWEEN p_group AND p_group
+             ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
+    IF v_lo IS NOT NULL THEN
+        v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+        v_n := cardinality(ids);
+        ids := ids || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                            WHERE b.queue_id BETWEEN p_qid AND p_qid
+                              AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
+                            ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT p_win);
+        IF cardinality(ids) - v_n < p_win THEN
+            ids := ids || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                                WHERE b.queue_id BETWEEN p_qid AND p_qid
+                                  AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
+                                ORDER BY b.queue_id, b.group_name, b.partition_id
+                                LIMIT p_win - (cardinality(ids) - v_n));
+        END IF;
+        is_full := is_full OR cardinality(ids) - v_n >= p_win;
+    END IF;
+    -- The second pass reads only what the first did not.
+    IF p_pass = 2 THEN
+        ids := ARRAY(SELECT u.id FROM unnest(ids) AS u(id) WHERE NOT (u.id = ANY (p_seen)));
+    END IF;
+END
+$$;
+
+-- One read of window p_ids for group p_group of queue p_qid (window
+-- buffer p_window_ms, delay p_delay_ms): the claimable partitions (something
+-- retained after the cursor, no live lease, the window buffer passed, the
+-- head message visible at p_cutoff) in claim order, hinted first, and the
+-- ones this group has consumed (caught: the only ones the ready-set upkeep
+-- needs to look at). No locks. A partition of the window created since the
+-- group's first contact has no cursor row yet: seeded, then the window is
+-- read again.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_ready(p_qid bigint, p_window_ms bigint, p_delay_ms bigint,
+                                              p_group text, p_mode text, p_from timestamptz, p_ids bigint[],
+                                              p_hints text[], p_now timestamptz, p_cutoff timestamptz,
+                                              OUT cand bigint[], OUT caught bigint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_missing boolean;
+    v_seed    integer;
+BEGIN
+    FOR v_seed IN 1 .. 2 LOOP
+        SELECT coalesce(bool_or(x.missing), false),
+               coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid) FILTER (WHERE x.claimable), '{}'),
+               coalesce(array_agg(x.pid) FILTER (WHERE x.caught), '{}')
+        INTO v_missing, cand, caught
+        FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
+                     cc.partition_id IS NULL AS missing,
+                     -- Written to in the last second or so: it is likely to
+                     -- be written again soon, so it stays in the ready set
+                     -- (clearing it costs a partition write, and its next
+                     -- push a non-HOT update to set it again).
+                     ((p.last_offset < p.log_start OR cc.committed >= p.last_offset)
+                      AND p.last_write_at < p_now - interval '2 seconds') AS caught,
+                     (cc.partition_id IS NOT NULL
+                      AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+                      AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
+                      AND (p_window_ms = 0 OR coalesce(
+                            (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                             ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
+                            <= p_now - p_window_ms * interval '1 millisecond')
+                      AND (p_delay_ms = 0 OR coalesce(
+                            (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
+                               AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
+                             ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= p_cutoff)) AS claimable
+              FROM (SELECT DISTINCT id FROM unnest(p_ids) AS u(id)) AS r
+              JOIN {{schema}}.partitions p ON p.id = r.id
+              -- A keyed lookup per partition (LIMIT keeps the planner from
+              -- flattening it): as a plain join, a generic plan cached while
+              -- the table was small read every cursor of the group instead.
+              LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at
+                                 FROM {{schema}}.consumers c
+                                 WHERE c.partition_id = r.id AND c.group_name = p_group
+                                 LIMIT 1) cc ON true) x;
+        EXIT WHEN NOT v_missing OR v_seed = 2;
+        PERFORM {{schema}}.seed_consumers(p_qid, p_group, p_mode, p_from, p_ids);
+    END LOOP;
+END
+$$;
+
+-- Locks group p_group's cursor on partition p_pid if it is still
+-- claimable (SKIP LOCKED: never waits), re-checking the lease on the
+-- locked row, and sizes the claim: from the cursor (past offsets settled
+-- out of order) up to p_max messages, with p_delayed only the prefix
+-- created by p_cutoff (created_at is monotone in offset order). seg_lo is
+-- the base offset of the segment holding claim_first; log_end is the
+-- partition's last offset. When only settled offsets
+-- are left past a retention cut the cursor passes them, so the partition
+-- is not claimable for nothing again. All NULL when nothing is claimed.
+-- The row stays locked: nothing else moves the cursor until pop_take.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_claim(
+    p_pid bigint, p_group text, p_max integer, p_now timestamptz, p_delayed boolean, p_cutoff timestamptz,
+    OUT pid bigint, OUT part_name text, OUT committed bigint, OUT deliveries integer, OUT delivered_max bigint,
+    OUT log_end bigint, OUT settled bigint[], OUT fail_offs bigint[], OUT fail_counts integer[],
+    OUT attempts integer, OUT claim_first bigint, OUT claim_last bigint, OUT seg_lo bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_c     record;
+    v_start bigint;
+    v_end   bigint;
+    v_lo    bigint;
+    v_vis   bigint;
+BEGIN
+    SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
+           p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
+    INTO v_c
+    FROM {{schema}}.consumers cc
+    JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+      AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
+      AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
+    FOR UPDATE OF cc SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_start := greatest(v_c.committed + 1, v_c.log_start);
+    IF v_c.settled IS NOT NULL THEN
+        v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
+    END IF;
+    v_end := least(v_c.last_offset, v_start + p_max - 1);
+    v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                      WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
+    IF p_delayed THEN
+        SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
+        WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_lo AND v_end
+          AND s.created_at <= p_cutoff;
+        v_end := least(v_end, coalesce(v_vis, v_start - 1));
+    END IF;
+    IF v_end < v_start AND v_start - 1 > v_c.committed AND v_c.settled IS NOT NULL THEN
+        UPDATE {{schema}}.consumers c SET committed = v_start - 1,
+            settled = {{schema}}.offsets_above(c.settled, v_start - 1),
+            attempts = {{schema}}.fail_at(c.fail_offs, c.fail_counts, v_start),
+            fail_offs = {{schema}}.offsets_above(c.fail_offs, v_start),
+            fail_counts = {{schema}}.fail_counts_above(c.fail_offs, c.fail_counts, v_start),
+            deliveries = 0, updated_at = p_now
+        WHERE c.partition_id = v_c.partition_id AND c.group_name = p_group;
+    END IF;
+    IF v_end < v_start THEN
+        RETURN;
+    END IF;
+    pid := v_c.partition_id;
+    part_name := v_c.name;
+    committed := v_c.committed;
+    deliveries := v_c.deliveries;
+    delivered_max := v_c.delivered_max;
+    log_end := v_c.last_offset;
+    settled := v_c.settled;
+    fail_offs := v_c.fail_offs;
+    fail_counts := v_c.fail_counts;
+    attempts := v_c.attempts;
+    claim_first := v_start;
+    claim_last := v_end;
+    seg_lo := v_lo;
+END
+$$;
+
+-- Writes a claim of [p_first, p_last] on partition p_pid, whose cursor row
+-- (committed p_committed, settled p_settled) pop_claim locked, for group
+-- p_group: with AutoAck (p_lease NULL) the cursor commits through it (and
+-- past the settled run above), else the lease takes it (p_lease, p_owner,
+-- p_expires, delivery p_deliv); failure counts and settled offsets left
+-- below the new cursor go. Whether the row was written.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_take(p_pid bigint, p_group text, p_first bigint, p_last bigint,
+                                             p_settled bigint[], p_lease uuid, p_owner text,
+                                             p_expires timestamptz, p_deliv integer, p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_adv bigint;
+BEGIN
+    IF p_lease IS NULL THEN
+        v_adv := p_last;
+        IF p_settled IS NOT NULL THEN
+            v_adv := {{schema}}.settled_advance(p_last, p_settled);
+        END IF;
+        UPDATE {{schema}}.consumers SET committed = v_adv,
+            batch_end = NULL, lease_id = NULL,
+            lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
+            attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
+            settled = CASE WHEN settled IS NULL THEN NULL
+                           ELSE {{schema}}.offsets_above(settled, v_adv) END,
+            fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
+                             ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
+            fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
+                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
+            delivered_max = greatest(delivered_max, p_last), updated_at = p_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    ELSE
+        UPDATE {{schema}}.consumers SET committed = p_first - 1, batch_end = p_last,
+            lease_id = p_lease, lease_owner = p_owner, lease_expires_at = p_expires,
+            deliveries = p_deliv,
+            attempts = CASE WHEN committed = p_first - 1 THEN attempts
+                            ELSE {{schema}}.fail_at(fail_offs, fail_counts, p_first) END,
+            settled = CASE WHEN committed = p_first - 1 THEN settled
+                           ELSE {{schema}}.offsets_above(settled, p_first - 1) END,
+            fail_offs = CASE WHEN committed = p_first - 1 THEN fail_offs
+                             ELSE {{schema}}.offsets_above(fail_offs, p_first) END,
+            fail_counts = CASE WHEN committed = p_first - 1 THEN fail_counts
+                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, p_first) END,
+            delivered_max = greatest(delivered_max, p_last), updated_at = p_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+    RETURN FOUND;
+END
+$$;
+
+-- Ready-set upkeep for group p_group after a pop, at its end: this
+-- transaction does nothing after these try-locks, so they cannot join a
+-- deadlock. Acks leave drained partitions where they are (settle takes no
+-- partition locks); every pop passes to clear_pending the partitions its
+-- own auto-ack drained (p_drained) and, when it was not for one partition
+-- (p_window), up to 256 more of its window that its group has consumed
+-- (p_caught), which keeps stale entries bounded by the pop rate, not the
+-- number of keys. A partition this group is behind on stays where it is
+-- (it is in the group's reach), so it is not even looked at. Returns how
+-- many partitions it passed to clear_pending.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_upkeep(p_group text, p_drained bigint[], p_caught bigint[],
+                                               p_window boolean)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid bigint;
+    v_x   record;
+    v_n   integer := cardinality(p_drained);
+BEGIN
+    FOREACH v_pid IN ARRAY p_drained LOOP
+        PERFORM {{schema}}.clear_pending(v_pid, p_group);
+    END LOOP;
+    IF p_window THEN
+        FOR v_x IN
+            SELECT r.id FROM (SELECT DISTINCT id FROM unnest(p_caught) AS u(id)) AS r
+            WHERE NOT (r.id = ANY (p_drained))
+            LIMIT 256
+        LOOP
+            PERFORM {{schema}}.clear_pending(v_x.id, p_group);
+            v_n := v_n + 1;
+        END LOOP;
+    END IF;
+    RETURN v_n;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION {{schema}}.pop(
     p_tenant     uuid,
     p_queue      text,
@@ -80,47 +420,36 @@ CREATE OR REPLACE FUNCTION {{schema}}.pop(
 ) RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call.
--- Every statement here is a keyed lookup or a walk of the pending
--- index, never a scan.
+-- Every statement here and in the steps is a keyed lookup or a walk of
+-- the pending index, never a scan.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $$
 DECLARE
-    v_q        record;
-    v_c        record;
-    v_x        record;
-    v_pend     bigint[];
-    v_cand     bigint[];
-    v_win      integer;
-    v_lo       bigint;
-    v_hi       bigint;
-    v_from     bigint;
-    v_pass     integer;
-    v_n        integer;
-    v_left     integer := p_batch;
-    v_claimed  integer := 0;
-    v_now      timestamptz := clock_timestamp();
-    v_cutoff   timestamptz;
-    v_start    bigint;
-    v_end      bigint;
-    v_seg_lo   bigint;
-    v_vis      bigint;
-    v_lease    uuid;
-    v_expires  timestamptz;
-    v_try      integer;
-    v_deliv    integer;
-    v_drained  bigint[] := '{}';
-    v_caught   bigint[] := '{}';
-    v_missing  boolean;
-    v_seed     integer;
-    v_full     boolean := false;
-    v_seen     bigint[] := '{}';
-    v_more     bigint[];
-    v_pid      bigint;
-    v_after    text;
-    v_adv      bigint;
+    v_q       record;
+    v_c       record;
+    v_w       record;
+    v_r       record;
+    v_done    boolean;
+    v_n       integer;
+    v_pend    bigint[];
+    v_full    boolean := false;
+    v_cand    bigint[];
+    v_pass    integer;
+    v_try     integer;
+    v_pid     bigint;
+    v_left    integer := p_batch;
+    v_claimed integer := 0;
+    v_now     timestamptz := clock_timestamp();
+    v_cutoff  timestamptz;
+    v_lease   uuid;
+    v_expires timestamptz;
+    v_deliv   integer;
+    v_drained bigint[] := '{}';
+    v_caught  bigint[] := '{}';
+    v_seen    bigint[] := '{}';
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
@@ -133,17 +462,9 @@ BEGIN
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
 
-    -- First contact (bounded, see seed_consumers), or one more step of its
-    -- marking when no other pop of the group is taking one.
-    SELECT s.seed_after INTO v_after FROM {{schema}}.subscriptions s
-    WHERE s.queue_id = v_q.id AND s.group_name = p_group;
-    IF NOT FOUND THEN
-        IF NOT {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from) THEN
-            RETURN; -- the queue was deleted since it was read
-        END IF;
-    ELSIF v_after IS NOT NULL
-          AND pg_try_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/seed/' || v_q.id || '/' || p_group, 0)) THEN
-        PERFORM {{schema}}.seed_chunk(v_q.id, p_group);
+    v_done := {{schema}}.pop_first_contact(v_q.id, p_group, p_mode, p_from);
+    IF NOT v_done THEN
+        RETURN; -- the queue was deleted since it was read
     END IF;
     -- A paused group claims nothing (see paused_groups). After the first
     -- contact, so a group paused before it still counts from its
@@ -156,168 +477,30 @@ BEGIN
     -- second, only if the first claimed less than asked and did not see the
     -- whole ready set, over a wider one.
     FOR v_pass IN 1 .. 2 LOOP
-        -- The window this pop looks at: hinted partitions, then up to v_win ids
-        -- of the shared ready set (pending) and up to v_win of this group's
-        -- backlog, each from a random point, wrapping around. Never another
-        -- group's backlog, and never more than a window: a pop is O(window) even
-        -- when 100k keys have backlog, whichever group it is; the random start
-        -- spreads concurrent pops and is fair over time. The ids are read on
-        -- their own (the indexes are the only fit): in a join the planner may
-        -- drive from the group's consumer rows (every partition) when
-        -- statistics are stale.
         IF p_partition IS NULL THEN
-            v_win := CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END;
-            v_full := false;
-            SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
-            FROM {{schema}}.partitions p
-            WHERE v_pass = 1 AND p.queue_id = v_q.id AND p.name = ANY (p_hints)
-              AND (p.pending OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
-                                        WHERE b.queue_id = v_q.id AND b.group_name = p_group AND b.partition_id = p.id
-                                        OFFSET 0));
-            -- queue_id as a range, ordered by (queue_id, id): only the partial
-            -- index gives that order. With queue_id = a parameter the order is
-            -- by id alone, and a generic plan walked the primary key filtering
-            -- pending (it takes half the rows for pending), every partition of
-            -- the schema when the set is small. Likewise for the backlog, whose
-            -- partition_id index would otherwise give the order.
-            v_lo := (SELECT p.id FROM {{schema}}.partitions p
-                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
-                     ORDER BY p.queue_id, p.id LIMIT 1);
-            v_hi := (SELECT p.id FROM {{schema}}.partitions p
-                     WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending
-                     ORDER BY p.queue_id DESC, p.id DESC LIMIT 1);
-            IF v_lo IS NOT NULL THEN
-                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
-                v_n := cardinality(v_pend);
-                v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                          WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id >= v_from
-                                          ORDER BY p.queue_id, p.id LIMIT v_win);
-                IF cardinality(v_pend) - v_n < v_win THEN
-                    v_pend := v_pend || ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                                              WHERE p.queue_id BETWEEN v_q.id AND v_q.id AND p.pending AND p.id < v_from
-                                              ORDER BY p.queue_id, p.id LIMIT v_win - (cardinality(v_pend) - v_n));
-                END IF;
-                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
-            END IF;
-            v_lo := (SELECT b.partition_id FROM {{schema}}.backlog b
-                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
-                     ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT 1);
-            v_hi := (SELECT b.partition_id FROM {{schema}}.backlog b
-                     WHERE b.queue_id BETWEEN v_q.id AND v_q.id AND b.group_name BETWEEN p_group AND p_group
-                     ORDER BY b.queue_id DESC, b.group_name DESC, b.partition_id DESC LIMIT 1);
-            IF v_lo IS NOT NULL THEN
-                v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
-                v_n := cardinality(v_pend);
-                v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
-                                          WHERE b.queue_id BETWEEN v_q.id AND v_q.id
-                                            AND b.group_name BETWEEN p_group AND p_group AND b.partition_id >= v_from
-                                          ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT v_win);
-                IF cardinality(v_pend) - v_n < v_win THEN
-                    v_pend := v_pend || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
-                                              WHERE b.queue_id BETWEEN v_q.id AND v_q.id
-                                                AND b.group_name BETWEEN p_group AND p_group AND b.partition_id < v_from
-                                              ORDER BY b.queue_id, b.group_name, b.partition_id
-                                              LIMIT v_win - (cardinality(v_pend) - v_n));
-                END IF;
-                v_full := v_full OR cardinality(v_pend) - v_n >= v_win;
-            END IF;
-            -- The second pass reads only what the first did not.
-            IF v_pass = 2 THEN
-                v_pend := ARRAY(SELECT u.id FROM unnest(v_pend) AS u(id) WHERE NOT (u.id = ANY (v_seen)));
-            END IF;
+            v_w := {{schema}}.pop_window(v_q.id, p_group, p_hints, v_pass,
+                                         CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END, v_seen);
+            v_pend := v_w.ids;
+            v_full := v_w.is_full;
         ELSE
             SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
             FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
         END IF;
+        v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode, p_from,
+                                    v_pend, p_hints, v_now, v_cutoff);
+        v_cand := v_r.cand;
+        v_caught := v_caught || v_r.caught;
 
-        -- One read of the window: whether some partition of it was created
-        -- since the group's first contact (no consumer row yet: seed, then
-        -- read again), the claimable ones (something retained after the
-        -- cursor, no live lease, the window buffer passed, the head message
-        -- visible) in claim order, and the ones this group has consumed (the
-        -- only ones the ready-set upkeep below needs to look at). No locks.
-        FOR v_seed IN 1 .. 2 LOOP
-            SELECT coalesce(bool_or(x.missing), false),
-                   coalesce(array_agg(x.pid ORDER BY x.hinted DESC, x.upd, x.pid) FILTER (WHERE x.claimable), '{}'),
-                   coalesce(array_agg(x.pid) FILTER (WHERE x.caught), '{}')
-            INTO v_missing, v_cand, v_more
-            FROM (SELECT p.id AS pid, (p.name = ANY (p_hints)) AS hinted, cc.updated_at AS upd,
-                         cc.partition_id IS NULL AS missing,
-                         -- Written to in the last second or so: it is likely
-                         -- to be written again soon, so it stays in the ready
-                         -- set (clearing it costs a partition write, and its
-                         -- next push a non-HOT update to set it again).
-                         ((p.last_offset < p.log_start OR cc.committed >= p.last_offset)
-                          AND p.last_write_at < v_now - interval '2 seconds') AS caught,
-                         (cc.partition_id IS NOT NULL
-                          AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
-                          AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-                          AND (v_q.window_buffer_ms = 0 OR coalesce(
-                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
-                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
-                                <= v_now - v_q.window_buffer_ms * interval '1 millisecond')
-                          AND (v_q.delayed_processing_ms = 0 OR coalesce(
-                                (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
-                                   AND s.base_offset <= greatest(cc.committed + 1, p.log_start)
-                                 ORDER BY s.base_offset DESC LIMIT 1), '-infinity') <= v_cutoff)) AS claimable
-                  FROM (SELECT DISTINCT id FROM unnest(v_pend) AS u(id)) AS r
-                  JOIN {{schema}}.partitions p ON p.id = r.id
-                  -- A keyed lookup per partition (LIMIT keeps the planner from
-                  -- flattening it): as a plain join, a generic plan cached while
-                  -- the table was small read every cursor of the group instead.
-                  LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at
-                                     FROM {{schema}}.consumers c
-                                     WHERE c.partition_id = r.id AND c.group_name = p_group
-                                     LIMIT 1) cc ON true) x;
-            EXIT WHEN NOT v_missing OR v_seed = 2;
-            PERFORM {{schema}}.seed_consumers(v_q.id, p_group, p_mode, p_from, v_pend);
-        END LOOP;
-        v_caught := v_caught || v_more;
-
-        -- Claim in that order: one keyed try-lock each (SKIP LOCKED: never
-        -- waits), re-checking the lease on the locked row.
+        -- Claim in that order: one keyed try-lock each, re-checked on the
+        -- locked row.
         FOREACH v_pid IN ARRAY v_cand LOOP
             EXIT WHEN v_left <= 0 OR v_claimed >= p_partitions;
             -- A second try only if retention took the claimed messages
             -- between the lock and the read (see below).
             FOR v_try IN 1 .. 2 LOOP
-                SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-                       p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
-                INTO v_c
-                FROM {{schema}}.consumers cc
-                JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-                WHERE cc.partition_id = v_pid AND cc.group_name = p_group
-                  AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
-                  AND (cc.batch_end IS NULL OR cc.lease_expires_at <= v_now)
-                FOR UPDATE OF cc SKIP LOCKED;
-                EXIT WHEN NOT FOUND;
-                v_start := greatest(v_c.committed + 1, v_c.log_start);
-                IF v_c.settled IS NOT NULL THEN
-                    v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
-                END IF;
-                v_end := least(v_c.last_offset, v_start + least(v_left, p_part_batch) - 1);
-                v_seg_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
-                                      WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
-                IF v_q.delayed_processing_ms > 0 THEN
-                    -- created_at is monotone in offset order: the visible part is a prefix.
-                    SELECT max(s.end_offset) INTO v_vis FROM {{schema}}.segments s
-                    WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
-                      AND s.created_at <= v_cutoff;
-                    v_end := least(v_end, coalesce(v_vis, v_start - 1));
-                END IF;
-                IF v_end < v_start AND v_start - 1 > v_c.committed AND v_c.settled IS NOT NULL THEN
-                    -- Only settled offsets are left past a retention cut:
-                    -- the cursor passes them, so the partition is not
-                    -- claimable for nothing again.
-                    UPDATE {{schema}}.consumers SET committed = v_start - 1,
-                        settled = {{schema}}.offsets_above(settled, v_start - 1),
-                        attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_start),
-                        fail_offs = {{schema}}.offsets_above(fail_offs, v_start),
-                        fail_counts = {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start),
-                        deliveries = 0, updated_at = v_now
-                    WHERE partition_id = v_c.partition_id AND group_name = p_group;
-                END IF;
-                EXIT WHEN v_end < v_start;
+                v_c := {{schema}}.pop_claim(v_pid, p_group, least(v_left, p_part_batch), v_now,
+                                            v_q.delayed_processing_ms > 0, v_cutoff);
+                EXIT WHEN v_c.pid IS NULL;
                 IF p_auto_ack THEN
                     v_lease := NULL;
                     v_expires := NULL;
@@ -325,7 +508,7 @@ BEGIN
                 ELSE
                     v_lease := gen_random_uuid();
                     v_expires := v_now + p_lease_ms * interval '1 millisecond';
-                    v_deliv := CASE WHEN v_c.committed = v_start - 1 THEN v_c.deliveries + 1 ELSE 1 END;
+                    v_deliv := CASE WHEN v_c.committed = v_c.claim_first - 1 THEN v_c.deliveries + 1 ELSE 1 END;
                 END IF;
 
                 -- The segments first, the cursor write after, and only if
@@ -334,58 +517,28 @@ BEGIN
                 -- a lease (or an auto-ack) over messages nobody received.
                 -- The row is locked: nothing else can move it meanwhile.
                 RETURN QUERY
-                SELECT v_c.partition_id, v_c.name, v_lease, v_expires, p_lease_ms, v_start, v_end, v_deliv, v_c.delivered_max,
-                       s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
+                SELECT v_c.pid, v_c.part_name, v_lease, v_expires, p_lease_ms, v_c.claim_first, v_c.claim_last, v_deliv,
+                       v_c.delivered_max, s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
                        -- The out-of-order settlement state, once per partition;
                        -- the failures with the head's (attempts) when the
                        -- claim starts at it.
                        CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.settled END,
                        CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
-                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_start || v_c.fail_offs
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_c.claim_first - 1 THEN v_c.claim_first || v_c.fail_offs
                                 ELSE v_c.fail_offs END END,
                        CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
-                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_start - 1 THEN v_c.attempts || v_c.fail_counts
+                           CASE WHEN v_c.attempts > 0 AND v_c.committed = v_c.claim_first - 1 THEN v_c.attempts || v_c.fail_counts
                                 ELSE v_c.fail_counts END END
                 FROM {{schema}}.segments s
-                WHERE s.partition_id = v_c.partition_id AND s.base_offset BETWEEN v_seg_lo AND v_end
+                WHERE s.partition_id = v_c.pid AND s.base_offset BETWEEN v_c.seg_lo AND v_c.claim_last
                 ORDER BY s.base_offset;
                 IF FOUND THEN
-                    IF p_auto_ack THEN
-                        v_adv := v_end;
-                        IF v_c.settled IS NOT NULL THEN
-                            v_adv := {{schema}}.settled_advance(v_end, v_c.settled);
-                        END IF;
-                        UPDATE {{schema}}.consumers SET committed = v_adv,
-                            batch_end = NULL, lease_id = NULL,
-                            lease_owner = NULL, lease_expires_at = NULL, deliveries = 0,
-                            attempts = {{schema}}.fail_at(fail_offs, fail_counts, v_adv + 1),
-                            settled = CASE WHEN settled IS NULL THEN NULL
-                                           ELSE {{schema}}.offsets_above(settled, v_adv) END,
-                            fail_offs = CASE WHEN fail_offs IS NULL THEN NULL
-                                             ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
-                            fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
-                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
-                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
-                    ELSE
-                        UPDATE {{schema}}.consumers SET committed = v_start - 1, batch_end = v_end,
-                            lease_id = v_lease, lease_owner = p_owner, lease_expires_at = v_expires,
-                            deliveries = v_deliv,
-                            attempts = CASE WHEN committed = v_start - 1 THEN attempts
-                                            ELSE {{schema}}.fail_at(fail_offs, fail_counts, v_start) END,
-                            settled = CASE WHEN committed = v_start - 1 THEN settled
-                                           ELSE {{schema}}.offsets_above(settled, v_start - 1) END,
-                            fail_offs = CASE WHEN committed = v_start - 1 THEN fail_offs
-                                             ELSE {{schema}}.offsets_above(fail_offs, v_start) END,
-                            fail_counts = CASE WHEN committed = v_start - 1 THEN fail_counts
-                                               ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_start) END,
-                            delivered_max = greatest(delivered_max, v_end), updated_at = v_now
-                        WHERE partition_id = v_c.partition_id AND group_name = p_group;
-                    END IF;
-                    v_left := v_left - (v_end - v_start + 1)::integer;
+                    v_done := {{schema}}.pop_take(v_c.pid, p_group, v_c.claim_first, v_c.claim_last, v_c.settled, v_lease,
+                                                  p_owner, v_expires, v_deliv, v_now);
+                    v_left := v_left - (v_c.claim_last - v_c.claim_first + 1)::integer;
                     v_claimed := v_claimed + 1;
-                    IF p_auto_ack AND v_end >= v_c.last_offset THEN
-                        v_drained := v_drained || v_c.partition_id;
+                    IF p_auto_ack AND v_c.claim_last >= v_c.log_end THEN
+                        v_drained := v_drained || v_c.pid;
                     END IF;
                     EXIT;
                 END IF;
@@ -395,25 +548,8 @@ BEGIN
         v_seen := v_seen || v_pend;
     END LOOP;
 
-    -- Ready-set upkeep, at the end: this transaction does nothing after
-    -- these try-locks, so they cannot join a deadlock. Acks leave drained
-    -- partitions where they are (settle takes no partition locks); every pop
-    -- passes to clear_pending the partitions its own auto-ack drained and up
-    -- to 256 more of its window that its group has consumed, which keeps
-    -- stale entries bounded by the pop rate, not the number of keys. A
-    -- partition this group is behind on stays where it is (it is in the
-    -- group's reach), so it is not even looked at.
-    FOREACH v_pid IN ARRAY v_drained LOOP
-        PERFORM {{schema}}.clear_pending(v_pid, p_group);
-    END LOOP;
-    IF p_partition IS NULL THEN
-        FOR v_x IN
-            SELECT r.id FROM (SELECT DISTINCT id FROM unnest(v_caught) AS u(id)) AS r
-            WHERE NOT (r.id = ANY (v_drained))
-            LIMIT 256
-        LOOP
-            PERFORM {{schema}}.clear_pending(v_x.id, p_group);
-        END LOOP;
+    IF cardinality(v_drained) > 0 OR (p_partition IS NULL AND cardinality(v_caught) > 0) THEN
+        v_n := {{schema}}.pop_upkeep(p_group, v_drained, v_caught, p_partition IS NULL);
     END IF;
 END
 $$;
@@ -447,19 +583,14 @@ CREATE OR REPLACE FUNCTION {{schema}}.pop_dead_letter(
 LANGUAGE plpgsql AS $$
 DECLARE
     n      integer := coalesce(cardinality(p_offs), 0);
+    v_dls  {{schema}}.dead_letter_snapshot[] := {{schema}}.dead_letter_snapshots('pop_dead_letter', n, NULL, p_ids,
+                                                    p_txns, p_flags, p_payloads, p_created, p_keys, p_headers, p_reasons);
     v_c    record;
     v_p    record;
     v_comm bigint;
     v_end  bigint;
     v_now  timestamptz := clock_timestamp();
 BEGIN
-    IF coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_txns), 0) <> n
-       OR coalesce(cardinality(p_flags), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
-       OR coalesce(cardinality(p_created), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
-       OR (p_keys IS NOT NULL AND cardinality(p_keys) <> n)
-       OR (p_headers IS NOT NULL AND cardinality(p_headers) <> n) THEN
-        RAISE EXCEPTION 'queen: pop_dead_letter arrays are not aligned';
-    END IF;
     SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
     IF NOT FOUND THEN
         RETURN false;
@@ -500,14 +631,7 @@ BEGIN
             updated_at       = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;
-    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload, message_created_at,
-        attempts, reason)
-    SELECT v_p.queue_id, p_pid, v_p.name, p_group, x.off, x.id, x.txn, nullif(x.key, ''), nullif(x.hdrs, '\x'::bytea),
-           x.flags, x.payload, x.created, 0, x.reason
-    FROM unnest(p_offs, p_ids, p_txns, p_flags, p_payloads, p_created, p_reasons, p_keys, p_headers)
-         AS x(off, id, txn, flags, payload, created, reason, key, hdrs)
-    ORDER BY x.off;
+    PERFORM {{schema}}.insert_dead_letters(v_p.queue_id, p_pid, v_p.name, p_group, p_offs, array_fill(0, ARRAY[n]), v_dls);
     RETURN true;
 END
 $$;

@@ -2,9 +2,10 @@
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
--- settle_result.status, the verdict per input of settle_v2, ack_many and
--- settle_keyed_v2 (and of the previous release's settle and settle_keyed,
--- which call them), and the actions (p_act, p_actions) they take. The
+-- settle_result.status, the verdict per input of settle_rows (through
+-- settle_v2 and settle_keyed_v2, and the previous release's settle and
+-- settle_keyed, which call those) and ack_many, and the actions (p_act)
+-- they take. The
 -- constants of internal/stmt (Settle*, Act*) mirror these lists and
 -- TestStatusCodesMatchSQL compares them: a code keeps its meaning for
 -- good.
@@ -54,10 +55,10 @@ BEGIN
 END
 $$;
 
--- Locks, in ascending id, the partitions a failure (action 1) of settle or
--- settle_keyed may re-enqueue to (those of skip-policy queues) and returns
+-- Locks, in ascending id, the partitions a failure (action 1) of
+-- settle_rows may re-enqueue to (those of skip-policy queues) and returns
 -- the ids it holds. With p_wait it waits for each; without, it takes only
--- the rows free now (see settle). The wait policy is syntax, not a value, so
+-- the rows free now (see settle_v2). The wait policy is syntax, not a value, so
 -- without dynamic SQL (re-planned on every call) the two policies are two
 -- statements; they stay side by side here, with the rule of which
 -- partitions written once.
@@ -83,17 +84,366 @@ BEGIN
 END
 $$;
 
--- Settle, with the failure policy and re-enqueued messages' failure
--- counts: a message's retry budget is what its segment carries plus what
--- its cursor has charged. A Fail under 'skip' that does not exhaust the
--- budget re-enqueues the message (requeue_one, appending p_blobs[i]) and
--- commits the cursor through it; the result is status 0 (applied) as for
--- any Fail. The partition rows of those inputs are locked first, in
--- ascending id, before any consumer row: the global order (see the lock
--- below for settle() inside a larger transaction). Actions: 0 none, 1
--- fail, 2 retry, 3 dead letter, 4 interrupt (a retry that also takes back
--- the lease's delivery: a consumer shutting down hands back what it did
--- not finish, uncharged and uncounted).
+-- The failures the message at offset p_off of partition p_pid carried in
+-- from an earlier re-enqueue (its segment's count); 0 when none.
+CREATE OR REPLACE FUNCTION {{schema}}.segment_failures(p_pid bigint, p_off bigint)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    SELECT s.failures INTO v_n
+    FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
+          WHERE ss.partition_id = p_pid AND ss.base_offset <= p_off
+          ORDER BY ss.base_offset DESC LIMIT 1) s
+    WHERE s.end_offset >= p_off;
+    RETURN coalesce(v_n, 0);
+END
+$$;
+
+-- Settling, the one function: rows of outcomes, each naming its cursor
+-- and lease (p_pids, p_groups, p_leases), an offset (p_offs), an action
+-- (p_act), whether it ends the lease (p_release), its dead-letter snapshot
+-- (p_dls, read for failures and dead letters) and, per failure, the
+-- segment its re-enqueue appends (p_blobs: the message's frame exactly as
+-- stored, in a raw-codec blob the client builds; NULL for the other
+-- actions; a failure that re-enqueues without one fails the call). The
+-- rows of one lease are settled together under its locked cursor row.
+--
+-- Keyed rows (p_keyed, per-key parallel Consume, KeyConcurrency > 1) are
+-- the general case: one row per message outcome, many per lease, settled
+-- out of order. An ack, a dead letter, a failure that spends the budget
+-- (dead letter or drop) and a skip-policy failure (a copy at the tail,
+-- requeue_one) settle their offset; committed moves over the contiguous
+-- settled prefix and the rest goes to consumers.settled, which a later
+-- claim skips. Any other failure is charged to its own offset (the head's
+-- in attempts, others' in fail_offs / fail_counts), so RetryLimit holds
+-- per message wherever it sits. A retry or an interrupt settles nothing;
+-- an interrupt of the new head takes back the lease's delivery. Action 5
+-- carries only a lease's release (with the batch's last offset). The
+-- lease is released when a row asks for it or committed reaches
+-- batch_end, and kept otherwise (a checkpoint). An offset already settled
+-- gets status 1 and changes nothing, so resending an outcome is harmless
+-- except a failure's charge; a skip-policy failure re-enqueued answers 6.
+--
+-- In-order rows (NOT p_keyed, Ack/Fail/AckBatch) are one per lease
+-- settlement: commit the cursor through p_ok, then act at p_offs (actions
+-- 1, 2 and 4 also commit what is before it and end the lease; 3 commits
+-- through it). A failure is charged to the head (attempts) and, under
+-- 'skip' while the budget lasts, re-enqueued and passed (status 0, as any
+-- Fail); the failure that spends the budget dead-letters or drops.
+-- Status 1 when everything named is at or below the cursor, 2 when the
+-- lease is not live or the offsets pass batch_end.
+--
+-- A message's retry budget is what its segment carries (segment_failures)
+-- plus what its cursor has charged. Lock order: the partitions a
+-- skip-policy failure may append to first, in ascending id, waiting for
+-- them only with p_wait (see settle_v2), then the cursor rows in ascending
+-- (partition id, group).
+CREATE OR REPLACE FUNCTION {{schema}}.settle_rows(
+    p_keyed   boolean,
+    p_wait    boolean,
+    p_pids    bigint[],
+    p_groups  text[],
+    p_leases  uuid[],
+    p_ok      bigint[], -- in-order rows only (NULL when keyed)
+    p_offs    bigint[],
+    p_act     smallint[],
+    p_release boolean[],
+    p_dls     {{schema}}.dead_letter_snapshot[],
+    p_blobs   bytea[]
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql
+-- Array-driven statements would otherwise be re-planned on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_pids), 0);
+    v_what  text := CASE WHEN p_keyed THEN 'settle_keyed' ELSE 'settle' END;
+    v_rqp   bigint[] := '{}';
+    v_l     record;
+    v_c     record;
+    i       integer;
+    j       integer;
+    k       integer;
+    v_now   timestamptz := clock_timestamp();
+    v_set   bigint[];
+    v_fo    bigint[];
+    v_fc    integer[];
+    v_intr  bigint[];
+    v_dup   integer[];
+    v_comm  bigint;
+    v_att   integer;
+    v_prior integer;
+    v_cnt   integer;
+    v_spent integer;
+    v_rel   boolean;
+    v_bad   boolean;
+    v_dl    boolean;
+    v_rq    boolean;
+    v_st    smallint[];
+    v_res   {{schema}}.settle_result[];
+BEGIN
+    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
+       OR (NOT p_keyed AND coalesce(cardinality(p_ok), 0) <> n)
+       OR coalesce(cardinality(p_offs), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
+       OR coalesce(cardinality(p_release), 0) <> n OR coalesce(cardinality(p_dls), 0) <> n
+       OR coalesce(cardinality(p_blobs), 0) <> n THEN
+        RAISE EXCEPTION 'queen: % arrays are not aligned', v_what;
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    IF 1 = ANY (p_act) THEN
+        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, p_wait);
+    END IF;
+
+    -- One lease at a time: a keyed lease's rows together, in offset
+    -- order; each in-order row on its own.
+    FOR v_l IN
+        SELECT x.pid, x.g, x.lease, array_agg(x.o::integer ORDER BY x.off, x.o) AS ords
+        FROM unnest(p_pids, p_groups, p_leases, p_offs) WITH ORDINALITY AS x(pid, g, lease, off, o)
+        GROUP BY x.pid, x.g, x.lease, CASE WHEN p_keyed THEN 0 ELSE x.o END
+        ORDER BY x.pid, x.g, min(x.o)
+    LOOP
+        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
+               cc.settled, cc.fail_offs, cc.fail_counts,
+               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
+               qq.failure_policy, qq.encryption
+        INTO v_c
+        FROM {{schema}}.consumers cc
+        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        WHERE cc.partition_id = v_l.pid AND cc.group_name = v_l.g
+        FOR UPDATE OF cc;
+        IF NOT FOUND THEN
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, 5, NULL);
+            END LOOP;
+            CONTINUE;
+        END IF;
+
+        IF NOT p_keyed THEN
+            i := v_l.ords[1];
+            IF greatest(p_ok[i], CASE WHEN p_act[i] = 0 THEN -1 ELSE p_offs[i] END) <= v_c.committed THEN
+                v_res[i] := ROW(i, 1, v_c.committed);
+                CONTINUE;
+            END IF;
+            IF v_c.lease_id IS DISTINCT FROM p_leases[i] OR v_c.lease_expires_at <= v_now
+               OR greatest(p_ok[i], p_offs[i]) > v_c.batch_end THEN
+                v_res[i] := ROW(i, 2, v_c.committed);
+                CONTINUE;
+            END IF;
+
+            v_comm := greatest(v_c.committed, p_ok[i]);
+            v_att := v_c.attempts;
+            v_rel := p_release[i];
+            v_dl := false;
+            v_rq := false;
+            v_st[i] := 0;
+            v_prior := 0;
+            IF p_act[i] IN (1, 3) THEN
+                v_prior := {{schema}}.segment_failures(v_l.pid, p_offs[i]);
+            END IF;
+            IF p_act[i] IN (1, 2, 4) THEN
+                v_comm := greatest(v_comm, p_offs[i] - 1);
+                v_rel := true;
+            END IF;
+            IF v_comm > v_c.committed THEN
+                -- the new head's failures, if out-of-order settlement stored any
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+            END IF;
+            v_spent := v_prior + v_att;
+            IF p_act[i] = 1 THEN
+                v_att := v_att + 1;
+                v_spent := v_prior + v_att;
+                IF v_spent >= greatest(v_c.retry_limit, 1) THEN
+                    v_comm := p_offs[i];
+                    v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+                    v_dl := v_c.dead_letter;
+                    v_st[i] := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
+                ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                      -- push_bundle's check: nothing plaintext is written to
+                      -- an encrypted queue. A message from before encryption
+                      -- was switched on is redelivered in place instead.
+                      AND NOT (v_c.encryption AND (coalesce((p_dls[i]).flags, 0) & 1) = 0) THEN
+                    -- Out of the way: a copy at the tail, the cursor past it.
+                    IF p_blobs[i] IS NULL THEN
+                        RAISE EXCEPTION 'queen: % input % re-enqueues a failure without its segment', v_what, i;
+                    END IF;
+                    v_rq := true;
+                    v_comm := p_offs[i];
+                    v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+                END IF;
+            ELSIF p_act[i] = 3 THEN
+                v_comm := p_offs[i];
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+                v_dl := true;
+                v_st[i] := 3;
+            END IF;
+            IF v_c.settled IS NOT NULL AND {{schema}}.settled_advance(v_comm, v_c.settled) > v_comm THEN
+                -- Settled out of order above: the cursor passes the run.
+                v_comm := {{schema}}.settled_advance(v_comm, v_c.settled);
+                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+            END IF;
+            IF v_comm >= v_c.batch_end THEN
+                v_rel := true;
+            END IF;
+
+            UPDATE {{schema}}.consumers SET
+                committed        = v_comm,
+                attempts         = v_att,
+                settled          = CASE WHEN settled IS NULL THEN NULL
+                                        ELSE {{schema}}.offsets_above(settled, v_comm) END,
+                fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
+                                        ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
+                fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
+                                        ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
+                -- An interrupt (4) takes back this lease's delivery of the
+                -- message at the new cursor, so its next one is not a retry.
+                deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
+                                        WHEN p_act[i] = 4 THEN 0
+                                        WHEN v_comm = v_c.committed THEN deliveries
+                                        WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+                (batch_end, lease_id, lease_owner, lease_expires_at)
+                                 = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                         lease_expires_at)),
+                updated_at       = v_now
+            WHERE partition_id = v_l.pid AND group_name = v_l.g;
+
+            IF v_rq THEN
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[i], p_blobs[i], v_spent);
+            END IF;
+            IF v_dl THEN
+                PERFORM {{schema}}.insert_dead_letters(v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g,
+                                                       ARRAY[p_offs[i]], ARRAY[v_spent], ARRAY[p_dls[i]]);
+            END IF;
+            v_res[i] := ROW(i, v_st[i], v_comm);
+            CONTINUE;
+        END IF;
+
+        -- Keyed rows from here.
+        SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+        IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
+            -- Everything at or below the cursor (a release carrier names
+            -- the batch's last offset): nothing was left to do, as when the
+            -- cursor reached the batch's end and that ended the lease.
+            SELECT bool_and(p_offs[o] <= v_c.committed) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+            FOREACH j IN ARRAY v_l.ords LOOP
+                v_res[j] := ROW(j, CASE WHEN v_bad THEN 1 ELSE 2 END, v_c.committed);
+            END LOOP;
+            CONTINUE;
+        END IF;
+
+        -- The failure map with the head's count in it, for the duration.
+        v_fo := coalesce(v_c.fail_offs, '{}');
+        v_fc := coalesce(v_c.fail_counts, '{}');
+        IF v_c.attempts > 0 THEN
+            v_fo := (v_c.committed + 1) || v_fo;
+            v_fc := v_c.attempts || v_fc;
+        END IF;
+        -- Acks, set-based (a batch's settlement has a row per message):
+        -- those already settled get status 1, the rest join the set.
+        SELECT coalesce(array_agg(u.o), '{}') INTO v_dup
+        FROM unnest(v_l.ords) AS u(o)
+        WHERE p_act[u.o] = 0
+          AND (p_offs[u.o] <= v_c.committed OR p_offs[u.o] IN (SELECT unnest(v_c.settled)));
+        v_set := ARRAY(SELECT x.o FROM unnest(v_c.settled) AS x(o)
+                       UNION
+                       SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o)
+                       WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
+                       ORDER BY 1);
+        v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
+        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_st[j] := 0;
+        END LOOP;
+        FOREACH j IN ARRAY v_dup LOOP
+            v_st[j] := 1;
+        END LOOP;
+        -- Failures and dead letters, one by one (few: a failure is written
+        -- as it happens); retries and interrupts settle nothing.
+        FOR j IN SELECT u.o FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] IN (1, 3) ORDER BY p_offs[u.o], u.o LOOP
+            IF p_offs[j] <= v_c.committed OR p_offs[j] = ANY (v_set) THEN
+                v_st[j] := 1;
+                CONTINUE;
+            END IF;
+            v_prior := {{schema}}.segment_failures(v_l.pid, p_offs[j]);
+            k := array_position(v_fo, p_offs[j]);
+            v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
+            IF p_act[j] = 1 THEN
+                v_cnt := v_cnt + 1;
+            END IF;
+            IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
+                v_set := v_set || p_offs[j];
+                v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
+                IF v_st[j] = 3 THEN
+                    PERFORM {{schema}}.insert_dead_letters(v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g,
+                                                           ARRAY[p_offs[j]], ARRAY[v_prior + v_cnt], ARRAY[p_dls[j]]);
+                END IF;
+            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                  AND NOT (v_c.encryption AND (coalesce((p_dls[j]).flags, 0) & 1) = 0) THEN
+                IF p_blobs[j] IS NULL THEN
+                    RAISE EXCEPTION 'queen: % input % re-enqueues a failure without its segment', v_what, j;
+                END IF;
+                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_blobs[j], v_prior + v_cnt);
+                v_set := v_set || p_offs[j];
+                v_st[j] := 6;
+            ELSIF k IS NULL THEN
+                v_fo := v_fo || p_offs[j];
+                v_fc := v_fc || v_cnt;
+            ELSE
+                v_fc[k] := v_cnt;
+            END IF;
+        END LOOP;
+
+        -- Sorted and unique, then the cursor over the contiguous run.
+        v_set := ARRAY(SELECT DISTINCT u.o FROM unnest(v_set) AS u(o) ORDER BY u.o);
+        v_comm := {{schema}}.settled_advance(v_c.committed, v_set);
+        v_att := {{schema}}.fail_at(v_fo, v_fc, v_comm + 1);
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.c ORDER BY u.o) INTO v_fo, v_fc
+        FROM unnest(v_fo, v_fc) AS u(o, c)
+        WHERE u.o > v_comm + 1 AND NOT (u.o = ANY (v_set));
+        IF v_comm >= v_c.batch_end THEN
+            v_rel := true;
+        END IF;
+        UPDATE {{schema}}.consumers SET
+            committed        = v_comm,
+            attempts         = v_att,
+            settled          = {{schema}}.offsets_above(v_set, v_comm),
+            fail_offs        = v_fo,
+            fail_counts      = v_fc,
+            deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
+                                        THEN greatest(deliveries - 1, 0)
+                                    WHEN (v_comm + 1) = ANY (v_intr) THEN 0
+                                    WHEN v_comm = v_c.committed THEN deliveries
+                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
+                                                                     lease_expires_at)),
+            updated_at       = v_now
+        WHERE partition_id = v_l.pid AND group_name = v_l.g;
+        FOREACH j IN ARRAY v_l.ords LOOP
+            v_res[j] := ROW(j, v_st[j], v_comm);
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+END
+$$;
+
+-- In-order settling (settle_rows, NOT p_keyed), with the arguments the
+-- client's Settle statement passes: per lease settlement, commit through
+-- p_ok then act (0 none, 1 fail, 2 retry, 3 dead letter, 4 interrupt: a
+-- retry that also takes back the lease's delivery, so a consumer shutting
+-- down hands back what it did not finish, uncharged and uncounted) on the
+-- message at p_act_off, whose dead-letter snapshot the p_dl_* arrays and
+-- p_reasons hold. As the first statement of its transaction (a fused
+-- settle) nothing else is held, so it waits for the skip-policy partitions
+-- in ascending id. Later in a transaction (Client.Tx settles after its
+-- pushes, whose partition locks it holds) waiting could close a cycle with
+-- a push bundle, so it takes only rows free now; a failure whose
+-- partition is busy at that instant is redelivered in place, as under
+-- pause.
 CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_pids       bigint[],
     p_groups     text[],
@@ -108,185 +458,47 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_dl_flags   integer[],
     p_dl_payload bytea[],
     p_dl_created timestamptz[],
-    -- The messages' ordering keys ('' or NULL: none), kept by a dead
-    -- letter.
-    p_dl_keys    text[],
-    -- Their encoded headers (empty or NULL: none), kept likewise.
-    p_dl_headers bytea[],
-    -- Per failure (action 1), the segment its re-enqueue appends: the
-    -- message's frame exactly as stored (same flags, id, transaction id,
-    -- key, headers and stored payload, ciphertext included) in a raw-codec
-    -- blob, which the client builds. NULL for the other actions. A failure
-    -- that re-enqueues without one fails the call.
-    p_blobs      bytea[]
+    p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
+    p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
+    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
 ) RETURNS SETOF {{schema}}.settle_result
-LANGUAGE plpgsql
--- Array-driven statements would otherwise be re-planned on every call.
-SET plan_cache_mode = force_generic_plan
-AS $$
-DECLARE
-    n       integer := coalesce(cardinality(p_pids), 0);
-    v_rqp   bigint[] := '{}';
-    i       integer;
-    v_c     record;
-    v_now   timestamptz := clock_timestamp();
-    v_comm  bigint;
-    v_att   integer;
-    v_prior integer;
-    v_rel   boolean;
-    v_dl    boolean;
-    v_rq    boolean;
-    v_spent integer;
-    v_st    smallint;
-    v_res   {{schema}}.settle_result[];
+LANGUAGE plpgsql AS $$
 BEGIN
-    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
-       OR coalesce(cardinality(p_ok), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
-       OR coalesce(cardinality(p_act_off), 0) <> n OR coalesce(cardinality(p_release), 0) <> n
-       OR coalesce(cardinality(p_reasons), 0) <> n OR coalesce(cardinality(p_dl_ids), 0) <> n
-       OR coalesce(cardinality(p_dl_txns), 0) <> n OR coalesce(cardinality(p_dl_flags), 0) <> n
-       OR coalesce(cardinality(p_dl_payload), 0) <> n OR coalesce(cardinality(p_dl_created), 0) <> n
-       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
-       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n)
-       OR coalesce(cardinality(p_blobs), 0) <> n THEN
-        RAISE EXCEPTION 'queen: settle arrays are not aligned';
-    END IF;
-    IF n = 0 THEN
-        RETURN;
-    END IF;
+    RETURN QUERY SELECT * FROM {{schema}}.settle_rows(false, transaction_timestamp() = statement_timestamp(),
+        p_pids, p_groups, p_leases, p_ok, p_act_off, p_act, p_release,
+        {{schema}}.dead_letter_snapshots('settle', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids, p_dl_txns,
+                                         p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers, p_reasons),
+        p_blobs);
+END
+$$;
 
-    -- Partitions a skip-policy failure may append to, locked before any
-    -- consumer row. As the first statement of its transaction (a fused
-    -- settle) nothing else is held, so waiting in ascending id is safe. Later
-    -- in a transaction (Client.Tx settles after its pushes, whose partition
-    -- locks it holds) waiting could close a cycle with a push bundle, so it
-    -- takes only rows free now; a failure whose partition is busy at that
-    -- instant is redelivered in place, as under pause.
-    IF 1 = ANY (p_act) THEN
-        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, transaction_timestamp() = statement_timestamp());
-    END IF;
-
-    FOR i IN SELECT o FROM unnest(p_pids, p_groups) WITH ORDINALITY AS x(pid, g, o) ORDER BY pid, g, o LOOP
-        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
-               cc.settled, cc.fail_offs, cc.fail_counts,
-               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
-               qq.failure_policy, qq.encryption
-        INTO v_c
-        FROM {{schema}}.consumers cc
-        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-        WHERE cc.partition_id = p_pids[i] AND cc.group_name = p_groups[i]
-        FOR UPDATE OF cc;
-        IF NOT FOUND THEN
-            v_res[i] := ROW(i, 5, NULL);
-            CONTINUE;
-        END IF;
-        IF greatest(p_ok[i], CASE WHEN p_act[i] = 0 THEN -1 ELSE p_act_off[i] END) <= v_c.committed THEN
-            v_res[i] := ROW(i, 1, v_c.committed);
-            CONTINUE;
-        END IF;
-        IF v_c.lease_id IS DISTINCT FROM p_leases[i] OR v_c.lease_expires_at <= v_now
-           OR greatest(p_ok[i], p_act_off[i]) > v_c.batch_end THEN
-            v_res[i] := ROW(i, 2, v_c.committed);
-            CONTINUE;
-        END IF;
-
-        v_comm := greatest(v_c.committed, p_ok[i]);
-        v_att := v_c.attempts;
-        v_rel := p_release[i];
-        v_dl := false;
-        v_rq := false;
-        v_st := 0;
-        v_prior := 0;
-        IF p_act[i] IN (1, 3) THEN
-            -- Failures the message carried in from an earlier re-enqueue.
-            SELECT s.failures INTO v_prior
-            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
-                  WHERE ss.partition_id = p_pids[i] AND ss.base_offset <= p_act_off[i]
-                  ORDER BY ss.base_offset DESC LIMIT 1) s
-            WHERE s.end_offset >= p_act_off[i];
-            v_prior := coalesce(v_prior, 0);
-        END IF;
-        IF p_act[i] IN (1, 2, 4) THEN
-            v_comm := greatest(v_comm, p_act_off[i] - 1);
-            v_rel := true;
-        END IF;
-        IF v_comm > v_c.committed THEN
-            -- the new head's failures, if out-of-order settlement stored any
-            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
-        END IF;
-        v_spent := v_prior + v_att;
-        IF p_act[i] = 1 THEN
-            v_att := v_att + 1;
-            v_spent := v_prior + v_att;
-            IF v_spent >= greatest(v_c.retry_limit, 1) THEN
-                v_comm := p_act_off[i];
-                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
-                v_dl := v_c.dead_letter;
-                v_st := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
-            ELSIF v_c.failure_policy = 'skip' AND p_pids[i] = ANY (v_rqp)
-                  -- push_bundle's check: nothing plaintext is written to an
-                  -- encrypted queue. A message from before encryption was
-                  -- switched on is redelivered in place instead.
-                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[i], 0) & 1) = 0) THEN
-                -- Out of the way: a copy at the tail, the cursor past it.
-                IF p_blobs[i] IS NULL THEN
-                    RAISE EXCEPTION 'queen: settle input % re-enqueues a failure without its segment', i;
-                END IF;
-                v_rq := true;
-                v_comm := p_act_off[i];
-                v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
-            END IF;
-        ELSIF p_act[i] = 3 THEN
-            v_comm := p_act_off[i];
-            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
-            v_dl := true;
-            v_st := 3;
-        END IF;
-        IF v_c.settled IS NOT NULL AND {{schema}}.settled_advance(v_comm, v_c.settled) > v_comm THEN
-            -- Settled out of order above: the cursor passes the run.
-            v_comm := {{schema}}.settled_advance(v_comm, v_c.settled);
-            v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
-        END IF;
-        IF v_comm >= v_c.batch_end THEN
-            v_rel := true;
-        END IF;
-
-        UPDATE {{schema}}.consumers SET
-            committed        = v_comm,
-            attempts         = v_att,
-            settled          = CASE WHEN settled IS NULL THEN NULL
-                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
-            fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
-                                    ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
-            fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
-                                    ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_comm + 1) END,
-            -- An interrupt (4) takes back this lease's delivery of the
-            -- message at the new cursor, so its next one is not a retry.
-            deliveries       = CASE WHEN p_act[i] = 4 AND v_comm = v_c.committed THEN greatest(deliveries - 1, 0)
-                                    WHEN p_act[i] = 4 THEN 0
-                                    WHEN v_comm = v_c.committed THEN deliveries
-                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            (batch_end, lease_id, lease_owner, lease_expires_at)
-                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
-                                                                     lease_expires_at)),
-            updated_at       = v_now
-        WHERE partition_id = p_pids[i] AND group_name = p_groups[i];
-
-        IF v_rq THEN
-            PERFORM {{schema}}.requeue_one(p_pids[i], p_act_off[i], p_blobs[i], v_spent);
-        END IF;
-        IF v_dl THEN
-            INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-                msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
-                message_created_at, attempts, reason)
-            VALUES (v_c.queue_id, p_pids[i], v_c.partition_name, p_groups[i], p_act_off[i], p_dl_ids[i],
-                p_dl_txns[i], nullif(p_dl_keys[i], ''), nullif(p_dl_headers[i], '\x'::bytea), p_dl_flags[i], p_dl_payload[i], p_dl_created[i],
-                v_spent, p_reasons[i]);
-        END IF;
-        v_res[i] := ROW(i, v_st, v_comm);
-    END LOOP;
-    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
+-- Out-of-order settling (settle_rows with keyed rows), with the arguments
+-- the client's SettleKeyed statement passes; it always waits for the
+-- skip-policy partitions.
+CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed_v2(
+    p_pids       bigint[],
+    p_groups     text[],
+    p_leases     uuid[],
+    p_offs       bigint[],
+    p_act        smallint[],
+    p_release    boolean[],
+    p_reasons    text[],
+    p_dl_ids     uuid[],
+    p_dl_txns    text[],
+    p_dl_flags   integer[],
+    p_dl_payload bytea[],
+    p_dl_created timestamptz[],
+    p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
+    p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
+    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM {{schema}}.settle_rows(true, true, p_pids, p_groups, p_leases, NULL, p_offs, p_act,
+        p_release, {{schema}}.dead_letter_snapshots('settle_keyed', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids,
+                                                    p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys,
+                                                    p_dl_headers, p_reasons),
+        p_blobs);
 END
 $$;
 
@@ -375,226 +587,5 @@ BEGIN
     LEFT JOIN LATERAL (SELECT c.partition_id, c.committed FROM {{schema}}.consumers c
                        WHERE c.partition_id = o.pid AND c.group_name = o.g LIMIT 1) c ON true
     ORDER BY o.ord;
-END
-$$;
-
--- Out-of-order settlement, for per-key parallel Consume (KeyConcurrency >
--- 1): one row per message outcome, rows of one lease together with its
--- (partition, group, lease), many leases per call (fused like settle).
--- Actions per row: 0 ack, 1 fail, 2 retry, 3 dead letter, 4 interrupt, 5
--- nothing (carries a lease's release, with the batch's last offset). A
--- lease's rows are applied together: an ack, a dead letter, a failure that
--- spends the budget (dead letter or drop) and a skip-policy failure (a copy
--- at the tail, requeue_one) settle their offset; committed moves over the
--- contiguous settled prefix and the rest goes to consumers.settled, which a
--- later claim skips. Any other failure is charged to its own offset (the
--- head's in attempts, others' in fail_offs / fail_counts), so RetryLimit
--- holds per message wherever it sits. A retry or an interrupt settles
--- nothing; an interrupt of the new head takes back the lease's delivery as
--- in settle. The lease is released when a row asks for it (p_release) or
--- committed reaches batch_end, and kept otherwise (a checkpoint). An
--- offset already settled gets status 1 and changes nothing, so resending
--- an outcome is harmless except a failure's charge. Status per row as
--- settle's, and 6: applied, the failure re-enqueued at the tail (p_blobs[i],
--- as in settle_v2). Lock order as settle: skip-policy partitions first,
--- then cursor rows in ascending (partition id, group).
-CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed_v2(
-    p_pids       bigint[],
-    p_groups     text[],
-    p_leases     uuid[],
-    p_offs       bigint[],
-    p_act        smallint[],
-    p_release    boolean[],
-    p_reasons    text[],
-    p_dl_ids     uuid[],
-    p_dl_txns    text[],
-    p_dl_flags   integer[],
-    p_dl_payload bytea[],
-    p_dl_created timestamptz[],
-    p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
-    p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
-    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_v2); NULL otherwise
-) RETURNS SETOF {{schema}}.settle_result
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-AS $$
-DECLARE
-    n       integer := coalesce(cardinality(p_pids), 0);
-    v_rqp   bigint[] := '{}';
-    v_l     record;
-    v_c     record;
-    j       integer;
-    k       integer;
-    v_now   timestamptz := clock_timestamp();
-    v_set   bigint[];
-    v_fo    bigint[];
-    v_fc    integer[];
-    v_intr  bigint[];
-    v_dup   integer[];
-    v_comm  bigint;
-    v_att   integer;
-    v_prior integer;
-    v_cnt   integer;
-    v_rel   boolean;
-    v_bad   boolean;
-    v_st    smallint[];
-    v_res   {{schema}}.settle_result[];
-BEGIN
-    IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
-       OR coalesce(cardinality(p_offs), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
-       OR coalesce(cardinality(p_release), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
-       OR coalesce(cardinality(p_dl_ids), 0) <> n OR coalesce(cardinality(p_dl_txns), 0) <> n
-       OR coalesce(cardinality(p_dl_flags), 0) <> n OR coalesce(cardinality(p_dl_payload), 0) <> n
-       OR coalesce(cardinality(p_dl_created), 0) <> n
-       OR (p_dl_keys IS NOT NULL AND cardinality(p_dl_keys) <> n)
-       OR (p_dl_headers IS NOT NULL AND cardinality(p_dl_headers) <> n)
-       OR coalesce(cardinality(p_blobs), 0) <> n THEN
-        RAISE EXCEPTION 'queen: settle_keyed arrays are not aligned';
-    END IF;
-    IF n = 0 THEN
-        RETURN;
-    END IF;
-    -- As in settle: partitions a skip-policy failure may append to, first.
-    IF 1 = ANY (p_act) THEN
-        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, true);
-    END IF;
-
-    FOR v_l IN
-        SELECT x.pid, x.g, x.lease, array_agg(x.o::integer ORDER BY x.off, x.o) AS ords
-        FROM unnest(p_pids, p_groups, p_leases, p_offs) WITH ORDINALITY AS x(pid, g, lease, off, o)
-        GROUP BY x.pid, x.g, x.lease
-        ORDER BY x.pid, x.g, min(x.o)
-    LOOP
-        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
-               cc.settled, cc.fail_offs, cc.fail_counts,
-               p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
-               qq.failure_policy, qq.encryption
-        INTO v_c
-        FROM {{schema}}.consumers cc
-        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-        WHERE cc.partition_id = v_l.pid AND cc.group_name = v_l.g
-        FOR UPDATE OF cc;
-        v_bad := NOT FOUND;
-        IF v_bad THEN
-            FOREACH j IN ARRAY v_l.ords LOOP
-                v_res[j] := ROW(j, 5, NULL);
-            END LOOP;
-            CONTINUE;
-        END IF;
-        SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
-        IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
-            -- Everything at or below the cursor (a release carrier names
-            -- the batch's last offset): nothing was left to do, as when the
-            -- cursor reached the batch's end and that ended the lease.
-            SELECT bool_and(p_offs[o] <= v_c.committed) INTO v_bad FROM unnest(v_l.ords) AS u(o);
-            FOREACH j IN ARRAY v_l.ords LOOP
-                v_res[j] := ROW(j, CASE WHEN v_bad THEN 1 ELSE 2 END, v_c.committed);
-            END LOOP;
-            CONTINUE;
-        END IF;
-
-        -- The failure map with the head's count in it, for the duration.
-        v_fo := coalesce(v_c.fail_offs, '{}');
-        v_fc := coalesce(v_c.fail_counts, '{}');
-        IF v_c.attempts > 0 THEN
-            v_fo := (v_c.committed + 1) || v_fo;
-            v_fc := v_c.attempts || v_fc;
-        END IF;
-        -- Acks, set-based (a batch's settlement has a row per message):
-        -- those already settled get status 1, the rest join the set.
-        SELECT coalesce(array_agg(u.o), '{}') INTO v_dup
-        FROM unnest(v_l.ords) AS u(o)
-        WHERE p_act[u.o] = 0
-          AND (p_offs[u.o] <= v_c.committed OR p_offs[u.o] IN (SELECT unnest(v_c.settled)));
-        v_set := ARRAY(SELECT x.o FROM unnest(v_c.settled) AS x(o)
-                       UNION
-                       SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o)
-                       WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
-                       ORDER BY 1);
-        v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
-        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
-        FOREACH j IN ARRAY v_l.ords LOOP
-            v_st[j] := 0;
-        END LOOP;
-        FOREACH j IN ARRAY v_dup LOOP
-            v_st[j] := 1;
-        END LOOP;
-        -- Failures and dead letters, one by one (few: a failure is written
-        -- as it happens); retries and interrupts settle nothing.
-        FOR j IN SELECT u.o FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] IN (1, 3) ORDER BY p_offs[u.o], u.o LOOP
-            IF p_offs[j] <= v_c.committed OR p_offs[j] = ANY (v_set) THEN
-                v_st[j] := 1;
-                CONTINUE;
-            END IF;
-            SELECT s.failures INTO v_prior
-            FROM (SELECT ss.end_offset, ss.failures FROM {{schema}}.segments ss
-                  WHERE ss.partition_id = v_l.pid AND ss.base_offset <= p_offs[j]
-                  ORDER BY ss.base_offset DESC LIMIT 1) s
-            WHERE s.end_offset >= p_offs[j];
-            v_prior := coalesce(v_prior, 0);
-            k := array_position(v_fo, p_offs[j]);
-            v_cnt := CASE WHEN k IS NULL THEN 0 ELSE v_fc[k] END;
-            IF p_act[j] = 1 THEN
-                v_cnt := v_cnt + 1;
-            END IF;
-            IF p_act[j] = 3 OR v_prior + v_cnt >= greatest(v_c.retry_limit, 1) THEN
-                v_set := v_set || p_offs[j];
-                v_st[j] := CASE WHEN p_act[j] = 3 OR v_c.dead_letter THEN 3 ELSE 4 END;
-                IF v_st[j] = 3 THEN
-                    INSERT INTO {{schema}}.dead_letters (queue_id, partition_id, partition_name, group_name,
-                        msg_offset, message_id, transaction_id, message_key, message_headers, flags, payload,
-                        message_created_at, attempts, reason)
-                    VALUES (v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g, p_offs[j], p_dl_ids[j],
-                        p_dl_txns[j], nullif(p_dl_keys[j], ''), nullif(p_dl_headers[j], '\x'::bytea), p_dl_flags[j], p_dl_payload[j], p_dl_created[j],
-                        v_prior + v_cnt, p_reasons[j]);
-                END IF;
-            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
-                  AND NOT (v_c.encryption AND (coalesce(p_dl_flags[j], 0) & 1) = 0) THEN
-                IF p_blobs[j] IS NULL THEN
-                    RAISE EXCEPTION 'queen: settle_keyed input % re-enqueues a failure without its segment', j;
-                END IF;
-                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_blobs[j], v_prior + v_cnt);
-                v_set := v_set || p_offs[j];
-                v_st[j] := 6;
-            ELSIF k IS NULL THEN
-                v_fo := v_fo || p_offs[j];
-                v_fc := v_fc || v_cnt;
-            ELSE
-                v_fc[k] := v_cnt;
-            END IF;
-        END LOOP;
-
-        -- Sorted and unique, then the cursor over the contiguous run.
-        v_set := ARRAY(SELECT DISTINCT u.o FROM unnest(v_set) AS u(o) ORDER BY u.o);
-        v_comm := {{schema}}.settled_advance(v_c.committed, v_set);
-        v_att := {{schema}}.fail_at(v_fo, v_fc, v_comm + 1);
-        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.c ORDER BY u.o) INTO v_fo, v_fc
-        FROM unnest(v_fo, v_fc) AS u(o, c)
-        WHERE u.o > v_comm + 1 AND NOT (u.o = ANY (v_set));
-        IF v_comm >= v_c.batch_end THEN
-            v_rel := true;
-        END IF;
-        UPDATE {{schema}}.consumers SET
-            committed        = v_comm,
-            attempts         = v_att,
-            settled          = {{schema}}.offsets_above(v_set, v_comm),
-            fail_offs        = v_fo,
-            fail_counts      = v_fc,
-            deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
-                                        THEN greatest(deliveries - 1, 0)
-                                    WHEN (v_comm + 1) = ANY (v_intr) THEN 0
-                                    WHEN v_comm = v_c.committed THEN deliveries
-                                    WHEN v_comm < delivered_max THEN 1 ELSE 0 END,
-            (batch_end, lease_id, lease_owner, lease_expires_at)
-                             = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
-                                                                     lease_expires_at)),
-            updated_at       = v_now
-        WHERE partition_id = v_l.pid AND group_name = v_l.g;
-        FOREACH j IN ARRAY v_l.ords LOOP
-            v_res[j] := ROW(j, v_st[j], v_comm);
-        END LOOP;
-    END LOOP;
-    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
 END
 $$;
