@@ -206,6 +206,12 @@ func laneOf(key string, lanes int32) string {
 // rather than overtake them; they are stored when the drain gets there.
 // PushTx and Client.Tx are never spooled, so they can overtake.
 //
+// Items with an Item.DeliverAt ahead are Scheduled: held aside and appended
+// to their partitions when due (see Item.DeliverAt). They are written in a
+// statement of their own, before the call's other items, and are not
+// spooled: when the database does not answer they are Failed, while the
+// call's other items are Buffered as below.
+//
 // When PostgreSQL is down, or in maintenance mode, items go to the disk
 // spool and are Buffered, after at most about Config.StatementTimeout plus
 // the spool's write and fsync (a slow disk delays Buffered; it never turns
