@@ -24,7 +24,8 @@ var (
 	// ErrSchemaTooNew means the database was migrated by a newer release.
 	ErrSchemaTooNew = sqlschema.ErrSchemaTooNew
 	// ErrTooLarge is returned for a transaction id or payload over its limit
-	// (MaxTransactionIDLen, MaxPayloadSize).
+	// (MaxTransactionIDLen, MaxPayloadSize), or an Item.DeliverAt more than
+	// MaxDeliverAhead ahead.
 	ErrTooLarge = errs.ErrTooLarge
 	// ErrEncryption is returned when a queue has encryption on and the client
 	// has no valid 32-byte Config.EncryptionKey, or a payload fails to

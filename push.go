@@ -82,6 +82,20 @@ type Item struct {
 	// of each item's headers; a name the item already has keeps the item's
 	// value. Item.Headers itself is never modified.
 	Headers map[string]string
+	// DeliverAt schedules the message: it is visible to no consumer before
+	// this time. Push holds it aside (not in its partition, whose later
+	// messages keep flowing) and reports it Scheduled; once due, a client
+	// of the schema appends it to its partition as a push would, within
+	// tens of milliseconds when idle. The time is compared with the
+	// database's clock. For a delay, use time.Now().Add(d). Zero, or a
+	// time not after the push's start, is an ordinary push. At most
+	// MaxDeliverAhead ahead, else the whole call fails with ErrTooLarge
+	// and writes nothing. A scheduled transaction id is a Duplicate of
+	// itself while it waits, and the queue's DedupWindow applies again when
+	// it is appended (see Queue.CancelScheduled, QueueStatus.Scheduled).
+	// Only Push schedules: PushTx and Client.Tx fail the call. Defaults to
+	// zero: deliver now.
+	DeliverAt time.Time
 }
 
 // PushStatus is the outcome of one pushed item.
@@ -93,6 +107,9 @@ const (
 	Duplicate PushStatus = "duplicate"
 	Buffered  PushStatus = "buffered" // in the disk spool; will be replayed idempotently
 	Failed    PushStatus = "failed"
+	// Scheduled: held until Item.DeliverAt; MessageID is the id it will
+	// be delivered with, Partition its partition; Offset is -1.
+	Scheduled PushStatus = "scheduled"
 )
 
 // PushResult is the outcome of one item, at the item's index.
@@ -189,6 +206,12 @@ func laneOf(key string, lanes int32) string {
 // rather than overtake them; they are stored when the drain gets there.
 // PushTx and Client.Tx are never spooled, so they can overtake.
 //
+// Items with an Item.DeliverAt ahead are Scheduled: held aside and appended
+// to their partitions when due (see Item.DeliverAt). They are written in a
+// statement of their own, before the call's other items, and are not
+// spooled: when the database does not answer they are Failed, while the
+// call's other items are Buffered as below.
+//
 // When PostgreSQL is down, or in maintenance mode, items go to the disk
 // spool and are Buffered, after at most about Config.StatementTimeout plus
 // the spool's write and fsync (a slow disk delays Buffered; it never turns
@@ -212,6 +235,14 @@ func (q *Queue) Push(ctx context.Context, items []Item) (res []PushResult, err e
 }
 
 func (q *Queue) push(ctx context.Context, items []Item) ([]PushResult, error) {
+	if anyScheduled(items) {
+		return q.pushScheduled(ctx, items)
+	}
+	return q.pushNow(ctx, items)
+}
+
+// pushNow is push for items none of which is scheduled.
+func (q *Queue) pushNow(ctx context.Context, items []Item) ([]PushResult, error) {
 	e := q.c.e
 	b, err := q.prepareFor(ctx, items, true)
 	if err != nil {
@@ -294,24 +325,8 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	if err := checkName(nameQueue, q.name); err != nil {
 		return nil, err
 	}
-	for i := range items {
-		it := &items[i]
-		err := checkName(namePartition, it.Partition)
-		if err == nil {
-			err = checkName(nameTransactionID, it.TransactionID)
-		}
-		if err == nil {
-			err = checkName(nameKey, it.Key)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
-		}
-		if len(it.Data) > MaxPayloadSize {
-			return nil, fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
-		}
-		if err := checkHeaders(i, it.Headers); err != nil {
-			return nil, err
-		}
+	if err := checkItems(items); err != nil {
+		return nil, err
 	}
 	b := &pushBatch{results: make([]PushResult, len(items)), groups: groupPool.Get().(map[string][]*pushItem)}
 	if len(items) == 0 {
@@ -423,6 +438,30 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		}
 	}
 	return b, nil
+}
+
+// checkItems validates what every push checks of its items.
+func checkItems(items []Item) error {
+	for i := range items {
+		it := &items[i]
+		err := checkName(namePartition, it.Partition)
+		if err == nil {
+			err = checkName(nameTransactionID, it.TransactionID)
+		}
+		if err == nil {
+			err = checkName(nameKey, it.Key)
+		}
+		if err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if len(it.Data) > MaxPayloadSize {
+			return fmt.Errorf("%w: item %d: payload of %d bytes (max %d)", ErrTooLarge, i, len(it.Data), MaxPayloadSize)
+		}
+		if err := checkHeaders(i, it.Headers); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkHeaders validates item i's headers (see Item.Headers).

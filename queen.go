@@ -116,6 +116,17 @@ type testConfig struct {
 	// spoolAppend writes records to the spool; tests slow it down like a
 	// busy disk. Defaults to spool.Spool.Append.
 	spoolAppend func(s *spool.Spool, ctx context.Context, recs []spool.Record) error
+	// schedulePoll is the scheduled mover's backstop poll. Defaults to
+	// defaultSchedulePoll.
+	schedulePoll time.Duration
+}
+
+// schedulePollOr is t's schedulePoll, or d when unset.
+func (t *testConfig) schedulePollOr(d time.Duration) time.Duration {
+	if t.schedulePoll > 0 {
+		return t.schedulePoll
+	}
+	return d
 }
 
 // testKnobs is c's test config, never nil.
@@ -294,6 +305,7 @@ type engine struct {
 	maintMu   sync.Mutex
 	maintGen  uint64
 	maintRead sync.Mutex
+	mover     *mover
 	encSet    atomic.Pointer[encQueueSet] // without a key: the encrypted queues at the last contact
 	spoolReg  metric.Registration
 	keyReg    metric.Registration // the per-key Consume gauges

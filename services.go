@@ -3,6 +3,7 @@ package queen
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/e03140bc/queen/internal/maintain"
 	"github.com/e03140bc/queen/internal/settings"
@@ -28,6 +29,8 @@ type service struct {
 //   - The metric callbacks, which read the drain and the spool.
 //   - The listener: its notifications reach the wake hub and the
 //     maintenance flag it re-reads kicks the drain.
+//   - The scheduled mover, which the listener's notifications kick; it
+//     tells the wake hub of what it moved.
 //   - The spool drain, which hands replayed records to push fusion.
 //   - Intake and pending pushes, then settlements: they still need the pool
 //     and the engine's context; what cannot commit is spooled.
@@ -77,6 +80,8 @@ func (e *engine) services() []service {
 							e.drain.kick()
 						}
 					},
+					// The listener starts after the mover.
+					OnScheduled: func(due time.Time) { e.mover.note(due) },
 				})
 				return nil
 			},
@@ -94,6 +99,12 @@ func (e *engine) services() []service {
 		{name: "spool drain",
 			start: func(context.Context) error { e.drain = newDrainer(e); return nil },
 			stop:  func(context.Context) error { e.drain.close(); return nil }},
+		{name: "scheduled mover",
+			start: func(context.Context) error {
+				e.mover = newMover(e, e.cfg.testKnobs().schedulePollOr(defaultSchedulePoll))
+				return nil
+			},
+			stop: func(ctx context.Context) error { return e.mover.close(ctx) }},
 		{name: "listener",
 			start: func(context.Context) error {
 				e.listen = wake.Listen(e.wake, e.pool.Config().ConnConfig, e.sql.Channel, e.log)

@@ -12,6 +12,11 @@ import (
 type QueueStatus struct {
 	Queue      string
 	Partitions []PartitionStatus // by name; empty when the queue does not exist
+	// Scheduled is how many messages pushed with an Item.DeliverAt wait
+	// to be appended, and NextDue the earliest of their due times (zero
+	// with none).
+	Scheduled int64
+	NextDue   time.Time
 }
 
 // PartitionStatus is one partition's log and its groups' cursors.
@@ -71,6 +76,14 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	rows, err := stmt.Status(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	sched, due, err := stmt.ScheduledStatus(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
+	if err != nil {
+		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	st.Scheduled = sched
+	if due != nil {
+		st.NextDue = *due
 	}
 	for _, r := range rows {
 		n := len(st.Partitions)

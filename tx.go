@@ -35,6 +35,9 @@ func (q *Queue) PushTx(ctx context.Context, tx pgx.Tx, items []Item) (res []Push
 	if tx == nil {
 		return nil, errors.New("queen: PushTx: nil transaction")
 	}
+	if err := refuseScheduled(items); err != nil {
+		return nil, err
+	}
 	ctx, items, end := q.c.e.startSend(ctx, q.name, items)
 	defer func() { end(err) }()
 	b, err := q.prepare(ctx, items)
@@ -252,6 +255,9 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		}
 	}()
 	for i, q := range tx.queues {
+		if err := refuseScheduled(tx.items[i]); err != nil {
+			return err
+		}
 		b, err := q.prepare(ctx, tx.items[i])
 		if err != nil {
 			return err

@@ -56,7 +56,8 @@ func current() *library {
 // files (see Use) lack them: their fields stay empty, and the client does
 // what that release did without them.
 var added = map[string]bool{"AppendSegment": true, "MarkKeyed": true, "DiscardDeadLetters": true,
-	"DeadLetterRetentionStep": true, "DeadLetterCounts": true}
+	"DeadLetterRetentionStep": true, "DeadLetterCounts": true, "Schedule": true, "MoveScheduled": true,
+	"CancelScheduled": true, "ScheduledStatus": true}
 
 // parse reads every *.sql file at the root of fsys and checks that its
 // statements fill exactly the statement fields of Set and Consume, but for

@@ -53,6 +53,14 @@ type Set struct {
 	// QueueDelete deletes a queue with its partitions' data (see
 	// QueueDelete).
 	QueueDelete string
+	// Schedule holds items until due; MoveScheduled moves due ones into
+	// their partitions; CancelScheduled deletes scheduled ones;
+	// ScheduledStatus counts a queue's (see the functions of the same
+	// names).
+	Schedule        string
+	MoveScheduled   string
+	CancelScheduled string
+	ScheduledStatus string
 	// Notify wakes other processes (see Notify).
 	Notify string
 	// Channel is the LISTEN/NOTIFY channel name for this schema.

@@ -8,6 +8,7 @@ package wake
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,11 @@ const Interval = 5 * time.Millisecond
 // schema's maintenance flag (Config.OnMaintenance); it cannot be a
 // "tenant/queue" line.
 const MaintenanceNotice = "!maintenance"
+
+// scheduledLine starts a payload line telling listeners that a message was
+// scheduled, due at the Unix milliseconds that follow
+// (Config.OnScheduled). An older listener skips it: it has no "/".
+const scheduledLine = "!scheduled "
 
 // notifyMax keeps the payload under PostgreSQL's 8000-byte NOTIFY limit.
 const notifyMax = 7900
@@ -47,6 +53,9 @@ type Config struct {
 	Log     *slog.Logger
 	// OnMaintenance runs when a MaintenanceNotice arrives.
 	OnMaintenance func()
+	// OnScheduled runs when a notification says a message was scheduled,
+	// with its due time (zero: unknown, look now).
+	OnScheduled func(due time.Time)
 }
 
 // QueueKey names a queue of a tenant.
@@ -90,6 +99,7 @@ type Hub struct {
 	cfg     Config
 	mu      sync.Mutex
 	toSend  map[QueueKey]struct{} // delivered here, not yet notified
+	dueSend time.Time             // the earliest due time scheduled and not yet notified
 	waiters map[QueueKey]map[*Waiter]struct{}
 	send    chan struct{}   // toSend became non-empty
 	ctx     context.Context // ends at close, cutting a NOTIFY short
@@ -127,11 +137,28 @@ func (h *Hub) Woken(tenant uuid.UUID, queue string) {
 	h.record(QueueKey{tenant, queue}, "", false)
 }
 
+// Scheduled queues, for the next NOTIFY, that a message due at due was
+// scheduled, so other processes' movers look then. Called after commit.
+func (h *Hub) Scheduled(due time.Time) {
+	h.mu.Lock()
+	first := len(h.toSend) == 0 && h.dueSend.IsZero()
+	if h.dueSend.IsZero() || due.Before(h.dueSend) {
+		h.dueSend = due
+	}
+	h.mu.Unlock()
+	if first {
+		select {
+		case h.send <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // record wakes the local waiters of qk and queues it for the next NOTIFY.
 func (h *Hub) record(qk QueueKey, partition string, hint bool) {
 	h.mu.Lock()
 	h.wakeLocked(qk, partition, hint)
-	first := len(h.toSend) == 0
+	first := len(h.toSend) == 0 && h.dueSend.IsZero()
 	h.toSend[qk] = struct{}{}
 	h.mu.Unlock()
 	if first {
@@ -224,11 +251,11 @@ func (h *Hub) notifier() {
 		}
 		last = time.Now()
 		h.mu.Lock()
-		queues := h.toSend
-		h.toSend = make(map[QueueKey]struct{}, len(queues))
+		queues, due := h.toSend, h.dueSend
+		h.toSend, h.dueSend = make(map[QueueKey]struct{}, len(queues)), time.Time{}
 		h.mu.Unlock()
-		if len(queues) > 0 {
-			h.notify(queues)
+		if len(queues) > 0 || !due.IsZero() {
+			h.notify(queues, due)
 		}
 	}
 }
@@ -236,8 +263,13 @@ func (h *Hub) notifier() {
 // notify sends one notification for everything committed in this tick, on
 // its own short transaction: a NOTIFY inside the push transaction would
 // serialize every committing bundle on the notification queue lock.
-func (h *Hub) notify(batch map[QueueKey]struct{}) {
+func (h *Hub) notify(batch map[QueueKey]struct{}, due time.Time) {
 	var b strings.Builder
+	if !due.IsZero() {
+		b.WriteString(scheduledLine)
+		b.WriteString(strconv.FormatInt(due.UnixMilli(), 10))
+		b.WriteByte('\n')
+	}
 	for qk := range batch {
 		b.WriteString(qk.Line())
 	}
@@ -269,11 +301,21 @@ func (h *Hub) Remote(payload string) {
 		return
 	}
 	if payload == "*" {
+		// Too much to list: it may have held a scheduled line.
+		if h.cfg.OnScheduled != nil {
+			h.cfg.OnScheduled(time.Time{})
+		}
 		h.WakeAll()
 		return
 	}
 	for line := range strings.Lines(payload) {
 		line = strings.TrimSuffix(line, "\n")
+		if ms, ok := strings.CutPrefix(line, scheduledLine); ok {
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil && h.cfg.OnScheduled != nil {
+				h.cfg.OnScheduled(time.UnixMilli(n))
+			}
+			continue
+		}
 		t, q, ok := strings.Cut(line, "/")
 		if !ok {
 			continue
