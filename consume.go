@@ -305,7 +305,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			// charge the budget.
 			op.act, op.actMsg = actInterrupt, m
 		} else {
-			op.act, op.actMsg, op.reason = actFail, m, reasonText(err)
+			op.act, op.actMsg, op.reason, op.delay = actFail, m, reasonText(err), retryDelay(err)
 		}
 		break
 	}
