@@ -11,6 +11,10 @@ import (
 	"github.com/e03140bc/queen"
 )
 
+// noBackoff is the RetryBackoff of tests that fail a message and expect
+// it back at once, as before retry backoff.
+var noBackoff = queen.RetryBackoff{Disabled: true}
+
 // slack bounds how late a due retry may come on a loaded machine: the
 // lower bounds are exact, the upper ones only catch a wait that never ends.
 const slack = 10 * time.Second
