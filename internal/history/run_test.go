@@ -121,14 +121,14 @@ type queueSpec struct {
 	opts queen.QueueOptions
 }
 
-//
 // A failed message waits its retry backoff before coming back: short ones
-// here, so a run of seconds still sees failures redelivered, and the final
-// drain waits out what is left (retryWait) rather than missing it. "pause"
-// waits longest, so a waiting message often outlives the run.
+// here, so a run of seconds still sees failures redelivered (the final
+// drain still reads every waiting one: nothing lost); "pause" waits
+// longest, a second at most; "skip" and "secret" keep the default, which
+// they never wait (skip re-enqueues, a RetryLimit of 1 dead-letters).
 var queueSpecs = []queueSpec{
 	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true,
-		RetryBackoff: queen.RetryBackoff{Min: 300 * time.Millisecond, Max: 2 * time.Second}}},
+		RetryBackoff: queen.RetryBackoff{Min: 500 * time.Millisecond, Max: 2 * time.Second}}},
 	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
 	// Retention takes messages whether read or not; CompletedRetention
