@@ -9,8 +9,8 @@ import (
 // RetryBackoff is how long a failed message waits before its next attempt,
 // under FailurePolicy pause without KeyConcurrency (see
 // QueueOptions.RetryBackoff). After the n-th charged failure of a message
-// (n = 1, 2, …; what Message.Attempt counts, lease expiries excluded) the
-// next attempt is not before
+// (n = 1, 2, …: the failures RetryLimit counts, so lease expiries and
+// Retry are not among them) the next attempt is not before
 //
 //	now + uniform[Min, min(Max, Min·2^n)]
 //
