@@ -37,7 +37,9 @@ const (
 type AckRequest struct {
 	Message *Message
 	Status  AckStatus // defaults to AckSuccess
-	Reason  error     // recorded with a dead letter; optional
+	// Reason is recorded with a dead letter; optional. With AckFail, a
+	// RetryAfter reason sets the wait before the next attempt.
+	Reason error
 }
 
 // settle actions and verdict statuses (see internal/stmt).
@@ -69,7 +71,17 @@ type settleOp struct {
 	actMsg  *Message // the acted-on message; nil with actNone
 	release bool
 	reason  storedReason
-	keyed   []keyedRow
+	// delay is, with actFail, the wait before the next attempt the
+	// handler asked for (RetryAfter); 0: the queue's RetryBackoff.
+	delay time.Duration
+	keyed []keyedRow
+}
+
+// failOp is the settlement of m's failure for reason: the lease's
+// earlier messages complete, m is charged and waits what reason asks
+// (RetryAfter) or the queue's RetryBackoff.
+func failOp(m *Message, reason error) settleOp {
+	return settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason), delay: retryDelay(reason)}
 }
 
 // keyedRow is one message's outcome in an out-of-order settlement.
@@ -208,19 +220,31 @@ func (m *Message) settleKeyedOne(act int16, reason storedReason) error {
 
 // Fail reports a failed attempt. Earlier messages of the lease complete, the
 // lease is released, and delivery resumes at this message, charging one
-// attempt against the queue's RetryLimit. The failure that spends the
-// budget moves the message to the dead-letter store (if the queue keeps
+// attempt against the queue's RetryLimit, once the queue's RetryBackoff has
+// passed (or the wait a RetryAfter reason asks for). The failure that spends
+// the budget moves the message to the dead-letter store (if the queue keeps
 // dead letters, else drops it) and the cursor past it. Errors are as for Ack.
 func (m *Message) Fail(ctx context.Context, reason error) error {
 	if m != nil && m.keyed {
 		return ErrKeyedSettle
 	}
-	return m.settleOne(ctx, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
+	return m.settleOne(ctx, failOp(m, reason))
+}
+
+// RetryAfter is Fail with a wait of d before the next attempt instead of
+// the queue's RetryBackoff (see the function RetryAfter for the bounds of
+// d): for a Pop user told by a downstream when to come back. The failure
+// is charged; the one that spends the budget dead-letters (or drops) the
+// message at once. Errors are as for Ack.
+func (m *Message) RetryAfter(ctx context.Context, d time.Duration) error {
+	return m.Fail(ctx, RetryAfter(d, nil))
 }
 
 // Retry releases the lease so delivery resumes at this message at once,
-// without charging the retry budget. Earlier messages of the lease
-// complete. Errors are as for Ack.
+// without charging the retry budget and without waiting out the queue's
+// RetryBackoff (a wait is for failures; a handler that wants one returns
+// or reports RetryAfter instead). Earlier messages of the lease complete.
+// Errors are as for Ack.
 func (m *Message) Retry(ctx context.Context) error {
 	if m != nil && m.keyed {
 		return ErrKeyedSettle
@@ -337,7 +361,7 @@ func (q *Queue) AckBatch(ctx context.Context, reqs []AckRequest) ([]error, error
 			op.actMsg, op.reason = r.Message, reasonText(r.Reason)
 			switch r.Status {
 			case AckFail:
-				op.act = actFail
+				op.act, op.delay = actFail, retryDelay(r.Reason)
 			case AckRetry:
 				op.act = actRetry
 			case AckDeadLetter:

@@ -64,7 +64,7 @@ func TestAckPartialKeepsLease(t *testing.T) {
 // messages 2..5 are redelivered.
 func TestAckBatchMixed(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5})
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5, RetryBackoff: noBackoff})
 	pushN(t, q, "", "m", 5)
 	msgs := pop(t, q, queen.PopOptions{Batch: 5})
 	reqs := make([]queen.AckRequest, 5)
@@ -127,7 +127,7 @@ func TestAckBatchAllOK(t *testing.T) {
 // Fail redelivers from the failed message; earlier ones of the lease are done.
 func TestFailRedeliversFromFailed(t *testing.T) {
 	c := open(t)
-	q := c.Queue("q")
+	q := configure(t, c, "q", queen.QueueOptions{RetryBackoff: noBackoff})
 	pushN(t, q, "", "m", 3)
 	msgs := pop(t, q, queen.PopOptions{Batch: 3})
 	if err := msgs[1].Fail(ctxT(t), errors.New("x")); err != nil {
@@ -171,7 +171,7 @@ func TestRetryDoesNotCharge(t *testing.T) {
 // and the cursor moves past it.
 func TestFailDeadLettersAtLimit(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true})
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true, RetryBackoff: noBackoff})
 	res := pushN(t, q, "p", "m", 2)
 	for i := 1; i <= 3; i++ {
 		msgs := pop(t, q, queen.PopOptions{})
@@ -214,7 +214,7 @@ func TestFailDropsWithoutDeadLetterStore(t *testing.T) {
 // Four lease expiries charge nothing; an ack after expiry is ErrLeaseLost.
 func TestLeaseExpiryDoesNotCharge(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: time.Hour})
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: time.Hour, RetryBackoff: noBackoff})
 	pushN(t, q, "", "m", 1)
 	var last *queen.Message
 	for i := 1; i <= 4; i++ {

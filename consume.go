@@ -63,6 +63,9 @@ type ConsumeOptions struct {
 	// sits in the partition; the failure that spends it dead-letters (or
 	// drops) the message and its key goes on. Under the skip policy a
 	// failed message is re-enqueued at the tail and counts as settled.
+	// There is no retry backoff here yet (QueueOptions.RetryBackoff,
+	// RetryAfter): waiting would hold the whole partition, every key of
+	// it, so the next claim redelivers the failed message at once.
 	// Concurrency still counts partitions: up to Concurrency ×
 	// KeyConcurrency handlers run at once.
 	KeyConcurrency int
@@ -82,8 +85,10 @@ type ConsumeOptions struct {
 // each claim and settle round trip carry that many times more messages.
 //
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
-// the rest of its batch is left for redelivery, unhandled. Each batch is settled in one round trip after its
-// last handler. While a handler runs past half the lease, the lease is
+// the rest of its batch is left for redelivery, unhandled: the message comes
+// back after the queue's RetryBackoff, or after the wait a RetryAfter error
+// asks for (neither applies with KeyConcurrency above 1 or FailureSkip yet).
+// Each batch is settled in one round trip after its last handler. While a handler runs past half the lease, the lease is
 // renewed. A panic in fn is recovered, logged at Error with its stack, and
 // fails the message with an error wrapping ErrPanic. With AutoAck, fn's
 // errors (and panics) are only logged.
@@ -326,7 +331,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			// charge the budget.
 			op.act, op.actMsg = actInterrupt, m
 		} else {
-			op.act, op.actMsg, op.reason = actFail, m, reasonText(err)
+			op.act, op.actMsg, op.reason, op.delay = actFail, m, reasonText(err), retryDelay(err)
 		}
 		break
 	}

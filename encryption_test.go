@@ -129,9 +129,10 @@ func TestFailureSkipRequeueRespectsEncryption(t *testing.T) {
 	ack(t, again[1])
 
 	// Plaintext from before encryption was switched on.
-	p := configure(t, c, "plain", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5})
+	p := configure(t, c, "plain", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, RetryBackoff: noBackoff})
 	pushN(t, p, "pl", "p", 2)
-	configure(t, c, "plain", queen.QueueOptions{Encryption: true, FailurePolicy: queen.FailureSkip, RetryLimit: 5})
+	configure(t, c, "plain", queen.QueueOptions{Encryption: true, FailurePolicy: queen.FailureSkip, RetryLimit: 5,
+		RetryBackoff: noBackoff})
 	msgs = pop(t, p, queen.PopOptions{})
 	wantData(t, msgs, "p0")
 	if err := msgs[0].Fail(ctx, errors.New("later")); err != nil {

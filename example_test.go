@@ -298,7 +298,10 @@ func ExampleQueueOptions_retryLimit() {
 	defer client.Close(ctx)
 
 	jobs := client.Queue("jobs")
-	if err := jobs.Configure(ctx, queen.QueueOptions{RetryLimit: 2, DeadLetter: true}); err != nil {
+	// A failed message comes back after its RetryBackoff (here 100-200ms),
+	// and job-2, behind it in the same partition, waits for it.
+	if err := jobs.Configure(ctx, queen.QueueOptions{RetryLimit: 2, DeadLetter: true,
+		RetryBackoff: queen.RetryBackoff{Min: 100 * time.Millisecond}}); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -311,7 +314,7 @@ func ExampleQueueOptions_retryLimit() {
 	}
 
 	for {
-		msgs, err := jobs.Pop(ctx, queen.PopOptions{})
+		msgs, err := jobs.Pop(ctx, queen.PopOptions{Wait: time.Second})
 		if err != nil || len(msgs) == 0 {
 			break
 		}

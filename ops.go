@@ -84,6 +84,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 				qi.Options.RetryLimit = -1 // stored 0 is "none"; 0 in QueueOptions means the default
 			}
 			qi.Options.FailurePolicy, qi.Options.Lanes = FailurePolicy(r.FailurePolicy), int(r.Lanes)
+			qi.Options.RetryBackoff = retryBackoffOf(r.RetryBackoffMinMs, r.RetryBackoffMaxMs)
 			if qi.Depth > 0 && r.Oldest != nil {
 				qi.OldestAge = max(r.Now.Sub(*r.Oldest), 0)
 			}

@@ -405,7 +405,7 @@ func TestQueues(t *testing.T) {
 	}
 	opts := queen.QueueOptions{LeaseTime: time.Minute, RetryLimit: -1, DeadLetter: true, DedupWindow: time.Hour,
 		DelayedProcessing: time.Second, WindowBuffer: 2 * time.Second, Retention: time.Hour, CompletedRetention: time.Minute,
-		FailurePolicy: queen.FailureSkip, Lanes: 8}
+		FailurePolicy: queen.FailureSkip, Lanes: 8, RetryBackoff: queen.RetryBackoff{Min: 2 * time.Second, Max: time.Minute}}
 	configure(t, c, "b-configured", opts)
 	a := c.Queue("a")
 	pushN(t, a, "p1", "x", 5)

@@ -506,7 +506,7 @@ func TestPerKeyOrderConsumeJoinLeave(t *testing.T) {
 // messages of its key until it is dead-lettered; other keys go on.
 func TestFailurePolicyPause(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true})
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 3, DeadLetter: true, RetryBackoff: noBackoff})
 	pushN(t, q, "k", "m", 3)
 	pushN(t, q, "other", "o", 1)
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -644,7 +644,7 @@ func TestFailurePolicyOption(t *testing.T) {
 		t.Fatal("Configure accepted an unknown FailurePolicy")
 	}
 	// The default is pause: a failed message comes back in place.
-	q := configure(t, c, "q", queen.QueueOptions{})
+	q := configure(t, c, "q", queen.QueueOptions{RetryBackoff: noBackoff})
 	pushN(t, q, "", "m", 2)
 	m := pop(t, q, queen.PopOptions{})
 	if err := m[0].Fail(ctxT(t), nil); err != nil {

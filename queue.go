@@ -43,6 +43,14 @@ type QueueOptions struct {
 	// failures). Defaults to 3; negative means none (the first failure is
 	// final).
 	RetryLimit int
+	// RetryBackoff is how long a failed message waits before its next
+	// attempt (see RetryBackoff for the schedule): exponential with
+	// jitter between Min and Max, under FailurePolicy pause. Under
+	// FailureSkip and in a Consume with KeyConcurrency > 1 there is no
+	// wait yet: the failed message comes back when its turn comes, as
+	// before. Defaults to RetryBackoff{Min: DefaultRetryBackoffMin, Max:
+	// DefaultRetryBackoffMax}.
+	RetryBackoff RetryBackoff
 	// DeadLetter keeps exhausted messages in the dead-letter store; else they
 	// are dropped. Defaults to false.
 	DeadLetter bool
@@ -121,7 +129,7 @@ const (
 
 const defaultLeaseTime = 5 * time.Minute
 
-func (o QueueOptions) withDefaults() (QueueOptions, error) {
+func (o QueueOptions) withDefaults() (_ QueueOptions, err error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -155,6 +163,9 @@ func (o QueueOptions) withDefaults() (QueueOptions, error) {
 	default:
 		return o, fmt.Errorf("queen: QueueOptions.FailurePolicy %q is neither %q nor %q", o.FailurePolicy, FailurePause, FailureSkip)
 	}
+	if o.RetryBackoff, err = o.RetryBackoff.withDefaults(); err != nil {
+		return o, err
+	}
 	switch {
 	case o.RetryLimit == 0:
 		o.RetryLimit = 3
@@ -182,6 +193,7 @@ func (q *Queue) Configure(ctx context.Context, o QueueOptions) error {
 		DeadLetter: o.DeadLetter, DedupWindow: o.DedupWindow, Encryption: o.Encryption, Delayed: o.DelayedProcessing,
 		WindowBuffer: o.WindowBuffer, Retention: o.Retention, CompletedRetention: o.CompletedRetention,
 		FailurePolicy: string(o.FailurePolicy), Lanes: int32(o.Lanes), DeadLetterRetention: o.DeadLetterRetention,
+		RetryBackoffMin: o.RetryBackoff.Min, RetryBackoffMax: o.RetryBackoff.Max,
 	})
 	e.forgetMeta(q.c.tenant, q.name)
 	if err == nil && !applied {

@@ -274,10 +274,10 @@ func TestReenqueueWithoutSegmentFails(t *testing.T) {
 		want      string
 	}{
 		{"settle_v2", cs.Settle, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{-1},
-			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil})...),
+			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil}, []int64(nil))...),
 			"settle input 1 re-enqueues a failure without its segment"},
 		{"settle_v2, blobs not aligned", cs.Settle, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{-1},
-			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{})...),
+			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{}, []int64(nil))...),
 			"settle arrays are not aligned"},
 		{"settle_keyed_v2", cs.SettleKeyed, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{0},
 			[]int16{stmt.ActFail}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil})...),

@@ -39,7 +39,8 @@ func (op *settleOp) params() settle.Op {
 		}
 		return settle.Op{Keyed: rows}
 	}
-	p := stmt.SettleParams{Lease: l, Through: op.ok, Act: op.act, At: -1, Release: op.release, Reason: string(op.reason)}
+	p := stmt.SettleParams{Lease: l, Through: op.ok, Act: op.act, At: -1, Release: op.release, Reason: string(op.reason),
+		RetryAfter: op.delay}
 	if a := op.actMsg; a != nil {
 		p.At, p.Kept = a.Offset, a.kept(op.act)
 	}

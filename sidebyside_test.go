@@ -36,7 +36,9 @@ func TestPreviousStatementsSideBySide(t *testing.T) {
 	}
 	prev := open(t, func(c *queen.Config) { c.Schema = schema })
 	restore()
-	if err := cur.Queue("q").Configure(ctx, queen.QueueOptions{Lanes: 4, DedupWindow: time.Hour, DeadLetter: true}); err != nil {
+	if err := cur.Queue("q").Configure(ctx, queen.QueueOptions{Lanes: 4, DedupWindow: time.Hour, DeadLetter: true,
+		// Short waits: the previous release's failures wait them too.
+		RetryBackoff: queen.RetryBackoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -59,6 +59,10 @@ type GroupStatus struct {
 	KeysPaused   int
 	// Paused reports the group paused on the queue (Queue.Pause).
 	Paused bool
+	// RetryAt is, while the message after Committed waits out its retry
+	// backoff (QueueOptions.RetryBackoff, RetryAfter) after a failure, the
+	// earliest time it is delivered again; zero when it does not wait.
+	RetryAt time.Time
 }
 
 // Status reports the queue's partitions with each group's committed offset,
@@ -96,6 +100,9 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			continue
 		}
 		g := GroupStatus{Group: *r.Group, Committed: *r.Committed, Failures: int(r.Attempts), Paused: r.Paused}
+		if r.RetryAt != nil {
+			g.RetryAt = *r.RetryAt
+		}
 		if r.Settled != nil {
 			g.Settled = int(*r.Settled)
 		}

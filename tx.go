@@ -205,7 +205,7 @@ func (tx *Tx) Fail(m *Message, reason error) {
 		tx.fail(ErrKeyedSettle)
 		return
 	}
-	tx.ops = append(tx.ops, settleOp{m: m, ok: -1, act: actFail, actMsg: m, reason: reasonText(reason)})
+	tx.ops = append(tx.ops, failOp(m, reason))
 }
 
 // Push records items to push to queue on commit.

@@ -196,7 +196,9 @@ type WorkResult struct {
 // time), runs fn on it and settles it the way Queue.Consume does: nil acks
 // it, an error fails it (charging its retry budget), and a panic is
 // recovered and fails it with an error wrapping queen.ErrPanic. It returns
-// what happened, Outcome Empty when there was nothing to pop. A failing
+// what happened, Outcome Empty when there was nothing to pop (a failed
+// message waiting out its RetryBackoff is not there to pop yet: configure
+// the queue with RetryBackoff{Disabled: true} to get it back at once). A failing
 // Pop, Ack or Fail fails tb (with FailNow).
 //
 // Unlike Consume, fn gets ctx itself: no HandlerTimeout, no lease renewal.

@@ -222,7 +222,8 @@ func TestRequirePushedBadQueue(t *testing.T) {
 func TestWork(t *testing.T) {
 	c := queentest.Open(t)
 	q := c.Queue("jobs")
-	if err := q.Configure(ctxT(t), queen.QueueOptions{RetryLimit: 2, DeadLetter: true}); err != nil {
+	if err := q.Configure(ctxT(t), queen.QueueOptions{RetryLimit: 2, DeadLetter: true,
+		RetryBackoff: queen.RetryBackoff{Disabled: true}}); err != nil {
 		t.Fatal(err)
 	}
 	ok := func(context.Context, *queen.Message) error { return nil }

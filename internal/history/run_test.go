@@ -121,23 +121,34 @@ type queueSpec struct {
 	opts queen.QueueOptions
 }
 
+// A failed message waits its retry backoff before coming back: short ones
+// here, so a run of seconds still sees failures redelivered (the final
+// drain still reads every waiting one: nothing lost); "pause" waits
+// longest, a second at most; "skip" and "secret" keep the default, which
+// they never wait (skip re-enqueues, a RetryLimit of 1 dead-letters).
 var queueSpecs = []queueSpec{
-	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true}},
+	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true,
+		RetryBackoff: queen.RetryBackoff{Min: 500 * time.Millisecond, Max: 2 * time.Second}}},
 	{"skip", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, FailurePolicy: queen.FailureSkip}},
 	{"secret", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 1, DeadLetter: true, Encryption: true}},
 	// Retention takes messages whether read or not; CompletedRetention
 	// those every group read.
-	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second}},
+	{"retained", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, Retention: 4 * time.Second,
+		RetryBackoff: shortBackoff}},
 	// CompletedRetention alone: only what every group read may go.
-	{"completed", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, CompletedRetention: 500 * time.Millisecond}},
+	{"completed", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true, CompletedRetention: 500 * time.Millisecond,
+		RetryBackoff: shortBackoff}},
 	// No dedup window: a Buffered item's replay is the only guard against
 	// storing it twice.
-	{"nodedup", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
+	{"nodedup", queen.QueueOptions{RetryLimit: 2, DeadLetter: true, RetryBackoff: shortBackoff}},
 	// Deleted now and then by the "delete" generator (and recreated with
 	// the defaults by a push racing the Configure that follows): no dedup
 	// window, as a recreated queue has none.
 	{"doomed", queen.QueueOptions{RetryLimit: 2, DeadLetter: true}},
 }
+
+// shortBackoff is the retry backoff of most run queues.
+var shortBackoff = queen.RetryBackoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 
 // groups read everything; lateGroups join with SubscribeNew at their first
 // pop, which a worker makes some time into the run.
@@ -761,6 +772,13 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 					continue
 				}
 				if len(msgs) == 0 {
+					if until := r.retryWait(ctx, q, g); !until.IsZero() {
+						// A failed message waits out its retry backoff: it
+						// is not lost, and the drain must still read it.
+						time.Sleep(time.Until(until) + 50*time.Millisecond)
+						empty = 0
+						continue
+					}
 					empty++
 					continue
 				}
@@ -777,6 +795,24 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		}
 	}
 	return n
+}
+
+// retryWait is the latest RetryAt of group g on q's partitions (zero when
+// none waits): a pop finding nothing meanwhile does not mean q is drained.
+func (r *run) retryWait(ctx context.Context, q *queen.Queue, g string) time.Time {
+	st, err := q.Status(ctx)
+	if err != nil {
+		return time.Time{} // an empty pop then counts as usual
+	}
+	var until time.Time
+	for _, p := range st.Partitions {
+		for _, gs := range p.Groups {
+			if gs.Group == g && gs.RetryAt.After(until) {
+				until = gs.RetryAt
+			}
+		}
+	}
+	return until
 }
 
 // readLog decodes every stored segment of the run's queues.

@@ -18,7 +18,8 @@ SELECT ord, status, committed FROM {{schema}}.ack_many($1::int8[], $2::text[], $
 -- name: Settle
 SELECT ord, status, committed
 FROM {{schema}}.settle_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::int8[], $7::bool[], $8::text[],
-    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[], $16::bytea[])
+    $9::uuid[], $10::text[], $11::int4[], $12::bytea[], $13::timestamptz[], $14::text[], $15::bytea[], $16::bytea[],
+    $17::int8[])
 
 -- name: SettleKeyed
 SELECT ord, status, committed

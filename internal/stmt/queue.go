@@ -38,6 +38,10 @@ type StatusRow struct {
 	// Settled counts the offsets settled out of order above the cursor.
 	Settled *int32
 	Paused  bool
+	// RetryAt is when the failed message at the cursor may be delivered
+	// again (RetryBackoff), while that is in the future; else nil, and
+	// always nil from a previous release's statement.
+	RetryAt *time.Time
 }
 
 // Status runs c.Status for queue on q: its rows, by partition name then
@@ -52,8 +56,11 @@ func Status(ctx context.Context, c *Consume, q Querier, queue QueueRef) ([]Statu
 	for rows.Next() {
 		var r StatusRow
 		var attempts *int32
-		if err := rows.Scan(&r.Partition, &r.LastOffset, &r.LogStart, &r.LastWriteAt, &r.Group, &r.Committed, &r.BatchEnd,
-			&r.Owner, &r.LeaseExpires, &attempts, &r.Lag, &r.HeadAt, &r.Now, &r.Settled, &r.Paused); err != nil {
+		dest := []any{&r.Partition, &r.LastOffset, &r.LogStart, &r.LastWriteAt, &r.Group, &r.Committed, &r.BatchEnd,
+			&r.Owner, &r.LeaseExpires, &attempts, &r.Lag, &r.HeadAt, &r.Now, &r.Settled, &r.Paused, &r.RetryAt}
+		// Columns are only appended to: a previous release's statement
+		// fills a prefix.
+		if err := rows.Scan(dest[:min(len(dest), len(rows.FieldDescriptions()))]...); err != nil {
 			return nil, err
 		}
 		if attempts != nil {
@@ -154,6 +161,11 @@ type QueuesRow struct {
 	// none). A previous release's statement (see Use) has no such column:
 	// it stays 0.
 	DeadLetterRetentionMs int64
+	// RetryBackoffMinMs and RetryBackoffMaxMs are the queue's retry
+	// backoff (both 0: none). A previous release's statement has no such
+	// columns: they stay 0.
+	RetryBackoffMinMs int64
+	RetryBackoffMaxMs int64
 }
 
 // Queues runs c.Queues for tenant on q: every queue of the tenant, by
@@ -170,7 +182,7 @@ func Queues(ctx context.Context, c *Consume, q Querier, tenant uuid.UUID) ([]Que
 		dest := []any{&r.Name, &r.Tenant, &r.LeaseMs, &r.RetryLimit, &r.DeadLetter, &r.DedupWindowMs, &r.Encryption,
 			&r.DelayedMs, &r.WindowBufferMs, &r.RetentionMs, &r.CompletedRetention, &r.FailurePolicy, &r.Lanes,
 			&r.Partitions, &r.Depth, &r.Oldest, &r.Pushed, &r.DeadLetters, &r.Group, &r.Lag, &r.Head, &r.Paused,
-			&r.Now, &r.LastDeadLetter, &r.DeadLetterRetentionMs}
+			&r.Now, &r.LastDeadLetter, &r.DeadLetterRetentionMs, &r.RetryBackoffMinMs, &r.RetryBackoffMaxMs}
 		// Columns are only appended to: a previous release's statement
 		// fills a prefix.
 		if err := rows.Scan(dest[:min(len(dest), len(rows.FieldDescriptions()))]...); err != nil {

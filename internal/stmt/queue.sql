@@ -8,15 +8,17 @@ SELECT encryption, lanes, dedup_window_ms > 0 FROM {{schema}}.queues WHERE tenan
 -- name: QueueUpsert
 INSERT INTO {{schema}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,
     dedup_window_ms, encryption, delayed_processing_ms, window_buffer_ms, retention_ms, completed_retention_ms,
-    failure_policy, lanes, dead_letter_retention_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    failure_policy, lanes, dead_letter_retention_ms, retry_backoff_min_ms, retry_backoff_max_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (tenant, name) DO UPDATE SET
     lease_time_ms = EXCLUDED.lease_time_ms, retry_limit = EXCLUDED.retry_limit,
     dead_letter = EXCLUDED.dead_letter, dedup_window_ms = EXCLUDED.dedup_window_ms,
     encryption = EXCLUDED.encryption, delayed_processing_ms = EXCLUDED.delayed_processing_ms,
     window_buffer_ms = EXCLUDED.window_buffer_ms, retention_ms = EXCLUDED.retention_ms,
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
-    lanes = EXCLUDED.lanes, dead_letter_retention_ms = EXCLUDED.dead_letter_retention_ms, updated_at = now()
+    lanes = EXCLUDED.lanes, dead_letter_retention_ms = EXCLUDED.dead_letter_retention_ms,
+    retry_backoff_min_ms = EXCLUDED.retry_backoff_min_ms, retry_backoff_max_ms = EXCLUDED.retry_backoff_max_ms,
+    updated_at = now()
 WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
 RETURNING 1
 
@@ -89,7 +91,7 @@ SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_
     coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
     g.group_name, g.lag, g.head,
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
-    now(), coalesce(dl.last, 0)::bigint, q.dead_letter_retention_ms
+    now(), coalesce(dl.last, 0)::bigint, q.dead_letter_retention_ms, q.retry_backoff_min_ms, q.retry_backoff_max_ms
 FROM q
 LEFT JOIN pc ON pc.queue_id = q.id
 LEFT JOIN pd ON pd.queue_id = q.id
@@ -110,7 +112,9 @@ SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
            WHERE u.o > greatest(k.committed, p.log_start - 1) AND u.o <= p.last_offset),
     {{schema}}.lag_head(p.id, k.committed, p.log_start) AS head_created_at,
     now(), cardinality(c.settled),
-    EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
+    EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name),
+    -- The next attempt's time while a failed message waits (RetryBackoff).
+    CASE WHEN c.retry_at > now() THEN c.retry_at END
 FROM {{schema}}.queues q
 JOIN {{schema}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id

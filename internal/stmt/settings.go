@@ -56,6 +56,11 @@ type QueueUpsertParams struct {
 	// DeadLetterRetention deletes dead letters this old (0: never). A
 	// previous release's statement (see Use) does not write it.
 	DeadLetterRetention time.Duration
+	// RetryBackoffMin and RetryBackoffMax bound the wait after a charged
+	// failure (both 0: none). A previous release's statement does not write
+	// them.
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
 }
 
 // QueueUpsert runs s.QueueUpsert for in on q: it creates the queue or
@@ -66,7 +71,7 @@ func QueueUpsert(ctx context.Context, s *Set, q Querier, in QueueUpsertParams) (
 	var one int
 	err := scanPrefix(ctx, q, s.QueueUpsert, prefixArgs(s.QueueUpsert, in.Queue.Tenant, in.Queue.Name, ms(in.Lease), in.RetryLimit,
 		in.DeadLetter, ms(in.DedupWindow), in.Encryption, ms(in.Delayed), ms(in.WindowBuffer), ms(in.Retention),
-		ms(in.CompletedRetention), in.FailurePolicy, in.Lanes, ms(in.DeadLetterRetention)), &one)
+		ms(in.CompletedRetention), in.FailurePolicy, in.Lanes, ms(in.DeadLetterRetention), ms(in.RetryBackoffMin), ms(in.RetryBackoffMax)), &one)
 	if isNoRows(err) {
 		return false, nil
 	}

@@ -38,15 +38,17 @@ type Kept struct {
 // SettleParams is one input of Settle: commit Lease's cursor through
 // Through (-1: not at all), then apply Act to the message at offset At (-1
 // with ActNone), whose Kept an ActFail or ActDeadLetter needs; Release also
-// ends the lease.
+// ends the lease. RetryAfter, with ActFail, is the wait before the next
+// attempt the handler asked for (0: the queue's RetryBackoff).
 type SettleParams struct {
-	Lease   Lease
-	Through int64
-	Act     int16
-	At      int64
-	Kept    *Kept
-	Release bool
-	Reason  string
+	Lease      Lease
+	Through    int64
+	Act        int16
+	At         int64
+	Kept       *Kept
+	Release    bool
+	Reason     string
+	RetryAfter time.Duration
 }
 
 // SettleKeyedParams is one row of SettleKeyed: Act on the message at
@@ -121,15 +123,17 @@ func Settle(ctx context.Context, c *Consume, q Querier, in []SettleParams) ([]in
 		actOffs  = make([]int64, n)
 		releases = make([]bool, n)
 		reasons  = make([]string, n)
+		waits    = make([]int64, n)
 		snap     = newSnapshot(n)
 	)
 	for i, p := range in {
 		pids[i], groups[i], leases[i] = p.Lease.Partition, p.Lease.Group, p.Lease.ID
 		throughs[i], acts[i], actOffs[i], releases[i], reasons[i] = p.Through, p.Act, p.At, p.Release, p.Reason
+		waits[i] = p.RetryAfter.Milliseconds()
 		snap.add(p.Act, p.Kept)
 	}
 	rows, err := q.Query(ctx, c.Settle, prefixArgs(c.Settle, pids, groups, leases, throughs, acts, actOffs, releases, reasons,
-		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs)...)
+		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs, waits)...)
 	return statuses(rows, err, n, "settle")
 }
 

@@ -159,7 +159,7 @@ func TestStatusCodesFromFunctions(t *testing.T) {
 		var committed *int64
 		if err := pool.QueryRow(ctx, c.Settle, []int64{pid}, []string{group}, []uuid.UUID{lease}, []int64{ok},
 			[]int16{stmt.ActNone}, []int64{-1}, []bool{false}, []string{""}, []uuid.UUID{uuid.Nil}, []string{""},
-			[]int32{0}, [][]byte{nil}, []time.Time{time.Now()}, []string{""}, [][]byte{nil}, [][]byte{nil}).Scan(&ord, &st, &committed); err != nil {
+			[]int32{0}, [][]byte{nil}, []time.Time{time.Now()}, []string{""}, [][]byte{nil}, [][]byte{nil}, []int64{0}).Scan(&ord, &st, &committed); err != nil {
 			t.Fatal(err)
 		}
 		return st

@@ -56,3 +56,19 @@ LANGUAGE sql IMMUTABLE AS $$
            CASE WHEN p_release THEN NULL ELSE p_lease_owner END,
            CASE WHEN p_release THEN NULL ELSE p_lease_expires_at END
 $$;
+
+-- The wait, in ms, before the next attempt after a message's p_n-th
+-- charged failure (QueueOptions.RetryBackoff): uniform over the whole
+-- milliseconds of [p_min, hi], hi = least(p_max, p_min * 2^p_n), for p_u
+-- uniform in [0, 1) (the caller passes random(), so this stays pure and
+-- testable). p_min <= 0 is no wait (RetryBackoff.Disabled). The one place
+-- the schedule is written; settle_v2 calls it where it charges a failure.
+CREATE OR REPLACE FUNCTION {{schema}}.retry_wait_ms(p_n integer, p_min bigint, p_max bigint, p_u double precision)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_min <= 0 THEN 0
+        ELSE p_min + floor(least(greatest(coalesce(p_u, 0), 0), 0.999999999)
+                           * (greatest(least(p_max::float8, p_min * power(2::float8, least(greatest(p_n, 1), 62))),
+                                       p_min) - p_min + 1))::bigint
+    END
+$$;

@@ -216,6 +216,8 @@ BEGIN
                      (cc.partition_id IS NOT NULL
                       AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
                       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
+                      -- a failed head waiting out its retry backoff
+                      AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
                       AND (p_window_ms = 0 OR coalesce(
                             (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
                              ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
@@ -229,7 +231,8 @@ BEGIN
               -- A keyed lookup per partition (LIMIT keeps the planner from
               -- flattening it): as a plain join, a generic plan cached while
               -- the table was small read every cursor of the group instead.
-              LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at
+              LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at,
+                                        c.retry_at
                                  FROM {{schema}}.consumers c
                                  WHERE c.partition_id = r.id AND c.group_name = p_group
                                  LIMIT 1) cc ON true) x;
@@ -240,8 +243,8 @@ END
 $$;
 
 -- Locks group p_group's cursor on partition p_pid if it is still
--- claimable (SKIP LOCKED: never waits), re-checking the lease on the
--- locked row, and sizes the claim: from the cursor (past offsets settled
+-- claimable (SKIP LOCKED: never waits), re-checking the lease and the
+-- retry backoff (retry_at) on the locked row, and sizes the claim: from the cursor (past offsets settled
 -- out of order) up to p_max messages, with p_delayed only the prefix
 -- created by p_cutoff (created_at is monotone in offset order). seg_lo is
 -- the base offset of the segment holding claim_first; log_end is the
@@ -270,6 +273,7 @@ BEGIN
     WHERE cc.partition_id = p_pid AND cc.group_name = p_group
       AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
+      AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
     FOR UPDATE OF cc SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
@@ -344,7 +348,7 @@ BEGIN
                              ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
             fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
-            delivered_max = greatest(delivered_max, p_last), updated_at = p_now
+            delivered_max = greatest(delivered_max, p_last), retry_at = NULL, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     ELSE
         UPDATE {{schema}}.consumers SET committed = p_first - 1, batch_end = p_last,
@@ -358,7 +362,7 @@ BEGIN
                              ELSE {{schema}}.offsets_above(fail_offs, p_first) END,
             fail_counts = CASE WHEN committed = p_first - 1 THEN fail_counts
                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, p_first) END,
-            delivered_max = greatest(delivered_max, p_last), updated_at = p_now
+            delivered_max = greatest(delivered_max, p_last), retry_at = NULL, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;
     RETURN FOUND;

@@ -151,7 +151,12 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_rows(
     p_act     smallint[],
     p_release boolean[],
     p_dls     {{schema}}.dead_letter_snapshot[],
-    p_blobs   bytea[]
+    p_blobs   bytea[],
+    -- In-order rows: per failure (action 1) redelivered in place, the wait
+    -- in ms before the next attempt the handler asked for (RetryAfter);
+    -- NULL, 0 or the array NULL: the queue's schedule (retry_wait_ms).
+    -- Keyed rows never wait (see DESIGN.md, "Retry backoff").
+    p_retry_ms bigint[]
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call.
@@ -181,11 +186,14 @@ DECLARE
     v_bad   boolean;
     v_dl    boolean;
     v_rq    boolean;
+    v_wait  bigint;
+    v_retry timestamptz;
     v_st    smallint[];
     v_res   {{schema}}.settle_result[];
 BEGIN
     IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
        OR (NOT p_keyed AND coalesce(cardinality(p_ok), 0) <> n)
+       OR (p_retry_ms IS NOT NULL AND cardinality(p_retry_ms) <> n)
        OR coalesce(cardinality(p_offs), 0) <> n OR coalesce(cardinality(p_act), 0) <> n
        OR coalesce(cardinality(p_release), 0) <> n OR coalesce(cardinality(p_dls), 0) <> n
        OR coalesce(cardinality(p_blobs), 0) <> n THEN
@@ -209,7 +217,7 @@ BEGIN
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
                cc.settled, cc.fail_offs, cc.fail_counts,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
-               qq.failure_policy, qq.encryption
+               qq.failure_policy, qq.encryption, qq.retry_backoff_min_ms, qq.retry_backoff_max_ms
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -242,6 +250,7 @@ BEGIN
             v_rq := false;
             v_st[i] := 0;
             v_prior := 0;
+            v_retry := NULL;
             IF p_act[i] IN (1, 3) THEN
                 v_prior := {{schema}}.segment_failures(v_l.pid, p_offs[i]);
             END IF;
@@ -274,6 +283,17 @@ BEGIN
                     v_rq := true;
                     v_comm := p_offs[i];
                     v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
+                ELSE
+                    -- Redelivered in place: not before its backoff (the
+                    -- rule is retry_wait_ms) or the wait the handler asked
+                    -- for. The lease is released (v_rel above), so the wait
+                    -- holds no consumer; pop skips the cursor until then.
+                    v_wait := CASE WHEN coalesce(p_retry_ms[i], 0) > 0 THEN p_retry_ms[i]
+                                   ELSE {{schema}}.retry_wait_ms(v_spent, v_c.retry_backoff_min_ms,
+                                                                 v_c.retry_backoff_max_ms, random()) END;
+                    IF v_wait > 0 THEN
+                        v_retry := v_now + v_wait * interval '1 millisecond';
+                    END IF;
                 END IF;
             ELSIF p_act[i] = 3 THEN
                 v_comm := p_offs[i];
@@ -308,6 +328,7 @@ BEGIN
                 (batch_end, lease_id, lease_owner, lease_expires_at)
                                  = (SELECT * FROM {{schema}}.lease_after(v_rel, batch_end, lease_id, lease_owner,
                                                                          lease_expires_at)),
+                retry_at         = v_retry,
                 updated_at       = v_now
             WHERE partition_id = v_l.pid AND group_name = v_l.g;
 
@@ -460,7 +481,8 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_dl_created timestamptz[],
     p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
     p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
-    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
+    p_blobs      bytea[], -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
+    p_retry_ms   bigint[] -- per failure, the wait RetryAfter asked for (see settle_rows); NULL: the schedule
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -468,7 +490,7 @@ BEGIN
         p_pids, p_groups, p_leases, p_ok, p_act_off, p_act, p_release,
         {{schema}}.dead_letter_snapshots('settle', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids, p_dl_txns,
                                          p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers, p_reasons),
-        p_blobs);
+        p_blobs, p_retry_ms);
 END
 $$;
 
@@ -498,7 +520,7 @@ BEGIN
         p_release, {{schema}}.dead_letter_snapshots('settle_keyed', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids,
                                                     p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys,
                                                     p_dl_headers, p_reasons),
-        p_blobs);
+        p_blobs, NULL);
 END
 $$;
 
