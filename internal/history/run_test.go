@@ -276,6 +276,7 @@ func (r *run) main() (st runStats) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.dur+8*time.Minute)
 	defer cancel()
 
+	setupStart := time.Now()
 	admin := r.open(ctx, "admin", t.TempDir())
 	for _, qs := range queueSpecs {
 		o := qs.opts
@@ -286,7 +287,10 @@ func (r *run) main() (st runStats) {
 	}
 
 	r.from = time.Now().Add(min(fromDelay, r.dur/3))
-	genCtx, stopGen := context.WithTimeout(ctx, r.dur)
+	// The run's duration counts from the end of setup (below): under load,
+	// opening the clients takes seconds, and generators started last would
+	// otherwise get no time of a short seed.
+	genCtx, stopGen := context.WithCancel(ctx)
 	defer stopGen()
 	var wg sync.WaitGroup
 	var clients []*queen.Client
@@ -449,6 +453,9 @@ func (r *run) main() (st runStats) {
 			}
 		})
 	}
+	genTimer := time.AfterFunc(r.dur, stopGen)
+	defer genTimer.Stop()
+	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
 	wg.Wait()
 	r.bg.Wait()
 	if r.sw != nil {
