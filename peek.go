@@ -3,9 +3,7 @@ package queen
 import (
 	"context"
 	"fmt"
-	"slices"
 
-	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/segment"
 	"github.com/e03140bc/queen/internal/stmt"
 )
@@ -90,39 +88,15 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 			return false, nil
 		}
 		hi := min(end, lo+int64(o.Limit-len(out))-1)
-		next := lo
-		err = frame.DecodeRange(raw, int(lo-base), int(hi-base), func(k int, f *frame.Frame) error {
-			off := base + int64(k)
-			next = off + 1
-			m := &Message{
-				ID: f.ID, TransactionID: f.TransactionID, Key: f.Key, Queue: q.name, Partition: pname,
-				Offset: off, CreatedAt: r.CreatedAt, flags: f.Flags,
-			}
-			if len(f.Headers) > 0 {
-				var err error
-				if m.Headers, err = frame.DecodeHeaders(f.Headers); err != nil {
-					return fmt.Errorf("offset %d: headers: %w", off, err)
-				}
-			}
-			if f.Flags&frame.FlagEncrypted != 0 {
-				plain, err := e.keys.Open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
-				if err != nil {
-					return fmt.Errorf("offset %d: %w", off, err)
-				}
-				m.Data = plain
-			} else {
-				// raw is reused for the next segment.
-				m.Data = slices.Clone(f.Payload)
-				if m.Data == nil {
-					m.Data = []byte{}
-				}
+		_, err = q.decodeRun(pname, raw, base, end, lo, hi, false, func(off int64) *Message {
+			return &Message{Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt}
+		}, func(m *Message, openErr error) error {
+			if openErr != nil {
+				return fmt.Errorf("offset %d: %w", m.Offset, openErr)
 			}
 			out = append(out, m)
 			return nil
 		})
-		if err == nil && next <= hi {
-			err = fmt.Errorf("%w: segment %d-%d has no frame for offset %d", frame.ErrCorrupt, base, end, next)
-		}
 		if err != nil {
 			bad = fmt.Errorf("queen: peek %q: partition %q: %w", q.name, pname, err)
 			return false, nil

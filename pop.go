@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen/internal/claimfuse"
-	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/seal"
 	"github.com/e03140bc/queen/internal/stmt"
 )
@@ -275,47 +274,22 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		if owned {
 			scratch = frames
 		}
-		next := lo
-		err = frame.DecodeRange(frames, int(lo-base), int(hi-base), func(k int, f *frame.Frame) error {
-			off := base + int64(k)
-			next = off + 1
+		next, err := q.decodeRun(pname, frames, base, end, lo, hi, true, func(off int64) *Message {
 			if p.isSettled(off) {
 				return nil // settled out of order by an earlier holder
 			}
-			m := msg(off)
-			m.ID, m.TransactionID, m.Key, m.flags = f.ID, f.TransactionID, f.Key, f.Flags
-			if len(f.Headers) > 0 {
-				// f.Headers aliases the (possibly cached) segment.
-				m.hdrs = slices.Clone(f.Headers)
-				m.Headers, _ = frame.DecodeHeaders(m.hdrs) // parse validated them
-			}
-			if f.Flags&frame.FlagEncrypted != 0 {
-				m.stored = append([]byte(nil), f.Payload...)
-				plain, err := e.keys.Open(q.c.tenant, q.name, pname, f.Key, f.Headers, f.ID, f.Payload)
-				if err != nil {
-					if _, ok := err.(seal.UnknownKeyError); ok && unknownKey == nil {
-						unknownKey = err
-					}
-					p.dead = append(p.dead, deadMsg{m, err})
-					return nil
+			return msg(off)
+		}, func(m *Message, openErr error) error {
+			if openErr != nil {
+				if _, ok := openErr.(seal.UnknownKeyError); ok && unknownKey == nil {
+					unknownKey = openErr
 				}
-				m.Data = plain
-			} else {
-				// Data is the caller's to write to; stored, the snapshot a
-				// dead letter or a re-enqueue takes, must not change with it.
-				// One allocation for both.
-				n := len(f.Payload)
-				buf := make([]byte, 2*n)
-				copy(buf, f.Payload)
-				copy(buf[n:], f.Payload)
-				m.Data, m.stored = buf[:n:n], buf[n:]
+				p.dead = append(p.dead, deadMsg{m, openErr})
+				return nil
 			}
 			p.msgs = append(p.msgs, m)
 			return nil
 		})
-		if err == nil && next <= hi {
-			err = fmt.Errorf("%w: segment %d-%d has no frame for offset %d", frame.ErrCorrupt, base, end, next)
-		}
 		if err != nil {
 			p.undecodable(msg, next, hi, err)
 		}
