@@ -11,10 +11,12 @@ import (
 	"github.com/e03140bc/queen"
 )
 
-// Expected describes one message RequirePushed expects. A field left at
-// its zero value is not compared: "" for Partition, Key and TransactionID,
-// nil for Data and Headers. To require an empty payload or no headers, use
-// a non-nil empty value ([]byte{}, map[string]string{}).
+// Expected describes one message RequirePushed expects, as the Item that
+// pushed it did: Partition "" is queen.DefaultPartition, where an Item
+// without a Partition goes. Any other field left at its zero value is not
+// compared: "" for Key and TransactionID, nil for Data and Headers. To
+// require an empty payload or no headers, use a non-nil empty value
+// ([]byte{}, map[string]string{}).
 type Expected struct {
 	Partition     string
 	Key           string
@@ -24,55 +26,90 @@ type Expected struct {
 }
 
 // RequirePushed fails tb (with FailNow) unless q holds exactly the expected
-// messages, in order, and shows every difference. It reads with Queue.Peek,
-// so it leases nothing and moves no cursor, and it sees every retained
-// message, consumed or not. The order is Peek's: partitions in byte order
-// of their names, each in offset order. With no expectations it requires
-// the queue to be empty. At most queen.MaxBatch messages can be expected.
+// messages and shows every difference. It compares per partition, as
+// queen orders messages: in order within a partition, in any order across
+// partitions, so expectations of several partitions may interleave. It
+// reads with Queue.Peek, so it leases nothing and moves no cursor, and it
+// sees every retained message, consumed or not. With no expectations it
+// requires the queue to be empty. Fewer than queen.MaxBatch messages can be
+// expected.
 func RequirePushed(ctx context.Context, tb testing.TB, q *queen.Queue, expect ...Expected) {
 	tb.Helper()
 	if len(expect) >= queen.MaxBatch {
 		tb.Fatalf("queentest: RequirePushed: %d expectations, at most %d", len(expect), queen.MaxBatch-1)
 	}
-	// One more than expected shows an unexpected extra message.
-	got, err := q.Peek(ctx, queen.PeekOptions{Limit: len(expect) + 1})
+	want := map[string][]int{} // partition -> indexes into expect, in order
+	for i, w := range expect {
+		p := partitionOf(w)
+		want[p] = append(want[p], i)
+	}
+	got := map[string][]*queen.Message{}
+	for p, idx := range want {
+		// One more than expected shows an unexpected extra message.
+		msgs, err := q.Peek(ctx, queen.PeekOptions{Partition: p, Limit: len(idx) + 1})
+		if err != nil {
+			tb.Fatalf("queentest: RequirePushed: %v", err)
+		}
+		got[p] = msgs
+	}
+	// Messages of partitions nothing is expected in: when every expected
+	// partition holds what is expected, one more than expected is one of
+	// them.
+	all, err := q.Peek(ctx, queen.PeekOptions{Limit: len(expect) + 1})
 	if err != nil {
 		tb.Fatalf("queentest: RequirePushed: %v", err)
 	}
-	if diff := pushedDiff(got, expect); diff != "" {
-		switch {
-		case len(got) > len(expect):
-			tb.Fatalf("queentest: queue %q holds %d or more messages, want %d:\n%s", q.Name(), len(got), len(expect), diff)
-		case len(got) < len(expect):
-			tb.Fatalf("queentest: queue %q holds %d messages, want %d:\n%s", q.Name(), len(got), len(expect), diff)
-		default:
-			tb.Fatalf("queentest: queue %q does not hold the expected messages:\n%s", q.Name(), diff)
+	for _, m := range all {
+		if _, ok := want[m.Partition]; !ok {
+			got[m.Partition] = append(got[m.Partition], m)
 		}
+	}
+	if diff := pushedDiff(got, want, expect); diff != "" {
+		tb.Fatalf("queentest: queue %q does not hold the expected messages (%d expected):\n%s", q.Name(), len(expect), diff)
 	}
 }
 
-// pushedDiff returns one line per message, marked where it differs from
-// its expectation, or "" when all match.
-func pushedDiff(got []*queen.Message, want []Expected) string {
+func partitionOf(w Expected) string {
+	if w.Partition == "" {
+		return queen.DefaultPartition
+	}
+	return w.Partition
+}
+
+// pushedDiff returns, per partition in byte order of the names, one line
+// per message and expectation, marked where they differ, or "" when all
+// match.
+func pushedDiff(got map[string][]*queen.Message, want map[string][]int, expect []Expected) string {
 	var b strings.Builder
 	bad := false
-	for i := range max(len(got), len(want)) {
-		switch {
-		case i >= len(want):
-			bad = true
-			fmt.Fprintf(&b, "  #%d unexpected: %s\n", i, describe(got[i]))
-		case i >= len(got):
-			bad = true
-			fmt.Fprintf(&b, "  #%d missing:    %s\n", i, describeWant(want[i]))
-		default:
-			if d := mismatch(got[i], want[i]); len(d) > 0 {
+	parts := slices.Sorted(maps.Keys(got))
+	for p := range want {
+		if _, ok := got[p]; !ok {
+			parts = append(parts, p)
+		}
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		g, w := got[p], want[p]
+		fmt.Fprintf(&b, "  partition %q:\n", p)
+		for i := range max(len(g), len(w)) {
+			switch {
+			case i >= len(w):
 				bad = true
-				fmt.Fprintf(&b, "  #%d differs:    %s\n", i, describe(got[i]))
-				for _, l := range d {
-					fmt.Fprintf(&b, "      %s\n", l)
+				fmt.Fprintf(&b, "    unexpected:  %s\n", describe(g[i]))
+			case i >= len(g):
+				bad = true
+				fmt.Fprintf(&b, "    #%d missing:  %s\n", w[i], describeWant(expect[w[i]]))
+			default:
+				if d := mismatch(g[i], expect[w[i]]); len(d) > 0 {
+					bad = true
+					fmt.Fprintf(&b, "    #%d differs:  %s\n", w[i], describe(g[i]))
+					for _, l := range d {
+						fmt.Fprintf(&b, "        %s\n", l)
+					}
+				} else {
+					fmt.Fprintf(&b, "    #%d ok:       %s\n", w[i], describe(g[i]))
 				}
-			} else {
-				fmt.Fprintf(&b, "  #%d ok:         %s\n", i, describe(got[i]))
 			}
 		}
 	}
@@ -84,9 +121,6 @@ func pushedDiff(got []*queen.Message, want []Expected) string {
 
 func mismatch(m *queen.Message, w Expected) []string {
 	var d []string
-	if w.Partition != "" && m.Partition != w.Partition {
-		d = append(d, fmt.Sprintf("partition: got %q, want %q", m.Partition, w.Partition))
-	}
 	if w.Key != "" && m.Key != w.Key {
 		d = append(d, fmt.Sprintf("key: got %q, want %q", m.Key, w.Key))
 	}
@@ -103,7 +137,7 @@ func mismatch(m *queen.Message, w Expected) []string {
 }
 
 func describe(m *queen.Message) string {
-	s := fmt.Sprintf("partition %q offset %d txn %q", m.Partition, m.Offset, m.TransactionID)
+	s := fmt.Sprintf("offset %d txn %q", m.Offset, m.TransactionID)
 	if m.Key != "" {
 		s += fmt.Sprintf(" key %q", m.Key)
 	}
@@ -115,9 +149,6 @@ func describe(m *queen.Message) string {
 
 func describeWant(w Expected) string {
 	var parts []string
-	if w.Partition != "" {
-		parts = append(parts, fmt.Sprintf("partition %q", w.Partition))
-	}
 	if w.TransactionID != "" {
 		parts = append(parts, fmt.Sprintf("txn %q", w.TransactionID))
 	}
@@ -202,9 +233,26 @@ type WorkResult struct {
 // Pop, Ack or Fail fails tb (with FailNow).
 //
 // Unlike Consume, fn gets ctx itself: no HandlerTimeout, no lease renewal.
+// WorkWith works as a named consumer group or on one partition.
 func Work(ctx context.Context, tb testing.TB, q *queen.Queue, fn func(context.Context, *queen.Message) error) WorkResult {
 	tb.Helper()
-	msgs, err := q.Pop(ctx, queen.PopOptions{})
+	return WorkWith(ctx, tb, q, WorkOptions{}, fn)
+}
+
+// WorkOptions choose what Work pops.
+type WorkOptions struct {
+	// Group is the consumer group to pop as, subscribed as a Consume of
+	// the group with default options would be (SubscribeAll). Defaults to
+	// "": queue mode.
+	Group string
+	// Partition restricts the pop to one partition. Defaults to "": any.
+	Partition string
+}
+
+// WorkWith is Work as o says: as a consumer group, or on one partition.
+func WorkWith(ctx context.Context, tb testing.TB, q *queen.Queue, o WorkOptions, fn func(context.Context, *queen.Message) error) WorkResult {
+	tb.Helper()
+	msgs, err := q.Pop(ctx, queen.PopOptions{Group: o.Group, Partition: o.Partition})
 	if err != nil {
 		tb.Fatalf("queentest: Work: pop %q: %v", q.Name(), err)
 	}

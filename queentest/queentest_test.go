@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,37 +158,41 @@ func TestRequirePushed(t *testing.T) {
 		queen.Item{Partition: "b", TransactionID: "t2", Data: []byte("two")},
 		queen.Item{Partition: "a", TransactionID: "t3", Data: []byte{}},
 	)
-	// Partition "a" first: byte order of names. Zero fields match anything.
+	// Compared per partition: b's expectations may come before a's, and
+	// interleave with them. Zero fields other than Partition match anything.
 	all := []queentest.Expected{
-		{Partition: "a", TransactionID: "t3", Data: []byte{}, Headers: map[string]string{}},
 		{Partition: "b", TransactionID: "t1", Key: "k", Headers: map[string]string{"h": "1"}, Data: []byte("one")},
-		{Data: []byte("two")},
+		{Partition: "a", TransactionID: "t3", Data: []byte{}, Headers: map[string]string{}},
+		{Partition: "b", Data: []byte("two")},
 	}
 	queentest.RequirePushed(ctxT(t), t, q, all...)
-	queentest.RequirePushed(ctxT(t), t, q, queentest.Expected{}, queentest.Expected{}, queentest.Expected{})
+	queentest.RequirePushed(ctxT(t), t, q, all[1], all[0], all[2])
+	queentest.RequirePushed(ctxT(t), t, q, queentest.Expected{Partition: "a"}, queentest.Expected{Partition: "b"}, queentest.Expected{Partition: "b"})
 
 	for _, tc := range []struct {
 		name   string
 		expect []queentest.Expected
 		want   []string // in the failure message
 	}{
-		{"wrong data", []queentest.Expected{all[0], {Data: []byte("ONE")}, all[2]},
-			[]string{`queue "orders" does not hold the expected messages`, `#1 differs`, `data: got "one", want "ONE"`, `#0 ok`, `#2 ok`}},
-		{"wrong fields", []queentest.Expected{{Partition: "x", Key: "k", TransactionID: "t9"}, all[1], all[2]},
-			[]string{`partition: got "a", want "x"`, `key: got "", want "k"`, `transaction id: got "t3", want "t9"`}},
-		{"wrong headers", []queentest.Expected{all[0], {Headers: map[string]string{"h": "2"}}, all[2]},
-			[]string{`headers: got {"h": "1"}, want {"h": "2"}`}},
-		{"wrong last", []queentest.Expected{all[0], all[1], {Data: []byte("x")}},
-			[]string{`data: got "two", want "x"`}},
-		{"headers where none", []queentest.Expected{{Headers: map[string]string{"h": "1"}}, all[1], all[2]},
+		{"wrong data", []queentest.Expected{all[0], all[1], {Partition: "b", Data: []byte("TWO")}},
+			[]string{`queue "orders" does not hold the expected messages (3 expected)`, `#2 differs:  offset 1 txn "t2" data "two"`, `data: got "two", want "TWO"`, `#0 ok:`, `#1 ok:`}},
+		{"wrong fields", []queentest.Expected{{Partition: "a", Key: "k", TransactionID: "t9"}, all[0], all[2]},
+			[]string{`key: got "", want "k"`, `transaction id: got "t3", want "t9"`}},
+		{"wrong headers", []queentest.Expected{all[0], all[1], {Partition: "b", Headers: map[string]string{"h": "2"}}},
+			[]string{`headers: got {}, want {"h": "2"}`}},
+		{"headers where none", []queentest.Expected{{Partition: "a", Headers: map[string]string{"h": "1"}}, all[0], all[2]},
 			[]string{`headers: got {}, want {"h": "1"}`}},
-		{"missing", append(all, queentest.Expected{TransactionID: "t4"}),
-			[]string{`holds 3 messages, want 4`, `#3 missing:    txn "t4"`}},
+		{"missing", append(slices.Clone(all), queentest.Expected{Partition: "a", TransactionID: "t4"}),
+			[]string{`(4 expected)`, `partition "a":`, `#3 missing:  txn "t4"`}},
 		{"unexpected", all[:2],
-			[]string{`holds 3 or more messages, want 2`, `#2 unexpected: partition "b" offset 1 txn "t2" data "two"`}},
-		{"order", []queentest.Expected{all[1], all[0], all[2]},
-			[]string{`#0 differs`, `#1 differs`}},
-		{"empty", nil, []string{`holds 1 or more messages, want 0`}},
+			[]string{`(2 expected)`, `partition "b":`, `unexpected:  offset 1 txn "t2" data "two"`}},
+		{"unexpected partition", all[1:2],
+			[]string{`partition "b":`, `unexpected:  offset 0 txn "t1"`}},
+		{"order within a partition", []queentest.Expected{all[2], all[1], all[0]},
+			[]string{`#2 differs:  offset 1`, `#0 differs:  offset 0`}},
+		{"default partition", []queentest.Expected{{}, {}, {}},
+			[]string{`partition "` + queen.DefaultPartition + `":`, `#0 missing:  any message`, `partition "a":`, `unexpected:  offset 0 txn "t3"`}},
+		{"empty", nil, []string{`(0 expected)`, `unexpected:`}},
 	} {
 		failed, msg := run(t, func(tb testing.TB) { queentest.RequirePushed(ctxT(t), tb, q, tc.expect...) })
 		if !failed {
@@ -333,5 +338,34 @@ func TestChildReportsDataDir(t *testing.T) {
 			}
 			fmt.Printf("DATADIR=%s\n", dir)
 		})
+	}
+}
+
+// WorkWith pops as a named group, which reads the queue on its own cursor,
+// and on one partition.
+func TestWorkWithGroup(t *testing.T) {
+	c := queentest.Open(t)
+	q := c.Queue("events")
+	pushed(t, q, queen.Item{Partition: "p", Data: []byte("a")}, queen.Item{Partition: "r", Data: []byte("b")})
+	ok := func(context.Context, *queen.Message) error { return nil }
+	if r := queentest.Work(ctxT(t), t, q, ok); r.Outcome != queentest.Acked {
+		t.Fatalf("queue-mode Work = %+v, want acked", r)
+	}
+	r := queentest.WorkWith(ctxT(t), t, q, queentest.WorkOptions{Group: "audit", Partition: "r"}, ok)
+	if r.Outcome != queentest.Acked || string(r.Message.Data) != "b" || r.Message.Group != "audit" {
+		t.Fatalf("Work as group audit on r = %+v, want b acked by audit", r)
+	}
+	// The group's own cursor: queue mode's ack of one message did not
+	// consume it for the group.
+	seen := map[string]bool{}
+	for {
+		r := queentest.WorkWith(ctxT(t), t, q, queentest.WorkOptions{Group: "audit"}, ok)
+		if r.Outcome == queentest.Empty {
+			break
+		}
+		seen[string(r.Message.Data)] = true
+	}
+	if !seen["a"] || seen["b"] || len(seen) != 1 {
+		t.Fatalf("group audit then got %v, want just a", seen)
 	}
 }
