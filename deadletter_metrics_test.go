@@ -8,7 +8,7 @@ import (
 	"github.com/e03140bc/queen"
 )
 
-// The maintaining process reports queen.dead_letters: how many dead letters
+// The maintaining process reports queen.queue.dead_letters: how many dead letters
 // each queue holds (0 for one without), with attributes tenant and queue,
 // as Queues counts them.
 func TestDeadLettersGauge(t *testing.T) {
@@ -18,13 +18,13 @@ func TestDeadLettersGauge(t *testing.T) {
 	killAll(t, q, "", "a", 3)
 	killAll(t, q, "g", "b", 1)
 	maintain(t, c)
-	agg, ok := collect(t, reader)["queen.dead_letters"]
+	agg, ok := collect(t, reader)["queen.queue.dead_letters"]
 	if !ok {
-		t.Fatal("no queen.dead_letters gauge")
+		t.Fatal("no queen.queue.dead_letters gauge")
 	}
 	g, ok := agg.(metricdata.Gauge[int64])
 	if !ok {
-		t.Fatalf("queen.dead_letters is %T, want an int64 gauge", agg)
+		t.Fatalf("queen.queue.dead_letters is %T, want an int64 gauge", agg)
 	}
 	got := map[string]int64{}
 	for _, dp := range g.DataPoints {
@@ -35,7 +35,7 @@ func TestDeadLettersGauge(t *testing.T) {
 		got[queue.AsString()] = dp.Value
 	}
 	if len(got) != 2 || got["q"] != 4 || got["empty"] != 0 {
-		t.Fatalf("queen.dead_letters = %v, want q 4, empty 0", got)
+		t.Fatalf("queen.queue.dead_letters = %v, want q 4, empty 0", got)
 	}
 	if qs := mustQueues(t, c); qs[1].Name != "q" || qs[1].DeadLetters != 4 || qs[0].DeadLetters != 0 {
 		t.Fatalf("Queues = %+v", qs)

@@ -864,8 +864,8 @@ func TestConsumeKeyMetrics(t *testing.T) {
 		return 0, false
 	}
 	waitFor(t, 10*time.Second, "one key in flight and one paused", func() bool {
-		f, ok1 := gauge("queen_consume_keys_in_flight")
-		p, ok2 := gauge("queen_consume_keys_paused")
+		f, ok1 := gauge("queen.client.keys.in_flight")
+		p, ok2 := gauge("queen.client.keys.paused")
 		return ok1 && ok2 && f == 1 && p == 1
 	})
 	close(release)
@@ -873,7 +873,7 @@ func TestConsumeKeyMetrics(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := gauge("queen_consume_keys_in_flight"); ok {
+	if _, ok := gauge("queen.client.keys.in_flight"); ok {
 		t.Fatal("the gauge still reports the partition after Consume returned")
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // meters are the engine's OpenTelemetry instruments. Counter names come out
 // in Prometheus with a _total suffix, matching the seed's names
-// (queen_batch_items_fired_total, ...).
+// (queen.push.items_total, ...).
 type meters struct {
 	itemsFired     metric.Int64Counter
 	itemsPerBundle metric.Int64Histogram
@@ -38,28 +38,28 @@ func newMeters(mp metric.MeterProvider) (*meters, error) {
 		}
 	}
 	try(func() (e error) {
-		x.itemsFired, e = m.Int64Counter("queen_batch_items_fired", metric.WithDescription("Items sent to PostgreSQL in push bundles."))
+		x.itemsFired, e = m.Int64Counter("queen.push.items", metric.WithUnit("{message}"), metric.WithDescription("Items sent to PostgreSQL in push bundles."))
 		return
 	})
 	try(func() (e error) {
-		x.itemsPerBundle, e = m.Int64Histogram("queen_fusion_items_per_batch", metric.WithDescription("Items per committed push bundle."),
+		x.itemsPerBundle, e = m.Int64Histogram("queen.push.bundle.items", metric.WithUnit("{message}"), metric.WithDescription("Items per committed push bundle."),
 			metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000))
 		return
 	})
 	try(func() (e error) {
-		x.commits, e = m.Int64Counter("queen_fusion_commits", metric.WithDescription("Push bundle transactions committed."))
+		x.commits, e = m.Int64Counter("queen.push.bundles", metric.WithUnit("{bundle}"), metric.WithDescription("Push bundle transactions committed."))
 		return
 	})
 	try(func() (e error) {
-		x.segments, e = m.Int64Counter("queen_fusion_segments", metric.WithDescription("Segments committed (one per partition per bundle)."))
+		x.segments, e = m.Int64Counter("queen.push.segments", metric.WithUnit("{segment}"), metric.WithDescription("Segments committed (one per partition per bundle)."))
 		return
 	})
 	try(func() (e error) {
-		x.bundleErrors, e = m.Int64Counter("queen_fusion_bundle_errors", metric.WithDescription("Push bundles that failed as a whole."))
+		x.bundleErrors, e = m.Int64Counter("queen.push.bundle.errors", metric.WithUnit("{bundle}"), metric.WithDescription("Push bundles that failed as a whole."))
 		return
 	})
 	try(func() (e error) {
-		x.bundleSecs, e = m.Float64Histogram("queen_fusion_bundle_duration_seconds", metric.WithUnit("s"),
+		x.bundleSecs, e = m.Float64Histogram("queen.push.bundle.duration", metric.WithUnit("s"),
 			metric.WithDescription("Push bundle round trip, from call to commit."))
 		return
 	})
@@ -90,17 +90,17 @@ func (m *meters) bundle(ctx context.Context, segments, items int, err error, d t
 
 // registerKeyMetrics registers the gauges of per-key parallel Consume
 // (KeyConcurrency > 1), observed per partition this client is handling a
-// batch of, from in-process numbers: queen_consume_keys_in_flight (keys
-// with a handler running) and queen_consume_keys_paused (keys a failure
+// batch of, from in-process numbers: queen.client.keys.in_flight (keys
+// with a handler running) and queen.client.keys.paused (keys a failure
 // paused in the running batch), with attributes queue, group and partition.
 func registerKeyMetrics(e *engine) (metric.Registration, error) {
 	m := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
-	inFlight, err := m.Int64ObservableGauge("queen_consume_keys_in_flight",
+	inFlight, err := m.Int64ObservableGauge("queen.client.keys.in_flight", metric.WithUnit("{key}"),
 		metric.WithDescription("Ordering keys with a handler running, per partition batch this client holds (KeyConcurrency > 1)."))
 	if err != nil {
 		return nil, err
 	}
-	paused, err := m.Int64ObservableGauge("queen_consume_keys_paused",
+	paused, err := m.Int64ObservableGauge("queen.client.keys.paused", metric.WithUnit("{key}"),
 		metric.WithDescription("Ordering keys paused by a failure in the batch this client holds, per partition (KeyConcurrency > 1)."))
 	if err != nil {
 		return nil, err
@@ -392,23 +392,23 @@ func errorType(err error) string {
 // registerSpoolMetrics registers the spool depth and drain gauges.
 func registerSpoolMetrics(e *engine) (metric.Registration, error) {
 	m := e.cfg.MeterProvider.Meter("github.com/e03140bc/queen")
-	pending, err := m.Int64ObservableGauge("queen_spool_pending_records", metric.WithDescription("Records in the disk spool not yet replayed."))
+	pending, err := m.Int64ObservableGauge("queen.spool.pending.records", metric.WithUnit("{record}"), metric.WithDescription("Records in the disk spool not yet replayed."))
 	if err != nil {
 		return nil, err
 	}
-	bytes, err := m.Int64ObservableGauge("queen_spool_pending_bytes", metric.WithUnit("By"))
+	bytes, err := m.Int64ObservableGauge("queen.spool.pending.size", metric.WithUnit("By"))
 	if err != nil {
 		return nil, err
 	}
-	quarantined, err := m.Int64ObservableGauge("queen_spool_quarantined_files")
+	quarantined, err := m.Int64ObservableGauge("queen.spool.quarantined.files", metric.WithUnit("{file}"))
 	if err != nil {
 		return nil, err
 	}
-	replayed, err := m.Int64ObservableCounter("queen_spool_replayed", metric.WithDescription("Records replayed from the disk spool."))
+	replayed, err := m.Int64ObservableCounter("queen.spool.replayed", metric.WithUnit("{record}"), metric.WithDescription("Records replayed from the disk spool."))
 	if err != nil {
 		return nil, err
 	}
-	qrecords, err := m.Int64ObservableCounter("queen_spool_quarantined_records",
+	qrecords, err := m.Int64ObservableCounter("queen.spool.quarantined.records", metric.WithUnit("{record}"),
 		metric.WithDescription("Spooled records set aside on their own because their replay kept failing permanently."))
 	if err != nil {
 		return nil, err

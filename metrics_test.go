@@ -11,7 +11,7 @@ import (
 )
 
 // The seed's metric names: counters gain _total in Prometheus, so
-// queen_batch_items_fired is exported as queen_batch_items_fired_total.
+// queen.push.items is exported as queen.push.items_total.
 func TestPushMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -29,18 +29,18 @@ func TestPushMetrics(t *testing.T) {
 			got[m.Name] = m.Data
 		}
 	}
-	fired, ok := got["queen_batch_items_fired"].(metricdata.Sum[int64])
+	fired, ok := got["queen.push.items"].(metricdata.Sum[int64])
 	if !ok || !fired.IsMonotonic || sumInt(fired) != 3 {
-		t.Fatalf("queen_batch_items_fired = %#v, want a monotonic sum of 3", got["queen_batch_items_fired"])
+		t.Fatalf("queen.push.items = %#v, want a monotonic sum of 3", got["queen.push.items"])
 	}
-	commits, _ := got["queen_fusion_commits"].(metricdata.Sum[int64])
-	segments, _ := got["queen_fusion_segments"].(metricdata.Sum[int64])
+	commits, _ := got["queen.push.bundles"].(metricdata.Sum[int64])
+	segments, _ := got["queen.push.segments"].(metricdata.Sum[int64])
 	if sumInt(commits) < 1 || sumInt(segments) != 2 {
 		t.Fatalf("commits %d, segments %d; want >= 1 and 2", sumInt(commits), sumInt(segments))
 	}
-	h, ok := got["queen_fusion_items_per_batch"].(metricdata.Histogram[int64])
+	h, ok := got["queen.push.bundle.items"].(metricdata.Histogram[int64])
 	if !ok || len(h.DataPoints) == 0 || h.DataPoints[0].Sum != 3 {
-		t.Fatalf("queen_fusion_items_per_batch = %#v", got["queen_fusion_items_per_batch"])
+		t.Fatalf("queen.push.bundle.items = %#v", got["queen.push.bundle.items"])
 	}
 }
 

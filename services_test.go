@@ -44,7 +44,7 @@ func (m refusingMeter) Int64ObservableGauge(name string, opts ...metric.Int64Obs
 // the spool directory is free for the next Open.
 func TestOpenFailureStopsWhatStarted(t *testing.T) {
 	schema := pgtest.Schema(t)
-	for _, gauge := range []string{"queen_consumer_lag_messages", "queen.dead_letters", "queen_spool_pending_records", "queen_consume_keys_in_flight"} {
+	for _, gauge := range []string{"queen.consumer.lag", "queen.queue.dead_letters", "queen.spool.pending.records", "queen.client.keys.in_flight"} {
 		t.Run(gauge, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := queen.Config{DatabaseURL: pgtest.URL(t), Schema: schema, Logger: pgtest.Logger(t), SpoolDir: dir}

@@ -73,6 +73,7 @@ type Maintainer struct {
 	lagAt        time.Time
 	lag          []stmt.LagRow
 	dead         []stmt.DeadLetterCountRow
+	lagTaken     time.Time // when lag and dead were read
 	lagReg       metric.Registration
 	lagMessages  metric.Int64ObservableGauge
 	lagSeconds   metric.Float64ObservableGauge
@@ -84,6 +85,11 @@ type Maintainer struct {
 // and the dead-letter counts (of every dead letter's index entry) are taken
 // for the metrics.
 const lagEvery = 10 * time.Second
+
+// lagStale is how old a snapshot the gauges still report: each process
+// reports only what it read itself lately, so a process whose passes lose
+// the lock to another's goes silent instead of repeating old numbers.
+func (m *Maintainer) lagStale() time.Duration { return 3 * max(lagEvery, m.cfg.Interval) }
 
 // New starts the loop (unless cfg.Interval is negative), which runs until
 // Close or until ctx ends, and registers the lag gauges with mp.
@@ -236,7 +242,7 @@ func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	m.lagSnapshotM.Lock()
-	m.lag, m.dead = lag, dead
+	m.lag, m.dead, m.lagTaken = lag, dead, time.Now()
 	m.lagSnapshotM.Unlock()
 	return nil
 }
@@ -246,15 +252,15 @@ func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
 func (m *Maintainer) registerLagMetrics(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/e03140bc/queen")
 	var err error
-	if m.lagMessages, err = meter.Int64ObservableGauge("queen_consumer_lag_messages",
+	if m.lagMessages, err = meter.Int64ObservableGauge("queen.consumer.lag", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages behind per queue and consumer group (reported by the process running maintenance).")); err != nil {
 		return err
 	}
-	if m.lagSeconds, err = meter.Float64ObservableGauge("queen_consumer_lag_seconds", metric.WithUnit("s"),
+	if m.lagSeconds, err = meter.Float64ObservableGauge("queen.consumer.lag_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest unconsumed message per queue and consumer group.")); err != nil {
 		return err
 	}
-	if m.deadLetters, err = meter.Int64ObservableGauge("queen.dead_letters", metric.WithUnit("{message}"),
+	if m.deadLetters, err = meter.Int64ObservableGauge("queen.queue.dead_letters", metric.WithUnit("{message}"),
 		metric.WithDescription("Dead letters each queue holds (reported by the process running maintenance).")); err != nil {
 		return err
 	}
@@ -267,6 +273,9 @@ func (m *Maintainer) registerLagMetrics(mp metric.MeterProvider) error {
 func (m *Maintainer) observe(_ context.Context, o metric.Observer) error {
 	m.lagSnapshotM.Lock()
 	defer m.lagSnapshotM.Unlock()
+	if time.Since(m.lagTaken) > m.lagStale() {
+		return nil
+	}
 	for _, r := range m.lag {
 		attrs := metric.WithAttributes(attribute.String("queue", r.Queue), attribute.String("group", r.Group),
 			attribute.String("tenant", r.Tenant.String()))
