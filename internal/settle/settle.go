@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -60,6 +61,10 @@ type Config struct {
 // make bigger set-based ack batches. Measured with 100 consumers acking each
 // message: 1-4 shards within noise of each other, 8 shards 4x slower.
 const Shards = 2
+
+// ErrNoVerdict is returned (wrapped) by a Settle whose ops were not resolved
+// within twice Config.Timeout: they may still commit.
+var ErrNoVerdict = errors.New("settle: no verdict")
 
 // BundleMax caps the settlements one flush carries.
 const BundleMax = 256
@@ -135,10 +140,20 @@ func (f *Fusion) flush(ctx context.Context, bundle []*fusion.Batch[key, *item]) 
 // Settle applies ops, fused with other callers' settlements, and returns
 // each op's Result once every op has been committed (or failed). A
 // settlement is never torn by its caller's context: a consumer stopping
-// mid-batch must still commit what it handled, and the wait is bounded by
-// Config.Timeout. It returns errs.ErrClosed once Close has begun.
+// mid-batch must still commit what it handled. The wait is bounded by twice
+// Config.Timeout (the flush in flight when it arrived, then its own): while
+// the database hangs, flushes queue up behind one another, and a caller
+// must not wait them all out. An error then (ErrNoVerdict) leaves the
+// outcome unknown: the ops may still commit later, which callers tolerate,
+// since a settlement applied twice or late is refused or ignored. It returns
+// errs.ErrClosed once Close has begun.
 func (f *Fusion) Settle(ctx context.Context, ops []Op) ([]Result, error) {
 	ctx = context.WithoutCancel(ctx)
+	if f.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*f.cfg.Timeout)
+		defer cancel()
+	}
 	items := make([]item, len(ops))
 	// One submission per op keeps each op's order within its key.
 	groups := func(yield func(key, []*item) bool) {
@@ -151,8 +166,11 @@ func (f *Fusion) Settle(ctx context.Context, ops []Op) ([]Result, error) {
 		}
 	}
 	if err := f.fusion.SubmitWait(ctx, len(ops), groups); err != nil {
-		if err == fusion.ErrClosed {
+		switch {
+		case err == fusion.ErrClosed:
 			err = errs.ErrClosed
+		case errors.Is(err, context.DeadlineExceeded):
+			err = fmt.Errorf("%w within %v: %w", ErrNoVerdict, 2*f.cfg.Timeout, err)
 		}
 		return nil, err
 	}
