@@ -132,6 +132,9 @@ func (q *Queue) ResetGroup(ctx context.Context, group string, to ResetTo, o Rese
 	default:
 		return nil, errors.New("queen: ResetGroup: a ResetTo made by ResetEarliest, ResetLatest, ResetToTime or ResetToOffsets")
 	}
+	if e.csql.ResetGroup == "" {
+		return nil, errOffsetsUnsupported
+	}
 	rows, err := stmt.ResetGroup(ctx, e.csql, e.pool, p)
 	if err != nil {
 		return nil, fmt.Errorf("queen: reset group %q of %q: %w", group, q.name, offsetsErr(err))
@@ -173,6 +176,9 @@ func (q *Queue) DeleteGroup(ctx context.Context, group string, o DeleteGroupOpti
 	if err := q.checkGroup(group); err != nil {
 		return GroupDeleted{}, err
 	}
+	if e.csql.DeleteGroup == "" {
+		return GroupDeleted{}, errOffsetsUnsupported
+	}
 	c, l, err := stmt.DeleteGroup(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, o.Force)
 	if err != nil {
 		return GroupDeleted{}, fmt.Errorf("queen: delete group %q of %q: %w", group, q.name, offsetsErr(err))
@@ -196,6 +202,9 @@ func (q *Queue) ReleaseLease(ctx context.Context, group, partition string) (bool
 	if err := checkName(nameStoredPartition, partition); err != nil {
 		return false, err
 	}
+	if e.csql.ReleaseLease == "" {
+		return false, errOffsetsUnsupported
+	}
 	ok, err := stmt.ReleaseLease(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, partition)
 	if err != nil {
 		return false, fmt.Errorf("queen: release lease of group %q on %q/%q: %w", group, q.name, partition, offsetsErr(err))
@@ -205,6 +214,10 @@ func (q *Queue) ReleaseLease(ctx context.Context, group, partition string) (bool
 	}
 	return ok, nil
 }
+
+// errOffsetsUnsupported is the answer of a client running a previous
+// release's statements (stmt.Use), which have none for these calls.
+var errOffsetsUnsupported = errors.New("queen: the statement set in use has no offsets statements")
 
 // offsetsErr maps the offsets functions' SQLSTATEs to their sentinels,
 // keeping the database's message.
