@@ -150,7 +150,9 @@ func (q *Queue) ResetGroup(ctx context.Context, group string, to ResetTo, o Rese
 // DeleteGroupOptions tunes DeleteGroup.
 type DeleteGroupOptions struct {
 	// Force deletes the group even while it holds live leases on the
-	// queue; their holders' later settlements get ErrLeaseLost.
+	// queue. Their holders' later settlements get ErrUnknownMessage (the
+	// cursor is gone; ErrLeaseLost once the group is re-created) and
+	// ExtendLease ErrLeaseLost; a Consume abandons the batch.
 	Force bool
 }
 

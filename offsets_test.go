@@ -266,7 +266,7 @@ func TestDeleteGroup(t *testing.T) {
 	}
 	pushEach(t, q, "a", 3)
 	popOffsets(t, q, "fast", "a", true)
-	popOffsets(t, q, "slow", "a", false) // a lease, then released
+	held := pop(t, q, queen.PopOptions{Group: "slow", Partition: "a", Batch: 10}) // a lease
 	if _, err := q.DeleteGroup(ctx, "slow", queen.DeleteGroupOptions{}); !errors.Is(err, queen.ErrGroupActive) {
 		t.Fatalf("delete while leased: %v", err)
 	}
@@ -286,6 +286,9 @@ func TestDeleteGroup(t *testing.T) {
 	}
 	if _, ok := gstat(t, q, "slow", "a"); ok {
 		t.Fatal("slow still has a cursor")
+	}
+	if err := held[0].Ack(ctx); !errors.Is(err, queen.ErrUnknownMessage) {
+		t.Fatalf("Ack by the holder of a deleted group's lease: %v; want ErrUnknownMessage", err)
 	}
 	waitFor(t, time.Minute, "completed retention trims what only slow held", func() bool {
 		if _, err := c.Maintain(ctx); err != nil {
