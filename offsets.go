@@ -222,7 +222,7 @@ func (q *Queue) ReleaseLease(ctx context.Context, group, partition string) (bool
 var errOffsetsUnsupported = errors.New("queen: the statement set in use has no offsets statements")
 
 // offsetsErr maps the offsets functions' SQLSTATEs to their sentinels,
-// keeping the database's message.
+// keeping the database's message for a missing name (which one).
 func offsetsErr(err error) error {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
@@ -230,7 +230,7 @@ func offsetsErr(err error) error {
 		case stmt.CodeNotFound:
 			return fmt.Errorf("%w: %s", ErrNotFound, pg.Message)
 		case stmt.CodeGroupActive:
-			return fmt.Errorf("%w: %s", ErrGroupActive, pg.Message)
+			return ErrGroupActive
 		}
 	}
 	return err

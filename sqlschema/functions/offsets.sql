@@ -39,7 +39,7 @@ BEGIN
         PERFORM 1 FROM {{schema}}.queues WHERE id = v_qid FOR KEY SHARE;
     END IF;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'queen: no queue %', p_queue USING ERRCODE = 'QN002';
+        RAISE EXCEPTION 'no queue %', quote_literal(p_queue) USING ERRCODE = 'QN002';
     END IF;
     RETURN v_qid;
 END
@@ -78,7 +78,7 @@ DECLARE
 BEGIN
     IF p_to NOT IN ('earliest', 'latest', 'time', 'offsets') OR (p_to = 'time' AND p_time IS NULL)
        OR (p_to = 'offsets' AND (p_parts IS NULL OR cardinality(p_parts) IS DISTINCT FROM cardinality(p_offs))) THEN
-        RAISE EXCEPTION 'queen: reset_group: bad target %', p_to USING ERRCODE = '22023';
+        RAISE EXCEPTION 'reset_group: bad target %', quote_literal(p_to) USING ERRCODE = '22023';
     END IF;
     v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
     IF p_parts IS NOT NULL THEN
@@ -86,7 +86,7 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.partitions p WHERE p.queue_id = v_qid AND p.name = u.n)
         LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'queen: queue % has no partition %', p_queue, v_bad USING ERRCODE = 'QN002';
+            RAISE EXCEPTION 'queue % has no partition %', quote_literal(p_queue), quote_literal(v_bad) USING ERRCODE = 'QN002';
         END IF;
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions s WHERE s.queue_id = v_qid AND s.group_name = p_group;
@@ -127,7 +127,7 @@ BEGIN
     WHERE c.partition_id = ANY (v_pids) AND c.group_name = p_group
     ORDER BY c.partition_id FOR UPDATE;
     IF NOT p_force AND {{schema}}.group_live(v_qid, p_group) THEN
-        RAISE EXCEPTION 'queen: group % holds a live lease on queue %', p_group, p_queue USING ERRCODE = 'QN003';
+        RAISE EXCEPTION 'group % holds a live lease on queue %', quote_literal(p_group), quote_literal(p_queue) USING ERRCODE = 'QN003';
     END IF;
     v_now := clock_timestamp();
     RETURN QUERY
@@ -194,7 +194,7 @@ BEGIN
     WHERE c.partition_id = ANY (v_pids) AND c.group_name = p_group
     ORDER BY c.partition_id FOR UPDATE;
     IF NOT p_force AND {{schema}}.group_live(v_qid, p_group) THEN
-        RAISE EXCEPTION 'queen: group % holds a live lease on queue %', p_group, p_queue USING ERRCODE = 'QN003';
+        RAISE EXCEPTION 'group % holds a live lease on queue %', quote_literal(p_group), quote_literal(p_queue) USING ERRCODE = 'QN003';
     END IF;
     WITH d AS (
         DELETE FROM {{schema}}.consumers c
@@ -206,7 +206,7 @@ BEGIN
     IF NOT FOUND THEN
         DELETE FROM {{schema}}.paused_groups g WHERE g.queue_id = v_qid AND g.group_name = p_group;
         IF NOT FOUND AND cursors = 0 THEN
-            RAISE EXCEPTION 'queen: queue % has no group %', p_queue, p_group USING ERRCODE = 'QN002';
+            RAISE EXCEPTION 'queue % has no group %', quote_literal(p_queue), quote_literal(p_group) USING ERRCODE = 'QN002';
         END IF;
     ELSE
         DELETE FROM {{schema}}.paused_groups g WHERE g.queue_id = v_qid AND g.group_name = p_group;
@@ -230,7 +230,7 @@ BEGIN
     JOIN {{schema}}.partitions p ON p.queue_id = q.id AND p.name = p_partition
     WHERE q.tenant = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'queen: queue % has no partition %', p_queue, p_partition USING ERRCODE = 'QN002';
+        RAISE EXCEPTION 'queue % has no partition %', quote_literal(p_queue), quote_literal(p_partition) USING ERRCODE = 'QN002';
     END IF;
     UPDATE {{schema}}.consumers c
     SET (batch_end, lease_id, lease_owner, lease_expires_at)
