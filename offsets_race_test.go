@@ -299,3 +299,83 @@ func TestDeleteGroupRace(t *testing.T) {
 		return true
 	})
 }
+
+// Forced resets, deletes and releases in a loop beside a Consume whose
+// failures are re-enqueued (FailureSkip: the settle locks partitions, then
+// cursors) and a producer: the fixed lock order means no deadlock, which
+// PostgreSQL would report as SQLSTATE 40P01 to one side and count.
+func TestOffsetsNoDeadlock(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := c.Queue("offsetsdeadlock")
+	if err := q.Configure(ctx, queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	deadlocks := func() int64 {
+		var n int64
+		if err := c.Pool().QueryRow(ctx, `SELECT pg_stat_force_next_flush()`).Scan(new(any)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Pool().QueryRow(ctx,
+			`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := deadlocks()
+	parts := []string{"p0", "p1", "p2"}
+	cctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var handled atomic.Int64
+	for _, g := range []string{"g", "h"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := q.Consume(cctx, queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: g, Batch: 3},
+				Concurrency: 3}, func(ctx context.Context, m *queen.Message) error {
+				if handled.Add(1)%3 == 0 {
+					return errors.New("again")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("Consume: %v", err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for cctx.Err() == nil {
+			produce(t, q, parts, 12)
+		}
+	}()
+	waitFor(t, time.Minute, "messages handled", func() bool { return handled.Load() >= 20 })
+	tos := []queen.ResetTo{queen.ResetEarliest(), queen.ResetLatest(), queen.ResetToOffsets(map[string]int64{"p1": 0})}
+	for i := range 60 {
+		time.Sleep(time.Duration(i%5) * 10 * time.Millisecond)
+		var err error
+		switch i % 4 {
+		case 3:
+			_, err = q.DeleteGroup(ctx, "h", queen.DeleteGroupOptions{Force: true})
+			if errors.Is(err, queen.ErrNotFound) {
+				err = nil
+			}
+		case 2:
+			_, err = q.ReleaseLease(ctx, "g", parts[i%len(parts)])
+		default:
+			_, err = q.ResetGroup(ctx, "g", tos[i%len(tos)], queen.ResetOptions{Force: true})
+		}
+		if err != nil && !errors.Is(err, queen.ErrNotFound) {
+			t.Fatalf("operation %d: %v", i, err)
+		}
+	}
+	stop()
+	wg.Wait()
+	if handled.Load() == 0 {
+		t.Error("nothing was handled")
+	}
+	if d := deadlocks() - before; d != 0 {
+		t.Errorf("%d deadlocks", d)
+	}
+}
