@@ -209,14 +209,27 @@ func TestResetGroupRace(t *testing.T) {
 		}
 	}
 	produce(t, q, parts, n/2)
-	waitFor(t, 2*time.Minute, "caught up after the reset", func() bool {
-		if !caughtUp(t, q, "g", parts) {
-			return false
-		}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		mu.Lock()
-		defer mu.Unlock()
-		return len(seenAfter) == n
-	})
+		seen := len(seenAfter)
+		mu.Unlock()
+		if caughtUp(t, q, "g", parts) && seen == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			var missing []offKey
+			mu.Lock()
+			for _, p := range status(t, q).Partitions {
+				for off := p.LogStart; off <= p.LastOffset; off++ {
+					if !seenAfter[offKey{p.Name, off}] {
+						missing = append(missing, offKey{p.Name, off})
+					}
+				}
+			}
+			mu.Unlock()
+			t.Fatalf("not caught up after the reset (%+v): %d seen, missing %v; status %+v", moves, seen, missing, status(t, q))
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
