@@ -65,6 +65,14 @@ var (
 	// ErrTxAborted wraps the reason Client.Tx rolled back: a duplicate push, or
 	// an ack that could not apply (already acked, lease lost, unknown message).
 	ErrTxAborted = errs.ErrTxAborted
+	// ErrGroupActive is returned by ResetGroup and DeleteGroup while the
+	// group holds a live (unexpired) lease on the queue, unless their
+	// Force option is set. Nothing is changed.
+	ErrGroupActive = errs.ErrGroupActive
+	// ErrNotFound is returned by the operator calls ResetGroup,
+	// DeleteGroup and ReleaseLease for a queue, partition or group that
+	// does not exist. Nothing is changed.
+	ErrNotFound = errs.ErrNotFound
 )
 
 // The engine's internal errors (see package errs).

@@ -72,6 +72,10 @@ type opts struct {
 	addr              string
 	actions           bool
 	refresh           time.Duration
+	resetTo           string
+	offsets           []string
+	partitions        []string
+	force             bool
 }
 
 // env is one run's context.
@@ -87,7 +91,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		cmdMigrateUp, cmdMigrateGet, cmdValidate,
-		cmdQueues, cmdStatus, cmdTail, cmdDLQ, cmdPause, cmdResume, cmdMaintenance, cmdServe,
+		cmdQueues, cmdStatus, cmdTail, cmdDLQ, cmdPause, cmdResume, cmdGroup, cmdLease, cmdMaintenance, cmdServe,
 	}
 }
 
@@ -119,7 +123,8 @@ Exit codes:
   0  success (also: nothing to replay, an interrupted tail --follow)
   1  the command failed (database unreachable, query failed)
   2  usage: unknown command or flag, missing argument, invalid value
-  3  not found: the queue named does not exist
+  3  not found: the queue named does not exist (group, lease: nor the
+     partition or group named)
   4  the schema is not at this binary's version: run "queen migrate-up"
      (or, if the database is newer, upgrade this binary)
 
@@ -266,6 +271,9 @@ func (e *env) errorf(code int, format string, a ...any) int {
 
 // fail reports err, choosing the exit code and a hint from what it is.
 func (e *env) fail(err error) int {
+	if code, ok := e.failOffsets(err); ok {
+		return code
+	}
 	switch {
 	case errors.Is(err, queen.ErrInvalidName):
 		return e.errorf(exitUsage, "%v (names are 1-255 bytes of UTF-8 without control characters)", err)

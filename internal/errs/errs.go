@@ -23,6 +23,8 @@ var (
 	ErrAckSkipped     = errors.New("queen: ack skipped after an earlier failure in the batch")
 	ErrUnknownMessage = errors.New("queen: unknown message")
 	ErrTxAborted      = errors.New("queen: transaction rolled back")
+	ErrGroupActive    = errors.New("queen: the group holds a live lease")
+	ErrNotFound       = errors.New("queen: not found")
 )
 
 // Errors the engine's parts pass between themselves; a caller sees them

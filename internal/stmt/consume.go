@@ -43,6 +43,11 @@ type Consume struct {
 	// DiscardDeadLetters deletes a page of dead letters (see
 	// DiscardDeadLetters).
 	DiscardDeadLetters string
+	// ResetGroup moves a group's cursors, DeleteGroup deletes a group,
+	// ReleaseLease ends a lease (see the functions of the same names).
+	ResetGroup   string
+	DeleteGroup  string
+	ReleaseLease string
 }
 
 // Settle actions, the Act of SettleParams and SettleKeyedParams, as
