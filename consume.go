@@ -106,6 +106,13 @@ type ConsumeOptions struct {
 // context once the stop began (with or without KeyConcurrency).
 // See the graceful shutdown example for the signal.NotifyContext wiring.
 //
+// While it runs, the call is a member of its group (see Member, and
+// GroupStatus.Members): its claims and lease renewals are its heartbeats,
+// it writes one of its own every DefaultMemberHeartbeat when they are
+// rare, its leases carry its member id, and it deletes its member row when
+// it returns. A process that dies leaves the row to expire after
+// MemberTTL.
+//
 // Client.Close stops every running Consume the same way and waits, within
 // its own ctx, for them to settle; when that ctx ends first it cancels the
 // handlers' contexts and goes on closing (a message settled after that comes
@@ -151,6 +158,10 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	// the call's own cleanup done too.
 	defer e.consumes.remove(c)
 	defer c.done()
+	// A member of its group while it runs: left once its batches are
+	// settled, before Close's wait for it ends.
+	leave := c.join()
+	defer leave()
 	return c.dispatch(n)
 }
 
@@ -163,6 +174,7 @@ type consumer struct {
 	keyConc int           // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
 	fn      func(context.Context, *Message) error
 	dm      *destMeter // the consume-side instruments' attributes of (queue, group)
+	mem     *member    // the call as a member of its group; po.mem too
 
 	// stop ends when Consume's ctx does: claim nothing more, start no
 	// handler. work is the handlers' context: it ends with stop, or
@@ -233,6 +245,9 @@ func (e *engine) stopConsumes(ctx context.Context) {
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
 	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{}),
 		dm: q.c.e.meter.consume.dest(q.name, po.Group)}
+	id := newMemberID()
+	c.mem = &member{id: id, owner: q.c.e.owner + "#" + id}
+	c.po.Member, c.po.mem = "", c.mem
 	switch {
 	case o.MaxHold == 0:
 		c.maxHold = DefaultMaxHold

@@ -43,6 +43,11 @@ type Consume struct {
 	// DiscardDeadLetters deletes a page of dead letters (see
 	// DiscardDeadLetters).
 	DiscardDeadLetters string
+	// MemberBeat, MemberLeave and Members write, delete and list consumer
+	// group members (see the functions of the same names).
+	MemberBeat  string
+	MemberLeave string
+	Members     string
 }
 
 // Settle actions, the Act of SettleParams and SettleKeyedParams, as
