@@ -17,6 +17,10 @@ type QueueStatus struct {
 	// with none).
 	Scheduled int64
 	NextDue   time.Time
+	// Members are the live members of each consumer group by group name
+	// ("" is queue mode), also of a group the queue has no partition for
+	// yet; the same lists as GroupStatus.Members.
+	Members map[string][]Member
 }
 
 // PartitionStatus is one partition's log and its groups' cursors.
@@ -105,6 +109,12 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	mem, err := q.c.liveMembers(ctx, q.name)
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	for k, ms := range mem.m {
+		if st.Members == nil {
+			st.Members = map[string][]Member{}
+		}
+		st.Members[k[1]] = ms
 	}
 	if due != nil {
 		st.NextDue = *due
