@@ -187,8 +187,25 @@ func TestPopMember(t *testing.T) {
 	if _, err := q.Pop(ctxT(t), queen.PopOptions{Group: "h", Member: strings.Repeat("x", 129)}); err == nil {
 		t.Fatal("a 129-byte member id was accepted")
 	}
+	// group_live_members is the SQL side's view of the same.
+	live := func() int {
+		var n int
+		s := pgx.Identifier{c.Schema()}.Sanitize()
+		err := c.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM "+s+".group_live_members((SELECT id FROM "+s+
+			".queues WHERE name = 'pm'), 'h')").Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := live(); n != 1 {
+		t.Fatalf("group_live_members: %d, want 1", n)
+	}
 	if err := q.LeaveGroup(ctxT(t), "h", "worker-1"); err != nil {
 		t.Fatal(err)
+	}
+	if n := live(); n != 0 {
+		t.Fatalf("group_live_members after LeaveGroup: %d", n)
 	}
 	gs = groupOf(t, q, "h")
 	if len(gs.Members) != 0 || !gs.Leased || !gs.LeaseHolderGone {
@@ -430,5 +447,32 @@ func TestBusyConsumeSendsNoHeartbeats(t *testing.T) {
 	stop()
 	if err := <-res; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Client.Close ends a running Consume, which deletes its member row.
+func TestConsumeMemberLeavesOnClose(t *testing.T) {
+	reader := open(t)
+	q := configure(t, reader, "close", queen.QueueOptions{})
+	push(t, q, queen.Item{Data: []byte("x")})
+	c, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: pgtest.URL(t), Schema: reader.Schema(),
+		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Queue("close").Consume(context.Background(), queen.ConsumeOptions{PopOptions: queen.PopOptions{Group: "g"},
+			SoftStop: time.Second}, func(context.Context, *queen.Message) error { return nil })
+	}()
+	waitFor(t, 30*time.Second, "the member", func() bool { return len(groupOf(t, q, "g").Members) == 1 })
+	if err := c.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, queen.ErrClosed) {
+		t.Fatalf("Consume: %v", err)
+	}
+	if ms := groupOf(t, q, "g").Members; len(ms) != 0 {
+		t.Fatalf("members after Close: %+v", ms)
 	}
 }
