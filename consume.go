@@ -106,17 +106,17 @@ type ConsumeOptions struct {
 // context once the stop began (with or without KeyConcurrency).
 // See the graceful shutdown example for the signal.NotifyContext wiring.
 //
+// Client.Close stops every running Consume the same way and waits, within
+// its own ctx, for them to settle; when that ctx ends first it cancels the
+// handlers' contexts and goes on closing (a message settled after that comes
+// back after its lease).
+//
 // While it runs, the call is a member of its group (see Member, and
 // GroupStatus.Members): its claims and lease renewals are its heartbeats,
 // it writes one of its own every DefaultMemberHeartbeat when they are
 // rare, its leases carry its member id, and it deletes its member row when
 // it returns. A process that dies leaves the row to expire after
 // MemberTTL.
-//
-// Client.Close stops every running Consume the same way and waits, within
-// its own ctx, for them to settle; when that ctx ends first it cancels the
-// handlers' contexts and goes on closing (a message settled after that comes
-// back after its lease).
 //
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing claims are logged and retried with a
@@ -158,10 +158,6 @@ func (q *Queue) Consume(ctx context.Context, o ConsumeOptions, fn func(ctx conte
 	// the call's own cleanup done too.
 	defer e.consumes.remove(c)
 	defer c.done()
-	// A member of its group while it runs: left once its batches are
-	// settled, before Close's wait for it ends.
-	leave := c.join()
-	defer leave()
 	return c.dispatch(n)
 }
 
