@@ -292,13 +292,14 @@ func (e *engine) extend(ctx context.Context, m *Message, d time.Duration) (time.
 	if e.isClosed() {
 		return time.Time{}, ErrClosed
 	}
-	exp, err := stmt.Extend(ctx, e.csql, e.pool, m.leaseOf(), d)
+	exp, err := stmt.Extend(ctx, e.csql, e.pool, m.leaseOf(), d, m.mem.leaseOwner(""))
 	if err != nil {
 		if isNoRows(err) {
 			return exp, ErrLeaseLost
 		}
 		return exp, fmt.Errorf("queen: extend lease: %w", err)
 	}
+	m.mem.carry() // the renewal was the member's heartbeat
 	return exp, nil
 }
 

@@ -111,6 +111,13 @@ type ConsumeOptions struct {
 // handlers' contexts and goes on closing (a message settled after that comes
 // back after its lease).
 //
+// While it runs, the call is a member of its group (see Member, and
+// GroupStatus.Members): its claims and lease renewals are its heartbeats,
+// it writes one of its own every DefaultMemberHeartbeat when they are
+// rare, its leases carry its member id, and it deletes its member row when
+// it returns. A process that dies leaves the row to expire after
+// MemberTTL.
+//
 // Consume returns nil when ctx ends it, ErrClosed when the client closes,
 // and an option error at once. Failing claims are logged and retried with a
 // jittered backoff, except one that fails with ErrEncryption: the queue is
@@ -163,6 +170,7 @@ type consumer struct {
 	keyConc int           // KeyConcurrency; above 1 batches run per key (handleBatchKeyed)
 	fn      func(context.Context, *Message) error
 	dm      *destMeter // the consume-side instruments' attributes of (queue, group)
+	mem     *member    // the call as a member of its group; po.mem too
 
 	// stop ends when Consume's ctx does: claim nothing more, start no
 	// handler. work is the handlers' context: it ends with stop, or
@@ -233,6 +241,9 @@ func (e *engine) stopConsumes(ctx context.Context) {
 func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions, fn func(context.Context, *Message) error) *consumer {
 	c := &consumer{q: q, po: po, timeout: o.HandlerTimeout, keyConc: o.KeyConcurrency, fn: fn, finished: make(chan struct{}),
 		dm: q.c.e.meter.consume.dest(q.name, po.Group)}
+	id := newMemberID()
+	c.mem = &member{id: id, owner: q.c.e.owner + "#" + id}
+	c.po.Member, c.po.mem = "", c.mem
 	switch {
 	case o.MaxHold == 0:
 		c.maxHold = DefaultMaxHold

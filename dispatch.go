@@ -22,6 +22,10 @@ import (
 func (c *consumer) dispatch(n int) error {
 	q := c.q
 	e := q.c.e
+	// A member of its group while it runs: left once its batches are
+	// settled, before Close's wait for the call ends.
+	leave := c.join()
+	defer leave()
 	w := e.wake.Subscribe(q.c.tenant, q.name)
 	defer e.wake.Unsubscribe(w)
 	po := c.po

@@ -66,8 +66,9 @@ var (
 	// an ack that could not apply (already acked, lease lost, unknown message).
 	ErrTxAborted = errs.ErrTxAborted
 	// ErrGroupActive is returned by ResetGroup and DeleteGroup while the
-	// group holds a live (unexpired) lease on the queue, unless their
-	// Force option is set. Nothing is changed.
+	// group holds a live (unexpired) lease on the queue or has a live
+	// member (a running Consume, a Pop with PopOptions.Member), unless
+	// their Force option is set. Nothing is changed.
 	ErrGroupActive = errs.ErrGroupActive
 	// ErrNotFound is returned by the operator calls ResetGroup,
 	// DeleteGroup and ReleaseLease for a queue, partition or group that

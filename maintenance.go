@@ -60,10 +60,15 @@ type MaintenanceReport struct {
 	// DeadLettersDeleted is how many dead letters past their queue's
 	// DeadLetterRetention the pass deleted (at most StepRows).
 	DeadLettersDeleted int
+	// MembersExpired is how many rows of consumer group members not seen
+	// within MemberTTL (crashed, or cut off from the database) the pass
+	// deleted (at most StepRows).
+	MembersExpired int
 }
 
 // Maintain runs one maintenance pass now: retention, hash-row purge,
-// idle-partition purge and dead-letter retention, in bounded steps. It reports Ran false when another
+// idle-partition purge, dead-letter retention and the expiry of crashed
+// consumer group members, in bounded steps. It reports Ran false when another
 // process holds the maintenance lock. The background loop calls the same.
 func (c *Client) Maintain(ctx context.Context) (MaintenanceReport, error) {
 	if c.e.isClosed() {

@@ -93,6 +93,17 @@ type PopOptions struct {
 	// Subscription applies on the group's first contact only. Defaults to
 	// SubscribeAll.
 	Subscription Subscription
+	// Member makes the caller a member of Group, by this id, for as long
+	// as it keeps popping (see Member): each pop is its heartbeat, the
+	// first one creates its row, and the leases it takes carry the id, so
+	// Status can tell a lease whose holder stopped (LeaseHolderGone). Pass
+	// the same id on every pop of one worker; Queue.LeaveGroup removes it,
+	// or it expires MemberTTL after its last pop. At most 128 bytes of
+	// UTF-8. Defaults to "": not a member. Consume ignores it: each Consume
+	// call is a member by an id of its own.
+	Member string
+
+	mem *member // the member claiming: set by Pop from Member, by Consume for its own
 }
 
 // Message is one delivered message. Its methods settle it; a message from an
@@ -126,6 +137,7 @@ type Message struct {
 	pid      int64
 	lease    uuid.UUID
 	leaseDur time.Duration
+	mem      *member // the group member that claimed it; nil for none
 	flags    byte
 	hdrs     []byte // the encoded headers as stored: kept by a dead letter and a re-enqueue
 	stored   []byte // the payload as stored (ciphertext when encrypted): the dead-letter snapshot

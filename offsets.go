@@ -84,7 +84,9 @@ type OffsetMove struct {
 // always all). Pause is left as it is. Consumers of the group are woken.
 //
 // It is refused with ErrGroupActive while the group holds a live lease on
-// the queue, unless o.Force. An unknown queue or partition is ErrNotFound.
+// the queue or has a live member (see Member), unless o.Force, which
+// also ends the leases; running consumers then claim from the new
+// position. An unknown queue or partition is ErrNotFound.
 // It is one transaction: all or nothing. A claim or settlement that
 // commits before it is overridden; one after it claims from the new
 // position, or finds its lease lost.
@@ -166,8 +168,8 @@ type GroupDeleted struct {
 // queue: its cursors, what was settled out of order above them, its
 // subscription and its pause. Completed retention (QueueOptions.
 // CompletedRetention) no longer waits for it. It is refused with
-// ErrGroupActive while the group holds a live lease on the queue, unless
-// o.Force; a queue or group that does not exist is ErrNotFound. One
+// ErrGroupActive while the group holds a live lease on the queue or has
+// a live member, unless o.Force; a queue or group that does not exist is ErrNotFound. One
 // transaction.
 //
 // A Consume or Pop of the group still running afterwards re-creates it

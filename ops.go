@@ -54,18 +54,27 @@ type QueueGroupInfo struct {
 	LagAge time.Duration
 	// Paused reports the group paused (Queue.Pause).
 	Paused bool
+	// Members are the group's live members (see GroupStatus.Members).
+	Members []Member
+	// Abandoned reports lag and no live member to consume it.
+	Abandoned bool
 }
 
 // Queues lists every queue of the client's tenant, sorted by name, with its
-// options, partition count, depth, oldest unconsumed message and groups.
-// It is one statement that reads every partition of the tenant's queues:
-// meant for operators and dashboards, not hot paths.
+// options, partition count, depth, oldest unconsumed message and groups
+// (with their live members). It reads every partition of the tenant's
+// queues (one statement, and one for the members): meant for operators and
+// dashboards, not hot paths.
 func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	e := c.e
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
 	rows, err := stmt.Queues(ctx, e.csql, e.pool, c.tenant)
+	if err != nil {
+		return nil, fmt.Errorf("queen: queues: %w", err)
+	}
+	mem, err := c.liveMembers(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("queen: queues: %w", err)
 	}
@@ -99,6 +108,10 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 		}
 		if g.Lag > 0 && r.Head != nil {
 			g.LagAge = max(r.Now.Sub(*r.Head), 0)
+		}
+		if mem.known {
+			g.Members = mem.of(r.Name, g.Group)
+			g.Abandoned = g.Lag > 0 && len(g.Members) == 0
 		}
 		last := &out[len(out)-1]
 		last.Groups = append(last.Groups, g)

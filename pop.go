@@ -34,6 +34,9 @@ func (o PopOptions) withDefaults() (PopOptions, error) {
 	if err := checkName(namePartition, o.Partition); err != nil {
 		return o, err
 	}
+	if err := checkMember(o.Member); err != nil {
+		return o, err
+	}
 	if o.Batch < 0 || o.Partitions < 0 || o.Wait < 0 || o.LeaseTime < 0 {
 		return o, fmt.Errorf("queen: PopOptions: Batch, Partitions, Wait and LeaseTime must not be negative")
 	}
@@ -77,6 +80,9 @@ func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err err
 	o, err = o.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if o.Member != "" {
+		o.mem = &member{id: o.Member, owner: e.owner + "#" + o.Member}
 	}
 	if e.tracing() {
 		var end func([]*Message, error)
@@ -150,6 +156,9 @@ func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
 	if from != nil {
 		k.From = from.UnixNano()
 	}
+	if o.mem != nil {
+		k.Owner = o.mem.owner
+	}
 	return k
 }
 
@@ -217,7 +226,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	err := stmt.Pop(qctx, e.csql, db, stmt.PopParams{
 		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
 		Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
-		AutoAck: o.AutoAck, Owner: e.owner, Mode: mode, From: from,
+		AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from,
 	}, func(r *stmt.PopRow) error {
 		pname := r.PartitionName
 		if p == nil || p.pid != r.PartitionID {
@@ -247,7 +256,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 			m := &Message{
 				Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt, Group: o.Group,
 				LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-				q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm,
+				q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm, mem: o.mem,
 			}
 			if off <= r.DeliveredMax && r.Deliveries > 1 {
 				m.Attempt = int(r.Deliveries)
@@ -298,6 +307,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
+	o.mem.carry() // the claim was the member's heartbeat
 	if unknownKey != nil {
 		err := fmt.Errorf("queen: pop %q: %w", q.name, unknownKey)
 		switch {

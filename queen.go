@@ -119,6 +119,11 @@ type testConfig struct {
 	// schedulePoll is the scheduled mover's backstop poll. Defaults to
 	// defaultSchedulePoll.
 	schedulePoll time.Duration
+	// memberHeartbeat and memberTTL are DefaultMemberHeartbeat and
+	// MemberTTL for this client (its Consume calls' heartbeats, what its
+	// Status and Queues count as live, what its maintenance expires).
+	memberHeartbeat time.Duration
+	memberTTL       time.Duration
 }
 
 // schedulePollOr is t's schedulePoll, or d when unset.
@@ -144,6 +149,12 @@ func (t testConfig) withDefaults() *testConfig {
 	}
 	if t.maxBundleBytes <= 0 {
 		t.maxBundleBytes = defaultMaxBundleBytes
+	}
+	if t.memberHeartbeat <= 0 {
+		t.memberHeartbeat = DefaultMemberHeartbeat
+	}
+	if t.memberTTL <= 0 {
+		t.memberTTL = MemberTTL
 	}
 	if t.spoolAppend == nil {
 		t.spoolAppend = (*spool.Spool).Append

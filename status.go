@@ -17,6 +17,10 @@ type QueueStatus struct {
 	// with none).
 	Scheduled int64
 	NextDue   time.Time
+	// Members are the live members of each consumer group by group name
+	// ("" is queue mode), also of a group the queue has no partition for
+	// yet; the same lists as GroupStatus.Members.
+	Members map[string][]Member
 }
 
 // PartitionStatus is one partition's log and its groups' cursors.
@@ -40,10 +44,26 @@ type GroupStatus struct {
 	// LagAge is how long the oldest unconsumed message has waited; 0 without lag.
 	LagAge time.Duration
 	// Leased reports a live lease on messages up to LeaseEnd.
-	Leased         bool
-	LeaseEnd       int64
-	LeaseOwner     string // host/pid/client of the lease holder
+	Leased     bool
+	LeaseEnd   int64
+	LeaseOwner string // host/pid/client of the lease holder, then '#' and its member id if it is a member
+	// LeaseMember is the member id the lease owner carries: the holder is
+	// a Consume call or a Pop naming itself (PopOptions.Member); "" for
+	// another Pop or a client older than group membership.
+	LeaseMember    string
 	LeaseExpiresAt time.Time
+	// LeaseHolderGone reports a live lease whose holder is no live member
+	// of the group (LeaseMember is set and not among Members): its process
+	// died or is cut off from the database, and the partition waits for
+	// LeaseExpiresAt.
+	LeaseHolderGone bool
+	// Members are the group's live members (the same for every partition
+	// of the queue): those whose last heartbeat is within MemberTTL, by
+	// start.
+	Members []Member
+	// Abandoned reports lag on the partition and no live member of the
+	// group to consume it.
+	Abandoned bool
 	// Failures is the retry budget spent by the message after Committed.
 	Failures int
 	// Settled is how many offsets above Committed were settled out of
@@ -66,7 +86,7 @@ type GroupStatus struct {
 }
 
 // Status reports the queue's partitions with each group's committed offset,
-// lag in messages and in age, and lease holder and expiry. It reads every
+// lag in messages and in age, lease holder and expiry, and live members. It reads every
 // partition of the queue: meant for operators, not hot paths.
 func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	e := q.c.e
@@ -86,6 +106,16 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}
 	st.Scheduled = sched
+	mem, err := q.c.liveMembers(ctx, q.name)
+	if err != nil {
+		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
+	}
+	for k, ms := range mem.m {
+		if st.Members == nil {
+			st.Members = map[string][]Member{}
+		}
+		st.Members[k[1]] = ms
+	}
 	if due != nil {
 		st.NextDue = *due
 	}
@@ -121,7 +151,13 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 			g.Leased, g.LeaseEnd, g.LeaseExpiresAt = true, *r.BatchEnd, *r.LeaseExpires
 			if r.Owner != nil {
 				g.LeaseOwner = *r.Owner
+				g.LeaseMember = memberOf(g.LeaseOwner)
 			}
+		}
+		if mem.known {
+			g.Members = mem.of(q.name, g.Group)
+			g.Abandoned = g.Lag > 0 && len(g.Members) == 0
+			g.LeaseHolderGone = g.LeaseMember != "" && !mem.has(q.name, g.Group, g.LeaseMember)
 		}
 		st.Partitions[n-1].Groups = append(st.Partitions[n-1].Groups, g)
 	}

@@ -47,7 +47,8 @@ type Key struct {
 	Lease   time.Duration
 	AutoAck bool
 	Mode    string
-	From    int64 // Subscription's time as UnixNano: time.Time == also compares locations
+	From    int64  // Subscription's time as UnixNano: time.Time == also compares locations
+	Owner   string // the lease owner of a group member popping (its id in it); "" for none
 }
 
 // Claim runs one claim for n pops, with the partitions hinted as pushed

@@ -38,6 +38,7 @@ type Report struct {
 	PartitionsPurged   int
 	PartitionsVisited  int
 	DeadLettersDeleted int
+	MembersExpired     int
 }
 
 // Pool hands out the connection a pass holds the maintenance lock on; a
@@ -54,6 +55,9 @@ type Params struct {
 	Log           *slog.Logger
 	MeterProvider metric.MeterProvider
 	Config        Config
+	// MemberTTL is how long a consumer group member's row outlives its
+	// last heartbeat before a pass deletes it.
+	MemberTTL time.Duration
 }
 
 // Maintainer runs passes on a ticker. Its cursors make successive passes
@@ -64,6 +68,7 @@ type Maintainer struct {
 	timeout time.Duration // each step's: the client's StatementTimeout
 	log     *slog.Logger
 	cfg     Config
+	ttl     time.Duration   // members' (Params.MemberTTL)
 	ctx     context.Context // ends at close, cutting a pass short
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -94,7 +99,8 @@ func (m *Maintainer) lagStale() time.Duration { return 3 * max(lagEvery, m.cfg.I
 // New starts the loop (unless cfg.Interval is negative), which runs until
 // Close or until ctx ends, and registers the lag gauges with mp.
 func New(ctx context.Context, p Params) (*Maintainer, error) {
-	m := &Maintainer{pool: p.Pool, sql: p.SQL, timeout: p.Timeout, log: p.Log, cfg: p.Config, done: make(chan struct{})}
+	m := &Maintainer{pool: p.Pool, sql: p.SQL, timeout: p.Timeout, log: p.Log, cfg: p.Config, ttl: p.MemberTTL,
+		done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(ctx)
 	if err := m.registerLagMetrics(p.MeterProvider); err != nil {
 		return nil, err
@@ -222,6 +228,16 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		return rep, fmt.Errorf("dead-letter retention: %w", err)
 	}
 	rep.DeadLettersDeleted += n
+
+	// Crashed members' rows, at most StepRows a pass.
+	err = step(func(ctx context.Context) (err error) {
+		n, err = stmt.ExpireMembers(ctx, m.sql, conn, m.ttl, m.cfg.StepRows)
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("member expiry: %w", err)
+	}
+	rep.MembersExpired += n
 
 	if time.Since(m.lagAt) >= lagEvery {
 		m.lagAt = time.Now()

@@ -48,6 +48,11 @@ type Consume struct {
 	ResetGroup   string
 	DeleteGroup  string
 	ReleaseLease string
+	// MemberBeat, MemberLeave and Members write, delete and list consumer
+	// group members (see the functions of the same names).
+	MemberBeat  string
+	MemberLeave string
+	Members     string
 }
 
 // Settle actions, the Act of SettleParams and SettleKeyedParams, as

@@ -27,7 +27,34 @@ FROM {{schema}}.settle_keyed_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], 
     $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[], $15::bytea[])
 
 -- name: Extend
-UPDATE {{schema}}.consumers
-SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
-WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
-RETURNING lease_expires_at
+-- $5, the lease owner of a member (client '#' member id) or NULL: a
+-- renewal is the member's heartbeat too (member_seen, rate-limited).
+WITH x AS (
+    UPDATE {{schema}}.consumers
+    SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
+    WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
+    RETURNING lease_expires_at
+)
+SELECT x.lease_expires_at,
+    CASE WHEN $5::text IS NOT NULL THEN
+        {{schema}}.member_seen((SELECT p.queue_id FROM {{schema}}.partitions p WHERE p.id = $1), $2, $5::text,
+                               clock_timestamp())
+    END
+FROM x
+
+-- name: MemberBeat
+SELECT {{schema}}.member_beat($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, $7::int4, $8::timestamptz)
+
+-- name: MemberLeave
+DELETE FROM {{schema}}.members m USING {{schema}}.queues q
+WHERE q.tenant = $1 AND q.name = $2 AND m.queue_id = q.id AND m.group_name = $3 AND m.member_id = $4
+
+-- name: Members
+-- The live members (seen within $3 ms) of the tenant's queues, of queue
+-- $2 only unless NULL.
+SELECT q.name, m.group_name, m.member_id, m.client, m.host, m.pid, m.started_at, m.last_seen
+FROM {{schema}}.queues q
+JOIN {{schema}}.members m ON m.queue_id = q.id
+WHERE q.tenant = $1 AND ($2::text IS NULL OR q.name = $2::text)
+  AND m.last_seen > clock_timestamp() - $3::int8 * interval '1 millisecond'
+ORDER BY q.name, m.group_name, m.started_at, m.member_id

@@ -60,13 +60,14 @@ func TestConsumeStatements(t *testing.T) {
 	}
 
 	lease := stmt.Lease{Partition: r.PartitionID, Group: "g", ID: *r.Lease}
-	exp, err := stmt.Extend(ctx, c, pool, lease, time.Hour)
+	// A member's renewal (its owner carries the member id) is its heartbeat.
+	exp, err := stmt.Extend(ctx, c, pool, lease, time.Hour, "host/1/x#m1")
 	if err != nil || !exp.After(r.LeaseExpires.Add(time.Minute)) {
 		t.Fatalf("extend: %v (was %v), %v", exp, *r.LeaseExpires, err)
 	}
 	other := lease
 	other.ID = uuid.Must(uuid.NewV4())
-	if _, err := stmt.Extend(ctx, c, pool, other, time.Hour); !errors.Is(err, pgx.ErrNoRows) {
+	if _, err := stmt.Extend(ctx, c, pool, other, time.Hour, ""); !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatalf("extend another lease: %v", err)
 	}
 

@@ -52,6 +52,10 @@ WITH due AS (
 )
 SELECT count(*)::int8 FROM del
 
+-- name: ExpireMembers
+-- The rows of members not seen within $1 ms, at most $2.
+SELECT {{schema}}.expire_members($1::int8, $2::int4)
+
 -- name: LagByGroup
 SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
 FROM {{schema}}.consumer_lag GROUP BY tenant, queue, group_name

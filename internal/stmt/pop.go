@@ -158,9 +158,15 @@ func PopDeadLetter(ctx context.Context, c *Consume, q Querier, in PopDeadLetterP
 
 // Extend runs c.Extend on q: it renews lease l to end d from now (sent in
 // whole milliseconds, at least one) and returns the new end, or
-// pgx.ErrNoRows when the lease is lost.
-func Extend(ctx context.Context, c *Consume, q Querier, l Lease, d time.Duration) (time.Time, error) {
+// pgx.ErrNoRows when the lease is lost. A non-empty member is the lease
+// owner of the consumer group member renewing (client '#' member id): the
+// renewal is its heartbeat too.
+func Extend(ctx context.Context, c *Consume, q Querier, l Lease, d time.Duration, member string) (time.Time, error) {
 	var exp time.Time
-	err := scanPrefix(ctx, q, c.Extend, []any{l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1)}, &exp)
+	var m *string
+	if member != "" {
+		m = &member
+	}
+	err := scanPrefix(ctx, q, c.Extend, prefixArgs(c.Extend, l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1), m), &exp)
 	return exp, err
 }

@@ -80,6 +80,9 @@ type Set struct {
 	// DeadLetterCounts counts each queue's dead letters (see
 	// DeadLetterCounts).
 	DeadLetterCounts string
+	// ExpireMembers deletes the rows of crashed members (see
+	// ExpireMembers).
+	ExpireMembers string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
 	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string

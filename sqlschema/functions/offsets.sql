@@ -9,19 +9,22 @@
 -- rows are written only under them; clear_pending and retention steps skip
 -- a held partition, pushes wait), then the group's cursor rows in
 -- ascending partition id. Errors: SQLSTATE QN002 for a queue, partition or
--- group that does not exist, QN003 for a group with a live lease (without
+-- group that does not exist, QN003 for an active group (group_live; without
 -- p_force). Nothing is changed then.
 
--- Whether group p_group holds a live lease on queue p_qid: the one place
--- that says when a group is active, so the operator actions refuse it.
--- Read after the caller locked the cursor rows it moves, so no claim on
--- them can start or end unseen.
+-- Whether group p_group is active on queue p_qid: it holds a live lease
+-- there, or has a live member (a running Consume, a Pop naming itself),
+-- as Kafka refuses to move the offsets of a group with members. The one
+-- place that says when a group is active, so the operator actions refuse
+-- it. Read after the caller locked the cursor rows it moves, so no claim
+-- on them can start or end unseen.
 CREATE OR REPLACE FUNCTION {{schema}}.group_live(p_qid bigint, p_group text)
 RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM {{schema}}.partitions p
                    JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = p_group
                    WHERE p.queue_id = p_qid AND c.batch_end IS NOT NULL AND c.lease_expires_at > clock_timestamp())
+        OR EXISTS (SELECT 1 FROM {{schema}}.group_live_members(p_qid, p_group))
 $$;
 
 -- The queue id of (p_tenant, p_queue), its row taken KEY SHARE after the

@@ -465,6 +465,11 @@ BEGIN
         p_lease_ms := v_q.lease_time_ms;
     END IF;
     v_cutoff := v_now - v_q.delayed_processing_ms * interval '1 millisecond';
+    -- A member's claim is its heartbeat (rate-limited, see member_seen),
+    -- whatever it then finds: paused or idle, it is still there.
+    IF strpos(p_owner, '#') > 0 THEN
+        v_done := {{schema}}.member_seen(v_q.id, p_group, p_owner, v_now);
+    END IF;
 
     v_done := {{schema}}.pop_first_contact(v_q.id, p_group, p_mode, p_from);
     IF NOT v_done THEN
