@@ -18,9 +18,12 @@ func (h *handler) listQueues(ctx context.Context) ([]queueRow, map[string]int64,
 	totals := make(map[string]int64, len(qs))
 	for i, q := range qs {
 		totals[q.Name] = q.Pushed
-		r := queueRow{Name: q.Name, Partitions: q.Partitions, Depth: q.Depth, OldestAge: q.OldestAge}
+		r := queueRow{Name: q.Name, Partitions: q.Partitions, Depth: q.Depth, OldestAge: q.OldestAge, DeadLetters: q.DeadLetters}
 		for _, g := range q.Groups {
 			r.Groups = append(r.Groups, groupRow{Name: g.Group, Lag: g.Lag, LagAge: g.LagAge, Paused: g.Paused})
+			if g.Paused {
+				r.Paused++
+			}
 		}
 		out[i] = r
 	}

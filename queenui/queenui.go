@@ -6,7 +6,8 @@
 // New returns an http.Handler that renders server-side HTML (html/template,
 // assets embedded, no build step) with a little JavaScript that refreshes
 // the live part of each page. It is read-only unless Options.Actions is
-// set; then dead letters can be replayed, each POST checked against
+// set; then dead letters can be replayed or discarded and consumer groups
+// paused and resumed, each POST checked against
 // cross-site request forgery (a token tied to a per-handler secret and a
 // SameSite cookie, and the request's origin).
 //
@@ -48,7 +49,8 @@ var staticFS embed.FS
 // Options configure the dashboard. The zero value is a read-only dashboard
 // refreshing every 5 seconds.
 type Options struct {
-	// Actions enables the replay of dead letters (POST, with a confirmation
+	// Actions enables the replay and the discard of dead letters and the
+	// pause and resume of consumer groups (POST, each with a confirmation
 	// step). Defaults to false: read-only, every POST is refused with 403.
 	Actions bool
 	// Refresh is how often a page refreshes its live part in the browser.
@@ -65,14 +67,13 @@ type Options struct {
 }
 
 type handler struct {
-	c       *queen.Client
-	opts    Options
-	tmpl    *template.Template
-	csrf    *csrf
-	static  http.Handler
-	rates   rates
-	origin  *http.CrossOriginProtection
-	queueEx func(ctx context.Context, name string) (bool, error)
+	c      *queen.Client
+	opts   Options
+	tmpl   *template.Template
+	csrf   *csrf
+	static http.Handler
+	rates  rates
+	origin *http.CrossOriginProtection
 }
 
 // New returns the dashboard for client's schema and tenant.
@@ -99,7 +100,6 @@ func New(client *queen.Client, opts Options) http.Handler {
 	}
 	sub, _ := fs.Sub(staticFS, "static") // cannot fail: the directory is embedded
 	h.static = http.StripPrefix("static/", http.FileServerFS(sub))
-	h.queueEx = h.queueExists
 	return h
 }
 
@@ -172,6 +172,12 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request, path string) {
 	switch path {
 	case "replay":
 		h.replay(w, r)
+	case "discard":
+		h.discard(w, r)
+	case "pause", "resume":
+		h.pauseResume(w, r, path == "pause")
+	// Group actions still to come (reset or delete a group, release a
+	// lease) go here, each with its confirmation step as pauseResume's.
 	default:
 		h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no action " + r.URL.Path + "."})
 	}
@@ -251,19 +257,27 @@ type overviewPage struct {
 }
 
 type queueRow struct {
-	Name       string
-	Partitions int
-	Depth      int64
-	OldestAge  time.Duration
-	Groups     []groupRow
-	Rate       float64 // messages pushed per second; negative: not known yet
+	Name        string
+	Partitions  int
+	Depth       int64
+	OldestAge   time.Duration
+	DeadLetters int64
+	Paused      int // how many of Groups are paused
+	Groups      []groupRow
+	Rate        float64 // messages pushed per second; negative: not known yet
 }
 
 type groupRow struct {
 	Name   string
-	Lag    int64
+	Lag    int64 // settled offsets excluded: they are skipped, never read
 	LagAge time.Duration
 	Paused bool
+	// Settled is how many offsets above the cursors were settled out of
+	// order (queue page only).
+	Settled int64
+	// Unsubscribed: paused before its first pop, the group has no cursor
+	// yet, so no lag (queue page only).
+	Unsubscribed bool
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +309,11 @@ type queuePage struct {
 	More        int // partitions not shown
 	DeadLetters []deadLetterRow
 	MoreDead    bool
+	DeadCount   int64 // every dead letter of the queue
+	Paused      []string
 	Replayed    int // >= 0: the notice after a replay
+	Discarded   int // >= 0: the notice after a discard
+	Notice      string
 	Maintenance bool
 }
 
@@ -327,12 +345,12 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.page(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad request", Message: "Which queue? The address needs ?name=<queue>."})
 		return
 	}
-	ok, err := h.queueEx(r.Context(), name)
+	qi, err := h.queueInfo(r.Context(), name)
 	if err != nil {
 		h.fail(w, r, "look up queue", err)
 		return
 	}
-	if !ok {
+	if qi == nil {
 		h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Queue not found",
 			Message: fmt.Sprintf("There is no queue %q in schema %q.", name, h.c.Schema())})
 		return
@@ -343,11 +361,26 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "queue status", err)
 		return
 	}
-	p := queuePage{base: h.base(w, r, name), Queue: name, Replayed: -1, Maintenance: h.c.Maintenance()}
+	p := queuePage{base: h.base(w, r, name), Queue: name, Replayed: -1, Discarded: -1, Maintenance: h.c.Maintenance(),
+		DeadCount: qi.DeadLetters}
 	if n, err := strconv.Atoi(r.URL.Query().Get("replayed")); err == nil && n >= 0 {
 		p.Replayed = n
 	}
-	p.Groups = summarize(st)
+	if n, err := strconv.Atoi(r.URL.Query().Get("discarded")); err == nil && n >= 0 {
+		p.Discarded = n
+	}
+	switch uq := r.URL.Query(); {
+	case uq.Has("paused"):
+		p.Notice = "Paused group " + groupName(uq.Get("paused")) + "."
+	case uq.Has("resumed"):
+		p.Notice = "Resumed group " + groupName(uq.Get("resumed")) + "."
+	}
+	p.Groups = summarize(st, qi.Groups)
+	for _, g := range p.Groups {
+		if g.Paused {
+			p.Paused = append(p.Paused, groupName(g.Name))
+		}
+	}
 	parts := st.Partitions
 	if len(parts) > h.opts.Partitions {
 		p.More = len(parts) - h.opts.Partitions
@@ -377,9 +410,11 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	h.page(w, r, http.StatusOK, "queue", p)
 }
 
-// summarize sums each group's lag over the partitions, keeping the
-// oldest lag age; groups by name.
-func summarize(st queen.QueueStatus) []groupRow {
+// summarize sums each group's lag and settled offsets over the
+// partitions, keeping the oldest lag age; groups by name. Groups of info
+// that no partition shows (paused before their first pop) are added as
+// unsubscribed.
+func summarize(st queen.QueueStatus, info []queen.QueueGroupInfo) []groupRow {
 	idx := map[string]int{}
 	var out []groupRow
 	for _, p := range st.Partitions {
@@ -392,8 +427,15 @@ func summarize(st queen.QueueStatus) []groupRow {
 			}
 			r := &out[i]
 			r.Lag += g.Lag
+			r.Settled += int64(g.Settled)
 			r.LagAge = max(r.LagAge, g.LagAge)
 			r.Paused = r.Paused || g.Paused
+		}
+	}
+	for _, g := range info {
+		if _, ok := idx[g.Group]; !ok {
+			idx[g.Group] = len(out)
+			out = append(out, groupRow{Name: g.Group, Paused: g.Paused, Unsubscribed: true})
 		}
 	}
 	slices.SortFunc(out, func(a, b groupRow) int { return strings.Compare(a.Name, b.Name) })
@@ -566,11 +608,6 @@ func (h *handler) queueInfo(ctx context.Context, name string) (*queen.QueueInfo,
 		}
 	}
 	return nil, nil
-}
-
-func (h *handler) queueExists(ctx context.Context, name string) (bool, error) {
-	qi, err := h.queueInfo(ctx, name)
-	return qi != nil, err
 }
 
 // rates turns successive totals into messages per second. Samples closer

@@ -40,12 +40,18 @@ func chromium(t *testing.T) string {
 // TestDashboardInBrowser drives the dashboard in headless Chromium against
 // a schema holding hostile names and payloads: the pages show them as text
 // and no injected script runs, the live part refreshes, and a dead letter
-// is replayed through the confirmation step. It saves a screenshot of the
-// queue page to testdata/dashboard.png with -update.
+// is replayed through the confirmation step; the front page counts dead
+// letters and marks the paused group; a group is paused and resumed and a
+// dead letter discarded, each through its confirmation. With -update it
+// saves screenshots: the queue page to testdata/dashboard.png, the front
+// page, the queue page with a group paused and a discard's confirmation to
+// testdata/dashboard-{overview,paused,discard}.png.
 func TestDashboardInBrowser(t *testing.T) {
 	path := chromium(t)
 	c := queentest.Open(t)
-	ctx := ctxT(t)
+	// A browser on a busy machine: more time than ctxT's.
+	ctx, cancelAll := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelAll()
 
 	const (
 		evilQueue   = `<img src=x onerror="window.pwned='queue'">`
@@ -105,7 +111,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer cancel()
 	bctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
-	bctx, cancel = context.WithTimeout(bctx, 90*time.Second)
+	bctx, cancel = context.WithTimeout(bctx, 4*time.Minute)
 	defer cancel()
 
 	must := func(what string, err error) {
@@ -114,11 +120,21 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// text and click find the node and use it in one evaluation: the
+	// refresh replaces the live part's nodes at any moment.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		s, err := chromedp.Run(bctx, chromedp.Poll[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+			`);return e&&e.offsetParent!==null?e.innerText:null})()`, chromedp.WithPollingTimeout(20*time.Second)))
 		must("text of "+sel, err)
 		return s
+	}
+	click := func(sel, waitFor string) {
+		t.Helper()
+		_, err := chromedp.Run(bctx, chromedp.Poll[bool](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+			`);if(!e||e.offsetParent===null)return false;e.click();return true})()`, chromedp.WithPollingTimeout(20*time.Second)))
+		must("click "+sel, err)
+		must("wait for "+waitFor, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(waitFor))))
 	}
 	notPwned := func(where string) {
 		t.Helper()
@@ -132,7 +148,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The queue list: both queues, the hostile name as text.
 	must("navigate", chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#queues"))))
 	list := text("#queues")
-	for _, want := range []string{"orders", evilQueue, "billing: 0 (paused)"} {
+	for _, want := range []string{"orders", evilQueue, "billing: paused"} {
 		if !strings.Contains(list, want) {
 			t.Errorf("queue list lacks %q:\n%s", want, list)
 		}
@@ -141,10 +157,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("queue list has %d img/script elements (%v)", n, err)
 	}
 	notPwned("queue list")
+	if n := text(`#queues a[href="queue?name=orders#dead-letters-h"]`); n != "2" {
+		t.Errorf("dead-letter count of orders on the front page: %q, want 2", n)
+	}
+	screenshot := func(name string) {
+		t.Helper()
+		shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		must("screenshot", err)
+		if _, err := png.Decode(bytes.NewReader(shot)); err != nil {
+			t.Fatalf("screenshot is not a PNG: %v", err)
+		}
+		if *update {
+			must("write screenshot", os.WriteFile(filepath.Join("testdata", name), shot, 0o644))
+		}
+	}
+	screenshot("dashboard-overview.png")
 
 	// The queue page, reached by its link.
-	must("open orders", chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`a[href="queue?name=orders"]`), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#dead-letters"))))
+	click(`a[href="queue?name=orders"]`, "#dead-letters")
 	if h := text("#queue-name"); h != "orders" {
 		t.Errorf("heading %q, want orders", h)
 	}
@@ -160,6 +190,12 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("dead letters lack %q:\n%s", want, dead)
 		}
 	}
+	if s := text("#paused-banner"); !strings.Contains(s, "Paused: group billing.") {
+		t.Errorf("paused banner %q", s)
+	}
+	if s := text("#dead-count"); s != "(2)" {
+		t.Errorf("dead-letter count %q, want (2)", s)
+	}
 	// The live part refreshes (the script loaded under the page's
 	// Content-Security-Policy and its fetch works), and still nothing ran.
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`(document.getElementById("refreshed").textContent || "").startsWith("updated")`,
@@ -167,20 +203,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	must("wait for a refresh", err)
 	notPwned("queue page after refresh")
 
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	must("screenshot", err)
-	if _, err := png.Decode(bytes.NewReader(shot)); err != nil {
-		t.Fatalf("screenshot is not a PNG: %v", err)
-	}
-	if *update {
-		must("write screenshot", os.WriteFile(filepath.Join("testdata", "dashboard.png"), shot, 0o644))
-	}
+	screenshot("dashboard.png")
 
 	// Replay the hostile dead letter: its button leads to the confirmation
 	// page, which changes nothing until confirmed.
 	id := strconv.FormatInt(dls[0].ID, 10)
-	must("click replay", chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#dl-"+id+" button.replay"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#confirm"))))
+	click("#dl-"+id+" button.replay", "#confirm")
 	if what := text("#confirm-what"); !strings.Contains(what, "Dead letter "+id+" of queue orders") {
 		t.Errorf("confirmation says %q", what)
 	}
@@ -188,8 +216,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if left, _ := orders.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left) != 2 {
 		t.Fatalf("%d dead letters before confirming, want 2", len(left))
 	}
-	must("confirm", chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#confirm"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#replayed"))))
+	click("#confirm", "#replayed")
 	if s := text("#replayed"); s != "Replayed 1 dead letter." {
 		t.Errorf("notice %q", s)
 	}
@@ -203,4 +230,66 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("eu's tail after the replay: %v, %v", tail, err)
 	}
 	notPwned("after the replay")
+
+	// Pause queue mode from its row, confirm; the banner names it; resume.
+	click(`tr[id="group-"] button.pause`, "#confirm")
+	if s := text("h1"); s != "Pause group (queue mode)?" {
+		t.Errorf("pause confirmation heading %q", s)
+	}
+	if groupPaused(t, orders, "") {
+		t.Fatal("the confirmation page paused the group")
+	}
+	click("#confirm", "#notice")
+	if s := text("#paused-banner"); !strings.Contains(s, "Paused: groups (queue mode), billing.") {
+		t.Errorf("paused banner %q", s)
+	}
+	if !groupPaused(t, orders, "") {
+		t.Fatal("queue mode not paused after the confirmation")
+	}
+	screenshot("dashboard-paused.png")
+	click(`tr[id="group-"] button.resume`, "#confirm")
+	click("#confirm", "#notice")
+	if s := text("#notice"); s != "Resumed group (queue mode)." {
+		t.Errorf("notice %q", s)
+	}
+	if groupPaused(t, orders, "") {
+		t.Fatal("queue mode still paused after the resume")
+	}
+
+	// Discard the other dead letter by its button, after the confirmation.
+	id = strconv.FormatInt(dls[1].ID, 10)
+	click("#discard-"+id, "#confirm")
+	if what := text("#confirm-what"); !strings.Contains(what, "Dead letter "+id+" of queue orders") || !strings.Contains(what, "deleted for good") {
+		t.Errorf("discard confirmation says %q", what)
+	}
+	screenshot("dashboard-discard.png")
+	if left, _ := orders.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left) != 1 {
+		t.Fatalf("%d dead letters before confirming the discard, want 1", len(left))
+	}
+	click("#confirm", "#discarded")
+	if s := text("#discarded"); s != "Discarded 1 dead letter." {
+		t.Errorf("notice %q", s)
+	}
+	if left, err := orders.DeadLetters(ctx, queen.DeadLetterQuery{}); err != nil || len(left) != 0 {
+		t.Fatalf("dead letters after the discard: %d, %v", len(left), err)
+	}
+	notPwned("after the discard")
+}
+
+// groupPaused reports whether Queue.Status shows group paused.
+func groupPaused(t *testing.T, q *queen.Queue, group string) bool {
+	t.Helper()
+	st, err := q.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Partitions {
+		for _, g := range p.Groups {
+			if g.Group == group {
+				return g.Paused
+			}
+		}
+	}
+	t.Fatalf("group %q not in the status", group)
+	return false
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/e03140bc/queen"
@@ -10,8 +11,8 @@ import (
 
 var cmdDLQ = &command{
 	name:     "dlq",
-	synopsis: "list|replay <queue> [--partition P] [--group G]... [--since T] [--until T] [--dry-run]",
-	short:    "list dead letters, or replay them to their partitions",
+	synopsis: "list|replay|discard <queue> [--id N]... [--partition P] [--group G]... [--since T] [--until T] [--dry-run]",
+	short:    "list dead letters, replay them to their partitions, or discard them",
 	long: `list prints the queue's dead letters, oldest first: id, partition, group, offset,
 attempts, when it died, reason and a payload preview. At most --limit (default
 100); when there are more it says how to get the next page (--after).
@@ -23,8 +24,13 @@ transaction per batch: an interrupted replay can simply be run again. It takes
 only those there are when it starts, not those dead-lettered meanwhile. --dry-run
 lists what would be replayed and changes nothing. Replaying nothing exits 0.
 
-Filters: --partition, --group (repeatable; "" is queue mode), --since and
---until (RFC 3339 times, or a duration meaning that long ago, e.g. 1h).`,
+discard deletes the dead letters that match for good (nothing is pushed), as
+replay takes them: only those there are when it starts, in batches that can be
+run again, --dry-run to list them first. Discarding nothing exits 0.
+
+Filters: --id (repeatable: exactly these dead letters), --partition, --group
+(repeatable; "" is queue mode), --since and --until (RFC 3339 times, or a
+duration meaning that long ago, e.g. 1h).`,
 	flags: func(fs *flag.FlagSet, o *opts) {
 		fs.StringVar(&o.partition, "partition", "", "only this `partition`")
 		fs.Func("group", "only this consumer `group` (repeatable; \"\" is queue mode)", func(s string) error {
@@ -33,9 +39,17 @@ Filters: --partition, --group (repeatable; "" is queue mode), --since and
 		})
 		fs.StringVar(&o.since, "since", "", "only dead letters stored at or after this `time` (RFC 3339, or a duration ago)")
 		fs.StringVar(&o.until, "until", "", "only dead letters stored before this `time` (RFC 3339, or a duration ago)")
+		fs.Func("id", "only the dead letter with this `id` (repeatable)", func(s string) error {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("not a dead letter id: %q", s)
+			}
+			o.ids = append(o.ids, n)
+			return nil
+		})
 		fs.Int64Var(&o.after, "after", 0, "list: only dead letters with an id above this (the next page)")
-		fs.IntVar(&o.limit, "limit", 0, "list: at most this many (default 100, at most 10000); replay: at most this many (default all)")
-		fs.BoolVar(&o.dryRun, "dry-run", false, "replay: list what would be replayed, change nothing")
+		fs.IntVar(&o.limit, "limit", 0, "list: at most this many (default 100, at most 10000); replay, discard: at most this many (default all)")
+		fs.BoolVar(&o.dryRun, "dry-run", false, "replay, discard: list what would be done, change nothing")
 	},
 	run: runDLQ,
 }
@@ -56,18 +70,18 @@ func when(s string, now time.Time) (time.Time, error) {
 
 func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 	if len(pos) == 0 {
-		return e.usageError("missing subcommand: list or replay")
+		return e.usageError("missing subcommand: list, replay or discard")
 	}
 	sub := pos[0]
-	if sub != "list" && sub != "replay" {
-		return e.usageError("unknown subcommand %s: want list or replay", shown(sub))
+	if sub != "list" && sub != "replay" && sub != "discard" {
+		return e.usageError("unknown subcommand %s: want list, replay or discard", shown(sub))
 	}
 	if code, ok := e.args(pos[1:], 1); !ok {
 		return code
 	}
 	name := pos[1]
 	now := time.Now()
-	query := queen.DeadLetterQuery{Partition: e.o.partition, After: e.o.after}
+	query := queen.DeadLetterQuery{Partition: e.o.partition, After: e.o.after, IDs: e.o.ids}
 	if e.o.groupSet {
 		query.Groups = e.o.groups
 	}
@@ -89,11 +103,11 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 			return e.usageError("--group: invalid name %q", g)
 		}
 	}
-	if sub == "replay" && e.o.after != 0 {
+	if sub != "list" && e.o.after != 0 {
 		return e.usageError("--after is for list")
 	}
 	if sub == "list" && e.o.dryRun {
-		return e.usageError("--dry-run is for replay")
+		return e.usageError("--dry-run is for replay and discard")
 	}
 	c, done, code := e.client(4)
 	if code != exitOK {
@@ -128,7 +142,8 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		return exitOK
 	}
 	// Only the dead letters there are now: a consumer dead-lettering the
-	// copies again at once would otherwise keep the replay going.
+	// copies again at once would otherwise keep the replay going, and a
+	// discard would delete what nobody saw.
 	qs, err := c.Queues(e.ctx)
 	if err != nil {
 		return e.fail(err)
@@ -139,6 +154,10 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		}
 	}
 	none := query.MaxID == 0 // MaxID 0 would mean no bound
+	verb, past := "replay", "replayed"
+	if sub == "discard" {
+		verb, past = "discard", "discarded"
+	}
 	if e.o.dryRun {
 		// Page by page: dead letters carry whole payloads.
 		var all []queen.DeadLetter
@@ -173,10 +192,10 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 			return e.printDeadLetters(name, all)
 		}
 		if seen == 0 {
-			fmt.Fprintf(e.stdout, "nothing to replay: no dead letters of queue %q match\n", name)
+			fmt.Fprintf(e.stdout, "nothing to %s: no dead letters of queue %q match\n", verb, name)
 			return exitOK
 		}
-		fmt.Fprintf(e.stdout, "would replay the %d dead letter%s of queue %q listed above (dry run, nothing changed)\n", seen, plural(seen), name)
+		fmt.Fprintf(e.stdout, "would %s the %d dead letter%s of queue %q listed above (dry run, nothing changed)\n", verb, seen, plural(seen), name)
 		return exitOK
 	}
 	total := 0
@@ -185,10 +204,16 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		if e.o.limit > 0 {
 			query.Limit = min(1000, e.o.limit-total)
 		}
-		n, err := q.RequeueDeadLetters(e.ctx, query)
+		var n int
+		var err error
+		if sub == "discard" {
+			n, err = q.DiscardDeadLetters(e.ctx, query)
+		} else {
+			n, err = q.RequeueDeadLetters(e.ctx, query)
+		}
 		if err != nil {
 			if total > 0 {
-				fmt.Fprintf(e.stderr, "queen dlq: %d replayed before the error; run the command again for the rest\n", total)
+				fmt.Fprintf(e.stderr, "queen dlq: %d %s before the error; run the command again for the rest\n", total, past)
 			}
 			return e.fail(err)
 		}
@@ -197,6 +222,12 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		}
 		total += n
 	}
+	if e.o.json && sub == "discard" {
+		return e.writeJSON(struct {
+			Queue     string `json:"queue"`
+			Discarded int    `json:"discarded"`
+		}{name, total})
+	}
 	if e.o.json {
 		return e.writeJSON(struct {
 			Queue    string `json:"queue"`
@@ -204,7 +235,11 @@ func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
 		}{name, total})
 	}
 	if total == 0 {
-		fmt.Fprintf(e.stdout, "nothing to replay: no dead letters of queue %q match\n", name)
+		fmt.Fprintf(e.stdout, "nothing to %s: no dead letters of queue %q match\n", verb, name)
+		return exitOK
+	}
+	if sub == "discard" {
+		fmt.Fprintf(e.stdout, "discarded %d dead letter%s of queue %q\n", total, plural(total), name)
 		return exitOK
 	}
 	fmt.Fprintf(e.stdout, "replayed %d message%s of queue %q from its dead letters to the tail of their partitions\n", total, plural(total), name)

@@ -68,6 +68,7 @@ type opts struct {
 	interval          time.Duration
 	since, until      string
 	after             int64
+	ids               []int64
 	dryRun            bool
 	addr              string
 	actions           bool

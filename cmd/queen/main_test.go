@@ -188,8 +188,11 @@ func TestGolden(t *testing.T) {
 		{"dlq-list-json", []string{"dlq", "list", "orders", "--json"}},
 		{"dlq-list-filtered", []string{"dlq", "list", "orders", "--partition", "eu"}},
 		{"dlq-replay-dry-run", []string{"dlq", "replay", "orders", "--dry-run"}},
+		{"dlq-discard-dry-run", []string{"dlq", "discard", "orders", "--partition", "us", "--dry-run"}},
 		{"dlq-replay", []string{"dlq", "replay", "orders"}},
 		{"dlq-replay-nothing", []string{"dlq", "replay", "orders"}},
+		{"dlq-discard-nothing", []string{"dlq", "discard", "orders", "--id", "1"}},
+		{"dlq-discard-nothing-json", []string{"dlq", "discard", "orders", "--json"}},
 		{"dlq-list-after-replay", []string{"dlq", "list", "orders"}},
 		{"tail-after-replay", []string{"tail", "orders", "--partition", "us"}},
 		{"dlq-unknown-queue", []string{"dlq", "list", "nope"}},
@@ -507,8 +510,47 @@ func TestDLQFilters(t *testing.T) {
 	if r := cli("dlq", "replay", "jobs"); r.code != exitOK || !strings.HasPrefix(r.stdout, "replayed 2 messages") || count() != 0 {
 		t.Errorf("replay the rest: %+v, %d left", r, count())
 	}
+	// discard: the same filters, and --id.
+	kill(queen.PopOptions{Partition: "a", Batch: 1, Group: "g2"})
+	kill(queen.PopOptions{Partition: "a", Batch: 1, Group: "g2"})
+	kill(queen.PopOptions{Partition: "b", Batch: 1, Group: "g2"})
+	dls, err := q.DeadLetters(ctx, queen.DeadLetterQuery{})
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters for discard: %d, %v", len(dls), err)
+	}
+	before, err := q.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cli("dlq", "discard", "jobs", "--partition", "a", "--dry-run"); r.code != exitOK ||
+		!strings.HasSuffix(r.stdout, "would discard the 2 dead letters of queue \"jobs\" listed above (dry run, nothing changed)\n") || count() != 3 {
+		t.Errorf("discard dry run: %+v, %d left", r, count())
+	}
+	id := strconv.FormatInt(dls[1].ID, 10)
+	if r := cli("dlq", "discard", "jobs", "--id", id); r.code != exitOK || r.stdout != "discarded 1 dead letter of queue \"jobs\"\n" || count() != 2 {
+		t.Errorf("discard --id %s: %+v, %d left", id, r, count())
+	}
+	if r := cli("dlq", "discard", "jobs", "--id", id, "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"discarded": 0`) {
+		t.Errorf("discard --id %s again: %+v", id, r)
+	}
+	if r := cli("dlq", "discard", "jobs", "--partition", "b", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"discarded": 1`) || count() != 1 {
+		t.Errorf("discard b: %+v, %d left", r, count())
+	}
+	if left, _ := q.DeadLetters(ctx, queen.DeadLetterQuery{}); len(left) != 1 || left[0].ID != dls[0].ID {
+		t.Errorf("left after the discards: %+v, want only %d", left, dls[0].ID)
+	}
+	after, err := q.Status(ctx)
+	if err != nil || len(after.Partitions) != len(before.Partitions) {
+		t.Fatalf("status after the discards: %+v, %v", after, err)
+	}
+	for i, p := range after.Partitions {
+		if p.LastOffset != before.Partitions[i].LastOffset {
+			t.Errorf("discard pushed to %s: last offset %d, was %d", p.Name, p.LastOffset, before.Partitions[i].LastOffset)
+		}
+	}
 	for _, bad := range [][]string{
-		{"dlq", "replay", "jobs", "--after", "1"}, {"dlq", "list", "jobs", "--dry-run"}, {"dlq", "list", "jobs", "--limit", "10001"},
+		{"dlq", "replay", "jobs", "--after", "1"}, {"dlq", "discard", "jobs", "--after", "1"}, {"dlq", "discard", "jobs", "--id", "0"},
+		{"dlq", "list", "jobs", "--dry-run"}, {"dlq", "list", "jobs", "--limit", "10001"},
 		{"dlq", "purge", "jobs"}, {"dlq"}, {"dlq", "list", "jobs", "--partition", "bad\x00"}, {"dlq", "list", "jobs", "--until", "-1h"},
 	} {
 		if r := cli(bad...); r.code != exitUsage {

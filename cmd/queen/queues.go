@@ -34,11 +34,11 @@ func age(d time.Duration) string {
 
 var cmdQueues = &command{
 	name:  "queues",
-	short: "list the queues with partitions, depth and groups",
+	short: "list the queues with partitions, depth, dead letters and groups",
 	long: `Lists every queue of the tenant, by name: its partition count, depth (unconsumed
 messages, counted for the group furthest behind), the age of the oldest
-unconsumed message, and its consumer groups with their lag ("paused" for a
-paused group).`,
+unconsumed message, how many dead letters it holds (DEAD; not part of the
+depth), and its consumer groups with their lag ("paused" for a paused group).`,
 	run: func(e *env, _ *flag.FlagSet, pos []string) int {
 		if code, ok := e.args(pos, 0); !ok {
 			return code
@@ -55,7 +55,7 @@ paused group).`,
 		if e.o.json {
 			out := make([]queueJSON, 0, len(qs))
 			for _, q := range qs {
-				j := queueJSON{Name: q.Name, Partitions: q.Partitions, Depth: q.Depth, OldestAgeSeconds: q.OldestAge.Seconds(),
+				j := queueJSON{Name: q.Name, Partitions: q.Partitions, Depth: q.Depth, OldestAgeSeconds: q.OldestAge.Seconds(), DeadLetters: q.DeadLetters,
 					Options: optionsJSON(q.Options), Groups: []groupJSON{}}
 				for _, g := range q.Groups {
 					j.Groups = append(j.Groups, groupJSON{g.Group, g.Lag, g.LagAge.Seconds(), g.Paused})
@@ -69,7 +69,7 @@ paused group).`,
 			return exitOK
 		}
 		tw := table(e.stdout)
-		fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tDEPTH\tOLDEST\tGROUPS (LAG)")
+		fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tDEPTH\tOLDEST\tDEAD\tGROUPS (LAG)")
 		for _, q := range qs {
 			var gs []string
 			for _, g := range q.Groups {
@@ -82,7 +82,7 @@ paused group).`,
 			if len(gs) == 0 {
 				gs = []string{"-"}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", q.Name, q.Partitions, q.Depth, age(q.OldestAge), strings.Join(gs, ", "))
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", q.Name, q.Partitions, q.Depth, age(q.OldestAge), q.DeadLetters, strings.Join(gs, ", "))
 		}
 		if err := tw.Flush(); err != nil {
 			return e.fail(err)
@@ -96,6 +96,7 @@ type queueJSON struct {
 	Partitions       int            `json:"partitions"`
 	Depth            int64          `json:"depth"`
 	OldestAgeSeconds float64        `json:"oldest_age_seconds"`
+	DeadLetters      int64          `json:"dead_letters"`
 	Options          map[string]any `json:"options"`
 	Groups           []groupJSON    `json:"groups"`
 }

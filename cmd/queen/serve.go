@@ -20,15 +20,16 @@ var cmdServe = &command{
 throughput, partitions with lag, lease holders and expiry, consumer groups, dead
 letters with a payload preview, maintenance mode and this process's spool.
 
-It is read-only unless --actions is given, which enables replaying dead letters
-(with a confirmation step, protected against cross-site request forgery). It has
+It is read-only unless --actions is given, which enables replaying and
+discarding dead letters and pausing and resuming consumer groups (each with a
+confirmation step, protected against cross-site request forgery). It has
 no authentication: it listens on 127.0.0.1 by default. To reach it from
 elsewhere, keep it on loopback and put an authenticating reverse proxy in front
 (e.g. nginx with auth_basic or an OAuth proxy such as oauth2-proxy), or mount
 queenui.New in your own server behind your own authentication.`,
 	flags: func(fs *flag.FlagSet, o *opts) {
 		fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen on this `address`")
-		fs.BoolVar(&o.actions, "actions", false, "enable actions (replaying dead letters)")
+		fs.BoolVar(&o.actions, "actions", false, "enable actions (replay or discard dead letters, pause or resume groups)")
 		fs.DurationVar(&o.refresh, "refresh", 5*time.Second, "how often pages refresh in the browser (0: never)")
 	},
 	run: func(e *env, _ *flag.FlagSet, pos []string) int {
