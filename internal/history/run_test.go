@@ -410,6 +410,9 @@ func (r *run) main() (st runStats) {
 			wg.Go(func() { nem.seedRaces(genCtx, c, rand.New(rand.NewPCG(r.seed, 0x5eed+uint64(i)))) })
 		}
 	}
+	if r.gen["seedrows"] {
+		wg.Go(func() { r.seedRows(genCtx, clients[1], rand.New(rand.NewPCG(r.seed, 0xc5eed))) }) // gen_seedrows_test.go
+	}
 	if r.gen["delete"] {
 		// A fourth worker of main-0 (its own transaction ids) racing Deletes
 		// with pushes all run long: a worker's own Deletes are a few a seed.
@@ -487,8 +490,8 @@ func (r *run) main() (st runStats) {
 		}
 		ccancel()
 	}
-	// The procs that use a client drawn at random: storm, seedRaces, outage.
-	r.recordMetrics(ctx, []string{"storm", "seedrace", "main-x"})
+	// The procs that use a client drawn at random or another proc's: storm, seedRaces, outage, cursorSeeds.
+	r.recordMetrics(ctx, []string{"storm", "seedrace", "main-x", "cseed"})
 	for i, dir := range r.spoolDirs {
 		c := r.open(ctx, fmt.Sprintf("drain-%d", i), dir)
 		deadline := time.Now().Add(90 * time.Second)
