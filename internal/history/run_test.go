@@ -312,6 +312,9 @@ func (r *run) main() (st runStats) {
 	if r.gen["autoorder"] { // first: its backlog takes most of the run to drain
 		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
 	}
+	if r.gen["seedrows"] { // early: its queue and connections are made during setup
+		wg.Go(func() { r.seedRows(genCtx, clients[1], rand.New(rand.NewPCG(r.seed, 0xc5eed))) }) // gen_seedrows_test.go
+	}
 	var others []*queen.Client // closed at heal
 	rot := make(chan *queen.Client, 1)
 	if r.gen["keyrot"] {
@@ -409,9 +412,6 @@ func (r *run) main() (st runStats) {
 			c := clients[i%len(clients)]
 			wg.Go(func() { nem.seedRaces(genCtx, c, rand.New(rand.NewPCG(r.seed, 0x5eed+uint64(i)))) })
 		}
-	}
-	if r.gen["seedrows"] {
-		wg.Go(func() { r.seedRows(genCtx, clients[1], rand.New(rand.NewPCG(r.seed, 0xc5eed))) }) // gen_seedrows_test.go
 	}
 	if r.gen["delete"] {
 		// A fourth worker of main-0 (its own transaction ids) racing Deletes
