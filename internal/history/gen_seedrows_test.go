@@ -26,8 +26,17 @@ import (
 // retention_step on them in a tight loop. Retention must count late by
 // its subscription or by its new row, never by neither: what it deletes
 // under a row it did not see is owed to late (never-delivered). Late then
-// reads the round.
-func (r *run) seedRows(ctx context.Context, c *queen.Client, rng *rand.Rand) {
+// reads the round. Three such loops run at once, each a chance a round:
+// a round is several calls, slow on a loaded machine.
+func (r *run) seedRows(ctx context.Context, cs []*queen.Client) {
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() { r.seedRowsLoop(ctx, i, cs[i%len(cs)], rand.New(rand.NewPCG(r.seed, 0xc5eed+uint64(i)))) })
+	}
+	wg.Wait()
+}
+
+func (r *run) seedRowsLoop(ctx context.Context, loop int, c *queen.Client, rng *rand.Rand) {
 	const steppers = 4
 	conns := make([]*pgx.Conn, steppers)
 	defer func() {
@@ -39,8 +48,8 @@ func (r *run) seedRows(ctx context.Context, c *queen.Client, rng *rand.Rand) {
 	}()
 	var st seedStats
 	defer func() {
-		r.t.Logf("seedrows: %d queues, %d rounds (%d pushes failed, %d spooled), %d first pops raced, %d cursors below the log start",
-			st.queues, st.rounds, st.failed, st.spooled, st.raced, st.under)
+		r.t.Logf("seedrows: loop %d: %d queues, %d rounds (%d pushes failed, %d spooled), %d first pops raced, %d cursors below the log start",
+			loop, st.queues, st.rounds, st.failed, st.spooled, st.raced, st.under)
 	}()
 	var sq *seedQueue
 	for ctx.Err() == nil {
@@ -68,6 +77,7 @@ func (r *run) seedRows(ctx context.Context, c *queen.Client, rng *rand.Rand) {
 		st.rounds++
 		if !sq.round(ctx, conns, rng, &st) {
 			sq = nil
+			sleepCtx(ctx, 500*time.Millisecond) // the client spools while the database is down
 		}
 	}
 }
@@ -81,8 +91,10 @@ type seedQueue struct {
 	rounds int
 }
 
+// pop pops with AutoAck (one call less than an ack; one of unknown outcome
+// excuses its Batch for its group).
 func (sq *seedQueue) pop(ctx context.Context, g string, batch int, part string) ([]*queen.Message, error) {
-	return recordPopErr(ctx, sq.r.rec, "cseed", sq.q, queen.PopOptions{Group: g, Batch: batch, Partitions: batch, Partition: part, LeaseTime: 2 * time.Second})
+	return recordPopErr(ctx, sq.r.rec, "cseed", sq.q, queen.PopOptions{Group: g, Batch: batch, Partitions: batch, Partition: part, AutoAck: true})
 }
 
 // newSeedQueue configures a fresh queue, due as soon as read, and makes
@@ -133,12 +145,12 @@ func (sq *seedQueue) round(ctx context.Context, conns []*pgx.Conn, rng *rand.Ran
 			return false // the final drain reads it
 		}
 	}
-	acked := 0
-	for try := 0; try < 4 && acked < parts && ctx.Err() == nil; try++ {
+	read := 0
+	for try := 0; try < 4 && read < parts && ctx.Err() == nil; try++ {
 		msgs, _ := sq.pop(ctx, "base", parts, "")
-		acked += ackAll(ctx, r.rec, "cseed", q, msgs)
+		read += len(msgs)
 	}
-	if acked == 0 {
+	if read == 0 {
 		return true // nothing due: no race
 	}
 	s := pgx.Identifier{r.schema}.Sanitize()
@@ -185,7 +197,7 @@ func (sq *seedQueue) round(ctx context.Context, conns []*pgx.Conn, rng *rand.Ran
 	sleepCtx(ctx, time.Duration(rng.IntN(1000))*time.Microsecond)
 	// One message of one partition: the window seeds late's rows on the
 	// others, which it leaves unclaimed.
-	got, err := sq.pop(ctx, "late", 1, "")
+	_, err = sq.pop(ctx, "late", 1, "")
 	close(stop)
 	wg.Wait()
 	if err == nil {
@@ -196,11 +208,9 @@ func (sq *seedQueue) round(ctx context.Context, conns []*pgx.Conn, rng *rand.Ran
 		WHERE p.id = ANY ($1) AND c.group_name = 'late' AND c.committed < p.log_start - 1`, s), pids).Scan(&under) == nil {
 		ss.under += under
 	}
-	ackAll(ctx, r.rec, "cseed", q, got)
 	// Late reads the round: its next window holds the next round's
 	// partitions only. What it misses, the final drain reads.
-	msgs, _ := sq.pop(ctx, "late", parts, "")
-	ackAll(ctx, r.rec, "cseed", q, msgs)
+	_, _ = sq.pop(ctx, "late", parts, "")
 	return true
 }
 

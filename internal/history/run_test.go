@@ -313,7 +313,7 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
 	}
 	if r.gen["seedrows"] { // early: its queue and connections are made during setup
-		wg.Go(func() { r.seedRows(genCtx, clients[1], rand.New(rand.NewPCG(r.seed, 0xc5eed))) }) // gen_seedrows_test.go
+		wg.Go(func() { r.seedRows(genCtx, clients) }) // gen_seedrows_test.go
 	}
 	var others []*queen.Client // closed at heal
 	rot := make(chan *queen.Client, 1)
