@@ -26,11 +26,11 @@ import (
 // retention_step on them in a tight loop. Retention must count late by
 // its subscription or by its new row, never by neither: what it deletes
 // under a row it did not see is owed to late (never-delivered). Late then
-// reads the round. Three such loops run at once, each a chance a round:
+// reads the round. Two such loops run at once, each a chance a round:
 // a round is several calls, slow on a loaded machine.
 func (r *run) seedRows(ctx context.Context, cs []*queen.Client) {
 	var wg sync.WaitGroup
-	for i := range 3 {
+	for i := range 2 {
 		wg.Go(func() { r.seedRowsLoop(ctx, i, cs[i%len(cs)], rand.New(rand.NewPCG(r.seed, 0xc5eed+uint64(i)))) })
 	}
 	wg.Wait()
