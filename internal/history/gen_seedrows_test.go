@@ -115,8 +115,8 @@ func (r *run) newSeedQueue(ctx context.Context, c *queen.Client) *seedQueue {
 }
 
 // round pushes to new partitions, has base read them and races late's
-// first pop of each against retention_step; false if the queue is spent
-// (its push was spooled).
+// window pop over them against retention_step; false if the queue is
+// spent (its push was spooled or failed).
 func (sq *seedQueue) round(ctx context.Context, conns []*pgx.Conn, rng *rand.Rand, ss *seedStats) bool {
 	const parts = 8
 	r, q := sq.r, sq.q
