@@ -55,6 +55,7 @@ var genKinds = []string{
 	"faults",    // segments rewritten under their keys, a poison spool record, an idle-partition purge (gen_faults_test.go)
 	"spoolwin",  // in maintenance windows: pushes spooled behind, by a client missing or holding stale settings, across a lane-count change
 	"misuse",    // nil messages settled, bad URLs, sub-ms leases, unsafe spool dirs, a dead server, Close with a short deadline; odd seeds' schema 63 bytes
+	"seedrows",  // a subscribed group's pop seeding its first cursor rows on new partitions while retention_step runs on them (gen_seedrows_test.go)
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

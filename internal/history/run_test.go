@@ -290,7 +290,7 @@ func (r *run) main() (st runStats) {
 	// The run's duration counts from the end of setup (below): under load,
 	// opening the clients takes seconds, and generators started last would
 	// otherwise get no time of a short seed.
-	genCtx, stopGen := context.WithCancel(ctx)
+	genCtx, stopGen := newGenContext(ctx, r.dur) // gendeadline_test.go
 	defer stopGen()
 	var wg sync.WaitGroup
 	var clients []*queen.Client
@@ -311,6 +311,9 @@ func (r *run) main() (st runStats) {
 	}
 	if r.gen["autoorder"] { // first: its backlog takes most of the run to drain
 		wg.Go(func() { r.autoOrders(genCtx, clients[1]) })
+	}
+	if r.gen["seedrows"] { // early: its queue and connections are made during setup
+		wg.Go(func() { r.seedRows(genCtx, clients) }) // gen_seedrows_test.go
 	}
 	var others []*queen.Client // closed at heal
 	rot := make(chan *queen.Client, 1)
@@ -453,7 +456,7 @@ func (r *run) main() (st runStats) {
 			}
 		})
 	}
-	genTimer := time.AfterFunc(r.dur, stopGen)
+	genTimer := genCtx.arm(stopGen)
 	defer genTimer.Stop()
 	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
 	wg.Wait()
@@ -487,8 +490,8 @@ func (r *run) main() (st runStats) {
 		}
 		ccancel()
 	}
-	// The procs that use a client drawn at random: storm, seedRaces, outage.
-	r.recordMetrics(ctx, []string{"storm", "seedrace", "main-x"})
+	// The procs that use a client drawn at random or another proc's: storm, seedRaces, outage, cursorSeeds.
+	r.recordMetrics(ctx, []string{"storm", "seedrace", "main-x", "cseed"})
 	for i, dir := range r.spoolDirs {
 		c := r.open(ctx, fmt.Sprintf("drain-%d", i), dir)
 		deadline := time.Now().Add(90 * time.Second)
