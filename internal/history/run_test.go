@@ -374,6 +374,11 @@ func (r *run) main() (st runStats) {
 		r.sw = r.openSpoolWin(ctx, genCtx, admin)
 		others = append(others, r.sw.c)
 	}
+	if r.gen["revive"] { // gen_revive_test.go; before scanSpools reads spoolDirs
+		rv := r.openRevive(ctx)
+		others = append(others, rv.c)
+		wg.Go(func() { rv.loop(genCtx) })
+	}
 	var cc *queen.Client
 	if r.gen["contact"] {
 		// A client of its own (stall takes every connection of a main
