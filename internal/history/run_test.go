@@ -290,7 +290,7 @@ func (r *run) main() (st runStats) {
 	// The run's duration counts from the end of setup (below): under load,
 	// opening the clients takes seconds, and generators started last would
 	// otherwise get no time of a short seed.
-	genCtx, stopGen := context.WithCancel(ctx)
+	genCtx, stopGen := newGenContext(ctx, r.dur) // gendeadline_test.go
 	defer stopGen()
 	var wg sync.WaitGroup
 	var clients []*queen.Client
@@ -463,7 +463,7 @@ func (r *run) main() (st runStats) {
 			}
 		})
 	}
-	genTimer := time.AfterFunc(r.dur, stopGen)
+	genTimer := genCtx.arm(stopGen)
 	defer genTimer.Stop()
 	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
 	wg.Wait()
