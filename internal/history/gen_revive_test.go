@@ -103,13 +103,8 @@ func (v *reviver) holdRows(ctx context.Context, q string, parts []string) (pid i
 	return pid, release
 }
 
-// waiters counts the backends waiting on pid's locks.
-func (v *reviver) waiters(ctx context.Context, pid int32) int {
-	conn, err := pgx.Connect(ctx, v.r.url())
-	if err != nil {
-		return 0
-	}
-	defer conn.Close(context.Background())
+// waiters counts the backends waiting on pid's locks (0 on an error).
+func waiters(ctx context.Context, conn *pgx.Conn, pid int32) int {
 	var n int
 	if conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid).Scan(&n) != nil {
 		return 0
@@ -194,8 +189,16 @@ func (v *reviver) round(gen, ctx context.Context) {
 	if aPid == 0 || fPid == 0 || gen.Err() != nil || !setMaint(false) {
 		return
 	}
+	mon, err := pgx.Connect(ctx, v.r.url())
+	if err != nil {
+		return
+	}
+	defer mon.Close(context.Background())
 	// The drain's pass: every worker's first call waits on a held row.
-	if !waitUntil(5*time.Second, func() bool { return v.waiters(ctx, aPid) > 0 && v.waiters(ctx, fPid) > 0 }) {
+	if !waitUntil(5*time.Second, func() bool {
+		time.Sleep(10 * time.Millisecond)
+		return waiters(ctx, mon, aPid) > 0 && waiters(ctx, mon, fPid) > 0
+	}) {
 		return
 	}
 	time.Sleep(200 * time.Millisecond)
