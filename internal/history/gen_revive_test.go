@@ -117,6 +117,8 @@ func (v *reviver) round(gen, ctx context.Context) {
 		return
 	}
 	v.n++
+	stage := "set up"
+	defer func() { v.r.t.Logf("revive: round %d: %s", v.n, stage) }()
 	q := fmt.Sprintf("rv-%d", v.n)
 	if v.c.Queue(q).Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}) != nil {
 		return
@@ -137,6 +139,7 @@ func (v *reviver) round(gen, ctx context.Context) {
 		setup = append(setup, item(p, 0))
 	}
 	if res, err := v.push(ctx, q, setup); err != nil || !allStatus(res, queen.Queued) {
+		stage = "setup push not queued"
 		return
 	}
 	fault := v.r.rec.Invoke(history.Event{Proc: rvProc, Op: history.OpFault, Kind: "maintenance"})
@@ -179,6 +182,7 @@ func (v *reviver) round(gen, ctx context.Context) {
 	}
 	for _, its := range spool {
 		if res, err := v.push(ctx, q, its); err != nil || !allStatus(res, queen.Buffered) {
+			stage = "a push not buffered"
 			return
 		}
 	}
@@ -187,6 +191,7 @@ func (v *reviver) round(gen, ctx context.Context) {
 	fPid, releaseF := v.holdRows(ctx, q, held[1:])
 	defer releaseF()
 	if aPid == 0 || fPid == 0 || gen.Err() != nil || !setMaint(false) {
+		stage = "rows not held"
 		return
 	}
 	mon, err := pgx.Connect(ctx, v.r.url())
@@ -194,11 +199,13 @@ func (v *reviver) round(gen, ctx context.Context) {
 		return
 	}
 	defer mon.Close(context.Background())
-	// The drain's pass: every worker's first call waits on a held row.
-	if !waitUntil(5*time.Second, func() bool {
+	// The drain's pass: every worker's first call waits on a held row, a's
+	// on its own or in a bundle with a filler's.
+	if !waitUntil(3*time.Second, func() bool {
 		time.Sleep(10 * time.Millisecond)
-		return waiters(ctx, mon, aPid) > 0 && waiters(ctx, mon, fPid) > 0
-	}) {
+		return waiters(ctx, mon, aPid) > 0
+	}) && waiters(ctx, mon, fPid) == 0 {
+		stage = "no replay waited"
 		return
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -218,8 +225,12 @@ func (v *reviver) round(gen, ctx context.Context) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	if !setMaint(false) {
+		stage = "maintenance not ended"
 		return
 	}
 	releaseA()
-	waitUntil(20*time.Second, func() bool { return v.c.SpoolStats().PendingRecords == 0 })
+	stage = "a released"
+	if !waitUntil(20*time.Second, func() bool { return v.c.SpoolStats().PendingRecords == 0 }) {
+		stage = "a released; not drained in 20 s"
+	}
 }
