@@ -29,9 +29,10 @@ import (
 // maintenance ends and a's row is released: a's call succeeds. x's second
 // record stored before its first is a client-order violation.
 type reviver struct {
-	r *run
-	c *queen.Client
-	n int
+	r    *run
+	c    *queen.Client
+	n    int // rounds begun
+	done int // rounds that went through
 }
 
 const (
@@ -57,7 +58,7 @@ func (r *run) openRevive(ctx context.Context) *reviver {
 }
 
 func (v *reviver) loop(gen context.Context) {
-	for v.n < rvRounds && gen.Err() == nil {
+	for v.done < rvRounds && gen.Err() == nil {
 		// A round ends what it began even once the run's generation ended.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(gen), 40*time.Second)
 		v.round(gen, ctx)
@@ -165,24 +166,26 @@ func (v *reviver) round(gen, ctx context.Context) {
 	if !setMaint(true) {
 		return
 	}
-	// Spooled in this order, one chunk: a, the fillers, x's first record.
-	spool := [][]queen.Item{{item("a", 1)}}
-	n := 1
+	// Spooled in this order, one chunk: a, the fillers (in any order: a
+	// push spools its partitions in no set order), x's first record; then
+	// x's second, the next chunk.
+	var fill []queen.Item
 	for i := range rvFillers {
-		var its []queen.Item
 		for j := range (rvChunk - 2 - i + rvFillers - 1) / rvFillers {
-			its = append(its, item(filler(i), j+1))
+			fill = append(fill, item(filler(i), j+1))
 		}
-		n += len(its)
-		spool = append(spool, its)
 	}
-	spool = append(spool, []queen.Item{item("x", 0)}, []queen.Item{item("x", 1)})
-	if n+1 != rvChunk {
-		panic(fmt.Sprintf("revive: chunk of %d records", n+1))
+	if len(fill)+2 != rvChunk {
+		panic(fmt.Sprintf("revive: chunk of %d records", len(fill)+2))
 	}
-	for _, its := range spool {
-		if res, err := v.push(ctx, q, its); err != nil || !allStatus(res, queen.Buffered) {
-			stage = "a push not buffered"
+	for _, its := range [][]queen.Item{{item("a", 1)}, fill, {item("x", 0)}, {item("x", 1)}} {
+		res, err := v.push(ctx, q, its)
+		if err != nil {
+			stage = fmt.Sprintf("a push failed: %v", err)
+			return
+		}
+		if !allStatus(res, queen.Buffered) {
+			stage = fmt.Sprintf("a push not buffered (%s): maintenance ended meanwhile", res[0].Status)
 			return
 		}
 	}
@@ -230,6 +233,7 @@ func (v *reviver) round(gen, ctx context.Context) {
 	}
 	releaseA()
 	stage = "a released"
+	v.done++
 	if !waitUntil(20*time.Second, func() bool { return v.c.SpoolStats().PendingRecords == 0 }) {
 		stage = "a released; not drained in 20 s"
 	}
