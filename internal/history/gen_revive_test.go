@@ -61,7 +61,7 @@ func (v *reviver) loop(gen context.Context) {
 	for v.done < rvRounds && gen.Err() == nil {
 		// A round ends what it began even once the run's generation ended.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(gen), 40*time.Second)
-		v.round(gen, ctx)
+		v.round(ctx)
 		cancel()
 		select {
 		case <-gen.Done():
@@ -113,7 +113,7 @@ func waiters(ctx context.Context, conn *pgx.Conn, pid int32) int {
 	return n
 }
 
-func (v *reviver) round(gen, ctx context.Context) {
+func (v *reviver) round(ctx context.Context) {
 	if !waitUntil(5*time.Second, func() bool { return !v.c.Maintenance() && v.c.SpoolStats().PendingRecords == 0 }) {
 		return
 	}
@@ -193,8 +193,12 @@ func (v *reviver) round(gen, ctx context.Context) {
 	defer releaseA()
 	fPid, releaseF := v.holdRows(ctx, q, held[1:])
 	defer releaseF()
-	if aPid == 0 || fPid == 0 || gen.Err() != nil || !setMaint(false) {
+	if aPid == 0 || fPid == 0 {
 		stage = "rows not held"
+		return
+	}
+	if !setMaint(false) {
+		stage = "maintenance not ended"
 		return
 	}
 	mon, err := pgx.Connect(ctx, v.r.url())
