@@ -130,6 +130,11 @@ func (m *maintStale) round(gen, ctx context.Context) {
 		return
 	}
 	m.n++
+	stage := "set up"
+	var buffered, stored int
+	defer func() {
+		m.r.t.Logf("staleflag: round %d: %s; %d pushes buffered, %d stored", m.n, stage, buffered, stored)
+	}()
 	q := fmt.Sprintf("ms-%d", m.n)
 	if m.c.Queue(q).Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}) != nil {
 		return
@@ -140,6 +145,7 @@ func (m *maintStale) round(gen, ctx context.Context) {
 	select { // the drain's re-read, once a second, read "off" and is held
 	case <-held:
 	case <-time.After(5 * time.Second):
+		stage = "no flag read held"
 		return
 	}
 	fault := m.r.rec.Invoke(history.Event{Proc: msProc, Op: history.OpFault, Kind: "maintenance"})
@@ -147,6 +153,7 @@ func (m *maintStale) round(gen, ctx context.Context) {
 	defer m.r.rec.Done(fault, history.OK, history.Event{})
 	before := m.hold.reads.Load()
 	if m.call(history.CallMaintenanceOn, func() error { return m.c.SetMaintenance(ctx, true) }) != nil {
+		stage = "SetMaintenance(true) failed"
 		return
 	}
 	defer func() {
@@ -157,7 +164,11 @@ func (m *maintStale) round(gen, ctx context.Context) {
 		}
 	}()
 	// The NOTIFY's re-read ("on") first, if it need not wait for the held one.
-	waitUntil(time.Second, func() bool { return m.hold.reads.Load() > before })
+	if !waitUntil(2*time.Second, func() bool { return m.hold.reads.Load() > before }) {
+		stage = "no other flag read meanwhile"
+	} else {
+		stage = "another flag read meanwhile"
+	}
 	release()
 	for i := 0; i < 10 && gen.Err() == nil; i++ {
 		tx := fmt.Sprintf("%s/%d", q, i)
@@ -170,6 +181,11 @@ func (m *maintStale) round(gen, ctx context.Context) {
 			m.r.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		} else {
 			m.r.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
+			if res[0].Status == queen.Buffered {
+				buffered++
+			} else {
+				stored++
+			}
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
