@@ -208,7 +208,7 @@ func (v *reviver) round(ctx context.Context) {
 	defer mon.Close(context.Background())
 	// The drain's pass: every worker's first call waits on a held row, a's
 	// on its own or in a bundle with a filler's.
-	if !waitUntil(3*time.Second, func() bool {
+	if !waitUntil(10*time.Second, func() bool {
 		time.Sleep(10 * time.Millisecond)
 		return waiters(ctx, mon, aPid) > 0
 	}) && waiters(ctx, mon, fPid) == 0 {
