@@ -212,6 +212,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.misuse(all)
 	c.autoAckHandled(all) // check_autoack.go
 	c.autoAckOrder(all)   // check_autoorder.go
+	c.maintenanceDirect(all)
 	return c.out
 }
 

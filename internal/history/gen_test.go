@@ -54,6 +54,8 @@ var genKinds = []string{
 	"fromedge",  // a SubscribeFrom time taken while a push waits for its partition's row
 	"faults",    // segments rewritten under their keys, a poison spool record, an idle-partition purge (gen_faults_test.go)
 	"spoolwin",  // in maintenance windows: pushes spooled behind, by a client missing or holding stale settings, across a lane-count change
+	"revive",    // a spool replay pass halted by failures in a row while a call still waits on a row, which then succeeds (gen_revive_test.go)
+	"staleflag", // a client's maintenance-flag re-read held (a tracer on its own pool) across its SetMaintenance(true), then pushes (gen_maintstale_test.go)
 	"misuse",    // nil messages settled, bad URLs, sub-ms leases, unsafe spool dirs, a dead server, Close with a short deadline; odd seeds' schema 63 bytes
 	"seedrows",  // a subscribed group's pop seeding its first cursor rows on new partitions while retention_step runs on them (gen_seedrows_test.go)
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step

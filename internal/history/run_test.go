@@ -377,6 +377,16 @@ func (r *run) main() (st runStats) {
 		r.sw = r.openSpoolWin(ctx, genCtx, admin)
 		others = append(others, r.sw.c)
 	}
+	if r.gen["revive"] { // gen_revive_test.go; before scanSpools reads spoolDirs
+		rv := r.openRevive(ctx)
+		others = append(others, rv.c)
+		wg.Go(func() { rv.loop(genCtx) })
+	}
+	if r.gen["staleflag"] { // gen_maintstale_test.go; before scanSpools reads spoolDirs
+		ms := r.openMaintStale(ctx)
+		others = append(others, ms.c)
+		wg.Go(func() { ms.loop(genCtx) })
+	}
 	var cc *queen.Client
 	if r.gen["contact"] {
 		// A client of its own (stall takes every connection of a main
