@@ -55,6 +55,9 @@ var genKinds = []string{
 	"faults",    // segments rewritten under their keys, a poison spool record, an idle-partition purge (gen_faults_test.go)
 	"spoolwin",  // in maintenance windows: pushes spooled behind, by a client missing or holding stale settings, across a lane-count change
 	"misuse",    // nil messages settled, bad URLs, sub-ms leases, unsafe spool dirs, a dead server, Close with a short deadline; odd seeds' schema 63 bytes
+	"sched",     // Item.DeliverAt 0.2-3 s ahead (some past, some repeats) and CancelScheduled of one id a call (gen_sched_test.go)
+	"retrywait", // failures on a queue with a RetryBackoff, by its schedule or with queen.RetryAfter / Message.RetryAfter waits
+	"discard",   // DiscardDeadLetters of one listed dead letter by id, then listing it again
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 
