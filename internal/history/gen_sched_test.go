@@ -75,8 +75,11 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 		at time.Time
 	}
 	var recent []pending
-	n := 0
+	n, scheduled, cancels, counted := 0, 0, 0, 0
 	q := w.c.Queue(schedQueue)
+	defer func() {
+		w.r.t.Logf("sched: %d transaction ids, %d scheduled, %d cancels (%d counted)", n, scheduled, cancels, counted)
+	}()
 	for ctx.Err() == nil && time.Until(end) > 3500*time.Millisecond {
 		items := make([]queen.Item, 1+w.rng.IntN(4))
 		for i := range items {
@@ -106,6 +109,7 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 			for i, r := range res {
 				if r.Status == queen.Scheduled {
+					scheduled++
 					recent = append(recent, pending{items[i].TransactionID, items[i].DeliverAt})
 				}
 			}
@@ -121,6 +125,8 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			k, err := q.CancelScheduled(cctx, []string{p.tx})
 			cancel()
+			cancels++
+			counted += k
 			if err != nil {
 				w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 			} else {
@@ -188,6 +194,7 @@ func (r *run) waitScheduled(ctx context.Context, admin *queen.Client) {
 func (w *worker) retryAfters(ctx context.Context, end time.Time) {
 	q := w.c.Queue(retryQueue)
 	n := 0
+	defer func() { w.r.t.Logf("retrywait: %d pushed, %d failures with a wait recorded", n, w.n) }()
 	for ctx.Err() == nil && time.Until(end) > 2*time.Second {
 		items := make([]queen.Item, 4)
 		for i := range items {
@@ -233,6 +240,7 @@ func (w *worker) retryPops(ctx context.Context, q *queen.Queue) {
 				_ = recordSettle(ctx, w.rec, w.proc, last[p], "ack", w.rng)
 				continue
 			}
+			w.n++
 			d := w.wait()
 			inv := settleEvent(w.proc, m, "fail")
 			inv.Counts = map[string]int64{"wait_ms": d.Milliseconds()}
@@ -265,6 +273,9 @@ func (w *worker) retryConsume(ctx context.Context, q *queen.Queue) {
 			Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{delivery(m)}})
 		mu.Lock()
 		fail, d := w.rng.IntN(3) != 0, w.wait()
+		if fail {
+			w.n++
+		}
 		mu.Unlock()
 		if !fail {
 			w.rec.Done(h, history.OK, history.Event{})
@@ -289,6 +300,7 @@ func (w *worker) discards(ctx context.Context) {
 	if w.gen["retrywait"] {
 		qs = append(qs, retryQueue)
 	}
+	defer func() { w.r.t.Logf("discard: %d dead letters discarded", w.n) }()
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -313,6 +325,7 @@ func (w *worker) discards(ctx context.Context) {
 			continue
 		}
 		w.rec.Done(inv, history.OK, history.Event{Counts: map[string]int64{"discarded": int64(k)}})
+		w.n += k
 		inv = w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "deadletters", Queue: qn, Group: d.Group, Counts: dl})
 		again, err := q.DeadLetters(ctx, queen.DeadLetterQuery{IDs: []int64{d.ID}})
 		if err != nil {
