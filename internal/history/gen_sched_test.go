@@ -40,10 +40,11 @@ func (r *run) startSched(genCtx context.Context, wg *sync.WaitGroup, clients []*
 	}
 	if r.gen["retrywait"] {
 		w := mk(1, 0x7e7a)
-		o := queen.QueueOptions{RetryLimit: 4, DeadLetter: true, LeaseTime: 5 * time.Second, RetryBackoff: queen.RetryBackoff{Min: retryMin, Max: retryMax}}
+		// A low RetryLimit: dead letters for "discard" within a short run.
+		o := queen.QueueOptions{RetryLimit: 2, DeadLetter: true, LeaseTime: 5 * time.Second, RetryBackoff: queen.RetryBackoff{Min: retryMin, Max: retryMax}}
 		if err := w.c.Queue(retryQueue).Configure(genCtx, o); err == nil {
 			r.addQueue(retryQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, RetryMin: retryMin})
-			wg.Go(func() { w.retryAfters(genCtx, end) })
+			wg.Go(func() { w.retryAfters(genCtx) })
 		}
 	}
 	if r.gen["discard"] {
@@ -75,13 +76,20 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 		at time.Time
 	}
 	var recent []pending
-	n, scheduled, cancels, counted := 0, 0, 0, 0
+	n, cancels, counted := 0, 0, 0
+	statuses := map[queen.PushStatus]int{}
 	q := w.c.Queue(schedQueue)
 	defer func() {
-		w.r.t.Logf("sched: %d transaction ids, %d scheduled, %d cancels (%d counted)", n, scheduled, cancels, counted)
+		w.r.t.Logf("sched: %d transaction ids, items %v, %d cancels (%d counted)", n, statuses, cancels, counted)
 	}()
-	for ctx.Err() == nil && time.Until(end) > 3500*time.Millisecond {
-		items := make([]queen.Item, 1+w.rng.IntN(4))
+	for ctx.Err() == nil {
+		// Due by shortly after the run's end: the final drain waits for
+		// them (waitScheduled) past its own start anyway.
+		ahead := min(3*time.Second, time.Until(end)+2*time.Second)
+		if ahead < 300*time.Millisecond {
+			break
+		}
+		items := make([]queen.Item, 1+w.rng.IntN(8))
 		for i := range items {
 			tx := fmt.Sprintf("sched-%d", n)
 			if len(recent) > 0 && w.rng.IntN(4) == 0 {
@@ -89,7 +97,7 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 			} else {
 				n++
 			}
-			at := time.Now().Add(time.Duration(200+w.rng.IntN(2800)) * time.Millisecond)
+			at := time.Now().Add(200*time.Millisecond + time.Duration(w.rng.Int64N(int64(ahead-200*time.Millisecond))))
 			if w.rng.IntN(5) == 0 {
 				at = time.Now().Add(-time.Duration(w.rng.IntN(1000)) * time.Millisecond)
 			}
@@ -108,8 +116,8 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 		} else {
 			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
 			for i, r := range res {
+				statuses[r.Status]++
 				if r.Status == queen.Scheduled {
-					scheduled++
 					recent = append(recent, pending{items[i].TransactionID, items[i].DeliverAt})
 				}
 			}
@@ -135,7 +143,7 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(100+w.rng.IntN(300)) * time.Millisecond):
+		case <-time.After(time.Duration(50+w.rng.IntN(150)) * time.Millisecond):
 		}
 	}
 }
@@ -191,12 +199,12 @@ func (r *run) waitScheduled(ctx context.Context, admin *queen.Client) {
 // queen.RetryAfter, Message.RetryAfter, a Consume handler returning
 // queen.RetryAfter), recording each wait: a redelivery before it is
 // retry-early.
-func (w *worker) retryAfters(ctx context.Context, end time.Time) {
+func (w *worker) retryAfters(ctx context.Context) {
 	q := w.c.Queue(retryQueue)
 	n := 0
 	defer func() { w.r.t.Logf("retrywait: %d pushed, %d failures with a wait recorded", n, w.n) }()
-	for ctx.Err() == nil && time.Until(end) > 2*time.Second {
-		items := make([]queen.Item, 4)
+	for ctx.Err() == nil {
+		items := make([]queen.Item, 6)
 		for i := range items {
 			n++
 			tx := fmt.Sprintf("retry-%d", n)
@@ -305,7 +313,7 @@ func (w *worker) discards(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(500+w.rng.IntN(1500)) * time.Millisecond):
+		case <-time.After(time.Duration(200+w.rng.IntN(500)) * time.Millisecond):
 		}
 		qn := qs[w.rng.IntN(len(qs))]
 		q := w.c.Queue(qn)
