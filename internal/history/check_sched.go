@@ -10,7 +10,8 @@ import (
 
 // Recorded by the "sched", "retrywait" and "discard" generators
 // (gen_sched_test.go):
-//   - a push's Event.DeliverAt holds each item's Item.DeliverAt;
+//   - a push's Event.DeliverAt (on its completion) holds each item's
+//     Item.DeliverAt;
 //   - a "cancel-scheduled" call cancels one transaction id (Msgs[0].TxID),
 //     so the count its completion holds (Counts["cancelled"], 0 or 1) says
 //     whether that item was cancelled;
@@ -58,7 +59,7 @@ func (c *checker) scheduled(ops []*Op) {
 	}
 	schedQ := map[string]bool{}
 	for _, o := range ops {
-		if o.Inv.Op == OpPush && len(o.Inv.DeliverAt) > 0 {
+		if o.Inv.Op == OpPush && len(deliverAt(o)) > 0 {
 			schedQ[o.Inv.Queue] = true
 		}
 	}
@@ -82,8 +83,8 @@ func (c *checker) scheduled(ops []*Op) {
 				switch r := o.Done.Results[i]; r.Status {
 				case "scheduled":
 					var at int64
-					if i < len(o.Inv.DeliverAt) {
-						at = o.Inv.DeliverAt[i]
+					if ats := deliverAt(o); i < len(ats) {
+						at = ats[i]
 					}
 					f.sched = append(f.sched, r)
 					f.at = append(f.at, at)
@@ -180,6 +181,15 @@ func (c *checker) scheduled(ops []*Op) {
 			}
 		}
 	}
+}
+
+// deliverAt is a push's DeliverAt times: on its completion (set after
+// the invoke was recorded) or its invoke.
+func deliverAt(o *Op) []int64 {
+	if o.Done != nil && len(o.Done.DeliverAt) > 0 {
+		return o.Done.DeliverAt
+	}
+	return o.Inv.DeliverAt
 }
 
 // retryEarly: on a queue with RetryMin, a charged failure (a Fail that

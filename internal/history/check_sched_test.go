@@ -17,12 +17,12 @@ func (h *hb) at(e Event, t int64) Event {
 }
 
 func (h *hb) schedPush(tx, id string, due int64, status string) {
-	inv := h.r.Invoke(h.at(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", tx}}, DeliverAt: []int64{due}}, h.t+ms))
+	inv := h.r.Invoke(h.at(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", tx}}}, h.t+ms))
 	off := int64(-1)
 	if status == "queued" {
 		off = 0
 	}
-	h.r.Done(inv, OK, h.at(Event{Results: []Result{{status, id, off}}}, h.t+ms))
+	h.r.Done(inv, OK, h.at(Event{Results: []Result{{status, id, off}}, DeliverAt: []int64{due}}, h.t+ms))
 }
 
 func (h *hb) popAt(queue, group string, t int64, msgs ...Delivery) {

@@ -90,6 +90,7 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 			break
 		}
 		items := make([]queen.Item, 1+w.rng.IntN(8))
+		delays := make([]time.Duration, len(items))
 		for i := range items {
 			tx := fmt.Sprintf("sched-%d", n)
 			if len(recent) > 0 && w.rng.IntN(4) == 0 {
@@ -97,24 +98,29 @@ func (w *worker) schedule(ctx context.Context, end time.Time) {
 			} else {
 				n++
 			}
-			at := time.Now().Add(200*time.Millisecond + time.Duration(w.rng.Int64N(int64(ahead-200*time.Millisecond))))
+			// A delay now, a time after the invoke is recorded: under load
+			// the recorder's lock may take seconds.
+			delay := 200*time.Millisecond + time.Duration(w.rng.Int64N(int64(ahead-200*time.Millisecond)))
 			if w.rng.IntN(5) == 0 {
-				at = time.Now().Add(-time.Duration(w.rng.IntN(1000)) * time.Millisecond)
+				delay = -time.Duration(w.rng.IntN(1000)) * time.Millisecond
 			}
-			items[i] = queen.Item{Partition: fmt.Sprintf("s%d", w.rng.IntN(3)), TransactionID: tx, Data: payload(schedQueue, tx), DeliverAt: at}
+			items[i] = queen.Item{Partition: fmt.Sprintf("s%d", w.rng.IntN(3)), TransactionID: tx, Data: payload(schedQueue, tx)}
+			delays[i] = delay
 		}
+		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: schedQueue, Items: histItems(items)})
 		ats := make([]int64, len(items))
-		for i, it := range items {
-			ats[i] = it.DeliverAt.UnixNano()
+		now := time.Now()
+		for i := range items {
+			items[i].DeliverAt = now.Add(delays[i])
+			ats[i] = items[i].DeliverAt.UnixNano()
 		}
-		inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpPush, Queue: schedQueue, Items: histItems(items), DeliverAt: ats})
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		res, err := q.Push(pctx, items)
 		cancel()
 		if err != nil {
-			w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+			w.rec.Done(inv, history.Info, history.Event{Err: err.Error(), DeliverAt: ats})
 		} else {
-			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res)})
+			w.rec.Done(inv, history.OK, history.Event{Results: histResults(res), ItemErr: itemErr(res), DeliverAt: ats})
 			for i, r := range res {
 				statuses[r.Status]++
 				if r.Status == queen.Scheduled {
@@ -211,7 +217,7 @@ func (w *worker) retryAfters(ctx context.Context) {
 			items[i] = queen.Item{Partition: fmt.Sprintf("r%d", i%2), TransactionID: tx, Data: payload(retryQueue, tx)}
 		}
 		w.pushOwn(ctx, retryQueue, items)
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if w.rng.IntN(2) == 0 {
 			w.retryPops(rctx, q)
 		} else {
