@@ -52,6 +52,10 @@ type QueueInfo struct {
 	DeadLetter bool
 	// Encrypted queues deliver nothing to a client without their keys.
 	Encrypted bool
+	// RetryMin is the queue's RetryBackoff.Min under a fixed FailurePause
+	// (0: not judged): a charged failure's next delivery waits at least
+	// that, or its RetryAfter (retry-early, check_sched.go).
+	RetryMin time.Duration
 }
 
 // DeadStored is one dead letter of the final dead-letter store.
@@ -213,6 +217,9 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.autoAckHandled(all) // check_autoack.go
 	c.autoAckOrder(all)   // check_autoorder.go
 	c.maintenanceDirect(all)
+	c.scheduled(ops) // check_sched.go
+	c.retryEarly(ops)
+	c.discards(all)
 	return c.out
 }
 
@@ -335,7 +342,7 @@ func (c *checker) pushes(ops []*Op) {
 					buffered++
 				}
 				ev = append(ev, a.op.evidence()...)
-			case Info:
+			case Info, "scheduled": // scheduled: check_sched.go judges it
 				unknown++
 				ev = append(ev, a.op.evidence()...)
 			}

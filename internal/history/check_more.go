@@ -362,6 +362,7 @@ func (c *checker) redelivered(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	c.addDiscarded(dead, ops) // check_sched.go
 	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]
@@ -417,6 +418,7 @@ func (c *checker) requeued(ops []*Op) {
 	for _, d := range c.st.DeadLetters {
 		dead[qgi{d.Queue, d.Group, d.ID}] = true
 	}
+	c.addDiscarded(dead, ops) // check_sched.go
 	lostCopy := c.destroyedIDs()
 	for _, o := range ops {
 		qi, ok := c.st.Queues[o.Inv.Queue]

@@ -15,7 +15,8 @@ import (
 // time left for one to drain a good part of its backlog.
 func (r *run) autoOrders(ctx context.Context, c *queen.Client) {
 	w := &worker{c: c, rec: r.rec, proc: "main-1", idx: 5, rng: rand.New(rand.NewPCG(r.seed, 0xa0)), from: r.from, gen: r.gen, r: r}
-	for time.Until(deadlineOf(ctx)) > 3*time.Second {
+	// genCtx has no deadline (the run stops it): stop with it.
+	for ctx.Err() == nil && time.Until(deadlineOf(ctx)) > 3*time.Second {
 		w.autoOrder(ctx)
 		select {
 		case <-ctx.Done():

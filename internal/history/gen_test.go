@@ -58,6 +58,9 @@ var genKinds = []string{
 	"staleflag", // a client's maintenance-flag re-read held (a tracer on its own pool) across its SetMaintenance(true), then pushes (gen_maintstale_test.go)
 	"misuse",    // nil messages settled, bad URLs, sub-ms leases, unsafe spool dirs, a dead server, Close with a short deadline; odd seeds' schema 63 bytes
 	"seedrows",  // a subscribed group's pop seeding its first cursor rows on new partitions while retention_step runs on them (gen_seedrows_test.go)
+	"sched",     // Item.DeliverAt 0.2-3 s ahead (some past, some repeats) and CancelScheduled of one id a call (gen_sched_test.go)
+	"retrywait", // failures on a queue with a RetryBackoff, by its schedule or with queen.RetryAfter / Message.RetryAfter waits
+	"discard",   // DiscardDeadLetters of one listed dead letter by id, then listing it again
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

@@ -141,6 +141,10 @@ type Event struct {
 	// nanoseconds: Close's context deadline; for Open against a server
 	// that never answers, its start plus StatementTimeout.
 	Deadline int64 `json:"deadline,omitempty"`
+	// DeliverAt: of a push (its completion or invoke), each item's
+	// Item.DeliverAt in Unix nanoseconds (0: none), in input order
+	// (check_sched.go).
+	DeliverAt []int64 `json:"deliver_at,omitempty"`
 }
 
 // LagRead is what one Queue.Status read said of a group on a partition.

@@ -466,6 +466,7 @@ func (r *run) main() (st runStats) {
 			}
 		})
 	}
+	r.startSched(genCtx, &wg, clients, time.Now().Add(r.dur)) // gen_sched_test.go
 	genTimer := genCtx.arm(stopGen)
 	defer genTimer.Stop()
 	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
@@ -544,7 +545,7 @@ func (r *run) main() (st runStats) {
 		qi := history.QueueInfo{Deduped: qs.opts.DedupWindow > 0, Groups: groups, LateGroups: lateGroups,
 			FromGroups: map[string]int64{fromGroup: r.from.UnixNano()},
 			// A deleted queue is recreated with the defaults: no dead letters.
-			DeadLetter: qs.opts.DeadLetter && qs.name != "doomed", Encrypted: qs.opts.Encryption}
+			DeadLetter: qs.opts.DeadLetter && qs.name != "doomed", Encrypted: qs.opts.Encryption, RetryMin: retryMinOf(qs.name, qs.opts)}
 		switch {
 		case qs.opts.Retention > 0:
 			qi.Retained, qi.LogStart = true, starts[qs.name]
@@ -749,6 +750,7 @@ const drainLease = 15 * time.Second
 func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	// Past every lease a worker could have left behind (at most 3s).
 	time.Sleep(3100 * time.Millisecond)
+	r.waitScheduled(ctx, admin) // gen_sched_test.go
 	n := 0
 	type drain struct {
 		q  string
