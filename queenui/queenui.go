@@ -176,8 +176,8 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request, path string) {
 		h.discard(w, r)
 	case "pause", "resume":
 		h.pauseResume(w, r, path == "pause")
-	// Group actions still to come (reset or delete a group, release a
-	// lease) go here, each with its confirmation step as pauseResume's.
+	case "reset", "delete-group", "release":
+		h.groupOp(w, r, path)
 	default:
 		h.page(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no action " + r.URL.Path + "."})
 	}
@@ -278,6 +278,10 @@ type groupRow struct {
 	// Unsubscribed: paused before its first pop, the group has no cursor
 	// yet, so no lag (queue page only).
 	Unsubscribed bool
+	// Members is how many live members the group has; Abandoned: lag and
+	// none (queue page only).
+	Members   int
+	Abandoned bool
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -374,6 +378,16 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		p.Notice = "Paused group " + groupName(uq.Get("paused")) + "."
 	case uq.Has("resumed"):
 		p.Notice = "Resumed group " + groupName(uq.Get("resumed")) + "."
+	case uq.Has("reset"):
+		p.Notice = "Reset group " + groupName(uq.Get("reset")) + " to the " + uq.Get("to") + " offsets of " + uq.Get("n") + " partitions."
+	case uq.Has("deleted"):
+		p.Notice = "Deleted group " + groupName(uq.Get("deleted")) + "."
+	case uq.Has("released"):
+		if uq.Get("n") == "1" {
+			p.Notice = "Released group " + groupName(uq.Get("released")) + "'s lease on partition " + uq.Get("partition") + ": its messages go to the next claim."
+		} else {
+			p.Notice = "Group " + groupName(uq.Get("released")) + " held no lease on partition " + uq.Get("partition") + "."
+		}
 	}
 	p.Groups = summarize(st, qi.Groups)
 	for _, g := range p.Groups {
@@ -433,10 +447,13 @@ func summarize(st queen.QueueStatus, info []queen.QueueGroupInfo) []groupRow {
 		}
 	}
 	for _, g := range info {
-		if _, ok := idx[g.Group]; !ok {
-			idx[g.Group] = len(out)
+		i, ok := idx[g.Group]
+		if !ok {
+			i = len(out)
+			idx[g.Group] = i
 			out = append(out, groupRow{Name: g.Group, Paused: g.Paused, Unsubscribed: true})
 		}
+		out[i].Members, out[i].Abandoned = len(g.Members), g.Abandoned
 	}
 	slices.SortFunc(out, func(a, b groupRow) int { return strings.Compare(a.Name, b.Name) })
 	return out
