@@ -13,9 +13,14 @@ import (
 
 var cmdGroup = &command{
 	name:     "group",
-	synopsis: "reset|delete <queue> [--group NAME] [--to earliest|latest|TIME] [--offset P=N]... [--partition P]... [--force]",
-	short:    "move a consumer group's offsets, or delete the group",
-	long: `reset moves the group's cursors (--group, default "": queue mode) on every
+	synopsis: "list|reset|delete <queue> [--group NAME] [--to earliest|latest|TIME] [--offset P=N]... [--partition P]... [--force]",
+	short:    "list a queue's consumer groups, move a group's offsets, or delete a group",
+	long: `list shows each consumer group of the queue: its lag (settled offsets not
+counted), the age of its oldest unconsumed message, its live members (every
+running Consume; a Pop that names itself) and its state: paused, abandoned
+(lag and no live member) or running.
+
+reset moves the group's cursors (--group, default "": queue mode) on every
 partition of the queue, or on those --partition names, so that its next
 delivery is:
   --to earliest   the oldest retained message (the group reads everything again)
@@ -33,8 +38,8 @@ delete removes the group: its cursors, subscription and pause; completed
 retention no longer waits for it. A consumer of the group still running
 re-creates it as a new group on its next claim: stop them first.
 
-Both refuse while the group holds a live lease on the queue (a consumer is
-handling a batch): stop its consumers, or pass --force, which ends those
+Both refuse while the group is active (a live lease on the queue, or a live
+member): stop its consumers, or pass --force, which ends those
 leases (their holders' acks are refused and the messages are delivered again,
 uncharged). Each is one transaction.`,
 	flags: func(fs *flag.FlagSet, o *opts) {
@@ -58,13 +63,19 @@ func runGroup(e *env, _ *flag.FlagSet, pos []string) int {
 		return e.usageError("missing subcommand: reset or delete")
 	}
 	sub := pos[0]
-	if sub != "reset" && sub != "delete" {
-		return e.usageError("unknown subcommand %s: want reset or delete", shown(sub))
+	if sub != "reset" && sub != "delete" && sub != "list" {
+		return e.usageError("unknown subcommand %s: want list, reset or delete", shown(sub))
 	}
 	if code, ok := e.args(pos[1:], 1); !ok {
 		return code
 	}
 	name := pos[1]
+	if sub == "list" {
+		if e.o.resetTo != "" || len(e.o.offsets) > 0 || len(e.o.partitions) > 0 || e.o.force {
+			return e.usageError("list takes no --to, --offset, --partition or --force")
+		}
+		return groupList(e, name)
+	}
 	var to queen.ResetTo
 	if sub == "reset" {
 		switch {
@@ -234,4 +245,89 @@ func (e *env) failOffsets(err error) (int, bool) {
 		return e.errorf(exitError, "%v: a consumer is handling a batch; stop the group's consumers, or pass --force", err), true
 	}
 	return 0, false
+}
+
+// groupList prints the queue's consumer groups with their live members.
+func groupList(e *env, name string) int {
+	c, done, code := e.client(4)
+	if code != exitOK {
+		return code
+	}
+	defer done()
+	if code := e.mustQueue(c, name); code != exitOK {
+		return code
+	}
+	qs, err := c.Queues(e.ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	var groups []queen.QueueGroupInfo
+	for _, qi := range qs {
+		if qi.Name == name {
+			groups = qi.Groups
+		}
+	}
+	state := func(g queen.QueueGroupInfo) string {
+		switch {
+		case g.Paused:
+			return "paused"
+		case g.Abandoned:
+			return "abandoned"
+		}
+		return "running"
+	}
+	if e.o.json {
+		type member struct {
+			ID       string    `json:"id"`
+			Client   string    `json:"client"`
+			Host     string    `json:"host"`
+			PID      int       `json:"pid"`
+			Started  time.Time `json:"started"`
+			LastSeen time.Time `json:"last_seen"`
+		}
+		type group struct {
+			Group         string   `json:"group"`
+			Lag           int64    `json:"lag"`
+			LagAgeSeconds float64  `json:"lag_age_seconds"`
+			State         string   `json:"state"`
+			Members       []member `json:"members"`
+		}
+		out := struct {
+			Queue  string  `json:"queue"`
+			Groups []group `json:"groups"`
+		}{Queue: name, Groups: []group{}}
+		for _, g := range groups {
+			j := group{Group: g.Group, Lag: g.Lag, LagAgeSeconds: g.LagAge.Seconds(), State: state(g), Members: []member{}}
+			for _, m := range g.Members {
+				j.Members = append(j.Members, member(m))
+			}
+			out.Groups = append(out.Groups, j)
+		}
+		return e.writeJSON(out)
+	}
+	if len(groups) == 0 {
+		fmt.Fprintf(e.stdout, "queue %q has no consumer groups yet\n", name)
+		return exitOK
+	}
+	w := table(e.stdout)
+	fmt.Fprintln(w, "GROUP\tLAG\tOLDEST\tSTATE\tMEMBERS")
+	for _, g := range groups {
+		oldest := "-"
+		if g.Lag > 0 {
+			oldest = age(g.LagAge)
+		}
+		var ms []string
+		for _, m := range g.Members {
+			ms = append(ms, fmt.Sprintf("%s (%s/%d, seen %s ago)", m.ID, m.Host, m.PID, age(time.Since(m.LastSeen))))
+		}
+		members := "-"
+		if len(ms) > 0 {
+			members = strings.Join(ms, ", ")
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", groupName(g.Group), g.Lag, oldest, state(g), members)
+	}
+	if err := w.Flush(); err != nil {
+		return e.errorf(exitError, "write: %v", err)
+	}
+	return exitOK
 }
