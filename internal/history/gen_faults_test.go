@@ -400,6 +400,8 @@ func (f *faultGen) spool(ctx context.Context, k *queen.Client) {
 	if _, err := f.push(ctx, k, proc, enc, f.items(enc, "x"), false); !errors.Is(err, queen.ErrEncryption) {
 		return
 	}
+	f.r.maintMu.RLock()
+	defer f.r.maintMu.RUnlock()
 	fault := f.r.rec.Invoke(history.Event{Proc: "faults", Op: history.OpFault, Kind: "maintenance"})
 	f.r.faults.Add(1)
 	if err := k.SetMaintenance(ctx, true); err != nil {

@@ -140,6 +140,21 @@ func (m *maintStale) round(gen, ctx context.Context) {
 		return
 	}
 	m.r.addQueue(q, history.QueueInfo{Deduped: true, Groups: []string{""}})
+	// Alone: another generator's window ending would turn the mode off for
+	// this client too, and excuse what it pushes. TryLock, polled: a
+	// blocked Lock would hold off new shared holders, and one window (the
+	// nemesis's) waits on another generator that may be taking one.
+	locked := false
+	for deadline := time.Now().Add(10 * time.Second); !locked && time.Now().Before(deadline) && gen.Err() == nil; {
+		if locked = m.r.maintMu.TryLock(); !locked {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if !locked {
+		stage = "other maintenance windows kept running"
+		return
+	}
+	defer m.r.maintMu.Unlock() // after the deferred SetMaintenance(false) below
 	held, release := m.hold.arm()
 	defer release()
 	select { // the drain's re-read, once a second, read "off" and is held

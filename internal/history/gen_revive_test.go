@@ -143,6 +143,8 @@ func (v *reviver) round(ctx context.Context) {
 		stage = "setup push not queued"
 		return
 	}
+	v.r.maintMu.RLock()
+	defer v.r.maintMu.RUnlock() // after the deferred SetMaintenance(false) below
 	fault := v.r.rec.Invoke(history.Event{Proc: rvProc, Op: history.OpFault, Kind: "maintenance"})
 	v.r.faults.Add(1)
 	on := false

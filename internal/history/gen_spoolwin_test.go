@@ -244,6 +244,8 @@ func (s *spoolWin) record(ops []*swPush, lanes map[string]int) {
 // ownWindow is a maintenance window of the generator's own, for a run whose
 // nemesis drew none (a run of a few slow faults).
 func (s *spoolWin) ownWindow(ctx context.Context, admin *queen.Client) error {
+	s.r.maintMu.RLock()
+	defer s.r.maintMu.RUnlock()
 	if err := admin.SetMaintenance(ctx, true); err != nil {
 		return err
 	}

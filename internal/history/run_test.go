@@ -173,6 +173,10 @@ func payload(q, tx string) []byte {
 }
 
 type run struct {
+	// maintMu: every generator's maintenance window holds it shared,
+	// staleflag's round alone, so no other window's end (which turns the
+	// mode off for all) excuses what that round must judge.
+	maintMu  sync.RWMutex
 	t        *testing.T
 	seed     uint64
 	cl       *pgcluster.Cluster
@@ -1093,6 +1097,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		time.Sleep(statementTimeout + 500*time.Millisecond)
 		return nil
 	case "maintenance":
+		n.r.maintMu.RLock()
+		defer n.r.maintMu.RUnlock()
 		if err := n.admin.SetMaintenance(ctx, true); err != nil {
 			return err
 		}
