@@ -351,7 +351,8 @@ type countingTracer struct {
 
 func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	background := strings.Contains(d.SQL, "pg_notify") || strings.HasPrefix(d.SQL, "LISTEN") ||
-		strings.Contains(d.SQL, ".settings") // the drain re-reads the maintenance flag
+		strings.Contains(d.SQL, ".settings") || // the drain re-reads the maintenance flag
+		strings.Contains(d.SQL, ".move_scheduled(") // the scheduled-delivery mover's 1 s poll
 	if !background {
 		c.n.Add(1)
 		c.mu.Lock()
