@@ -269,7 +269,11 @@ func (c *checker) retryEarly(ops []*Op) {
 		}
 		due := at + int64(need) - int64(retryTolerance)
 		for _, d := range dels[k] {
-			if d.d.Attempt <= failed.Attempt || d.t >= due || d.t >= lease {
+			// Only a claim begun after the failure returned is its
+			// redelivery: Attempt is not monotonic per offset (a message
+			// behind a failing head carries the batch's delivery count),
+			// so an earlier delivery may show a higher one.
+			if d.d.Attempt <= failed.Attempt || d.op.Inv.T < o.Done.T || d.t >= due || d.t >= lease {
 				continue
 			}
 			c.where = Violation{Queue: k.queue, Group: k.group, Partition: k.partition}

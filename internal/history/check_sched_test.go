@@ -158,6 +158,17 @@ func TestCheckRetryEarly(t *testing.T) {
 			ack(h, d2)
 			return st(s0)
 		}},
+		{"a higher attempt delivered before the failure", "", func(h *hb) State {
+			// Attempt is not monotonic per offset: a message behind a
+			// failing head carries the batch's delivery count.
+			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+			h.popAt("q", "", t0-50*ms, Delivery{"p", 0, "id1", "t1", "L0", 3, int64(20 * time.Second)})
+			h.popAt("q", "", t0-10*ms, d1)
+			fail(h, 0)
+			h.popAt("q", "", t0+310*ms, d2)
+			ack(h, d2)
+			return st(s0)
+		}},
 		{"before the backoff", "retry-early", func(h *hb) State {
 			pushed(h)
 			fail(h, 0)
