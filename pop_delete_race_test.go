@@ -15,18 +15,22 @@ import (
 // deleted) until the Pop waits on it or ends.
 func TestPopRacingDeleteClaimsNothing(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		group string
-		setup func(t *testing.T, q *queen.Queue, group string)
+		name   string
+		group  string
+		member string
+		setup  func(t *testing.T, q *queen.Queue, group string)
 	}{
 		// The group's first contact inserts its subscription (a foreign
 		// key to the queue row being deleted).
-		{"FirstContact", "g", func(t *testing.T, q *queen.Queue, _ string) {}},
-		{"FirstContactQueueMode", "", func(t *testing.T, q *queen.Queue, _ string) {}},
+		{"FirstContact", "g", "", func(t *testing.T, q *queen.Queue, _ string) {}},
+		{"FirstContactQueueMode", "", "", func(t *testing.T, q *queen.Queue, _ string) {}},
+		// A member's claim writes its member row first (a foreign key to
+		// the queue row being deleted).
+		{"Member", "g", "w1", func(t *testing.T, q *queen.Queue, _ string) {}},
 		// A partition created after the group's first contact has no cursor
 		// of the group: the pop seeds one (a foreign key to the partition
 		// row being deleted).
-		{"SeedCursor", "g", func(t *testing.T, q *queen.Queue, group string) {
+		{"SeedCursor", "g", "", func(t *testing.T, q *queen.Queue, group string) {
 			ctx := ctxT(t)
 			if _, err := q.Pop(ctx, queen.PopOptions{Group: group, AutoAck: true}); err != nil {
 				t.Fatal(err)
@@ -58,7 +62,7 @@ func TestPopRacingDeleteClaimsNothing(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				msgs, err := q.Pop(ctx, queen.PopOptions{Group: tc.group, Batch: 10})
+				msgs, err := q.Pop(ctx, queen.PopOptions{Group: tc.group, Batch: 10, Member: tc.member})
 				done <- result{msgs, err}
 			}()
 			// The pop either ends (it skipped what is being deleted) or waits
