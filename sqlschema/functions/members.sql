@@ -47,11 +47,18 @@ BEGIN
         RETURN true;
     END IF;
     v_client := split_part(p_owner, '#', 1);
-    INSERT INTO {{schema}}.members (queue_id, group_name, member_id, client, host, pid, started_at, last_seen)
-    VALUES (p_qid, p_group, v_id, v_client, split_part(v_client, '/', 1),
-            CASE WHEN split_part(v_client, '/', 2) ~ '^[0-9]{1,9}$' THEN split_part(v_client, '/', 2)::integer ELSE 0 END,
-            p_now, p_now)
-    ON CONFLICT DO NOTHING;
+    BEGIN
+        INSERT INTO {{schema}}.members (queue_id, group_name, member_id, client, host, pid, started_at, last_seen)
+        VALUES (p_qid, p_group, v_id, v_client, split_part(v_client, '/', 1),
+                CASE WHEN split_part(v_client, '/', 2) ~ '^[0-9]{1,9}$' THEN split_part(v_client, '/', 2)::integer ELSE 0 END,
+                p_now, p_now)
+        ON CONFLICT DO NOTHING;
+    EXCEPTION WHEN foreign_key_violation THEN
+        -- The queue was deleted meanwhile (its Delete committed while the
+        -- foreign key waited for it): no member of it; the pop finds the
+        -- queue gone next. Only this rare path pays for the subtransaction.
+        RETURN false;
+    END;
     RETURN true;
 END
 $$;
@@ -72,6 +79,8 @@ BEGIN
     ON CONFLICT (queue_id, group_name, member_id) DO UPDATE
         SET last_seen = greatest(m.last_seen, EXCLUDED.last_seen), started_at = EXCLUDED.started_at;
     RETURN FOUND;
+EXCEPTION WHEN foreign_key_violation THEN
+    RETURN false; -- the queue's Delete committed while the foreign key waited for it
 END
 $$;
 
