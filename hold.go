@@ -6,12 +6,6 @@ import (
 	"time"
 )
 
-// DefaultMaxHold is the default of ConsumeOptions.MaxHold: three times
-// Kafka's max.poll.interval.ms, long enough for slow work such as a large
-// upload, short enough that a handler stuck on a call without a deadline
-// gives its partition back within the quarter hour.
-const DefaultMaxHold = 15 * time.Minute
-
 // holdWatch bounds how long one leased batch keeps its lease renewed
 // without a handler starting (ConsumeOptions.MaxHold). The renewer reads
 // it; the handlers stamp it as they start.

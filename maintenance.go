@@ -11,41 +11,43 @@ import (
 // bounded steps, each holding one partition row briefly, so it never blocks
 // pushes or pops for longer than one step.
 type MaintenanceConfig struct {
-	// Interval between passes. Defaults to 1s. Negative disables the loop
+	// Interval between passes. Defaults to DefaultMaintenanceInterval (1s). Negative disables the loop
 	// (Client.Maintain still runs a pass on demand).
 	Interval time.Duration
 	// IdlePartition is how long an empty partition must go unwritten before
 	// it is forgotten (its offsets restart at 0 if it is pushed to again).
-	// Defaults to 24h. Negative keeps partitions forever.
+	// Defaults to DefaultIdlePartition (24h). Negative keeps partitions forever.
 	IdlePartition time.Duration
 	// HashFloor is the least time hash rows are kept, whatever the queue's
 	// DedupWindow: acks by transaction id resolve through them. Defaults to
-	// 10 minutes (and never less than the queue's LeaseTime).
+	// DefaultHashFloor, 10 minutes (and never less than the queue's
+	// LeaseTime).
 	HashFloor time.Duration
 	// StepPartitions is how many partitions (in id order, resuming where
-	// the last pass stopped) one pass looks at. Defaults to 256.
+	// the last pass stopped) one pass looks at. Defaults to DefaultStepPartitions (256).
 	StepPartitions int
 	// StepRows bounds the segments or hash rows one step deletes from one
 	// partition, and the dead letters past their queue's
-	// DeadLetterRetention one pass deletes. Defaults to 1000.
+	// DeadLetterRetention one pass deletes. Defaults to DefaultStepRows
+	// (1000).
 	StepRows int
 }
 
 func (m MaintenanceConfig) withDefaults() MaintenanceConfig {
 	if m.Interval == 0 {
-		m.Interval = time.Second
+		m.Interval = DefaultMaintenanceInterval
 	}
 	if m.IdlePartition == 0 {
-		m.IdlePartition = 24 * time.Hour
+		m.IdlePartition = DefaultIdlePartition
 	}
 	if m.HashFloor <= 0 {
-		m.HashFloor = 10 * time.Minute
+		m.HashFloor = DefaultHashFloor
 	}
 	if m.StepPartitions <= 0 {
-		m.StepPartitions = 256
+		m.StepPartitions = DefaultStepPartitions
 	}
 	if m.StepRows <= 0 {
-		m.StepRows = 1000
+		m.StepRows = DefaultStepRows
 	}
 	return m
 }

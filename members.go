@@ -15,15 +15,6 @@ import (
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
-// DefaultMemberHeartbeat is how often a Consume writes its member row when
-// nothing else has lately: a claim or a lease renewal of the Consume is its
-// heartbeat too (written at most once a second), so a busy one sends no
-// heartbeat of its own; one with every worker on a long handler, or one
-// whose claims fail, sends one every five seconds. Often enough that a
-// live member's row is never near MemberTTL old, rare enough to cost
-// nothing (Kafka's consumers heartbeat every three seconds).
-const DefaultMemberHeartbeat = 5 * time.Second
-
 // MemberTTL is how long a member is live after its last heartbeat: readers
 // (Queue.Status, Client.Queues) count a row older than this as gone, and
 // maintenance deletes it. Six heartbeats, so a member is shown gone only

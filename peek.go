@@ -8,10 +8,6 @@ import (
 	"github.com/e03140bc/queen/internal/stmt"
 )
 
-// DefaultPeekLimit is the most messages a Peek returns when
-// PeekOptions.Limit is 0.
-const DefaultPeekLimit = 100
-
 // PeekOptions are the options of one Peek.
 type PeekOptions struct {
 	// Partition restricts the peek to one partition. Defaults to "": every

@@ -34,17 +34,6 @@ const (
 	MaxPayloadSize = 16 << 20
 	// DefaultPartition is the partition of an Item with an empty Partition.
 	DefaultPartition = "Default"
-	// DefaultMaxBufferedBytes is the default of
-	// FusionConfig.MaxBufferedBytes: 256 MiB.
-	DefaultMaxBufferedBytes = fusion.DefaultMaxBufferedBytes
-	// DefaultFusionShards is the default of FusionConfig.Shards.
-	DefaultFusionShards = 8
-	// DefaultBundleMax is the default of FusionConfig.BundleMax.
-	DefaultBundleMax = 256
-	// DefaultBundleBase is the default of FusionConfig.BundleBase.
-	DefaultBundleBase = 16
-	// DefaultFusionHold is the default of FusionConfig.Hold.
-	DefaultFusionHold = 15 * time.Millisecond
 )
 
 // Item is one message to push.

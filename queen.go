@@ -68,7 +68,8 @@ type Config struct {
 	DecryptionKeys [][]byte
 	// StatementTimeout bounds each database statement the engine runs, and
 	// connecting, for the pool Open creates from DatabaseURL unless it sets
-	// connect_timeout (or PGCONNECT_TIMEOUT does). Defaults to 30s.
+	// connect_timeout (or PGCONNECT_TIMEOUT does). Defaults to
+	// DefaultStatementTimeout (30s).
 	StatementTimeout time.Duration
 	// Fusion tunes the push engine. The zero value means the defaults.
 	Fusion FusionConfig
@@ -212,7 +213,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.StatementTimeout == 0 {
-		c.StatementTimeout = 30 * time.Second
+		c.StatementTimeout = DefaultStatementTimeout
 	}
 	if c.StatementTimeout < 0 {
 		return c, errors.New("queen: Config.StatementTimeout must not be negative")

@@ -34,13 +34,13 @@ func (q *Queue) Name() string { return q.name }
 // the same queue.
 type QueueOptions struct {
 	// LeaseTime is how long a popped batch is owned before redelivery. It
-	// is stored in whole milliseconds: under 1ms is an error. Defaults to 5
-	// minutes.
+	// is stored in whole milliseconds: under 1ms is an error. Defaults to
+	// DefaultLeaseTime (5 minutes).
 	LeaseTime time.Duration
 	// RetryLimit is how many explicit failures a message may have: its
 	// RetryLimit-th failure dead-letters it (or drops it), so with 3 it is
 	// handled at most three times before that (expired leases are not
-	// failures). Defaults to 3; negative means none (the first failure is
+	// failures). Defaults to DefaultRetryLimit (3); negative means none (the first failure is
 	// final).
 	RetryLimit int
 	// RetryBackoff is how long a failed message waits before its next
@@ -101,9 +101,6 @@ type QueueOptions struct {
 	DeadLetterRetention time.Duration
 }
 
-// DefaultLanes is the default of QueueOptions.Lanes.
-const DefaultLanes = 64
-
 // FailurePolicy decides whether a failed message holds up its partition.
 // Retry, DeadLetter and lease expiry are the same under both policies: a
 // retried or expired message is redelivered in place, a dead letter moves
@@ -127,8 +124,6 @@ const (
 	FailureSkip FailurePolicy = "skip"
 )
 
-const defaultLeaseTime = 5 * time.Minute
-
 func (o QueueOptions) withDefaults() (_ QueueOptions, err error) {
 	for _, d := range []struct {
 		name string
@@ -141,7 +136,7 @@ func (o QueueOptions) withDefaults() (_ QueueOptions, err error) {
 		}
 	}
 	if o.LeaseTime == 0 {
-		o.LeaseTime = defaultLeaseTime
+		o.LeaseTime = DefaultLeaseTime
 	}
 	if o.LeaseTime < time.Millisecond {
 		// Stored in milliseconds, it would be 0: a lease over when it starts,
@@ -168,7 +163,7 @@ func (o QueueOptions) withDefaults() (_ QueueOptions, err error) {
 	}
 	switch {
 	case o.RetryLimit == 0:
-		o.RetryLimit = 3
+		o.RetryLimit = DefaultRetryLimit
 	case o.RetryLimit < 0:
 		o.RetryLimit = 0
 	}

@@ -41,17 +41,6 @@ type RetryBackoff struct {
 }
 
 const (
-	// DefaultRetryBackoffMin is the default RetryBackoff.Min: a one-second
-	// first wait rides out a blip (a dropped connection, a failover) that
-	// an immediate retry would hit again.
-	DefaultRetryBackoffMin = time.Second
-	// DefaultRetryBackoffMax is the default RetryBackoff.Max. Doubling from
-	// one second reaches the minute a downstream takes to restart within a
-	// few failures; capping at five minutes keeps the total delay bounded
-	// by RetryLimit (with the default 3, two waits of at most 2 s and 4 s;
-	// with 10, under 14 minutes in all) and a recovered downstream is found
-	// again within five minutes.
-	DefaultRetryBackoffMax = 5 * time.Minute
 	// MaxRetryAfter caps the wait a handler asks for with RetryAfter or
 	// Message.RetryAfter. A waiting message pauses its partition: a longer
 	// wait is an outage, better handled by Queue.Pause.
