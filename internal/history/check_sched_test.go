@@ -102,6 +102,20 @@ func TestCheckScheduled(t *testing.T) {
 			h.cancelSched("t1", 0)
 			return stSched(s0)
 		}},
+		{"two buffered repeats folded by one replay flush", "", func(h *hb) State {
+			// Spooled apart, replayed in one flush: deduplicated inside it.
+			h.schedPush("t1", "id1", due, "scheduled")
+			h.schedPush("t1", "id2", 0, "buffered")
+			h.schedPush("t1", "id3", 0, "buffered")
+			h.popAt("q", "", due+20*ms, d0, Delivery{"p", 1, "id2", "t1", "L1", 1, 0})
+			return stSched(s0, Stored{"q", "p", 1, "id2", "t1", 0, false})
+		}},
+		{"a buffered repeat lost", "scheduled-lost", func(h *hb) State {
+			h.schedPush("t1", "id1", due, "scheduled")
+			h.schedPush("t1", "id2", 0, "buffered")
+			h.popAt("q", "", due+20*ms, d0)
+			return stSched(s0)
+		}},
 		{"counted cancelled, yet delivered", "cancelled-delivered", func(h *hb) State {
 			h.schedPush("t1", "id1", due, "scheduled")
 			h.cancelSched("t1", 1)
