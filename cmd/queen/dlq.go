@@ -69,17 +69,10 @@ func when(s string, now time.Time) (time.Time, error) {
 }
 
 func runDLQ(e *env, _ *flag.FlagSet, pos []string) int {
-	if len(pos) == 0 {
-		return e.usageError("missing subcommand: list, replay or discard")
-	}
-	sub := pos[0]
-	if sub != "list" && sub != "replay" && sub != "discard" {
-		return e.usageError("unknown subcommand %s: want list, replay or discard", shown(sub))
-	}
-	if code, ok := e.args(pos[1:], 1); !ok {
+	sub, name, code, ok := e.subcommand(pos, "list", "replay", "discard")
+	if !ok {
 		return code
 	}
-	name := pos[1]
 	now := time.Now()
 	query := queen.DeadLetterQuery{Partition: e.o.partition, After: e.o.after, IDs: e.o.ids}
 	if e.o.groupSet {

@@ -59,17 +59,10 @@ uncharged). Each is one transaction.`,
 }
 
 func runGroup(e *env, _ *flag.FlagSet, pos []string) int {
-	if len(pos) == 0 {
-		return e.usageError("missing subcommand: reset or delete")
-	}
-	sub := pos[0]
-	if sub != "reset" && sub != "delete" && sub != "list" {
-		return e.usageError("unknown subcommand %s: want list, reset or delete", shown(sub))
-	}
-	if code, ok := e.args(pos[1:], 1); !ok {
+	sub, name, code, ok := e.subcommand(pos, "list", "reset", "delete")
+	if !ok {
 		return code
 	}
-	name := pos[1]
 	if sub == "list" {
 		if e.o.resetTo != "" || len(e.o.offsets) > 0 || len(e.o.partitions) > 0 || e.o.force {
 			return e.usageError("list takes no --to, --offset, --partition or --force")
@@ -198,13 +191,8 @@ Releasing where there is no live lease does nothing (and says so).`,
 		fs.StringVar(&o.partition, "partition", "", "the `partition` (required)")
 	},
 	run: func(e *env, _ *flag.FlagSet, pos []string) int {
-		if len(pos) == 0 {
-			return e.usageError("missing subcommand: release")
-		}
-		if pos[0] != "release" {
-			return e.usageError("unknown subcommand %s: want release", shown(pos[0]))
-		}
-		if code, ok := e.args(pos[1:], 1); !ok {
+		_, name, code, ok := e.subcommand(pos, "release")
+		if !ok {
 			return code
 		}
 		if e.o.partition == "" {
@@ -215,7 +203,7 @@ Releasing where there is no live lease does nothing (and says so).`,
 			return code
 		}
 		defer done()
-		ok, err := c.Queue(pos[1]).ReleaseLease(e.ctx, e.o.group, e.o.partition)
+		ok, err := c.Queue(name).ReleaseLease(e.ctx, e.o.group, e.o.partition)
 		if err != nil {
 			return e.fail(err)
 		}
@@ -225,12 +213,12 @@ Releasing where there is no live lease does nothing (and says so).`,
 				Group     string `json:"group"`
 				Partition string `json:"partition"`
 				Released  bool   `json:"released"`
-			}{pos[1], e.o.group, e.o.partition, ok})
+			}{name, e.o.group, e.o.partition, ok})
 		}
 		if ok {
-			fmt.Fprintf(e.stdout, "released the lease of group %s on %q partition %q\n", groupName(e.o.group), pos[1], e.o.partition)
+			fmt.Fprintf(e.stdout, "released the lease of group %s on %q partition %q\n", groupName(e.o.group), name, e.o.partition)
 		} else {
-			fmt.Fprintf(e.stdout, "group %s holds no live lease on %q partition %q: nothing to release\n", groupName(e.o.group), pos[1], e.o.partition)
+			fmt.Fprintf(e.stdout, "group %s holds no live lease on %q partition %q: nothing to release\n", groupName(e.o.group), name, e.o.partition)
 		}
 		return exitOK
 	},

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -306,6 +307,24 @@ func (e *env) args(pos []string, n int) (int, bool) {
 		return e.usageError("unexpected argument %s", shown(pos[n])), false
 	}
 	return 0, true
+}
+
+// subcommand checks "SUB QUEUE" in pos, SUB one of subs, and returns both.
+func (e *env) subcommand(pos []string, subs ...string) (sub, queue string, code int, ok bool) {
+	want := strings.Join(subs, ", ")
+	if i := strings.LastIndex(want, ", "); i >= 0 {
+		want = want[:i] + " or " + want[i+2:]
+	}
+	if len(pos) == 0 {
+		return "", "", e.usageError("missing subcommand: %s", want), false
+	}
+	if !slices.Contains(subs, pos[0]) {
+		return "", "", e.usageError("unknown subcommand %s: want %s", shown(pos[0]), want), false
+	}
+	if code, ok := e.args(pos[1:], 1); !ok {
+		return "", "", code, false
+	}
+	return pos[0], pos[1], 0, true
 }
 
 func (e *env) schema() string {
