@@ -116,8 +116,9 @@ func (c *checker) leaseEnded(k qgp, from, to int64) bool {
 // span is when a delivery happened.
 type span struct{ start, end int64 }
 
-// resetLost: see above. A group with a move of unknown outcome is not
-// judged (where its cursor went is not known).
+// resetLost: see above. A move of unknown outcome (Info) leaves the
+// cursor unknown until the group's next applied move that began after it
+// returned: only the eras from there on are judged.
 func (c *checker) resetLost(ops []*Op) {
 	got := map[qgp]map[int64][]span{}
 	for _, o := range ops {
@@ -145,27 +146,37 @@ func (c *checker) resetLost(ops []*Op) {
 		for _, g := range c.st.Queues[pk.queue].Moved {
 			k := qgp{pk.queue, g, pk.partition}
 			var bounds []*Op
+			unknown := int64(math.MinInt64) // the last end of a move of unknown outcome
 			for _, o := range c.moved[qg{pk.queue, g}] {
 				if o.Inv.Kind == "release" {
 					continue
 				}
 				if o.Phase() != OK {
-					continue group
+					unknown = max(unknown, o.End())
+					continue
 				}
 				if _, ok := moveOn(o, pk.partition); ok || o.Inv.Kind == "delete-group" {
 					bounds = append(bounds, o)
 				}
 			}
 			slices.SortFunc(bounds, func(a, b *Op) int { return cmp.Compare(a.End(), b.End()) })
+			if unknown > math.MinInt64 {
+				i := slices.IndexFunc(bounds, func(o *Op) bool { return o.Start() > unknown })
+				if i < 0 {
+					continue group
+				}
+				// The era it begins is judged from its own position.
+				bounds = bounds[i:]
+			}
 			pos, from := int64(-1), int64(math.MinInt64)
 			var start *Op // the call that began the era (nil: the first contact)
 			lost := func(s Stored, detail string, ev ...Event) {
 				c.where = Violation{Queue: pk.queue, Group: g, Partition: pk.partition}
 				c.report("reset-lost", fmt.Sprintf("queue %s group %q: %s@%d id %s tx %q %s", pk.queue, g, s.Partition, s.Offset, s.ID, s.TxID, detail), ev...)
 			}
-			for _, b := range bounds {
+			for i, b := range bounds {
 				mv, isReset := moveOn(b, pk.partition)
-				if isReset && !mv.Created {
+				if isReset && !mv.Created && (i > 0 || unknown == math.MinInt64) {
 					if mv.Before < pos {
 						c.where = Violation{Queue: pk.queue, Group: g, Partition: pk.partition}
 						c.report("reset-wrong", fmt.Sprintf("queue %s group %q partition %s: a reset found the cursor at %d, behind %d where the previous move left it",
@@ -243,7 +254,7 @@ func (c *checker) resetWrong(ops []*Op) {
 		case o.Inv.Absent && o.Phase() == OK:
 			wrong("", "naming a missing partition or group succeeded")
 			continue
-		case o.Inv.Absent && o.Phase() == Fail && o.Done.Refusal != "not-found":
+		case o.Inv.Absent && o.Phase() == Fail && o.Done.Refusal != "not-found" && o.Done.Refusal != "unsent":
 			wrong("", "naming a missing partition or group was refused, but not as not found: "+o.Done.Err)
 			continue
 		case o.Inv.Force && o.Phase() == Fail && o.Done.Refusal == "active":

@@ -110,6 +110,14 @@ func TestCheckOffsets(t *testing.T) {
 			h.pop("c", "q", "g", false, leased(d[1], "L2"))
 			return stOffsets(log)
 		}},
+		{"judged again from an applied move after one of unknown outcome", map[string]int{"reset-lost": 1}, func(h *hb) State {
+			log, _ := h.offsetsLog(2)
+			h.reset(Event{Reset: "earliest"}, Info, "")
+			h.reset(Event{Reset: "latest"}, OK, "", Move{Partition: "p", Before: 1, After: 1})
+			more, dm := h.offsetsLogFrom(2, 2)
+			h.pop("c", "q", "g", false, dm[1]) // a poll-skip too, but the unknown move blinds that check
+			return stOffsets(append(log, more...))
+		}},
 		{"a delete replays", nil, func(h *hb) State {
 			log, d := h.offsetsLog(2)
 			h.pop("c", "q", "g", false, d...)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/history"
 )
@@ -106,7 +108,7 @@ func (r *run) offsets(ctx context.Context, c *queen.Client) {
 		cw := &worker{c: c, rec: r.rec, proc: offsetsProc, rng: rand.New(rand.NewPCG(r.seed, 0x0ff8+uint64(i)))}
 		wg.Go(func() { cw.offsetsConsume(ctx, q, g) })
 	}
-	ow := &worker{c: c, rec: r.rec, proc: offsetsProc, rng: rand.New(rand.NewPCG(r.seed, 0x0ffa))}
+	ow := &worker{c: c, rec: r.rec, proc: offsetsProc, rng: rand.New(rand.NewPCG(r.seed, 0x0ffa)), r: r}
 	wg.Go(func() { ow.offsetsOperator(ctx, q, h, &n) })
 	wg.Wait()
 	var calls []string
@@ -201,9 +203,13 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 	}
 }
 
-// refusal names a refused call's sentinel ("" for any other error).
+// refusal names a refused call's sentinel, or "unsent" for a call whose
+// statement never reached the server ("" for any other error).
 func refusal(err error) string {
+	var ce *pgconn.ConnectError
 	switch {
+	case errors.As(err, &ce), pgconn.SafeToRetry(err):
+		return "unsent"
 	case errors.Is(err, queen.ErrGroupActive):
 		return "active"
 	case errors.Is(err, queen.ErrNotFound):
@@ -212,8 +218,8 @@ func refusal(err error) string {
 	return ""
 }
 
-// doneMoving completes a moving call: Fail for a refusal (it changed
-// nothing), Info for any other error.
+// doneMoving completes a moving call: Fail for a refusal or a call never
+// sent (it changed nothing), Info for any other error.
 func (w *worker) doneMoving(inv history.Event, err error, res history.Event) {
 	if w.moving == nil {
 		w.moving = map[string]int{}
@@ -233,6 +239,9 @@ func (w *worker) doneMoving(inv history.Event, err error, res history.Event) {
 		w.rec.Done(inv, history.Fail, history.Event{Err: err.Error(), Refusal: refusal(err)})
 	default:
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
+		if w.moving["info"]++; w.moving["info"] <= 3 {
+			w.r.t.Logf("offsets: %s of %q: %v", inv.Kind, inv.Group, err)
+		}
 	}
 }
 
