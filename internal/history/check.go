@@ -228,6 +228,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.resetLost(ops) // check_offsets.go
 	c.resetWrong(ops)
 	c.releasedDouble(ops)
+	c.releasedSettled(ops)
 	return c.out
 }
 

@@ -22,9 +22,12 @@ import (
 //     stored before and after; offsets: the named offset, clamped), only
 //     on the partitions it named, never behind the previous era's start;
 //     a call naming something missing is refused, a forced one never
-//     refused as active;
+//     refused as active, and one without Force ends no live lease;
 //   - released-double: two settlements of one offset by different leases
-//     both succeed only if a rewind came between them.
+//     both succeed only if a rewind came between them;
+//   - released-settled: a lease ReleaseLease ended (one claimed before the
+//     release began and live past its end, nothing settled since) settles
+//     nothing after the release returned true.
 //
 // The other checks excuse exactly these calls: acked-redelivered a
 // delivery after a rewind that came after the commit; poll-skip counts a
@@ -263,6 +266,9 @@ func (c *checker) resetWrong(ops []*Op) {
 		case o.Inv.Kind != "reset" || o.Phase() != OK:
 			continue
 		}
+		if !o.Inv.Force && slices.ContainsFunc(o.Done.Moves, func(mv Move) bool { return mv.LeaseEnded }) {
+			wrong("", "without Force applied while the group held a live lease")
+		}
 		for _, mv := range o.Done.Moves {
 			switch {
 			case o.Inv.Reset == "offsets":
@@ -356,6 +362,72 @@ func (c *checker) releasedDouble(ops []*Op) {
 				c.report("released-double", fmt.Sprintf("queue %s group %q partition %s: offset %d settled by lease %s and again by lease %s, with no rewind between",
 					k.queue, k.group, k.partition, k.offset, a.Inv.Lease, b.Inv.Lease), append(a.evidence(), b.evidence()...)...)
 				break
+			}
+		}
+	}
+}
+
+// releasedSettled: see above. Judged on the queues with Moved groups, for
+// leases of recorded pops (Consume's own settlements are not recorded).
+func (c *checker) releasedSettled(ops []*Op) {
+	type lease struct {
+		pop     *Op
+		last    int64 // its last offset on the partition
+		exp     int64
+		settles []*Op
+	}
+	leases := map[qgp]map[string]*lease{}
+	for _, o := range ops {
+		if len(c.st.Queues[o.Inv.Queue].Moved) == 0 {
+			continue
+		}
+		switch {
+		case o.Inv.Op == OpPop && o.Phase() == OK && !o.Inv.AutoAck:
+			for _, m := range o.Done.Msgs {
+				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
+				if leases[k] == nil {
+					leases[k] = map[string]*lease{}
+				}
+				l := leases[k][m.Lease]
+				if l == nil {
+					l = &lease{pop: o}
+					leases[k][m.Lease] = l
+				}
+				l.last, l.exp = max(l.last, m.Offset), max(l.exp, m.LeaseExpires)
+			}
+		case o.Inv.Op == OpSettle:
+			if l := leases[qgp{o.Inv.Queue, o.Inv.Group, o.Inv.Partition}][o.Inv.Lease]; l != nil {
+				l.settles = append(l.settles, o)
+			}
+		}
+	}
+	for _, ms := range c.moved {
+		for _, r := range ms {
+			if r.Inv.Kind != "release" || r.Phase() != OK || !r.Done.Released {
+				continue
+			}
+			k := qgp{r.Inv.Queue, r.Inv.Group, r.Inv.Partition}
+		lease:
+			for id, l := range leases[k] {
+				if l.pop.End() >= r.Start() || l.exp <= r.End() {
+					continue
+				}
+				var after *Op
+				for _, s := range l.settles {
+					switch {
+					case s.Start() < r.End():
+						// Settled before or during the release: it may have
+						// ended (or outlived) the lease the release met.
+						continue lease
+					case s.Phase() == OK && after == nil:
+						after = s
+					}
+				}
+				if after != nil {
+					c.where = Violation{Queue: k.queue, Group: k.group, Partition: k.partition}
+					c.report("released-settled", fmt.Sprintf("queue %s group %q partition %s: lease %s, live when ReleaseLease ended it, settled offset %d afterwards",
+						k.queue, k.group, k.partition, id, after.Inv.Offset), append(append(l.pop.evidence(), r.evidence()...), after.evidence()...)...)
+				}
 			}
 		}
 	}

@@ -236,13 +236,33 @@ func TestCheckOffsets(t *testing.T) {
 			h.settle("c", "q", "g", "ack", d[0], Fail)
 			return stOffsets(log)
 		}},
-		{"the released holder's settle accepted", map[string]int{"released-double": 1, "two-holders": 1}, func(h *hb) State {
+		{"the released holder's settle accepted", map[string]int{"released-double": 1, "released-settled": 1, "two-holders": 1}, func(h *hb) State {
 			log, d := h.offsetsLog(1)
 			h.pop("c", "q", "g", false, d[0])
 			h.release("p", false, OK, true)
 			h.pop("c", "q", "g", false, leased(d[0], "L2"))
 			h.settle("c", "q", "g", "ack", leased(d[0], "L2"), OK)
 			h.settle("c", "q", "g", "ack", d[0], OK)
+			return stOffsets(log)
+		}},
+		{"a release that left the lease live", map[string]int{"released-settled": 1}, func(h *hb) State {
+			log, d := h.offsetsLog(2)
+			h.pop("c", "q", "g", false, d...)
+			h.release("p", false, OK, true)
+			h.settle("c", "q", "g", "ack", d[1], OK)
+			return stOffsets(log)
+		}},
+		{"a release that found the lease settled", nil, func(h *hb) State {
+			log, d := h.offsetsLog(2)
+			h.pop("c", "q", "g", false, d...)
+			h.settle("c", "q", "g", "ack", d[0], OK)
+			h.release("p", false, OK, false)
+			h.settle("c", "q", "g", "ack", d[1], OK)
+			return stOffsets(log)
+		}},
+		{"a reset without Force ended a lease", map[string]int{"reset-wrong": 1}, func(h *hb) State {
+			log, _ := h.offsetsLog(2)
+			h.reset(Event{Reset: "latest"}, OK, "", Move{Partition: "p", Before: -1, After: 1, LeaseEnded: true})
 			return stOffsets(log)
 		}},
 		{"settled again after a rewind", nil, func(h *hb) State {

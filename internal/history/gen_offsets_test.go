@@ -183,7 +183,7 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 		}
 		g := offsetsGroups[w.rng.IntN(len(offsetsGroups))]
 		switch x := w.rng.IntN(100); {
-		case x < 45:
+		case x < 40:
 			if w.offsetsReset(ctx, q, g, fresh[g], false, pushed) {
 				fresh[g] = false
 			}
@@ -191,9 +191,9 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 			if w.offsetsDelete(ctx, q, g, w.rng.IntN(2) == 0, false) {
 				fresh[g] = true
 			}
-		case x < 90:
+		case x < 88:
 			w.offsetsRelease(ctx, q, g, h.pick(w.rng, g), false)
-		case x < 94:
+		case x < 93:
 			w.offsetsReset(ctx, q, g, false, true, pushed)
 		case x < 97:
 			w.offsetsDelete(ctx, q, "ghost", w.rng.IntN(2) == 0, true)
