@@ -177,7 +177,7 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 	}
 	sleepCtx(ctx, 300*time.Millisecond)
 	for ctx.Err() == nil {
-		sleepCtx(ctx, time.Duration(50+w.rng.IntN(300))*time.Millisecond)
+		sleepCtx(ctx, time.Duration(30+w.rng.IntN(120))*time.Millisecond)
 		if ctx.Err() != nil {
 			return
 		}
@@ -188,7 +188,7 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 				fresh[g] = false
 			}
 		case x < 55:
-			if w.offsetsDelete(ctx, q, g, w.rng.IntN(2) == 0, false) {
+			if w.offsetsDelete(ctx, q, g, w.rng.IntN(3) != 0, false) {
 				fresh[g] = true
 			}
 		case x < 88:
@@ -253,7 +253,7 @@ func (w *worker) offsetsReset(ctx context.Context, q *queen.Queue, g string, fre
 		kinds = []string{"earliest", "offsets"}
 	}
 	inv := history.Event{Proc: w.proc, Op: history.OpCall, Kind: "reset", Queue: q.Name(), Group: g, Reset: kinds[w.rng.IntN(len(kinds))],
-		Force: w.rng.IntN(2) == 0, Absent: absent}
+		Force: w.rng.IntN(3) != 0, Absent: absent}
 	var to queen.ResetTo
 	var o queen.ResetOptions
 	o.Force = inv.Force
