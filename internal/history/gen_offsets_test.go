@@ -182,6 +182,9 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 			return
 		}
 		g := offsetsGroups[w.rng.IntN(len(offsetsGroups))]
+		// Each call runs to its end: one cut short by the run's end has an
+		// unknown outcome, which leaves its group's last era unjudged.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		switch x := w.rng.IntN(100); {
 		case x < 40:
 			if w.offsetsReset(ctx, q, g, fresh[g], false, pushed) {
@@ -200,6 +203,7 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 		default:
 			w.offsetsRelease(ctx, q, g, "nope", true)
 		}
+		cancel()
 	}
 }
 
