@@ -77,21 +77,32 @@ func (h *held) pick(rng *rand.Rand, g string) string {
 // offsets runs the generator on client c until ctx ends.
 func (r *run) offsets(ctx context.Context, c *queen.Client) {
 	q := c.Queue(offsetsQueue)
-	if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, LeaseTime: offsetsLease}); err != nil {
-		r.t.Logf("offsets: configure: %v", err)
+	// Retried through an outage: the checker takes the queue as deduped.
+	for q.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour, LeaseTime: offsetsLease}) != nil {
+		if sleepCtx(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return
+		}
 	}
 	r.addQueue(offsetsQueue, offsetsInfo())
 	w := &worker{c: c, rec: r.rec, proc: offsetsProc, rng: rand.New(rand.NewPCG(r.seed, 0x0ff5)), r: r}
 	var n atomic.Int64
+	// quiet: the operator holds it to make a move while no push is in
+	// flight, which pins where "latest" and "time" must land exactly.
+	var quiet sync.RWMutex
 	push := func(p string) bool {
+		quiet.RLock()
+		defer quiet.RUnlock()
 		tx := fmt.Sprintf("%s/%d", offsetsQueue, n.Add(1)-1)
 		return w.pushOwn(ctx, offsetsQueue, []queen.Item{{Partition: p, TransactionID: tx, Data: payload(offsetsQueue, tx)}})
 	}
 	// Every partition exists before the operator starts: a reset moves
-	// only partitions that exist.
+	// only partitions that exist. Pushed again through an outage (a
+	// Buffered push makes its partition only when replayed).
 	for _, p := range offsetsParts {
-		if !push(p) {
-			return // an outage: the final drain reads what was spooled
+		for !push(p) {
+			if sleepCtx(ctx, 100*time.Millisecond); ctx.Err() != nil {
+				return // the final drain reads what was spooled
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -109,7 +120,7 @@ func (r *run) offsets(ctx context.Context, c *queen.Client) {
 		wg.Go(func() { cw.offsetsConsume(ctx, q, g) })
 	}
 	ow := &worker{c: c, rec: r.rec, proc: offsetsProc, rng: rand.New(rand.NewPCG(r.seed, 0x0ffa)), r: r}
-	wg.Go(func() { ow.offsetsOperator(ctx, q, h, &n) })
+	wg.Go(func() { ow.offsetsOperator(ctx, q, h, &n, &quiet) })
 	wg.Wait()
 	var calls []string
 	for _, k := range []string{"reset", "delete-group", "release"} {
@@ -170,7 +181,7 @@ func (w *worker) offsetsConsume(ctx context.Context, q *queen.Queue, g string) {
 // a reset subscribes a group with no subscription (latest: SubscribeNew,
 // time: SubscribeFrom), which would then start the partitions it did not
 // move where the checker's model (SubscribeAll) does not.
-func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, pushed *atomic.Int64) {
+func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, pushed *atomic.Int64, quiet *sync.RWMutex) {
 	fresh := map[string]bool{}
 	for _, g := range offsetsGroups {
 		fresh[g] = true
@@ -187,8 +198,16 @@ func (w *worker) offsetsOperator(ctx context.Context, q *queen.Queue, h *held, p
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		switch x := w.rng.IntN(100); {
 		case x < 40:
+			// Half the resets with no push in flight.
+			still := w.rng.IntN(2) == 0
+			if still {
+				quiet.Lock()
+			}
 			if w.offsetsReset(ctx, q, g, fresh[g], false, pushed) {
 				fresh[g] = false
+			}
+			if still {
+				quiet.Unlock()
 			}
 		case x < 55:
 			if w.offsetsDelete(ctx, q, g, w.rng.IntN(3) != 0, false) {
