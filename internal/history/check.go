@@ -52,6 +52,10 @@ type QueueInfo struct {
 	DeadLetter bool
 	// Encrypted queues deliver nothing to a client without their keys.
 	Encrypted bool
+	// Moved groups have their cursors moved by an operator (ResetGroup,
+	// DeleteGroup): reset-lost owes them what each move left ahead of the
+	// cursor, era by era, instead of never-delivered (check_offsets.go).
+	Moved []string
 	// RetryMin is the queue's RetryBackoff.Min under a fixed FailurePause
 	// (0: not judged): a charged failure's next delivery waits at least
 	// that, or its RetryAfter (retry-early, check_sched.go).
@@ -188,6 +192,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.markCopies(all)
 	c.deletedSurvived(all)
 	ops := c.lastEpoch(all)
+	c.moved = c.movers(ops) // check_offsets.go
 	c.reconstruct(ops)
 	// Again: retention may have taken a requeued copy or its original,
 	// which reconstruct has just put back from their deliveries.
@@ -220,6 +225,10 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.scheduled(ops) // check_sched.go
 	c.retryEarly(ops)
 	c.discards(all)
+	c.resetLost(ops) // check_offsets.go
+	c.resetWrong(ops)
+	c.releasedDouble(ops)
+	c.releasedSettled(ops)
 	return c.out
 }
 
@@ -234,6 +243,9 @@ type checker struct {
 	// reborn: per deleted queue, when its last incarnation surely existed
 	// (a message of the final log was known to exist); MaxInt64 if never.
 	reborn map[string]int64
+	// moved: the ResetGroup, DeleteGroup and ReleaseLease calls that may
+	// have applied, by queue and group (check_offsets.go).
+	moved map[qg][]*Op
 }
 
 func (c *checker) report(kind, detail string, ev ...Event) {
@@ -678,6 +690,8 @@ func (c *checker) deliveries(ops []*Op) {
 		slices.SortStableFunc(rs, func(a, b read) int { return cmp.Compare(a.op.Start(), b.op.Start()) })
 		var best *commit
 		j := 0
+		// A commit a reset or delete may have undone before the read.
+		undone := func(cm commit, r read) bool { return c.rewound(k, r.msg.Offset, cm.op.Start(), r.op.End()) }
 		for _, r := range rs {
 			for j < len(cs) && cs[j].op.End() < r.op.Start() {
 				if best == nil || cs[j].offset > best.offset {
@@ -685,13 +699,30 @@ func (c *checker) deliveries(ops []*Op) {
 				}
 				j++
 			}
+			if best != nil && r.msg.Offset <= best.offset && undone(*best, r) {
+				// The highest commit was undone: is a lower one that still
+				// covers the offset?
+				var still *commit
+				for i := range cs[:j] {
+					if cs[i].offset >= r.msg.Offset && !undone(cs[i], r) {
+						still = &cs[i]
+						break
+					}
+				}
+				if still == nil {
+					continue
+				}
+				c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after the cursor was committed through %d",
+					k.queue, k.group, k.partition, r.msg.Offset, still.offset), append(still.op.evidence(), r.op.evidence()...)...)
+				continue
+			}
 			if best != nil && r.msg.Offset <= best.offset {
 				c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after the cursor was committed through %d",
 					k.queue, k.group, k.partition, r.msg.Offset, best.offset), append(best.op.evidence(), r.op.evidence()...)...)
 				continue
 			}
 			for _, a := range alone[k] {
-				if a.offset == r.msg.Offset && a.op.End() < r.op.Start() {
+				if a.offset == r.msg.Offset && a.op.End() < r.op.Start() && !undone(a, r) {
 					c.report("acked-redelivered", fmt.Sprintf("queue %s group %q partition %s: offset %d delivered after it was settled alone",
 						k.queue, k.group, k.partition, r.msg.Offset), append(a.op.evidence(), r.op.evidence()...)...)
 					break
@@ -802,7 +833,10 @@ func (c *checker) holders(ops []*Op) {
 				if hb.o.Start() >= ha.o.End() {
 					break
 				}
-				if hb.l != ha.l && hb.o.Start()+slop < ha.l.exp {
+				// ReleaseLease, or a forced reset or delete, may end a
+				// lease while its handler runs: the next holder's handlers
+				// may then start at once.
+				if hb.l != ha.l && hb.o.Start()+slop < ha.l.exp && !c.leaseEnded(k, ha.o.Start(), hb.o.Start()) {
 					c.report("concurrent-handlers", fmt.Sprintf("queue %s group %q partition %s: a handler of lease %s started while one of lease %s ran, before that lease could expire",
 						k.queue, k.group, k.partition, hb.l.id, ha.l.id), append(ha.o.evidence(), hb.o.evidence()...)...)
 				}
@@ -1060,6 +1094,25 @@ func (c *checker) pollSkip(ops []*Op) {
 			for _, m := range o.Done.Msgs {
 				k := qgp{o.Inv.Queue, o.Inv.Group, m.Partition}
 				commits[k] = append(commits[k], commit{o.Start(), m.Offset})
+			}
+		}
+	}
+	// A reset moves the cursor as a commit does; a moving call of unknown
+	// outcome may have moved it anywhere (check_offsets.go).
+	for k, ms := range c.moved {
+		for _, o := range ms {
+			switch {
+			case o.Inv.Kind == "release":
+			case o.Phase() != OK:
+				bk := k.queue + "\x00" + k.group
+				if t, ok := blind[bk]; !ok || o.Start() < t {
+					blind[bk] = o.Start()
+				}
+			case o.Inv.Kind == "reset":
+				for _, mv := range o.Done.Moves {
+					ck := qgp{k.queue, k.group, mv.Partition}
+					commits[ck] = append(commits[ck], commit{o.Start(), mv.After})
+				}
 			}
 		}
 	}

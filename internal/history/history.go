@@ -145,6 +145,37 @@ type Event struct {
 	// Item.DeliverAt in Unix nanoseconds (0: none), in input order
 	// (check_sched.go).
 	DeliverAt []int64 `json:"deliver_at,omitempty"`
+
+	// Moving offsets (check_offsets.go). Reset: the ResetTo kind
+	// (earliest, latest, time, offsets); At: ResetToTime's time in Unix
+	// nanoseconds; Want: ResetToOffsets' next offset per partition; Parts:
+	// ResetOptions.Partitions; Force: ResetOptions.Force or
+	// DeleteGroupOptions.Force. Absent marks a call naming a partition or
+	// group that does not exist: it must be refused (ErrNotFound).
+	Reset  string           `json:"reset,omitempty"`
+	At     int64            `json:"at,omitempty"`
+	Want   map[string]int64 `json:"want,omitempty"`
+	Parts  []string         `json:"parts,omitempty"`
+	Force  bool             `json:"force,omitempty"`
+	Absent bool             `json:"absent,omitempty"`
+	// On completion: what ResetGroup returned; DeleteGroup's
+	// GroupDeleted.LeasesEnded (Ended); ReleaseLease's result (Released).
+	Moves    []Move `json:"moves,omitempty"`
+	Ended    int    `json:"ended,omitempty"`
+	Released bool   `json:"released,omitempty"`
+	// Refusal: of a refused call, ErrGroupActive ("active") or
+	// ErrNotFound ("not-found").
+	Refusal string `json:"refusal,omitempty"`
+}
+
+// Move is one queen.OffsetMove: a cursor's committed offset before and
+// after a reset (Created: the reset made the cursor).
+type Move struct {
+	Partition  string `json:"p"`
+	Before     int64  `json:"before"`
+	After      int64  `json:"after"`
+	Created    bool   `json:"created,omitempty"`
+	LeaseEnded bool   `json:"ended,omitempty"`
 }
 
 // LagRead is what one Queue.Status read said of a group on a partition.

@@ -410,6 +410,15 @@ func (r *run) main() (st runStats) {
 		fz = r.openCfg(ctx, cfg)
 		others = append(others, fz)
 	}
+	var oc *queen.Client
+	if r.gen["offsets"] {
+		// A client of its own (before scanSpools reads spoolDirs): the main
+		// clients' metrics count only what their procs did.
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		oc = r.open(ctx, offsetsProc, dir)
+		others = append(others, oc)
+	}
 	ch := make([]*child, r.children)
 	for i := range ch {
 		ch[i] = &child{r: r, idx: i, spool: t.TempDir()}
@@ -469,6 +478,9 @@ func (r *run) main() (st runStats) {
 				}
 			}
 		})
+	}
+	if r.gen["offsets"] {
+		wg.Go(func() { r.offsets(genCtx, oc) }) // gen_offsets_test.go
 	}
 	r.startSched(genCtx, &wg, clients, time.Now().Add(r.dur)) // gen_sched_test.go
 	genTimer := genCtx.arm(stopGen)
@@ -769,7 +781,7 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		drains = append(drains, drain{qs.name, gs})
 	}
 	for _, q := range r.extraQ {
-		drains = append(drains, drain{q, append(slices.Clone(r.extra[q].Groups), r.extra[q].LateGroups...)})
+		drains = append(drains, drain{q, slices.Concat(r.extra[q].Groups, r.extra[q].LateGroups, r.extra[q].Moved)})
 	}
 	for _, d := range drains {
 		q := admin.Queue(d.q)
@@ -1187,6 +1199,8 @@ type worker struct {
 	// process only: the generators that need them run there.
 	r     *run
 	other *queen.Client
+	// moving counts the offsets operator's calls by kind and outcome.
+	moving map[string]int
 }
 
 func (w *worker) loop(ctx context.Context) {
