@@ -42,8 +42,8 @@ import (
 
 // Scenario keys, in run order.
 var allScenarios = []string{
-	"single", "insert", "batch", "copy", "mixed", "copy-one", "river-insert", "wide",
-	"drain", "river-drain", "e2e", "river-e2e",
+	"single", "insert", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
+	"drain", "river-drain", "pgq-drain", "e2e", "river-e2e", "pgq-e2e",
 }
 
 type config struct {
@@ -178,6 +178,12 @@ type bench struct {
 	// Messages available for the drain scenarios.
 	queenBacklog int64
 	riverBacklog int64
+	// PgQ's database (pgq.go), opened by its first scenario.
+	pgq        *pgxpool.Pool
+	pgqVersion string
+	// dataDir is the cluster's data directory, "" when unknown: the
+	// fdatasync probe runs on its filesystem.
+	dataDir string
 }
 
 type meta struct {
@@ -196,6 +202,9 @@ type meta struct {
 	LoadAvgStart string  `json:"loadavg_start"`
 	LoadAvgEnd   string  `json:"loadavg_end"`
 	WallSeconds  float64 `json:"wall_seconds"`
+	// Conditions: CPU steal over the run and an fdatasync probe at its
+	// start and end (conditions.go).
+	Conditions *conditions `json:"conditions"`
 }
 
 func loadAvg() string {
@@ -222,6 +231,9 @@ func run(ctx context.Context, cfg *config) error {
 	flag.VisitAll(func(f *flag.Flag) { b.meta.Flags[f.Name] = f.Value.String() })
 
 	url := cfg.url
+	if url == "" && (b.want("pgq-batch") || b.want("pgq-single") || b.want("pgq-drain") || b.want("pgq-e2e")) {
+		ensurePgQ(ctx) // before the cluster starts: apt-get must not run beside a cluster of the bench
+	}
 	if url == "" {
 		// A production-like server: fsync, full_page_writes and
 		// synchronous_commit on, shared_buffers 512MB, wal_buffers 16MB,
@@ -241,6 +253,7 @@ func run(ctx context.Context, cfg *config) error {
 		defer cl.Close()
 		url = cl.URL
 		b.postmaster = cl.Pid()
+		b.dataDir = cl.DataDir
 		b.meta.Server = "self-started throwaway cluster on 127.0.0.1"
 	} else {
 		b.meta.Server = "existing database (-url / QUEEN_DATABASE_URL)"
@@ -273,6 +286,9 @@ func run(ctx context.Context, cfg *config) error {
 		}
 	}
 	_ = b.base.QueryRow(ctx, "SELECT version()").Scan(&b.meta.PostgreSQL)
+	if b.dataDir == "" {
+		_ = b.base.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&b.dataDir)
+	}
 	if cfg.pgStat {
 		if _, err := b.base.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 			return err
@@ -307,8 +323,15 @@ func run(ctx context.Context, cfg *config) error {
 	defer b.client.Close(context.Background())
 
 	fmt.Printf("machine: %d CPUs (%s), %.0f GiB; %s\n", b.meta.CPUs, b.meta.CPUModel, b.meta.MemGiB, b.meta.PostgreSQL)
-	fmt.Printf("fsync=%s synchronous_commit=%s full_page_writes=%s; %s\n\n",
+	fmt.Printf("fsync=%s synchronous_commit=%s full_page_writes=%s; %s\n",
 		b.meta.Settings["fsync"], b.meta.Settings["synchronous_commit"], b.meta.Settings["full_page_writes"], b.meta.Server)
+	b.meta.Conditions = startConditions(b.dataDir)
+	fmt.Println()
+	defer func() {
+		if b.pgq != nil {
+			b.pgq.Close()
+		}
+	}()
 
 	steps := map[string]func(context.Context) (*result, error){
 		"single":       b.queenSingle,
@@ -321,6 +344,8 @@ func run(ctx context.Context, cfg *config) error {
 		"wide":         b.queenWide,
 		"drain":        b.queenDrain,
 		"river-drain":  b.riverDrain,
+		"pgq-single":   b.pgqSingle,
+		"pgq-drain":    b.pgqDrain,
 	}
 	type step struct {
 		key string
@@ -340,6 +365,16 @@ func run(ctx context.Context, cfg *config) error {
 				}
 			}
 		case key == "river-e2e":
+		case key == "pgq-batch":
+			if b.want(key) {
+				plan = append(plan, step{"pgq-copy", b.pgqBatchCopy}, step{"pgq-insert-batch", b.pgqBatchInsert})
+			}
+		case key == "pgq-e2e":
+			if b.want(key) {
+				for _, c := range pgqE2ECases {
+					plan = append(plan, step{c.key, b.pgqE2E(c)})
+				}
+			}
 		case b.want(key):
 			plan = append(plan, step{key, steps[key]})
 		}
@@ -357,7 +392,9 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	b.meta.LoadAvgEnd = loadAvg()
 	b.meta.WallSeconds = time.Since(t0).Seconds()
-	fmt.Printf("\nload average (1, 5, 15 min) at start %s, at end %s; wall time %.0fs\n\n", b.meta.LoadAvgStart, b.meta.LoadAvgEnd, b.meta.WallSeconds)
+	fmt.Println()
+	b.meta.Conditions.end(b.dataDir)
+	fmt.Printf("wall time %.0fs\n\n", b.meta.WallSeconds)
 	printTable(os.Stdout, b.results)
 	fmt.Println()
 	printRatios(os.Stdout, b.results)
