@@ -297,10 +297,11 @@ func (b *bench) pgqDrain(ctx context.Context) (*result, error) {
 	if err := pgqFreshQueue(ctx, pool, queue); err != nil {
 		return nil, err
 	}
-	// Ticks only when asked (after each 1000): no tick on lag meanwhile.
-	if _, err := pool.Exec(ctx, `SELECT pgq.set_queue_config($1, 'ticker_max_count', $2::text),
+	// A tick on every pgq.ticker call that has new events (max_count 1),
+	// and no other (the load calls it after each 1000).
+	if _, err := pool.Exec(ctx, `SELECT pgq.set_queue_config($1, 'ticker_max_count', '1'),
 		pgq.set_queue_config($1, 'ticker_max_lag', '1 hour'), pgq.set_queue_config($1, 'ticker_idle_period', '1 hour')`,
-		queue, strconv.Itoa(pgqDrainBatch)); err != nil {
+		queue); err != nil {
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "SELECT pgq.register_consumer($1, 'c')", queue); err != nil {
@@ -319,15 +320,9 @@ func (b *bench) pgqDrain(ctx context.Context) (*result, error) {
 		if err := pool.QueryRow(lctx, "SELECT pgq.ticker($1)", queue).Scan(&tick); err != nil {
 			return nil, fmt.Errorf("loading: ticker: %w", err)
 		}
-		if tick == nil && rows == pgqDrainBatch {
-			return nil, errors.New("loading: pgq.ticker made no tick after 1000 events")
+		if tick == nil {
+			return nil, fmt.Errorf("loading: pgq.ticker made no tick after %d events", rows)
 		}
-	}
-	if _, err := pool.Exec(ctx, "SELECT pgq.force_tick($1)", queue); err != nil { // a short last batch
-		return nil, err
-	}
-	if _, err := pool.Exec(ctx, "SELECT pgq.ticker($1)", queue); err != nil {
-		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil { // the load's dirty pages not on the drain's clock
 		return nil, err
