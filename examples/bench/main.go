@@ -61,6 +61,7 @@ type config struct {
 	e2eDur      time.Duration
 	concurrency int
 	popParts    int
+	batchParts  int
 	riverWork   int
 	riverFetch  time.Duration
 	riverE2EFC  time.Duration
@@ -86,7 +87,8 @@ func parseFlags() *config {
 		"end-to-end scenarios (queen and River at each offered rate), comma-separated rate:partitions:concurrency:batch; partitions, concurrency and batch are queen's")
 	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of each end-to-end scenario (default 30s; quick 6s)")
 	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen ConsumeOptions.Concurrency in the drain scenario")
-	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions in the drain scenario")
+	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions (partitions claimed per pop) in the drain scenario")
+	flag.IntVar(&c.batchParts, "batch-partitions", narrowParts, "partitions of the 1000-item push scenario, whose backlog the drain consumes (1: a single-partition drain)")
 	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain and end-to-end scenarios")
 	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain scenario (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s)")
 	flag.DurationVar(&c.riverE2EFC, "river-e2e-fetch-cooldown", 10*time.Millisecond,
@@ -132,6 +134,9 @@ func main() {
 	var err error
 	if cfg.e2eCases, err = parseE2E(cfg.e2e); err != nil {
 		log.Fatal(err)
+	}
+	if cfg.batchParts < 1 {
+		log.Fatalf("-batch-partitions must be at least 1, not %d", cfg.batchParts)
 	}
 	if cfg.syncCommit != "on" && cfg.syncCommit != "off" {
 		log.Fatalf("-sync-commit must be on or off, not %q", cfg.syncCommit)
