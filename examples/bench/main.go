@@ -183,6 +183,7 @@ type bench struct {
 	// Messages available for the drain scenarios.
 	queenBacklog int64
 	riverBacklog int64
+	pgqBacklog   int64
 	// PgQ's database (pgq.go), opened by its first scenario.
 	pgq        *pgxpool.Pool
 	pgqVersion string
@@ -349,12 +350,12 @@ func run(ctx context.Context, cfg *config) error {
 		"wide":         b.queenWide,
 		"drain":        b.queenDrain,
 		"river-drain":  b.riverDrain,
-		"pgq-single":   b.pgqSingle,
-		"pgq-drain":    b.pgqDrain,
 	}
 	type step struct {
 		key string
 		fn  func(context.Context) (*result, error)
+		// prep runs before fn, outside its clock and CPU accounting.
+		prep func(context.Context) error
 	}
 	var plan []step
 	for _, key := range allScenarios {
@@ -363,30 +364,43 @@ func run(ctx context.Context, cfg *config) error {
 			// Each offered rate: queen, then River beside it.
 			for _, c := range cfg.e2eCases {
 				if b.want("e2e") {
-					plan = append(plan, step{fmt.Sprintf("e2e-%d", c.rate), b.queenE2E(c)})
+					plan = append(plan, step{fmt.Sprintf("e2e-%d", c.rate), b.queenE2E(c), nil})
 				}
 				if b.want("river-e2e") {
-					plan = append(plan, step{fmt.Sprintf("river-e2e-%d", c.rate), b.riverE2E(c)})
+					plan = append(plan, step{fmt.Sprintf("river-e2e-%d", c.rate), b.riverE2E(c), nil})
 				}
 			}
 		case key == "river-e2e":
 		case key == "pgq-batch":
 			if b.want(key) {
-				plan = append(plan, step{"pgq-copy", b.pgqBatchCopy}, step{"pgq-insert-batch", b.pgqBatchInsert})
+				plan = append(plan, step{"pgq-copy", b.pgqBatchCopy, b.pgqPrep}, step{"pgq-insert-batch", b.pgqBatchInsert, b.pgqPrep})
 			}
 		case key == "pgq-e2e":
 			if b.want(key) {
 				for _, c := range pgqE2ECases {
-					plan = append(plan, step{c.key, b.pgqE2E(c)})
+					plan = append(plan, step{c.key, b.pgqE2E(c), b.pgqPrep})
 				}
 			}
+		case key == "pgq-single":
+			if b.want(key) {
+				plan = append(plan, step{key, b.pgqSingle, b.pgqPrep})
+			}
+		case key == "pgq-drain":
+			if b.want(key) {
+				plan = append(plan, step{key, b.pgqDrain, b.pgqDrainLoad})
+			}
 		case b.want(key):
-			plan = append(plan, step{key, steps[key]})
+			plan = append(plan, step{key, steps[key], nil})
 		}
 	}
 	for _, s := range plan {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if s.prep != nil {
+			if err := s.prep(ctx); err != nil {
+				return fmt.Errorf("scenario %s: %w", s.key, err)
+			}
 		}
 		r, err := b.measure(ctx, s.key, s.fn)
 		if err != nil {

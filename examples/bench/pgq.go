@@ -283,51 +283,75 @@ func (b *bench) pgqSingle(ctx context.Context) (*result, error) {
 	return r, nil
 }
 
+// pgqPrep opens PgQ's database before a scenario's clock and CPU
+// accounting start: CREATE DATABASE and CREATE EXTENSION are not PgQ's
+// cost per message. It does nothing when PgQ is missing (the scenario then
+// says so).
+func (b *bench) pgqPrep(ctx context.Context) error {
+	if b.pgqMissing(ctx) != "" {
+		return nil
+	}
+	_, err := b.pgqPool(ctx)
+	return err
+}
+
+const pgqDrainQueue = "drain"
+
+// pgqDrainLoad loads the drain's backlog, untimed and outside the drain's
+// CPU accounting (as queen's drain consumes what the batch scenario
+// loaded): -n-drain events in COPY transactions of 1000, each followed by
+// a tick, so that every batch holds 1000 events.
+func (b *bench) pgqDrainLoad(ctx context.Context) error {
+	if err := b.pgqPrep(ctx); err != nil || b.pgq == nil {
+		return err
+	}
+	pool := b.pgq
+	if err := pgqFreshQueue(ctx, pool, pgqDrainQueue); err != nil {
+		return err
+	}
+	// A tick on every pgq.ticker call that has new events (max_count 1),
+	// and no other (the load calls it after each 1000).
+	if _, err := pool.Exec(ctx, `SELECT pgq.set_queue_config($1, 'ticker_max_count', '1'),
+		pgq.set_queue_config($1, 'ticker_max_lag', '1 hour'), pgq.set_queue_config($1, 'ticker_idle_period', '1 hour')`,
+		pgqDrainQueue); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, "SELECT pgq.register_consumer($1, 'c')", pgqDrainQueue); err != nil {
+		return err
+	}
+	target := int64(b.cfg.nDrain)
+	fmt.Printf("  loading %s PgQ events for the drain (untimed) ...\n", fmtInt(float64(target)))
+	for i := int64(0); i < target; i += pgqDrainBatch {
+		rows := int(min(pgqDrainBatch, target-i))
+		if err := pgqCopy(ctx, pool, pgqDrainQueue, rows, func(k int) string { return b.payloadText(i + int64(k)) }); err != nil {
+			return fmt.Errorf("loading: %w", err)
+		}
+		var tick *int64
+		if err := pool.QueryRow(ctx, "SELECT pgq.ticker($1)", pgqDrainQueue).Scan(&tick); err != nil {
+			return fmt.Errorf("loading: ticker: %w", err)
+		}
+		if tick == nil {
+			return fmt.Errorf("loading: pgq.ticker made no tick after %d events", rows)
+		}
+	}
+	b.pgqBacklog = target
+	return nil
+}
+
 // pgqDrain: one consumer loops next_batch / get_batch_events /
-// finish_batch over a backlog of -n-drain events loaded (untimed) in COPY
-// transactions of 1000 with a tick after each, so that every batch holds
-// 1000 events.
+// finish_batch over the backlog pgqDrainLoad left, until it has read them
+// all and finished the last batch.
 func (b *bench) pgqDrain(ctx context.Context) (*result, error) {
 	name := "PgQ: one consumer, next_batch / get_batch_events / finish_batch, 1000 events per batch"
 	pool, r, err := b.pgqUnavailable(ctx, name)
 	if r != nil || err != nil {
 		return r, err
 	}
-	const queue = "drain"
-	if err := pgqFreshQueue(ctx, pool, queue); err != nil {
-		return nil, err
+	const queue = pgqDrainQueue
+	target := b.pgqBacklog
+	if target == 0 {
+		return &result{Name: name, Unavailable: "no backlog loaded"}, nil
 	}
-	// A tick on every pgq.ticker call that has new events (max_count 1),
-	// and no other (the load calls it after each 1000).
-	if _, err := pool.Exec(ctx, `SELECT pgq.set_queue_config($1, 'ticker_max_count', '1'),
-		pgq.set_queue_config($1, 'ticker_max_lag', '1 hour'), pgq.set_queue_config($1, 'ticker_idle_period', '1 hour')`,
-		queue); err != nil {
-		return nil, err
-	}
-	if _, err := pool.Exec(ctx, "SELECT pgq.register_consumer($1, 'c')", queue); err != nil {
-		return nil, err
-	}
-	target := int64(b.cfg.nDrain)
-	fmt.Printf("  loading %s PgQ events (untimed) ...\n", fmtInt(float64(target)))
-	lctx, cancel := context.WithTimeout(ctx, 10*b.cfg.maxTime)
-	defer cancel()
-	for i := int64(0); i < target; i += pgqDrainBatch {
-		rows := int(min(pgqDrainBatch, target-i))
-		if err := pgqCopy(lctx, pool, queue, rows, func(k int) string { return b.payloadText(i + int64(k)) }); err != nil {
-			return nil, fmt.Errorf("loading: %w", err)
-		}
-		var tick *int64
-		if err := pool.QueryRow(lctx, "SELECT pgq.ticker($1)", queue).Scan(&tick); err != nil {
-			return nil, fmt.Errorf("loading: ticker: %w", err)
-		}
-		if tick == nil {
-			return nil, fmt.Errorf("loading: pgq.ticker made no tick after %d events", rows)
-		}
-	}
-	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil { // the load's dirty pages not on the drain's clock
-		return nil, err
-	}
-
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
