@@ -1,14 +1,18 @@
 //go:build unix
 
 // Command bench measures queen side by side with COPY, single-row INSERT
-// commits and River (v0.51.2) in one run, against one PostgreSQL, and
-// prints a table, writes the results as JSON and draws a PNG bar chart.
+// commits, River (v0.51.2) and PgQ (the pgq 3 extension and pgqd, when
+// installed) in one run, against one PostgreSQL, and prints a table, writes
+// the results as JSON and draws a PNG bar chart. Each run first prints what
+// it ran on (CPUs, load average, an fdatasync probe) and, before the
+// figures, the CPU steal over the run and the probe again.
 //
 // It is its own Go module so that the library gains no dependency on River.
 // It starts a throwaway PostgreSQL from the installed server binaries (fsync
 // on, synchronous_commit on unless -sync-commit=off) unless -url or
 // QUEEN_DATABASE_URL names an existing database (it then creates and drops
-// the schemas bench_queen, bench_base and bench_river in it).
+// the schemas bench_queen, bench_base and bench_river, and the database
+// bench_pgq, in it).
 //
 //	cd examples/bench
 //	go run . -quick                  # about 2 minutes
