@@ -320,7 +320,7 @@ func (b *bench) pgqDrainLoad(ctx context.Context) error {
 		return err
 	}
 	target := int64(b.cfg.nDrain)
-	fmt.Printf("  loading %s PgQ events for the drain (untimed) ...\n", fmtInt(float64(target)))
+	t0 := time.Now()
 	for i := int64(0); i < target; i += pgqDrainBatch {
 		rows := int(min(pgqDrainBatch, target-i))
 		if err := pgqCopy(ctx, pool, pgqDrainQueue, rows, func(k int) string { return b.payloadText(i + int64(k)) }); err != nil {
@@ -335,6 +335,7 @@ func (b *bench) pgqDrainLoad(ctx context.Context) error {
 		}
 	}
 	b.pgqBacklog = target
+	fmt.Printf("  loaded %s PgQ events for the drain in %.1fs (untimed)\n", fmtInt(float64(target)), time.Since(t0).Seconds())
 	return nil
 }
 
