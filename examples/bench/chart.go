@@ -19,20 +19,25 @@ type chartPanel struct {
 }
 
 var chartPanels = []chartPanel{
-	{"single-message writes, msgs/s", []string{"single", "insert"}},
-	{"1000-message writes, msgs/s", []string{"batch", "wide", "copy", "river-insert"}},
-	{"drain, msgs/s (handled and acked / completed)", []string{"drain", "river-drain"}},
+	{"single-message writes, msgs/s", []string{"single", "insert", "pgq-single"}},
+	{"1000-message writes, msgs/s", []string{"batch", "wide", "copy", "river-insert", "pgq-copy", "pgq-insert-batch"}},
+	{"drain, msgs/s (handled and acked / completed)", []string{"drain", "river-drain", "pgq-drain"}},
 }
 
 var chartLabels = map[string]string{
 	"single":       "queen push x1, 1000 goroutines",
 	"insert":       "INSERT commit x1, 64 conns",
-	"batch":        "queen push x1000, 100 partitions",
+	"batch":        "queen push x1000, 8 goroutines",
 	"wide":         "queen push x1000, 100k partitions",
 	"copy":         "COPY 1000 rows, 8 goroutines",
 	"river-insert": "River InsertMany 1000, 8 gor.",
 	"drain":        "queen Consume, batch 1000",
 	"river-drain":  "River workers, no-op jobs",
+	// PgQ (pgq.go).
+	"pgq-single":       "PgQ insert_event x1, 64 conns",
+	"pgq-copy":         "PgQ COPY 1000 events, 8 gor.",
+	"pgq-insert-batch": "PgQ insert_event x1000, 8 gor.",
+	"pgq-drain":        "PgQ next_batch, 1000 per tick",
 }
 
 var (

@@ -26,6 +26,9 @@ func (b *bench) queenDrain(ctx context.Context) (*result, error) {
 	if b.cfg.popParts > 1 {
 		name += fmt.Sprintf(", %d partitions per pop", b.cfg.popParts)
 	}
+	if b.cfg.batchParts != narrowParts {
+		name += fmt.Sprintf(", backlog in %s partition%s", fmtInt(float64(b.cfg.batchParts)), plural(b.cfg.batchParts))
+	}
 	if target == 0 {
 		return &result{Name: name, Queen: true, Unavailable: "no backlog to drain (run batch in the same invocation)"}, nil
 	}

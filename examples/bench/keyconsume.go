@@ -116,7 +116,7 @@ func runKeyConsumeChild(ctx context.Context) error {
 func keyName(k int) string { return fmt.Sprintf("key-%07d", k) }
 
 func runKeyConsume(ctx context.Context, cfg *config) error {
-	url := cfg.url
+	url, dataDir := cfg.url, ""
 	if url == "" {
 		fmt.Println("starting PostgreSQL (production-like profile) ...")
 		opts := pgcluster.Production()
@@ -126,13 +126,17 @@ func runKeyConsume(ctx context.Context, cfg *config) error {
 			return err
 		}
 		defer cl.Close()
-		url = cl.URL
+		url, dataDir = cl.URL, cl.DataDir
 	}
 	base, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer base.Close()
+	if dataDir == "" {
+		_ = base.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir)
+	}
+	cond := startConditions(dataDir)
 	if _, err := base.Exec(ctx, "DROP SCHEMA IF EXISTS "+kc.schema+" CASCADE"); err != nil {
 		return err
 	}
@@ -297,6 +301,7 @@ func runKeyConsume(ctx context.Context, cfg *config) error {
 		}
 	}
 	rate := float64(total) / drain.Seconds()
+	cond.end(dataDir)
 	fmt.Printf("keyconsume: %d processes × Concurrency %d × KeyConcurrency %d, handler %s: %d messages (%d handler runs) in %s: %s msgs/s\n",
 		kc.procs, kc.conc, kc.keyConc, kc.sleep, total, n, drain.Round(time.Millisecond), fmtInt(rate))
 	fmt.Printf("keyconsume: overlapping handlers of one key %d, events started out of order %d, events never handled %d\n",

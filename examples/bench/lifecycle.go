@@ -82,7 +82,7 @@ type lcRun struct {
 }
 
 func runLifecycle(ctx context.Context, cfg *config) error {
-	url, postmaster := cfg.url, 0
+	url, postmaster, dataDir := cfg.url, 0, ""
 	if url == "" {
 		fmt.Println("starting PostgreSQL (production-like profile: fsync on, shared_buffers 512MB, wal_buffers 16MB, max_wal_size 4GB, checkpoint_timeout 15min) ...")
 		opts := pgcluster.Production()
@@ -96,7 +96,7 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 			return err
 		}
 		defer cl.Close()
-		url, postmaster = cl.URL, cl.Pid()
+		url, postmaster, dataDir = cl.URL, cl.Pid(), cl.DataDir
 	}
 	base, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -113,6 +113,10 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		}
 		lc.pgStat = base
 	}
+	if dataDir == "" {
+		_ = base.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir)
+	}
+	cond := startConditions(dataDir)
 	total := int64(lc.keys) * int64(lc.events)
 	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
 		lc.keys, lc.events, payloadSize, lcLoaders, lcCall, lcWorkers, version)
@@ -131,7 +135,6 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		}
 		runs = append(runs, run)
 	}
-	lcSummary(runs)
 	var pgqRuns []lcRun
 	if lc.pgque != "" {
 		for r := 1; r <= lc.runs; r++ {
@@ -141,6 +144,10 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 			}
 			pgqRuns = append(pgqRuns, run)
 		}
+	}
+	cond.end(dataDir)
+	lcSummary(runs)
+	if len(pgqRuns) > 0 {
 		fmt.Println("PgQue:")
 		lcSummary(pgqRuns)
 	}
@@ -151,7 +158,7 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		data, err := json.MarshalIndent(map[string]any{
 			"keys": lc.keys, "events": lc.events, "payload_bytes": payloadSize, "loaders": lcLoaders,
 			"events_per_call": lcCall, "workers": lcWorkers, "settings": lcSettings, "postgresql": version,
-			"date": time.Now().UTC().Format(time.RFC3339), "runs": runs, "pgque_runs": pgqRuns,
+			"date": time.Now().UTC().Format(time.RFC3339), "runs": runs, "pgque_runs": pgqRuns, "conditions": cond,
 		}, "", "  ")
 		if err != nil {
 			return err

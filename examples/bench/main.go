@@ -1,14 +1,18 @@
 //go:build unix
 
 // Command bench measures queen side by side with COPY, single-row INSERT
-// commits and River (v0.51.2) in one run, against one PostgreSQL, and
-// prints a table, writes the results as JSON and draws a PNG bar chart.
+// commits, River (v0.51.2) and PgQ (the pgq 3 extension and pgqd, when
+// installed) in one run, against one PostgreSQL, and prints a table, writes
+// the results as JSON and draws a PNG bar chart. Each run first prints what
+// it ran on (CPUs, load average, an fdatasync probe) and, before the
+// figures, the CPU steal over the run and the probe again.
 //
 // It is its own Go module so that the library gains no dependency on River.
 // It starts a throwaway PostgreSQL from the installed server binaries (fsync
 // on, synchronous_commit on unless -sync-commit=off) unless -url or
 // QUEEN_DATABASE_URL names an existing database (it then creates and drops
-// the schemas bench_queen, bench_base and bench_river in it).
+// the schemas bench_queen, bench_base and bench_river, and the database
+// bench_pgq, in it).
 //
 //	cd examples/bench
 //	go run . -quick                  # about 2 minutes
@@ -42,8 +46,8 @@ import (
 
 // Scenario keys, in run order.
 var allScenarios = []string{
-	"single", "insert", "batch", "copy", "mixed", "copy-one", "river-insert", "wide",
-	"drain", "river-drain", "e2e", "river-e2e",
+	"single", "insert", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
+	"drain", "river-drain", "pgq-drain", "e2e", "river-e2e", "pgq-e2e",
 }
 
 type config struct {
@@ -61,6 +65,7 @@ type config struct {
 	e2eDur      time.Duration
 	concurrency int
 	popParts    int
+	batchParts  int
 	riverWork   int
 	riverFetch  time.Duration
 	riverE2EFC  time.Duration
@@ -86,7 +91,8 @@ func parseFlags() *config {
 		"end-to-end scenarios (queen and River at each offered rate), comma-separated rate:partitions:concurrency:batch; partitions, concurrency and batch are queen's")
 	flag.DurationVar(&c.e2eDur, "e2e-time", 0, "duration of each end-to-end scenario (default 30s; quick 6s)")
 	flag.IntVar(&c.concurrency, "consume-concurrency", 4, "queen ConsumeOptions.Concurrency in the drain scenario")
-	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions in the drain scenario")
+	flag.IntVar(&c.popParts, "consume-partitions", 1, "PopOptions.Partitions (partitions claimed per pop) in the drain scenario")
+	flag.IntVar(&c.batchParts, "batch-partitions", narrowParts, "partitions of the 1000-item push scenario, whose backlog the drain consumes (1: a single-partition drain)")
 	flag.IntVar(&c.riverWork, "river-workers", 200, "River MaxWorkers for the drain and end-to-end scenarios")
 	flag.DurationVar(&c.riverFetch, "river-fetch-cooldown", time.Millisecond, "River FetchCooldown for the drain scenario (River's default is 100ms, which caps a drain at MaxWorkers×10 jobs/s)")
 	flag.DurationVar(&c.riverE2EFC, "river-e2e-fetch-cooldown", 10*time.Millisecond,
@@ -133,6 +139,9 @@ func main() {
 	if cfg.e2eCases, err = parseE2E(cfg.e2e); err != nil {
 		log.Fatal(err)
 	}
+	if cfg.batchParts < 1 {
+		log.Fatalf("-batch-partitions must be at least 1, not %d", cfg.batchParts)
+	}
 	if cfg.syncCommit != "on" && cfg.syncCommit != "off" {
 		log.Fatalf("-sync-commit must be on or off, not %q", cfg.syncCommit)
 	}
@@ -178,6 +187,13 @@ type bench struct {
 	// Messages available for the drain scenarios.
 	queenBacklog int64
 	riverBacklog int64
+	pgqBacklog   int64
+	// PgQ's database (pgq.go), opened by its first scenario.
+	pgq        *pgxpool.Pool
+	pgqVersion string
+	// dataDir is the cluster's data directory, "" when unknown: the
+	// fdatasync probe runs on its filesystem.
+	dataDir string
 }
 
 type meta struct {
@@ -196,6 +212,9 @@ type meta struct {
 	LoadAvgStart string  `json:"loadavg_start"`
 	LoadAvgEnd   string  `json:"loadavg_end"`
 	WallSeconds  float64 `json:"wall_seconds"`
+	// Conditions: CPU steal over the run and an fdatasync probe at its
+	// start and end (conditions.go).
+	Conditions *conditions `json:"conditions"`
 }
 
 func loadAvg() string {
@@ -222,6 +241,9 @@ func run(ctx context.Context, cfg *config) error {
 	flag.VisitAll(func(f *flag.Flag) { b.meta.Flags[f.Name] = f.Value.String() })
 
 	url := cfg.url
+	if url == "" && (b.want("pgq-batch") || b.want("pgq-single") || b.want("pgq-drain") || b.want("pgq-e2e")) {
+		ensurePgQ(ctx) // before the cluster starts: apt-get must not run beside a cluster of the bench
+	}
 	if url == "" {
 		// A production-like server: fsync, full_page_writes and
 		// synchronous_commit on, shared_buffers 512MB, wal_buffers 16MB,
@@ -241,6 +263,7 @@ func run(ctx context.Context, cfg *config) error {
 		defer cl.Close()
 		url = cl.URL
 		b.postmaster = cl.Pid()
+		b.dataDir = cl.DataDir
 		b.meta.Server = "self-started throwaway cluster on 127.0.0.1"
 	} else {
 		b.meta.Server = "existing database (-url / QUEEN_DATABASE_URL)"
@@ -273,6 +296,9 @@ func run(ctx context.Context, cfg *config) error {
 		}
 	}
 	_ = b.base.QueryRow(ctx, "SELECT version()").Scan(&b.meta.PostgreSQL)
+	if b.dataDir == "" {
+		_ = b.base.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&b.dataDir)
+	}
 	if cfg.pgStat {
 		if _, err := b.base.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 			return err
@@ -307,8 +333,15 @@ func run(ctx context.Context, cfg *config) error {
 	defer b.client.Close(context.Background())
 
 	fmt.Printf("machine: %d CPUs (%s), %.0f GiB; %s\n", b.meta.CPUs, b.meta.CPUModel, b.meta.MemGiB, b.meta.PostgreSQL)
-	fmt.Printf("fsync=%s synchronous_commit=%s full_page_writes=%s; %s\n\n",
+	fmt.Printf("fsync=%s synchronous_commit=%s full_page_writes=%s; %s\n",
 		b.meta.Settings["fsync"], b.meta.Settings["synchronous_commit"], b.meta.Settings["full_page_writes"], b.meta.Server)
+	b.meta.Conditions = startConditions(b.dataDir)
+	fmt.Println()
+	defer func() {
+		if b.pgq != nil {
+			b.pgq.Close()
+		}
+	}()
 
 	steps := map[string]func(context.Context) (*result, error){
 		"single":       b.queenSingle,
@@ -325,6 +358,8 @@ func run(ctx context.Context, cfg *config) error {
 	type step struct {
 		key string
 		fn  func(context.Context) (*result, error)
+		// prep runs before fn, outside its clock and CPU accounting.
+		prep func(context.Context) error
 	}
 	var plan []step
 	for _, key := range allScenarios {
@@ -333,20 +368,43 @@ func run(ctx context.Context, cfg *config) error {
 			// Each offered rate: queen, then River beside it.
 			for _, c := range cfg.e2eCases {
 				if b.want("e2e") {
-					plan = append(plan, step{fmt.Sprintf("e2e-%d", c.rate), b.queenE2E(c)})
+					plan = append(plan, step{fmt.Sprintf("e2e-%d", c.rate), b.queenE2E(c), nil})
 				}
 				if b.want("river-e2e") {
-					plan = append(plan, step{fmt.Sprintf("river-e2e-%d", c.rate), b.riverE2E(c)})
+					plan = append(plan, step{fmt.Sprintf("river-e2e-%d", c.rate), b.riverE2E(c), nil})
 				}
 			}
 		case key == "river-e2e":
+		case key == "pgq-batch":
+			if b.want(key) {
+				plan = append(plan, step{"pgq-copy", b.pgqBatchCopy, b.pgqPrep}, step{"pgq-insert-batch", b.pgqBatchInsert, b.pgqPrep})
+			}
+		case key == "pgq-e2e":
+			if b.want(key) {
+				for _, c := range pgqE2ECases {
+					plan = append(plan, step{c.key, b.pgqE2E(c), b.pgqPrep})
+				}
+			}
+		case key == "pgq-single":
+			if b.want(key) {
+				plan = append(plan, step{key, b.pgqSingle, b.pgqPrep})
+			}
+		case key == "pgq-drain":
+			if b.want(key) {
+				plan = append(plan, step{key, b.pgqDrain, b.pgqDrainLoad})
+			}
 		case b.want(key):
-			plan = append(plan, step{key, steps[key]})
+			plan = append(plan, step{key, steps[key], nil})
 		}
 	}
 	for _, s := range plan {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if s.prep != nil {
+			if err := s.prep(ctx); err != nil {
+				return fmt.Errorf("scenario %s: %w", s.key, err)
+			}
 		}
 		r, err := b.measure(ctx, s.key, s.fn)
 		if err != nil {
@@ -357,7 +415,9 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	b.meta.LoadAvgEnd = loadAvg()
 	b.meta.WallSeconds = time.Since(t0).Seconds()
-	fmt.Printf("\nload average (1, 5, 15 min) at start %s, at end %s; wall time %.0fs\n\n", b.meta.LoadAvgStart, b.meta.LoadAvgEnd, b.meta.WallSeconds)
+	fmt.Println()
+	b.meta.Conditions.end(b.dataDir)
+	fmt.Printf("wall time %.0fs\n\n", b.meta.WallSeconds)
 	printTable(os.Stdout, b.results)
 	fmt.Println()
 	printRatios(os.Stdout, b.results)

@@ -154,6 +154,10 @@ func ratios(rs []*result) []ratio {
 		{"mixed", "copy"},
 		{"wide", "river-insert"},
 		{"drain", "river-drain"},
+		{"single", "pgq-single"},
+		{"batch", "pgq-copy"},
+		{"batch", "pgq-insert-batch"},
+		{"drain", "pgq-drain"},
 	}
 	var out []ratio
 	for _, p := range pairs {
@@ -188,8 +192,13 @@ func printE2E(w io.Writer, rs []*result) {
 	type pair struct{ q, r *result }
 	var rates []float64
 	by := map[float64]*pair{}
+	var pgq []*result
 	for _, r := range rs {
 		if r.Offered == 0 || r.Unavailable != "" {
+			continue
+		}
+		if strings.HasPrefix(r.Key, "pgq-") {
+			pgq = append(pgq, r)
 			continue
 		}
 		p := by[r.Offered]
@@ -204,9 +213,6 @@ func printE2E(w io.Writer, rs []*result) {
 			p.r = r
 		}
 	}
-	if len(rates) == 0 {
-		return
-	}
 	cell := func(r *result) string {
 		if r == nil {
 			return "- | - | -"
@@ -217,10 +223,22 @@ func printE2E(w io.Writer, rs []*result) {
 		}
 		return fmt.Sprintf("%s | %s | %s", fmtMs(r.P50ms), fmtMs(r.P99ms), kept)
 	}
-	fmt.Fprintln(w, "| offered msgs/s | queen p50 | queen p99 | queen kept up | River p50 | River p99 | River kept up |")
-	fmt.Fprintln(w, "|---:|---:|---:|---|---:|---:|---|")
-	for _, rate := range rates {
-		p := by[rate]
-		fmt.Fprintf(w, "| %s | %s | %s |\n", fmtInt(rate), cell(p.q), cell(p.r))
+	if len(rates) > 0 {
+		fmt.Fprintln(w, "| offered msgs/s | queen p50 | queen p99 | queen kept up | River p50 | River p99 | River kept up |")
+		fmt.Fprintln(w, "|---:|---:|---:|---|---:|---:|---|")
+		for _, rate := range rates {
+			p := by[rate]
+			fmt.Fprintf(w, "| %s | %s | %s |\n", fmtInt(rate), cell(p.q), cell(p.r))
+		}
+	}
+	if len(pgq) > 0 {
+		if len(rates) > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, "| PgQ end to end | offered msgs/s | p50 | p99 | kept up |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---|")
+		for _, r := range pgq {
+			fmt.Fprintf(w, "| %s | %s | %s |\n", r.Name, fmtInt(r.Offered), cell(r))
+		}
 	}
 }

@@ -175,15 +175,16 @@ func (b *bench) pushBatches(ctx context.Context, queue string, n int64, part fun
 }
 
 // queenBatch: 1000-item pushes of 200-byte payloads from 8 goroutines, each
-// push to one of 100 partitions.
+// push to one of -batch-partitions partitions (100 by default).
 func (b *bench) queenBatch(ctx context.Context) (*result, error) {
-	parts := partNames(narrowParts)
+	np := int64(b.cfg.batchParts)
+	parts := partNames(int(np))
 	n := int64(b.cfg.nBatch)
-	lr, note, err := b.pushBatches(ctx, "batch", n, func(i int64, _ int) string { return parts[(i*7919)%narrowParts] })
+	lr, note, err := b.pushBatches(ctx, "batch", n, func(i int64, _ int) string { return parts[(i*7919)%np] })
 	if err != nil {
 		return nil, err
 	}
-	r := lr.result("queen: 1000-item pushes (200 B), 8 goroutines, 100 partitions", batchSize, n)
+	r := lr.result(fmt.Sprintf("queen: 1000-item pushes (200 B), 8 goroutines, %s partition%s", fmtInt(float64(np)), plural(int(np))), batchSize, n)
 	r.Queen, r.Note = true, note
 	b.queenBacklog = r.Msgs
 	return r, nil
