@@ -1,0 +1,122 @@
+package queen_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/e03140bc/queen"
+)
+
+// sampleRows counts the ring's rows of queue name.
+func sampleRows(t testing.TB, c *queen.Client, name string) int {
+	t.Helper()
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var n int
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM "+s+".samples x JOIN "+s+
+		".queues q ON q.id = x.queue_id WHERE q.name = $1", name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Maintenance passes fill the ring: one sample per interval with the
+// queue's running totals and each group's consumed count and lag, oldest
+// first, never more than SamplesKept rows per queue however long it runs.
+func TestSamplesRingFillsAndStaysBounded(t *testing.T) {
+	const every = 20 * time.Millisecond
+	c := open(t, manual, queen.SampleEvery(every))
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "a"}, queen.Item{Partition: "a"}, queen.Item{Partition: "b"})
+	msgs := pop(t, q, queen.PopOptions{Group: "g", Batch: 10})
+	var acked int64
+	for _, m := range msgs {
+		if m.Partition == "a" {
+			if err := m.Ack(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			acked++
+		}
+	}
+	if acked != 2 {
+		t.Fatalf("acked %d messages of partition a, want 2", acked)
+	}
+	// Passes over more than two turns of the ring.
+	deadline := time.Now().Add(3 * queen.SamplesKept * every)
+	written := 0
+	for time.Now().Before(deadline) {
+		written += maintain(t, c).Samples
+		time.Sleep(every / 2)
+	}
+	if written <= queen.SamplesKept {
+		t.Fatalf("passes wrote %d samples, want more than one turn of the ring (%d)", written, queen.SamplesKept)
+	}
+	if n := sampleRows(t, c, "q"); n > queen.SamplesKept {
+		t.Fatalf("the ring holds %d rows of the queue, want at most %d", n, queen.SamplesKept)
+	}
+	got, err := q.Samples(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Interval != every || len(got.Samples) < 2 || len(got.Samples) > queen.SamplesKept {
+		t.Fatalf("interval %v, %d samples; want %v and 2..%d", got.Interval, len(got.Samples), every, queen.SamplesKept)
+	}
+	for i, s := range got.Samples {
+		if s.At.After(got.Now) || got.Now.Sub(s.At) > queen.SamplesKept*every {
+			t.Fatalf("sample %d at %v, outside the last %v before %v", i, s.At, queen.SamplesKept*every, got.Now)
+		}
+		if i > 0 && !s.At.After(got.Samples[i-1].At) {
+			t.Fatalf("sample %d at %v not after sample %d at %v", i, s.At, i-1, got.Samples[i-1].At)
+		}
+		want := queen.Sample{At: s.At, Pushed: 3, Groups: []queen.GroupSample{{Group: "g", Consumed: acked, Lag: 3 - acked}}}
+		if s.Pushed != want.Pushed || len(s.Groups) != 1 || s.Groups[0] != want.Groups[0] {
+			t.Fatalf("sample %d = %+v, want %+v", i, s, want)
+		}
+	}
+
+	// A deleted queue's rows go with it.
+	if err := q.Delete(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := sampleRows(t, c, "q"); n != 0 {
+		t.Fatalf("%d ring rows left of a deleted queue", n)
+	}
+	if got, err := q.Samples(ctxT(t)); err != nil || len(got.Samples) != 0 || got.Now.IsZero() {
+		t.Fatalf("samples of a deleted queue: %+v, %v; want none, with the clock", got, err)
+	}
+}
+
+// Of two processes running passes in one interval, only the first takes
+// the samples: the other's pass writes none.
+func TestSamplesTakenOncePerInterval(t *testing.T) {
+	a := open(t, manual, queen.SampleEvery(time.Hour))
+	b := open(t, manual, queen.SampleEvery(time.Hour), func(cfg *queen.Config) { cfg.Schema = a.Schema() })
+	push(t, a.Queue("x"), queen.Item{})
+	push(t, a.Queue("y"), queen.Item{}, queen.Item{})
+	first := maintain(t, a).Samples
+	if first != 2 {
+		t.Fatalf("first pass wrote %d samples, want 2 (one per queue)", first)
+	}
+	if n := maintain(t, b).Samples; n != 0 {
+		t.Fatalf("the other process's pass in the same interval wrote %d samples, want 0", n)
+	}
+	if n := maintain(t, a).Samples; n != 0 {
+		t.Fatalf("a second pass in the same interval wrote %d samples, want 0", n)
+	}
+	got, err := b.Queue("y").Samples(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Samples) != 1 || got.Samples[0].Pushed != 2 || len(got.Samples[0].Groups) != 0 {
+		t.Fatalf("samples of y: %+v, want one with 2 pushed and no group", got)
+	}
+}
+
+// A bad queue name is refused before anything is read.
+func TestSamplesBadName(t *testing.T) {
+	c := open(t, manual)
+	if _, err := c.Queue("").Samples(ctxT(t)); err == nil {
+		t.Fatal("Samples of queue \"\": no error")
+	}
+}
