@@ -76,7 +76,8 @@ func chartPath(pts []point, from, to time.Time, top, w, h float64) string {
 		if drawing {
 			cmd = "L"
 		}
-		parts = append(parts, cmd+coord(x)+" "+coord(h-h*v/top))
+		// v/top first: h*v overflows for v near MaxFloat64.
+		parts = append(parts, cmd+coord(x)+" "+coord(h-h*(v/top)))
 		lone, drawing = !drawing, true
 	}
 	if drawing && lone {
