@@ -38,7 +38,8 @@ func ratesOf(at []time.Time, totals []int64, known []bool, maxGap time.Duration)
 		p := point{At: at[i], V: math.NaN()}
 		dt := at[i].Sub(at[i-1])
 		if known[i] && known[i-1] && dt > 0 && dt <= maxGap && totals[i] >= totals[i-1] {
-			p.V = float64(totals[i]-totals[i-1]) / dt.Seconds()
+			// In float64: the int64 difference of far-apart totals overflows.
+			p.V = (float64(totals[i]) - float64(totals[i-1])) / dt.Seconds()
 		}
 		out = append(out, p)
 	}
