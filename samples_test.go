@@ -175,3 +175,30 @@ func TestSamplesQueueDeletedMidPass(t *testing.T) {
 		t.Fatalf("samples of keep: %+v, %v; want one, with 1 pushed", got, err)
 	}
 }
+
+// A sample counts a group's lag as Queues does, partitions the group has
+// not popped from yet included (their cursors are not there yet).
+func TestSamplesLagAsQueues(t *testing.T) {
+	c := open(t, manual, queen.SampleEvery(time.Hour))
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "a"}, queen.Item{Partition: "a"}, queen.Item{Partition: "b"}, queen.Item{Partition: "c"})
+	msgs := pop(t, q, queen.PopOptions{Partition: "a", Batch: 1})
+	if err := msgs[0].Ack(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := maintain(t, c).Samples; n != 1 {
+		t.Fatalf("pass wrote %d samples, want 1", n)
+	}
+	qs, err := c.Queues(ctxT(t))
+	if err != nil || len(qs) != 1 || len(qs[0].Groups) != 1 {
+		t.Fatalf("queues: %+v, %v", qs, err)
+	}
+	got, err := q.Samples(ctxT(t))
+	if err != nil || len(got.Samples) != 1 {
+		t.Fatalf("samples: %+v, %v", got, err)
+	}
+	want := queen.GroupSample{Group: "", Consumed: 1, Lag: qs[0].Groups[0].Lag}
+	if s := got.Samples[0]; s.Pushed != qs[0].Pushed || len(s.Groups) != 1 || s.Groups[0] != want || want.Lag != 3 {
+		t.Fatalf("sample %+v, want %d pushed and %+v (Queues: %+v)", s, qs[0].Pushed, want, qs[0])
+	}
+}
