@@ -31,8 +31,8 @@ type Sample struct {
 	// Pushed is how many messages the queue's partitions were ever given,
 	// as QueueInfo.Pushed counts.
 	Pushed int64
-	// Groups are the groups with a cursor on the queue, by name ("" is
-	// queue mode).
+	// Groups are the groups subscribed to the queue (those that have
+	// popped from it), by name ("" is queue mode).
 	Groups []GroupSample
 }
 
@@ -40,8 +40,9 @@ type Sample struct {
 type GroupSample struct {
 	Group string
 	// Consumed is how far the group's cursors have moved, summed over the
-	// partitions (each cursor's committed offset + 1): settled messages,
-	// for rates.
+	// partitions (each cursor's committed offset + 1; on a partition the
+	// group has not reached yet, where its cursor will start): settled
+	// messages, for rates.
 	Consumed int64
 	// Lag is the group's lag, as QueueGroupInfo.Lag counts it.
 	Lag int64

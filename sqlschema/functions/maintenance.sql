@@ -253,6 +253,19 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT greatest(p_last_offset - greatest(p_committed, p_log_start - 1), 0)
 $$;
 
+-- Lag as Queue.Status, Queues and the samples ring count it: lag_messages
+-- less the offsets settled out of order above the cursor (p_settled, the
+-- cursor's settled array; NULL none) in that range: those are skipped,
+-- never read.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_unsettled(p_last_offset bigint, p_committed bigint, p_log_start bigint,
+                                                  p_settled bigint[])
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT {{schema}}.lag_messages(p_last_offset, p_committed, p_log_start)
+        - (SELECT count(*) FROM unnest(p_settled) AS u(o)
+           WHERE u.o > greatest(p_committed, p_log_start - 1) AND u.o <= p_last_offset)
+$$;
+
 -- When the oldest message a cursor at p_committed has not read was
 -- appended: the created_at of the segment holding the first retained
 -- offset above the cursor. Meaningful only with lag_messages above 0.
