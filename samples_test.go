@@ -1,6 +1,8 @@
 package queen_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,5 +202,44 @@ func TestSamplesLagAsQueues(t *testing.T) {
 	want := queen.GroupSample{Group: "", Consumed: 1, Lag: qs[0].Groups[0].Lag}
 	if s := got.Samples[0]; s.Pushed != qs[0].Pushed || len(s.Groups) != 1 || s.Groups[0] != want || want.Lag != 3 {
 		t.Fatalf("sample %+v, want %d pushed and %+v (Queues: %+v)", s, qs[0].Pushed, want, qs[0])
+	}
+}
+
+// BenchmarkTakeSamples: one round of the samples ring (the first pass of a
+// minute) over many queues, each with partitions and a group's cursors,
+// written straight into the tables; the clock row is reset before each
+// round so every iteration writes every queue's row.
+func BenchmarkTakeSamples(b *testing.B) {
+	for _, n := range []int{100, 2000} {
+		b.Run(strconv.Itoa(n)+"queues", func(b *testing.B) {
+			c := open(b, manual)
+			s := pgx.Identifier{c.Schema()}.Sanitize()
+			ctx := ctxT(b)
+			for _, sql := range []string{
+				`INSERT INTO ` + s + `.queues (tenant, name) SELECT '00000000-0000-0000-0000-000000000000', 'q' || i FROM generate_series(1, $1) i`,
+				`INSERT INTO ` + s + `.partitions (queue_id, name, last_offset) SELECT q.id, 'p' || k, 1000 FROM ` + s + `.queues q, generate_series(1, 4) k`,
+				`INSERT INTO ` + s + `.subscriptions (queue_id, group_name, mode) SELECT id, '', 'all' FROM ` + s + `.queues`,
+				`INSERT INTO ` + s + `.consumers (partition_id, group_name, committed) SELECT id, '', 500 FROM ` + s + `.partitions`,
+			} {
+				args := []any{}
+				if strings.Contains(sql, "$1") {
+					args = append(args, n)
+				}
+				if _, err := c.Pool().Exec(ctx, sql, args...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				var w int
+				if _, err := c.Pool().Exec(ctx, "UPDATE "+s+".samples_clock SET bucket = -1"); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Pool().QueryRow(ctx, "SELECT "+s+".take_samples(60000, 60)").Scan(&w); err != nil || w != n {
+					b.Fatalf("take_samples wrote %d rows (%v), want %d", w, err, n)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/queue")
+		})
 	}
 }
