@@ -51,8 +51,10 @@ WITH q AS (
     JOIN {{schema}}.partitions p ON p.queue_id = q.id
     JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
     LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    -- OFFSET 0: k.committed stays a column, so lag_unsettled is inlined.
     CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
-                                                                       sub.created_at, sub.from_time)) AS committed) k
+                                                                       sub.created_at, sub.from_time)) AS committed
+                        OFFSET 0) k
     CROSS JOIN LATERAL (SELECT {{schema}}.lag_unsettled(p.last_offset, k.committed, p.log_start, c.settled) AS lag) l
 ), g AS (
     SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
@@ -115,8 +117,10 @@ FROM {{schema}}.queues q
 JOIN {{schema}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
 LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+-- OFFSET 0: k.committed stays a column, so lag_unsettled is inlined.
 LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
-                                                                  sub.created_at, sub.from_time)) AS committed) k
+                                                                  sub.created_at, sub.from_time)) AS committed
+                   OFFSET 0) k
     ON sub.group_name IS NOT NULL
 WHERE q.tenant = $1 AND q.name = $2
 ORDER BY p.name, sub.group_name

@@ -55,9 +55,10 @@ BEGIN
                          FROM {{schema}}.subscriptions sub
                          JOIN {{schema}}.partitions p ON p.queue_id = sub.queue_id
                          LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+                         -- OFFSET 0: k.committed stays a column, so lag_unsettled is inlined.
                          CROSS JOIN LATERAL (SELECT coalesce(c.committed,
                              {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode, sub.created_at, sub.from_time))
-                             AS committed) k
+                             AS committed OFFSET 0) k
                          GROUP BY p.queue_id, sub.group_name) x
                    GROUP BY x.queue_id) g ON g.queue_id = q.id
         ON CONFLICT (queue_id, slot) DO UPDATE
