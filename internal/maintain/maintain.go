@@ -61,7 +61,8 @@ type Params struct {
 	// last heartbeat before a pass deletes it.
 	MemberTTL time.Duration
 	// SampleWidth is the bucket of the samples ring, which holds
-	// SampleSlots of them (the root's SampleInterval and SamplesKept).
+	// SampleSlots of them (the root's SampleInterval and SamplesKept);
+	// either 0: no samples are taken.
 	SampleWidth time.Duration
 	SampleSlots int
 }
@@ -249,14 +250,16 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 
 	// The console's samples ring: a single-row probe but in the first pass
 	// of each bucket (of whichever process runs it).
-	err = step(func(ctx context.Context) (err error) {
-		n, err = stmt.TakeSamples(ctx, m.sql, conn, m.width, m.slots)
-		return err
-	})
-	if err != nil {
-		return rep, fmt.Errorf("samples: %w", err)
+	if m.width > 0 && m.slots > 0 {
+		err = step(func(ctx context.Context) (err error) {
+			n, err = stmt.TakeSamples(ctx, m.sql, conn, m.width, m.slots)
+			return err
+		})
+		if err != nil {
+			return rep, fmt.Errorf("samples: %w", err)
+		}
+		rep.Samples += n
 	}
-	rep.Samples += n
 
 	if time.Since(m.lagAt) >= lagEvery {
 		m.lagAt = time.Now()
