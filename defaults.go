@@ -41,6 +41,14 @@ const (
 	DefaultStepRows = 1000
 )
 
+// The samples ring behind Queue.Samples (the console's charts): the
+// maintenance pass takes one sample of every queue per SampleInterval of
+// the database clock and keeps the last SamplesKept, an hour.
+const (
+	SampleInterval = time.Minute
+	SamplesKept    = 60
+)
+
 // QueueOptions.
 const (
 	// DefaultLeaseTime is the default of QueueOptions.LeaseTime.

@@ -66,6 +66,10 @@ type MaintenanceReport struct {
 	// within MemberTTL (crashed, or cut off from the database) the pass
 	// deleted (at most StepRows).
 	MembersExpired int
+	// Samples is how many queues' rows of the console's samples ring (one
+	// sample a minute per queue, the last hour) the pass wrote: every
+	// queue's in the first pass of a minute, by any process, else none.
+	Samples int
 }
 
 // Maintain runs one maintenance pass now: retention, hash-row purge,

@@ -525,3 +525,29 @@ func TestRequeueDeadLettersOrder(t *testing.T) {
 	}
 	wantData(t, pop(t, q, queen.PopOptions{Group: "g3", Batch: 10, AutoAck: true}), "x0", "x1", "x1", "x0")
 }
+
+// BenchmarkQueuesManyQueues: Client.Queues over 2,000 queues of 4
+// partitions, each with a queue-mode cursor holding two offsets settled out
+// of order (written straight into the tables).
+func BenchmarkQueuesManyQueues(b *testing.B) {
+	c := open(b, manual)
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	ctx := ctxT(b)
+	for _, sql := range []string{
+		`INSERT INTO ` + s + `.queues (tenant, name) SELECT '00000000-0000-0000-0000-000000000000', 'q' || i FROM generate_series(1, 2000) i`,
+		`INSERT INTO ` + s + `.partitions (queue_id, name, last_offset) SELECT q.id, 'p' || k, 1000 FROM ` + s + `.queues q, generate_series(1, 4) k`,
+		`INSERT INTO ` + s + `.subscriptions (queue_id, group_name, mode) SELECT id, '', 'all' FROM ` + s + `.queues`,
+		`INSERT INTO ` + s + `.consumers (partition_id, group_name, committed, settled) SELECT id, '', 500, '{502,504}' FROM ` + s + `.partitions`,
+		`ANALYZE`,
+	} {
+		if _, err := c.Pool().Exec(ctx, sql); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		qs, err := c.Queues(ctx)
+		if err != nil || len(qs) != 2000 || qs[0].Groups[0].Lag != 4*498 {
+			b.Fatalf("Queues: %d queues, %v; want 2000 with a lag of %d", len(qs), err, 4*498)
+		}
+	}
+}

@@ -125,6 +125,9 @@ type testConfig struct {
 	// Status and Queues count as live, what its maintenance expires).
 	memberHeartbeat time.Duration
 	memberTTL       time.Duration
+	// sampleInterval is SampleInterval for this client (what its
+	// maintenance takes and its Queue.Samples reads).
+	sampleInterval time.Duration
 }
 
 // schedulePollOr is t's schedulePoll, or d when unset.
@@ -156,6 +159,9 @@ func (t testConfig) withDefaults() *testConfig {
 	}
 	if t.memberTTL <= 0 {
 		t.memberTTL = MemberTTL
+	}
+	if t.sampleInterval <= 0 {
+		t.sampleInterval = SampleInterval
 	}
 	if t.spoolAppend == nil {
 		t.spoolAppend = (*spool.Spool).Append

@@ -65,7 +65,7 @@ func (e *engine) services() []service {
 				e.maint, err = maintain.New(e.ctx, maintain.Params{
 					Pool: e.pool, SQL: e.sql, Timeout: e.cfg.StatementTimeout, Log: e.log,
 					MeterProvider: e.cfg.MeterProvider, Config: maintain.Config(e.cfg.Maintenance),
-					MemberTTL: e.cfg.test.memberTTL,
+					MemberTTL: e.cfg.test.memberTTL, SampleWidth: e.cfg.test.sampleInterval, SampleSlots: SamplesKept,
 				})
 				return err
 			},

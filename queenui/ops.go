@@ -30,6 +30,11 @@ func (h *handler) listQueues(ctx context.Context) ([]queueRow, map[string]int64,
 	return out, totals, nil
 }
 
+// samples is the queue's last hour from the samples ring, for its charts.
+func (h *handler) samples(ctx context.Context, q *queen.Queue) (queen.QueueSamples, error) {
+	return q.Samples(ctx)
+}
+
 func (h *handler) requeue(ctx context.Context, q *queen.Queue, o queen.DeadLetterQuery) (int, error) {
 	return q.RequeueDeadLetters(ctx, o)
 }

@@ -1,5 +1,6 @@
 // Package queenui is a web dashboard for a queen schema: queues with depth
-// and throughput, partitions with lag, lease holders and expiry, consumer
+// and throughput, charts of each queue's throughput and lag over the last
+// hour, partitions with lag, lease holders and expiry, consumer
 // groups, dead letters with a payload preview, the spool and the
 // maintenance flag.
 //
@@ -319,6 +320,7 @@ type queuePage struct {
 	Discarded   int // >= 0: the notice after a discard
 	Notice      string
 	Maintenance bool
+	Charts      []chart // throughput and lag over the samples ring's hour
 }
 
 type partitionRow struct {
@@ -404,6 +406,12 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		p.Partitions = append(p.Partitions, partitionRow{Name: ps.Name, LastOffset: ps.LastOffset, LogStart: ps.LogStart,
 			LastWriteAt: ps.LastWriteAt, Groups: ps.Groups})
 	}
+	samples, err := h.samples(r.Context(), q)
+	if err != nil {
+		h.fail(w, r, "samples", err)
+		return
+	}
+	p.Charts = queueCharts(samples)
 	dls, err := q.DeadLetters(r.Context(), queen.DeadLetterQuery{Limit: h.opts.DeadLetters + 1})
 	if err != nil {
 		h.fail(w, r, "dead letters", err)

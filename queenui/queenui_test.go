@@ -561,3 +561,62 @@ CREATE TRIGGER dead_letter_again AFTER DELETE ON `+dl+` FOR EACH ROW EXECUTE FUN
 		}
 	}
 }
+
+// TestQueuePageCharts: the queue page charts throughput and lag from the
+// samples ring that maintenance writes (here one pass's sample and two
+// older ones written beside it): SVG paths with points, the axis maximum
+// and the window's ends labelled; a queue without samples says so.
+func TestQueuePageCharts(t *testing.T) {
+	// Passes only when the test runs one.
+	c := queentest.Open(t, queentest.WithConfig(func(cfg *queen.Config) { cfg.Maintenance.Interval = -1 }))
+	q := c.Queue("orders")
+	items := make([]queen.Item, 120)
+	push(t, q, items...)
+	msgs, err := q.Pop(ctxT(t), queen.PopOptions{Batch: 60})
+	if err != nil || len(msgs) != 60 {
+		t.Fatalf("pop: %d, %v", len(msgs), err)
+	}
+	if err := msgs[59].Ack(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	h := queenui.New(c, queenui.Options{})
+	res := do(t, h, "GET", queuePath("orders"), nil, nil)
+	if res.code != 200 || !strings.Contains(res.body, `id="chart-throughput"`) || !strings.Contains(res.body, "No samples yet") ||
+		strings.Contains(res.body, "<path") {
+		t.Fatalf("page before any sample: status %d, want empty charts:\n%s", res.code, res.body)
+	}
+	rep, err := c.Maintain(ctxT(t))
+	if err != nil || rep.Samples != 1 {
+		t.Fatalf("maintenance: %+v, %v; want one sample", rep, err)
+	}
+	// The two minutes before: 0 then 60 pushed, nothing consumed.
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if _, err := c.Pool().Exec(ctxT(t), `INSERT INTO `+s+`.samples (queue_id, slot, bucket, taken_at, pushed, groups, consumed, lag)
+SELECT queue_id, (slot + 60 - k) % 60, bucket - k, taken_at - k * interval '1 minute', 120 - 60 * k, groups, '{0}', '{0}'
+FROM `+s+`.samples, generate_series(1, 2) k`); err != nil {
+		t.Fatal(err)
+	}
+	res = do(t, h, "GET", queuePath("orders"), nil, nil)
+	if res.code != 200 {
+		t.Fatalf("status %d: %s", res.code, res.body)
+	}
+	paths := regexp.MustCompile(`<path class="line (s\d)" d="(M[^"]*)">`).FindAllStringSubmatch(res.body, -1)
+	// pushed, settled, and the queue-mode group's lag.
+	if len(paths) != 3 {
+		t.Fatalf("%d chart paths, want 3:\n%s", len(paths), res.body)
+	}
+	for _, p := range paths {
+		if !strings.Contains(p[2], " L") {
+			t.Errorf("path %q has one point, want a line", p[2])
+		}
+	}
+	for _, want := range []string{`id="chart-lag"`, `<span class="ymax">1/s</span>`, `<span class="ymax">100</span>`,
+		"60 min ago", "now", "(queue mode)", `1.0/s`, `60</span>`} {
+		if !strings.Contains(res.body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(res.body, "No samples yet") {
+		t.Errorf("page with samples says there are none")
+	}
+}

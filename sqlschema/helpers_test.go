@@ -34,6 +34,26 @@ func TestSharedRuleHelpers(t *testing.T) {
 		}
 	})
 
+	// lag_unsettled against the count it replaced (a subquery over the
+	// settled array), over every small cursor, start, head and settled set.
+	t.Run("lag_unsettled", func(t *testing.T) {
+		var bad int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM (
+    SELECT c.comm, l.start, h.last, st.settled
+    FROM generate_series(-1, 5) c(comm), generate_series(0, 6) l(start), generate_series(-1, 6) h(last),
+         (SELECT NULL::bigint[] UNION ALL SELECT '{}' UNION ALL SELECT '{2}' UNION ALL SELECT '{1,3}'
+          UNION ALL SELECT '{3,4,6}' UNION ALL SELECT '{0,2,5,7}') st(settled)) x
+WHERE `+s+`.lag_unsettled(x.last, x.comm, x.start, x.settled) IS DISTINCT FROM
+      `+s+`.lag_messages(x.last, x.comm, x.start)
+        - (SELECT count(*) FROM unnest(x.settled) AS u(o)
+           WHERE u.o > greatest(x.comm, x.start - 1) AND u.o <= x.last)`).Scan(&bad); err != nil {
+			t.Fatal(err)
+		}
+		if bad != 0 {
+			t.Errorf("lag_unsettled differs from the subquery count in %d cases", bad)
+		}
+	})
+
 	t.Run("lease_after", func(t *testing.T) {
 		var end *int64
 		var owner *string

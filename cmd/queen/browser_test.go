@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"math"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/queentest"
@@ -91,6 +93,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil || len(dls) != 2 {
 		t.Fatalf("dead letters: %d, %v", len(dls), err)
 	}
+
+	seedSamples(t, ctx, c, orders)
 
 	srv := httptest.NewServer(queenui.New(c, queenui.Options{Actions: true, Refresh: 300 * time.Millisecond}))
 	defer srv.Close()
@@ -196,6 +200,19 @@ func TestDashboardInBrowser(t *testing.T) {
 	if s := text("#dead-count"); s != "(2)" {
 		t.Errorf("dead-letter count %q, want (2)", s)
 	}
+	// The charts: SVG paths with a point for each minute of the hour.
+	for _, sel := range []string{"#chart-throughput path.line", "#chart-lag path.line"} {
+		n, err := chromedp.Run(bctx, chromedp.Poll[int](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+			`);if(!e||e.getBBox().width===0)return 0;return (e.getAttribute("d").match(/[ML]/g)||[]).length})()`,
+			chromedp.WithPollingTimeout(20*time.Second)))
+		must("points of "+sel, err)
+		if n < 50 {
+			t.Errorf("%s has %d points, want one a minute over the hour", sel, n)
+		}
+	}
+	if s := text("#chart-throughput"); !strings.Contains(s, "60 min ago") || !strings.Contains(s, "now") || !strings.Contains(s, "/s") {
+		t.Errorf("throughput chart's labels: %q", s)
+	}
 	// The live part refreshes (the script loaded under the page's
 	// Content-Security-Policy and its fetch works), and still nothing ran.
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`(document.getElementById("refreshed").textContent || "").startsWith("updated")`,
@@ -274,6 +291,63 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("dead letters after the discard: %d, %v", len(left), err)
 	}
 	notPwned("after the discard")
+}
+
+// seedSamples gives q an hour of history in the samples ring, ending at
+// a sample the background maintenance takes of it now: as if it had been
+// pushed to at 20-60 messages a second and consumed a little slower, then
+// faster, for the hour, its lag rising and falling back to today's (the
+// real sample is then its last point).
+func seedSamples(t *testing.T, ctx context.Context, c *queen.Client, q *queen.Queue) {
+	t.Helper()
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	// A sample of this minute may predate the pushes: have the next pass
+	// take one again.
+	var reset time.Time
+	if err := c.Pool().QueryRow(ctx, "UPDATE "+s+".samples_clock SET bucket = -1 RETURNING clock_timestamp()").Scan(&reset); err != nil {
+		t.Fatal(err)
+	}
+	var now queen.Sample
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		got, err := q.Samples(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(got.Samples); n > 0 && got.Samples[n-1].At.After(reset) {
+			now = got.Samples[n-1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sample of the queue 30s after Open")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	groups := make([]string, len(now.Groups))
+	consumed := make([]int64, len(now.Groups))
+	for i, g := range now.Groups {
+		groups[i], consumed[i] = g.Group, g.Consumed
+	}
+	pushed := now.Pushed
+	for k := 1; k < queen.SamplesKept; k++ {
+		// The minute after this sample: its rates.
+		in := 40 + 20*math.Sin(float64(k)/7)
+		out := in - 12*math.Cos(float64(k)/9)
+		pushed -= int64(in * 60)
+		lag := make([]int64, len(groups))
+		for i := range consumed {
+			consumed[i] -= int64(out * 60)
+			lag[i] = now.Groups[i].Lag + int64(900*(1-math.Cos(float64(k)/9)))
+		}
+		if _, err := c.Pool().Exec(ctx, `INSERT INTO `+s+`.samples AS x (queue_id, slot, bucket, taken_at, pushed, groups, consumed, lag)
+SELECT x.queue_id, (x.bucket - $1) % 60, x.bucket - $1, x.taken_at - $1 * interval '1 minute', $2, $3, $4, $5
+FROM `+s+`.samples x JOIN `+s+`.queues q ON q.id = x.queue_id
+WHERE q.name = $6 AND x.taken_at = $7
+ON CONFLICT (queue_id, slot) DO UPDATE SET bucket = excluded.bucket, taken_at = excluded.taken_at,
+    pushed = excluded.pushed, groups = excluded.groups, consumed = excluded.consumed, lag = excluded.lag`,
+			k, pushed, groups, consumed, lag, q.Name(), now.At); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // groupPaused reports whether Queue.Status shows group paused.

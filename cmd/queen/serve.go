@@ -17,8 +17,10 @@ var cmdServe = &command{
 	synopsis: "[--addr HOST:PORT] [--actions] [--refresh D]",
 	short:    "serve the web dashboard",
 	long: `Serves the dashboard (package queenui) until interrupted: queues with depth and
-throughput, partitions with lag, lease holders and expiry, consumer groups, dead
-letters with a payload preview, maintenance mode and this process's spool.
+throughput, charts of each queue's throughput and lag over the last hour (from
+the samples the process running maintenance takes once a minute), partitions
+with lag, lease holders and expiry, consumer groups, dead letters with a
+payload preview, maintenance mode and this process's spool.
 
 It is read-only unless --actions is given, which enables replaying and
 discarding dead letters and pausing and resuming consumer groups (each with a

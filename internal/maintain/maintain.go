@@ -1,7 +1,8 @@
 // Package maintain runs the background maintenance loop: retention,
 // hash-row purge, idle-partition purge and dead-letter retention in bounded
-// steps, one process per schema (an advisory lock elects it), and the
-// consumer-lag snapshot its gauges report. It owns its goroutine and reaches the database only
+// steps, one process per schema (an advisory lock elects it), the
+// consumer-lag snapshot its gauges report and the samples ring the
+// console charts. It owns its goroutine and reaches the database only
 // through the Pool it is given.
 package maintain
 
@@ -39,6 +40,7 @@ type Report struct {
 	PartitionsVisited  int
 	DeadLettersDeleted int
 	MembersExpired     int
+	Samples            int
 }
 
 // Pool hands out the connection a pass holds the maintenance lock on; a
@@ -58,6 +60,11 @@ type Params struct {
 	// MemberTTL is how long a consumer group member's row outlives its
 	// last heartbeat before a pass deletes it.
 	MemberTTL time.Duration
+	// SampleWidth is the bucket of the samples ring, which holds
+	// SampleSlots of them (the root's SampleInterval and SamplesKept);
+	// either 0: no samples are taken.
+	SampleWidth time.Duration
+	SampleSlots int
 }
 
 // Maintainer runs passes on a ticker. Its cursors make successive passes
@@ -69,6 +76,8 @@ type Maintainer struct {
 	log     *slog.Logger
 	cfg     Config
 	ttl     time.Duration   // members' (Params.MemberTTL)
+	width   time.Duration   // the samples ring's bucket (Params.SampleWidth)
+	slots   int             // and its length
 	ctx     context.Context // ends at close, cutting a pass short
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -100,7 +109,7 @@ func (m *Maintainer) lagStale() time.Duration { return 3 * max(lagEvery, m.cfg.I
 // Close or until ctx ends, and registers the lag gauges with mp.
 func New(ctx context.Context, p Params) (*Maintainer, error) {
 	m := &Maintainer{pool: p.Pool, sql: p.SQL, timeout: p.Timeout, log: p.Log, cfg: p.Config, ttl: p.MemberTTL,
-		done: make(chan struct{})}
+		width: p.SampleWidth, slots: p.SampleSlots, done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(ctx)
 	if err := m.registerLagMetrics(p.MeterProvider); err != nil {
 		return nil, err
@@ -238,6 +247,19 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 		return rep, fmt.Errorf("member expiry: %w", err)
 	}
 	rep.MembersExpired += n
+
+	// The console's samples ring: a single-row probe but in the first pass
+	// of each bucket (of whichever process runs it).
+	if m.width > 0 && m.slots > 0 {
+		err = step(func(ctx context.Context) (err error) {
+			n, err = stmt.TakeSamples(ctx, m.sql, conn, m.width, m.slots)
+			return err
+		})
+		if err != nil {
+			return rep, fmt.Errorf("samples: %w", err)
+		}
+		rep.Samples += n
+	}
 
 	if time.Since(m.lagAt) >= lagEvery {
 		m.lagAt = time.Now()

@@ -58,7 +58,8 @@ func current() *library {
 var added = map[string]bool{"AppendSegment": true, "MarkKeyed": true, "DiscardDeadLetters": true,
 	"DeadLetterRetentionStep": true, "DeadLetterCounts": true, "Schedule": true, "MoveScheduled": true,
 	"CancelScheduled": true, "ScheduledStatus": true, "ExpireMembers": true, "MemberBeat": true, "MemberLeave": true,
-	"Members": true, "ResetGroup": true, "DeleteGroup": true, "ReleaseLease": true}
+	"Members": true, "ResetGroup": true, "DeleteGroup": true, "ReleaseLease": true,
+	"TakeSamples": true, "Samples": true}
 
 // parse reads every *.sql file at the root of fsys and checks that its
 // statements fill exactly the statement fields of Set and Consume, but for

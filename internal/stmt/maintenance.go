@@ -2,6 +2,7 @@ package stmt
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -163,4 +164,62 @@ func DeadLetterCounts(ctx context.Context, s *Set, q Querier) ([]DeadLetterCount
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// TakeSamples runs s.TakeSamples on q: every queue's row of the samples
+// ring for the current bucket of width (whole milliseconds) of the
+// database clock, slots buckets to the ring. It returns the rows written,
+// 0 when the bucket was taken already. A previous release has no such
+// statement (see Use): 0.
+func TakeSamples(ctx context.Context, s *Set, q Querier, width time.Duration, slots int) (int, error) {
+	if s.TakeSamples == "" {
+		return 0, nil
+	}
+	var n int
+	err := scanPrefix(ctx, q, s.TakeSamples, []any{width.Milliseconds(), slots}, &n)
+	return n, err
+}
+
+// SampleRow is one row of Samples: a queue's running totals at one time.
+type SampleRow struct {
+	At     time.Time
+	Pushed int64
+	// Groups, Consumed and Lag are parallel, by group name.
+	Groups   []string
+	Consumed []int64
+	Lag      []int64
+}
+
+// Samples runs s.Samples on q: the samples of queue ref taken within the
+// last within of the database clock, oldest first, and that clock's now.
+// A previous release has no such statement (see Use): none, and the
+// zero time.
+func Samples(ctx context.Context, s *Set, q Querier, ref QueueRef, within time.Duration) ([]SampleRow, time.Time, error) {
+	if s.Samples == "" {
+		return nil, time.Time{}, nil
+	}
+	rows, err := q.Query(ctx, s.Samples, ref.Tenant, ref.Name, within.Milliseconds())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer rows.Close()
+	var out []SampleRow
+	var now time.Time
+	for rows.Next() {
+		var at *time.Time
+		var r SampleRow
+		var pushed *int64
+		if err := rows.Scan(&at, &pushed, &r.Groups, &r.Consumed, &r.Lag, &now); err != nil {
+			return nil, time.Time{}, err
+		}
+		if at == nil {
+			continue // none: the row only carries now
+		}
+		r.At, r.Pushed = *at, *pushed
+		if len(r.Consumed) != len(r.Groups) || len(r.Lag) != len(r.Groups) {
+			return nil, time.Time{}, fmt.Errorf("sample at %v: %d groups, %d consumed, %d lag", r.At, len(r.Groups), len(r.Consumed), len(r.Lag))
+		}
+		out = append(out, r)
+	}
+	return out, now, rows.Err()
 }

@@ -71,3 +71,20 @@ SELECT maintenance FROM {{schema}}.settings
 
 -- name: SetMaintenance
 UPDATE {{schema}}.settings SET maintenance = $1, updated_at = now()
+
+-- name: TakeSamples
+-- The samples ring's row of every queue for the current bucket of $1 ms,
+-- $2 slots (see take_samples); 0 when already taken.
+SELECT {{schema}}.take_samples($1::int8, $2::int4)
+
+-- name: Samples
+-- Queue ($1 tenant, $2 name)'s samples taken within the last $3 ms of the
+-- database clock, oldest first, each with that clock's now; one row of
+-- NULLs and the now when there are none. A row from before the clock
+-- jumped back is left out until it is overwritten.
+SELECT s.taken_at, s.pushed, s.groups, s.consumed, s.lag, n.now
+FROM (SELECT clock_timestamp() AS now) n
+LEFT JOIN ({{schema}}.queues q JOIN {{schema}}.samples s ON s.queue_id = q.id)
+    ON q.tenant = $1 AND q.name = $2
+   AND s.taken_at > n.now - $3 * interval '1 millisecond' AND s.taken_at <= n.now
+ORDER BY s.taken_at

@@ -51,11 +51,11 @@ WITH q AS (
     JOIN {{schema}}.partitions p ON p.queue_id = q.id
     JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
     LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    -- OFFSET 0: k.committed stays a column, so lag_unsettled is inlined.
     CROSS JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
-                                                                       sub.created_at, sub.from_time)) AS committed) k
-    CROSS JOIN LATERAL (SELECT {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start)
-                            - (SELECT count(*) FROM unnest(c.settled) AS u(o)
-                               WHERE u.o > greatest(k.committed, p.log_start - 1) AND u.o <= p.last_offset) AS lag) l
+                                                                       sub.created_at, sub.from_time)) AS committed
+                        OFFSET 0) k
+    CROSS JOIN LATERAL (SELECT {{schema}}.lag_unsettled(p.last_offset, k.committed, p.log_start, c.settled) AS lag) l
 ), g AS (
     SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
     FROM {{schema}}.subscriptions sub
@@ -102,14 +102,12 @@ ORDER BY q.name, g.group_name
 -- name: Status
 -- A subscribed group has a cursor row on a partition only once one of
 -- its pops met it; until then its position is where that row would
--- start (seed_offset). Lag is the consumer_lag view's (lag_messages,
--- lag_head) less the offsets settled out of order above the cursor in
--- that range: those are skipped, never read.
+-- start (seed_offset). Lag is lag_unsettled: the consumer_lag view's
+-- (lag_messages, lag_head) less the offsets settled out of order above
+-- the cursor in that range: those are skipped, never read.
 SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
     sub.group_name, k.committed, c.batch_end, c.lease_owner, c.lease_expires_at, coalesce(c.attempts, 0),
-    {{schema}}.lag_messages(p.last_offset, k.committed, p.log_start)
-        - (SELECT count(*) FROM unnest(c.settled) AS u(o)
-           WHERE u.o > greatest(k.committed, p.log_start - 1) AND u.o <= p.last_offset),
+    {{schema}}.lag_unsettled(p.last_offset, k.committed, p.log_start, c.settled),
     {{schema}}.lag_head(p.id, k.committed, p.log_start) AS head_created_at,
     now(), cardinality(c.settled),
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name),
@@ -119,8 +117,10 @@ FROM {{schema}}.queues q
 JOIN {{schema}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
 LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+-- OFFSET 0: k.committed stays a column, so lag_unsettled is inlined.
 LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, sub.mode,
-                                                                  sub.created_at, sub.from_time)) AS committed) k
+                                                                  sub.created_at, sub.from_time)) AS committed
+                   OFFSET 0) k
     ON sub.group_name IS NOT NULL
 WHERE q.tenant = $1 AND q.name = $2
 ORDER BY p.name, sub.group_name

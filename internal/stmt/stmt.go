@@ -83,6 +83,10 @@ type Set struct {
 	// ExpireMembers deletes the rows of crashed members (see
 	// ExpireMembers).
 	ExpireMembers string
+	// TakeSamples writes the console's samples ring and Samples reads a
+	// queue's (see TakeSamples, Samples).
+	TakeSamples string
+	Samples     string
 	// GetMaintenance and SetMaintenance read and write the schema-wide
 	// maintenance flag (see GetMaintenance, SetMaintenance).
 	GetMaintenance string
