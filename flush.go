@@ -45,6 +45,8 @@ func newPusher(e *engine) *pusher {
 		BundleBase:       e.cfg.Fusion.BundleBase,
 		Hold:             e.cfg.Fusion.Hold,
 		MaxBufferedBytes: e.cfg.Fusion.MaxBufferedBytes,
+		// An idle push commits on its caller's goroutine: no hand-off.
+		Inline: true,
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		},
@@ -114,8 +116,9 @@ func (it *pushItem) frameBytes() int {
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
-// flush commits one bundle. It runs on a fusion goroutine with the engine's
-// context, never a caller's.
+// flush commits one bundle. It runs with the engine's context, never a
+// caller's: on a fusion goroutine, or on the goroutine of an idle push
+// (fusion's Config.Inline), which waits for it even if it gives up.
 func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) error {
 	ctx, end := p.e.startFlush(ctx, bundle)
 	err := p.commit(ctx, p.e.pool, bundle, true)
