@@ -63,6 +63,40 @@
 // Config.Hold is only a backstop tick for permits freed in ways the engine
 // cannot see.
 //
+// # Inline flushes
+//
+// Even with no batching window, an isolated submission crosses three
+// goroutines (submitter, shard, flush goroutine, and back to the waiting
+// submitter), each a wake-up that on a small virtual machine costs about as
+// much as the database's own work for one row. With Config.Inline,
+// [Engine.SubmitWait] of a single key runs the FlushFunc on the caller's
+// goroutine, with a bundle of that one key, when the key's shard is idle:
+// nothing pending, nothing in flight, no arrival on its way, no other
+// inline flush, no shard queued at the limiter, and a permit free at once
+// (otherwise the submission takes the shard's path). The flush carries the
+// caller's items only, never another submitter's.
+//
+// The shard's goroutine learns of an inline flush only on its own
+// idle→active edge: an arrival (or Close) meanwhile finds the inline key
+// and holds it as in flight, so the key's arrivals wait behind the flush
+// and the shard's other keys dispatch beside it (the inline flush counts
+// toward Config.MaxInFlight). When the flush returns, its key goes back to
+// the shard, as a completion, only if the shard held it or the flush put
+// items in Batch.Retry, which then go to the head of the key's pending
+// queue; otherwise the shard hears nothing. Everything in the Contract
+// holds for inline flushes: they take a permit and give it back with their
+// round trip, count toward MaxBufferedBytes, are waited for by Close (and
+// their retried items abandoned if Close's ctx ends), and resolve each
+// item once.
+//
+// Cancellation differs in one way. The inline flush runs on the engine's
+// FlushContext like any other, never the caller's context, but on the
+// caller's goroutine: a caller whose ctx ends during it cannot return
+// before the flush does (at most FlushContext's timeout), and SubmitWait
+// then returns nil with every verdict written rather than ctx.Err(). The
+// outcome is known, where a caller that gave up on a shard's flush learns
+// nothing. Submit never flushes inline.
+//
 // # Push permits: the Vegas limiter
 //
 // [Vegas] bounds the number of bundles in flight across all shards, adapting

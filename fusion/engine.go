@@ -267,6 +267,10 @@ func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]
 // item carries its own verdict. On an error, pairs already submitted may
 // still commit: the caller learns only that the call as a whole did not
 // complete.
+//
+// With Config.Inline and n == 1, SubmitWait flushes on the caller's
+// goroutine when the key's shard is idle; a ctx that ends during that flush
+// is then noticed only once it returned (see the package documentation).
 func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K, []T]) error {
 	var pending atomic.Int32
 	pending.Store(int32(n))
