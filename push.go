@@ -188,9 +188,9 @@ func laneOf(key string, lanes int32) string {
 // waiting: items already handed to the engine may still commit, so retry
 // with the same TransactionIDs on a queue with a DedupWindow.
 // An idle push (one partition, nothing else of its fusion shard pending or
-// in flight) commits on the calling goroutine, under the client's own
-// statement timeout: a caller whose ctx ends during that commit waits for
-// it, at most Config.StatementTimeout, and gets its results.
+// in flight) commits alone on the calling goroutine; a ctx that ends during
+// that commit cancels its statement as it would an INSERT's, with the same
+// unknown outcome, rather than only stop the wait.
 //
 // Per partition, one client's pushes are stored in push order (a Push that
 // returned before the next one began is stored first). While a partition

@@ -2,6 +2,7 @@ package queen_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -85,13 +86,18 @@ func TestPushIdleRunsOnCallersGoroutine(t *testing.T) {
 	}
 }
 
-// A caller whose context ends during its inline flush waits for the flush,
-// which runs on the engine's context (at most Config.StatementTimeout), and
-// gets the verdict: the commit is not abandoned half way.
-func TestPushCancelledDuringInlineFlushGetsVerdict(t *testing.T) {
+// A caller whose context ends during its inline flush is treated as an
+// INSERT's would be: Push returns the context's error at once, with an
+// unknown outcome, and nothing is spooled or taken for an outage; pushing
+// again with the same transaction id on a queue with a DedupWindow tells
+// whether it was stored.
+func TestPushCancelledDuringInlineFlushIsLikeAnInsert(t *testing.T) {
 	ctx := ctxT(t)
 	c := open(t, manual)
 	q := c.Queue("q")
+	if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 	push(t, q, queen.Item{Data: []byte("first")})
 
 	blocker, err := pgx.Connect(ctx, pgtest.URL(t))
@@ -108,33 +114,44 @@ func TestPushCancelledDuringInlineFlushGetsVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	inline := queen.FusionInline(c)
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	short, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		res []queen.PushResult
-		err error
-	}
-	done := make(chan result, 1)
+	done := make(chan error, 1)
+	item := queen.Item{TransactionID: "order-2", Data: []byte("second")}
 	go func() {
-		res, err := q.Push(short, []queen.Item{{Data: []byte("second")}})
-		done <- result{res, err}
+		res, err := q.Push(short, []queen.Item{item})
+		if err == nil {
+			err = fmt.Errorf("results %+v", res)
+		}
+		done <- err
 	}()
 	waitForBlockedPush(t, c)
-	<-short.Done()
+	cancel()
 	select {
-	case r := <-done:
-		t.Fatalf("Push returned during its inline flush: %+v, %v", r.res, r.err)
-	case <-time.After(200 * time.Millisecond):
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Push: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Push still waits for its statement after its context ended")
+	}
+	if queen.FusionInline(c) != inline+1 {
+		t.Fatal("the push did not flush inline")
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.res[0].Status != queen.Queued {
-		t.Fatalf("Push after its flush committed: %+v, %v; want Queued", r.res, r.err)
+	// Not an outage: the next push is stored, not spooled.
+	if r := push(t, q, queen.Item{Data: []byte("third")}); r[0].Status != queen.Queued {
+		t.Fatalf("push after a caller gave up: %+v, want Queued", r[0])
 	}
-	if queen.FusionInline(c) != inline+1 {
-		t.Fatal("the push did not flush inline")
+	// The retry tells: stored once, whether the cancelled push got in or not.
+	r := push(t, q, item)
+	if r[0].Status != queen.Queued && r[0].Status != queen.Duplicate {
+		t.Fatalf("retry: %+v", r[0])
+	}
+	if n := countRows(t, c, "segments"); n != 3 {
+		t.Fatalf("%d segments stored, want 3 (first, third, and order-2 once)", n)
 	}
 }
 

@@ -89,13 +89,17 @@
 // their retried items abandoned if Close's ctx ends), and resolve each
 // item once.
 //
-// Cancellation differs in one way. The inline flush runs on the engine's
-// FlushContext like any other, never the caller's context, but on the
-// caller's goroutine: a caller whose ctx ends during it cannot return
-// before the flush does (at most FlushContext's timeout), and SubmitWait
-// then returns nil with every verdict written rather than ctx.Err(). The
-// outcome is known, where a caller that gave up on a shard's flush learns
-// nothing. Submit never flushes inline.
+// Cancellation differs. A shard's flush carries many submitters' items, so
+// it runs on the engine's FlushContext and a submitter who gives up only
+// stops waiting. An inline flush carries its caller's items only, and the
+// caller cannot stop waiting while running it, so it does what a single
+// INSERT does: it runs on FlushContext (the engine's timeout) and is also
+// cancelled when the caller's ctx ends, with [ErrCallerGone] as the
+// context's cause. SubmitWait then returns ctx.Err() and the outcome is
+// unknown to the caller: the flush may have committed or not. The
+// FlushFunc resolves the items (as failed, normally) and must not take the
+// cancellation for a database failure; the limiter gets its permit back
+// without a round-trip sample. Submit never flushes inline.
 //
 // # Push permits: the Vegas limiter
 //

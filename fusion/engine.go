@@ -51,8 +51,10 @@ type Config struct {
 	// FlushContext returns the context of each flush and its cancel func,
 	// which is called when the flush returns. The context belongs to the
 	// engine, never to a submitter: pgx kills a connection whose query is
-	// cancelled, so a caller who gives up must only stop waiting. Give it a
-	// timeout. Defaults to context.Background with no deadline.
+	// cancelled, so a caller who gives up on a flush it shares must only
+	// stop waiting (an inline flush, which it does not share, also ends
+	// with its caller's ctx). Give it a timeout. Defaults to
+	// context.Background with no deadline.
 	FlushContext func() (context.Context, context.CancelFunc)
 	// Hold is the backstop tick at which a shard that was refused a push
 	// permit retries, covering permits freed outside the engine. It is not a
@@ -269,8 +271,8 @@ func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]
 // complete.
 //
 // With Config.Inline and n == 1, SubmitWait flushes on the caller's
-// goroutine when the key's shard is idle; a ctx that ends during that flush
-// is then noticed only once it returned (see the package documentation).
+// goroutine when the key's shard is idle, and a ctx that ends during that
+// flush cancels it (see the package documentation, "Inline flushes").
 func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K, []T]) error {
 	var pending atomic.Int32
 	pending.Store(int32(n))

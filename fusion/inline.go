@@ -2,8 +2,16 @@ package fusion
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrCallerGone is the cause (context.Cause) of an inline flush's context
+// when the submitter's own context ended during it. The flush is abandoned
+// as an INSERT is: its outcome is unknown to the caller, who gets
+// ctx.Err(); a FlushFunc should resolve the items as failed and must not
+// take the cancellation for a database failure.
+var ErrCallerGone = errors.New("fusion: the submitter's context ended during its inline flush")
 
 // inlineFlight is a flush run on the submitter's goroutine: one key, one
 // submission.
@@ -35,7 +43,7 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 		for _, it := range items {
 			n += int64(any(it).(Sizer).Bytes())
 		}
-		if !e.bytes.tryAcquire(n) {
+		if n > 0 && !e.bytes.tryAcquire(n) {
 			return false, nil // Submit waits for room
 		}
 	}
@@ -65,17 +73,32 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 	in.ks.batch.Items = items
 	in.ks.flightRuns = append(in.ks.flightRuns[:0], run{sub: sub, n: len(items)})
 
+	// The flush has the engine's context and timeout, and ends with the
+	// caller's: it carries nothing of anyone else's, and the caller cannot
+	// stop waiting while running it.
 	fctx, cancel := e.cfg.FlushContext()
+	cctx, abort := context.WithCancelCause(fctx)
+	stop := context.AfterFunc(ctx, func() { abort(ErrCallerGone) })
 	start := time.Now()
-	err := e.flush(fctx, in.bundle[:])
+	err := e.flush(cctx, in.bundle[:])
 	rtt := time.Since(start)
+	gone := !stop()
+	abort(nil)
 	cancel()
-	lim.Release(rtt, err != nil)
+	if gone {
+		lim.release() // a cut round trip says nothing of the database
+	} else {
+		lim.Release(rtt, err != nil)
+	}
 	retried := len(in.ks.batch.Retry)
-	s.tally(1, len(items), retried, err != nil)
+	s.tally(1, len(items), retried, err != nil && !gone)
 	s.inlined.Add(1)
 	in.ks.settle()
 
+	var res error
+	if gone {
+		res = ctx.Err()
+	}
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	s.inline = nil
@@ -85,11 +108,11 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 		s.iwant = false
 		s.ibusy.Store(true)
 		s.inlineDone <- in
-		return true, nil
+		return true, res
 	}
 	clear(in.ks.flightRuns)
 	in.ks.flightRuns = in.ks.flightRuns[:0]
 	in.ks.batch.Items, in.ks.batch.Retry = nil, nil
 	s.spare = in
-	return true, nil
+	return true, res
 }

@@ -270,27 +270,27 @@ func TestInlineClose(t *testing.T) {
 	}
 }
 
-// A caller that gives up during an inline flush cannot leave its own
-// goroutine: the flush keeps the engine's context and the caller gets the
-// verdict once it returns.
+// A caller that gives up during its inline flush does what an INSERT
+// does: the flush, on the engine's context, is cancelled with
+// ErrCallerGone as the cause, SubmitWait returns ctx.Err() at once, and the
+// limiter is neither halved nor fed the cut round trip.
 func TestInlineCallerCancelled(t *testing.T) {
 	type ctxKey struct{}
 	started := make(chan struct{})
-	release := make(chan struct{})
-	var flushErr atomic.Value
+	var seen atomic.Value
+	lim := fixedLimiter(1)
 	e := New(Config{
-		Inline: true,
+		Inline:  true,
+		Limiter: lim,
 		FlushContext: func() (context.Context, context.CancelFunc) {
-			return context.WithValue(context.Background(), ctxKey{}, "engine"), func() {}
+			return context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "engine"))
 		},
 	}, func(ctx context.Context, bundle []*Batch[Key, *item]) error {
 		close(started)
-		<-release
-		if ctx.Value(ctxKey{}) != "engine" || ctx.Err() != nil {
-			flushErr.Store(fmt.Sprintf("flush context %v, err %v", ctx.Value(ctxKey{}), ctx.Err()))
-		}
-		bundle[0].Items[0].resolved.Add(1)
-		return nil
+		<-ctx.Done()
+		seen.Store(fmt.Sprintf("%v %v", ctx.Value(ctxKey{}), context.Cause(ctx)))
+		bundle[0].Items[0].resolved.Add(1) // failed, as the FlushFunc decides
+		return ctx.Err()
 	})
 	defer closeNow(t, e)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -301,19 +301,27 @@ func TestInlineCallerCancelled(t *testing.T) {
 	cancel()
 	select {
 	case err := <-res:
-		t.Fatalf("SubmitWait returned (%v) while its inline flush ran", err)
-	case <-time.After(20 * time.Millisecond):
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("SubmitWait: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SubmitWait did not return when its caller gave up")
 	}
-	close(release)
-	if err := <-res; err != nil {
-		t.Fatalf("SubmitWait after its flush returned: %v, want the verdict", err)
-	}
-	if s := flushErr.Load(); s != nil {
-		t.Fatal(s)
+	if got, want := seen.Load(), "engine "+ErrCallerGone.Error(); got != want {
+		t.Fatalf("flush context %q, want %q", got, want)
 	}
 	if it[0].resolved.Load() != 1 {
 		t.Fatal("item not resolved")
 	}
+	if st := e.Stats(); st.Failed != 0 || st.Inline != 1 {
+		t.Fatalf("stats %+v: a caller giving up is not a failed flush", st)
+	}
+	if !lim.TryAcquire() {
+		t.Fatal("the inline flush kept its permit")
+	}
+	lim.Release(time.Millisecond, false)
+	// The shard went idle again.
+	waitIdle(t, e)
 }
 
 // No inline flush without a permit, or while a shard queues for one; the
