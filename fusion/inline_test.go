@@ -28,16 +28,11 @@ func one(ctx context.Context, e *Engine[Key, *item], k Key, its []*item) error {
 	return e.SubmitWait(ctx, 1, func(yield func(Key, []*item) bool) { yield(k, its) })
 }
 
-// waitAsync runs one on its own goroutine and returns its result channel
-// and that goroutine's id.
-func waitAsync(e *Engine[Key, *item], k Key, its []*item) (chan error, uint64) {
+// waitAsync runs one on its own goroutine and returns its result channel.
+func waitAsync(e *Engine[Key, *item], k Key, its []*item) chan error {
 	res := make(chan error, 1)
-	id := make(chan uint64, 1)
-	go func() {
-		id <- goid()
-		res <- one(context.Background(), e, k, its)
-	}()
-	return res, <-id
+	go func() { res <- one(context.Background(), e, k, its) }()
+	return res
 }
 
 // waitIdle waits until every shard has gone idle: done runs before a
@@ -74,10 +69,8 @@ func TestInlineRunsOnCallersGoroutine(t *testing.T) {
 				return nil
 			})
 			caller.Store(goid())
-			var all []*item
 			for i := range 50 {
 				its := items(0, i, 1+i%3)
-				all = append(all, its...)
 				if err := one(context.Background(), e, keyN(i%5), its); err != nil {
 					t.Fatal(err)
 				}
@@ -116,17 +109,16 @@ func TestInlineDefersArrivalsOfItsKey(t *testing.T) {
 	ctx := context.Background()
 	k, other := keyN(0), keyN(1)
 
-	resA, idA := waitAsync(e, k, items(0, 0, 2))
+	resA := waitAsync(e, k, items(0, 0, 2))
 	a := next(t, calls)
 	if got := seqs(a.bundle[0]); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("inline flush carries %v", got)
 	}
-	_ = idA
 	doneB, chB := signal(t)
 	if err := e.Submit(ctx, k, items(0, 2, 1), doneB); err != nil {
 		t.Fatal(err)
 	}
-	resC, _ := waitAsync(e, other, items(1, 0, 1))
+	resC := waitAsync(e, other, items(1, 0, 1))
 	c := next(t, calls)
 	if got := c.keys(); !slices.Equal(got, []Key{other}) {
 		t.Fatalf("flushed %v beside the inline flush, want %v only", got, other)
@@ -161,7 +153,7 @@ func TestInlineRetryGoesBackFirst(t *testing.T) {
 			t.Cleanup(func() { closeNow(t, e) })
 			k := keyN(0)
 			a := items(0, 0, 3)
-			resA, _ := waitAsync(e, k, a)
+			resA := waitAsync(e, k, a)
 			c1 := next(t, calls)
 			want := []int{1, 2}
 			doneB, chB := signal(t)
@@ -197,7 +189,7 @@ func TestInlineRetryGoesBackFirst(t *testing.T) {
 			}
 			// The shard goes idle again: the next call is inline.
 			waitIdle(t, e)
-			resD, _ := waitAsync(e, k, items(0, 20, 1))
+			resD := waitAsync(e, k, items(0, 20, 1))
 			next(t, calls).release(nil)
 			if err := <-resD; err != nil {
 				t.Fatal(err)
@@ -217,7 +209,7 @@ func TestInlineClose(t *testing.T) {
 			flush, calls := manual(t)
 			e := New(Config{Shards: 2, Inline: true}, flush)
 			a := items(0, 0, 2)
-			resA, _ := waitAsync(e, keyN(0), a)
+			resA := waitAsync(e, keyN(0), a)
 			c := next(t, calls)
 
 			ctx := context.Background()
@@ -334,7 +326,7 @@ func TestInlineTakesAFreePermitOnly(t *testing.T) {
 	flush, calls := manual(t)
 	e := New(Config{Shards: 2, Inline: true, Limiter: lim, Hold: time.Hour}, flush)
 	t.Cleanup(func() { closeNow(t, e) })
-	res, _ := waitAsync(e, keyN(0), items(0, 0, 1))
+	res := waitAsync(e, keyN(0), items(0, 0, 1))
 	noCall(t, calls, 20*time.Millisecond)
 	lim.Release(time.Millisecond, false) // wakes the queued shard
 	next(t, calls).release(nil)
