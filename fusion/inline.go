@@ -77,13 +77,19 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 	// caller's: it carries nothing of anyone else's, and the caller cannot
 	// stop waiting while running it.
 	fctx, cancel := e.cfg.FlushContext()
-	cctx, abort := context.WithCancelCause(fctx)
-	stop := context.AfterFunc(ctx, func() { abort(ErrCallerGone) })
+	gone := false
+	var err error
 	start := time.Now()
-	err := e.flush(cctx, in.bundle[:])
+	if ctx.Done() == nil { // a caller that cannot give up
+		err = e.flush(fctx, in.bundle[:])
+	} else {
+		cctx, abort := context.WithCancelCause(fctx)
+		stop := context.AfterFunc(ctx, func() { abort(ErrCallerGone) })
+		err = e.flush(cctx, in.bundle[:])
+		gone = !stop()
+		abort(nil)
+	}
 	rtt := time.Since(start)
-	gone := !stop()
-	abort(nil)
 	cancel()
 	if gone {
 		lim.release() // a cut round trip says nothing of the database
