@@ -72,14 +72,19 @@ func TestPushIdleRunsOnCallersGoroutine(t *testing.T) {
 			t.Fatalf("%v %+v", err, res)
 		}
 		tr.mu.Lock()
+		pushes := 0
 		for k := from; k < len(tr.ids); k++ {
 			if strings.Contains(tr.sql[k], "segments") || strings.Contains(tr.sql[k], "push_") {
+				pushes++
 				if tr.ids[k] != me {
 					t.Errorf("push %d: %q ran on goroutine %d, the caller is %d", i, tr.sql[k], tr.ids[k], me)
 				}
 			}
 		}
 		tr.mu.Unlock()
+		if pushes != 1 {
+			t.Fatalf("push %d ran %d push statements, want 1", i, pushes)
+		}
 	}
 	if n := queen.FusionInline(c) - inline; n != 5 {
 		t.Fatalf("%d of 5 idle pushes flushed inline", n)
