@@ -77,7 +77,7 @@ func TestPushIdleRunsOnCallersGoroutine(t *testing.T) {
 			if strings.Contains(tr.sql[k], "segments") || strings.Contains(tr.sql[k], "push_") {
 				pushes++
 				if tr.ids[k] != me {
-					t.Errorf("push %d: %q ran on goroutine %d, the caller is %d", i, tr.sql[k], tr.ids[k], me)
+					t.Errorf("push %d: %.40q ran on goroutine %d, the caller is %d", i, tr.sql[k], tr.ids[k], me)
 				}
 			}
 		}
