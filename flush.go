@@ -45,6 +45,8 @@ func newPusher(e *engine) *pusher {
 		BundleBase:       e.cfg.Fusion.BundleBase,
 		Hold:             e.cfg.Fusion.Hold,
 		MaxBufferedBytes: e.cfg.Fusion.MaxBufferedBytes,
+		// An idle push commits on its caller's goroutine: no hand-off.
+		Inline: true,
 		FlushContext: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(e.ctx, e.cfg.StatementTimeout)
 		},
@@ -75,6 +77,20 @@ func (p *pusher) spoolBundle(bundle []*fusion.Batch[partitionKey, *pushItem], sk
 		gs = append(gs, spoolGroup{items: b.Items, key: b.Key, cause: cause})
 	}
 	p.e.spoolGroups(gs) // one write for the bundle
+}
+
+// failBundle fails the items of a bundle; batches in skip are already
+// resolved.
+func failBundle(bundle []*fusion.Batch[partitionKey, *pushItem], skip map[*fusion.Batch[partitionKey, *pushItem]]bool, err error) {
+	for _, b := range bundle {
+		b.Retry = nil
+		if skip[b] {
+			continue
+		}
+		for _, it := range b.Items {
+			resolveFailed(it, err)
+		}
+	}
 }
 
 // flushScratch is per-flush working memory, pooled.
@@ -114,8 +130,10 @@ func (it *pushItem) frameBytes() int {
 
 var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 
-// flush commits one bundle. It runs on a fusion goroutine with the engine's
-// context, never a caller's.
+// flush commits one bundle. It runs with the engine's context: on a fusion
+// goroutine, or on the goroutine of an idle push (fusion's Config.Inline),
+// whose own context then ends it too, as it would end an INSERT (see
+// callerGone).
 func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) error {
 	ctx, end := p.e.startFlush(ctx, bundle)
 	err := p.commit(ctx, p.e.pool, bundle, true)
@@ -144,7 +162,11 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		var err error
 		if skip, err = p.openSpooled(ctx, bundle); err != nil {
 			err = fmt.Errorf("queen: push bundle: %w", err)
-			p.spoolBundle(bundle, skip, err)
+			if callerGone(ctx) {
+				failBundle(bundle, skip, err)
+			} else {
+				p.spoolBundle(bundle, skip, err)
+			}
 			return err
 		}
 	}
@@ -189,6 +211,14 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 			return fmt.Errorf("queen: push: %w", err)
 		}
 	} else {
+		if err != nil && callerGone(ctx) {
+			// Like an INSERT whose caller gave up: the outcome is unknown,
+			// the caller gets its ctx.Err() and nothing is spooled, since
+			// the database did not fail.
+			err = fmt.Errorf("queen: push bundle: %w", err)
+			failBundle(bundle, skip, err)
+			return err
+		}
 		e.meter.bundle(ctx, len(s.segs), sent, err, time.Since(start))
 		if err != nil {
 			// Nothing of the bundle committed: spool its items (Buffered)
@@ -412,7 +442,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		err = fmt.Errorf("acquire connection: %w", err)
-		if e.ctx.Err() == nil {
+		if e.ctx.Err() == nil && !callerGone(ctx) {
 			e.noteDown(err)
 		}
 		return s.verdicts, err
@@ -450,7 +480,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		p.known.add(s.segs)
 	}
 	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
-		if e.ctx.Err() == nil {
+		if e.ctx.Err() == nil && !callerGone(ctx) {
 			// Bundles queued behind this one would time out the same way.
 			e.noteDown(err)
 		}
@@ -471,6 +501,13 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	}
 	conn.Release()
 	return v, err
+}
+
+// callerGone reports that ctx is an inline flush's (an idle push run on its
+// caller's goroutine) and was cancelled because the caller's context ended:
+// not a failure of the database.
+func callerGone(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), fusion.ErrCallerGone)
 }
 
 // knownParts remembers partitions this client has committed to, so bundles

@@ -187,6 +187,10 @@ func laneOf(key string, lanes int32) string {
 // written then), or a cancelled context. A cancelled caller only stops
 // waiting: items already handed to the engine may still commit, so retry
 // with the same TransactionIDs on a queue with a DedupWindow.
+// An idle push (one partition, nothing else of its fusion shard pending or
+// in flight) commits alone on the calling goroutine; a ctx that ends during
+// that commit cancels its statement as it would an INSERT's, with the same
+// unknown outcome, rather than only stop the wait.
 //
 // Per partition, one client's pushes are stored in push order (a Push that
 // returned before the next one began is stored first). While a partition

@@ -28,6 +28,10 @@ func MetaCached(c *Client, queue string) bool { return c.e.meta.Cached(c.tenant,
 // FusionBufferedBytes is what c's push engine holds for unresolved pushes.
 func FusionBufferedBytes(c *Client) int64 { return c.e.push.fusion.Stats().BufferedBytes }
 
+// FusionInline is the number of push flushes c's engine ran on the pushing
+// goroutine.
+func FusionInline(c *Client) uint64 { return c.e.push.fusion.Stats().Inline }
+
 // MaxBundleBytes sets the bound on one push_bundle call's frames: an
 // option for Open in tests.
 func MaxBundleBytes(n int) func(*Config) {

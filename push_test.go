@@ -523,7 +523,10 @@ func (s slowTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 func (slowTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // A caller that gives up only stops waiting: the shared transaction is not
-// cancelled and commits what it carries.
+// cancelled and commits what it carries. (The push writes two partitions,
+// so it is not flushed inline, on its own goroutine, where giving up
+// cancels the statement as for an INSERT: see
+// TestPushCancelledDuringInlineFlushIsLikeAnInsert.)
 func TestPushCancelledCallerStopsWaiting(t *testing.T) {
 	ctx := ctxT(t)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -554,7 +557,8 @@ func TestPushCancelledCallerStopsWaiting(t *testing.T) {
 		case <-short.Done():
 		}
 	}()
-	if _, err := c.Queue("q").Push(short, []queen.Item{{Data: []byte("late")}}); !errors.Is(err, context.Canceled) {
+	late := []queen.Item{{Data: []byte("late")}, {Partition: "other", Data: []byte("late")}}
+	if _, err := c.Queue("q").Push(short, late); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Push: %v, want Canceled", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -75,3 +75,30 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSubmitWaitIdle measures one submitter waiting for each of its
+// single-item submissions, against a flush that costs nothing: the
+// engine's cost of an isolated submission, hand-offs included (inline=false)
+// or not (inline=true).
+func BenchmarkSubmitWaitIdle(b *testing.B) {
+	flush := func(context.Context, []*Batch[Key, *item]) error { return nil }
+	for _, inline := range []bool{false, true} {
+		b.Run(map[bool]string{false: "inline=false", true: "inline=true"}[inline], func(b *testing.B) {
+			e := New(Config{Inline: inline}, flush)
+			its := []*item{{}}
+			k := keyN(0)
+			ctx := context.Background()
+			seq := func(yield func(Key, []*item) bool) { yield(k, its) }
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := e.SubmitWait(ctx, 1, seq); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if err := e.Close(context.Background(), nil); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -63,6 +63,44 @@
 // Config.Hold is only a backstop tick for permits freed in ways the engine
 // cannot see.
 //
+// # Inline flushes
+//
+// Even with no batching window, an isolated submission crosses three
+// goroutines (submitter, shard, flush goroutine, and back to the waiting
+// submitter), each a wake-up that on a small virtual machine costs about as
+// much as the database's own work for one row. With Config.Inline,
+// [Engine.SubmitWait] of a single key runs the FlushFunc on the caller's
+// goroutine, with a bundle of that one key, when the key's shard is idle:
+// nothing pending, nothing in flight, no arrival on its way, no other
+// inline flush, no shard queued at the limiter, and a permit free at once
+// (otherwise the submission takes the shard's path). The flush carries the
+// caller's items only, never another submitter's.
+//
+// The shard's goroutine learns of an inline flush only on its own
+// idle→active edge: an arrival (or Close) meanwhile finds the inline key
+// and holds it as in flight, so the key's arrivals wait behind the flush
+// and the shard's other keys dispatch beside it (the inline flush counts
+// toward Config.MaxInFlight). When the flush returns, its key goes back to
+// the shard, as a completion, only if the shard held it or the flush put
+// items in Batch.Retry, which then go to the head of the key's pending
+// queue; otherwise the shard hears nothing. Everything in the Contract
+// holds for inline flushes: they take a permit and give it back with their
+// round trip, count toward MaxBufferedBytes, are waited for by Close (and
+// their retried items abandoned if Close's ctx ends), and resolve each
+// item once.
+//
+// Cancellation differs. A shard's flush carries many submitters' items, so
+// it runs on the engine's FlushContext and a submitter who gives up only
+// stops waiting. An inline flush carries its caller's items only, and the
+// caller cannot stop waiting while running it, so it does what a single
+// INSERT does: it runs on FlushContext (the engine's timeout) and is also
+// cancelled when the caller's ctx ends, with [ErrCallerGone] as the
+// context's cause. SubmitWait then returns ctx.Err() and the outcome is
+// unknown to the caller: the flush may have committed or not. The
+// FlushFunc resolves the items (as failed, normally) and must not take the
+// cancellation for a database failure; the limiter gets its permit back
+// without a round-trip sample. Submit never flushes inline.
+//
 // # Push permits: the Vegas limiter
 //
 // [Vegas] bounds the number of bundles in flight across all shards, adapting

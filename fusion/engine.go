@@ -51,14 +51,22 @@ type Config struct {
 	// FlushContext returns the context of each flush and its cancel func,
 	// which is called when the flush returns. The context belongs to the
 	// engine, never to a submitter: pgx kills a connection whose query is
-	// cancelled, so a caller who gives up must only stop waiting. Give it a
-	// timeout. Defaults to context.Background with no deadline.
+	// cancelled, so a caller who gives up on a flush it shares must only
+	// stop waiting (an inline flush, which it does not share, also ends
+	// with its caller's ctx). Give it a timeout. Defaults to
+	// context.Background with no deadline.
 	FlushContext func() (context.Context, context.CancelFunc)
 	// Hold is the backstop tick at which a shard that was refused a push
 	// permit retries, covering permits freed outside the engine. It is not a
 	// batching window: arrivals and completions dispatch at once.
 	// Defaults to DefaultHold.
 	Hold time.Duration
+	// Inline lets SubmitWait of one key flush on the caller's goroutine when
+	// that key's shard holds nothing and no other flush of the shard runs:
+	// an isolated submission then costs no goroutine hand-off (see the
+	// package documentation, "Inline flushes"). Submit never flushes
+	// inline. Defaults to false.
+	Inline bool
 	// Limiter hands out push permits, one per bundle in flight, across every
 	// shard. Share one between engines that write to the same database.
 	// Defaults to NewVegas(VegasConfig{}).
@@ -222,13 +230,19 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 	s := e.shards[key.Hash()%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
 	sub.bytes, sub.budget = n, &e.bytes
-	a := arrival[K, T]{key: key, items: items, sub: sub}
+	return e.send(ctx, s, arrival[K, T]{key: key, items: items, sub: sub})
+}
 
+// send hands a to its shard. Counting it in transit first is what keeps an
+// inline flush from starting, and overtaking it, before the shard sees it.
+func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]) error {
+	s.transit.Add(1)
 	// The read lock orders this send before Close closes the channel.
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		sub.refuse()
+		s.untransit()
+		a.sub.refuse()
 		return ErrClosed
 	}
 	select {
@@ -240,10 +254,12 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 	case s.in <- a:
 		return nil
 	case <-ctx.Done():
-		sub.refuse()
+		s.untransit()
+		a.sub.refuse()
 		return ctx.Err()
 	case <-e.closing:
-		sub.refuse()
+		s.untransit()
+		a.sub.refuse()
 		return ErrClosed
 	}
 }
@@ -253,6 +269,10 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 // item carries its own verdict. On an error, pairs already submitted may
 // still commit: the caller learns only that the call as a whole did not
 // complete.
+//
+// With Config.Inline and n == 1, SubmitWait flushes on the caller's
+// goroutine when the key's shard is idle, and a ctx that ends during that
+// flush cancels it (see the package documentation, "Inline flushes").
 func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K, []T]) error {
 	var pending atomic.Int32
 	pending.Store(int32(n))
@@ -263,9 +283,23 @@ func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K
 		}
 	}
 	for k, items := range groups {
+		if n == 1 && e.cfg.Inline {
+			ran, err := e.inline(ctx, k, items, groupDone)
+			if err != nil {
+				return err
+			}
+			if ran {
+				continue
+			}
+		}
 		if err := e.Submit(ctx, k, items, groupDone); err != nil {
 			return err
 		}
+	}
+	select {
+	case <-done: // preferred to a ctx that ended meanwhile
+		return nil
+	default:
 	}
 	select {
 	case <-done:
@@ -437,6 +471,9 @@ type Stats struct {
 	Retried uint64
 	// Failed is the number of FlushFunc calls that returned an error.
 	Failed uint64
+	// Inline is the number of FlushFunc calls, among Bundles, that ran on
+	// the submitter's goroutine (Config.Inline).
+	Inline uint64
 	// Limit is the limiter's current number of push permits.
 	Limit int
 	// BufferedBytes is what the unresolved items hold now, as [Sizer]
@@ -453,6 +490,7 @@ func (e *Engine[K, T]) Stats() Stats {
 		st.Items += s.items.Load()
 		st.Retried += s.retried.Load()
 		st.Failed += s.failed.Load()
+		st.Inline += s.inlined.Load()
 	}
 	return st
 }
@@ -474,20 +512,25 @@ func (e *Engine[K, T]) fly(s *shard[K, T], f *flight[K, T]) {
 		items += len(ks.batch.Items)
 		retried += len(ks.batch.Retry)
 	}
-	s.bundles.Add(1)
-	s.segments.Add(uint64(len(f.keys)))
-	s.items.Add(uint64(items))
-	if retried > 0 {
-		s.retried.Add(uint64(retried))
-	}
-	if err != nil {
-		s.failed.Add(1)
-	}
+	s.tally(len(f.keys), items, retried, err != nil)
 	for _, ks := range f.keys {
 		ks.settle()
 	}
 
 	s.completions <- f
+}
+
+// tally counts one returned FlushFunc call.
+func (s *shard[K, T]) tally(segments, items, retried int, failed bool) {
+	s.bundles.Add(1)
+	s.segments.Add(uint64(segments))
+	s.items.Add(uint64(items))
+	if retried > 0 {
+		s.retried.Add(uint64(retried))
+	}
+	if failed {
+		s.failed.Add(1)
+	}
 }
 
 // submission tracks one Submit call until all its items are resolved. Its
@@ -560,7 +603,7 @@ type flight[K Keyer, T comparable] struct {
 // counters lives in its own cache lines so flush goroutines bumping one
 // shard's counters do not slow the shards next to it.
 type counters struct {
-	_                                         [64]byte
-	bundles, segments, items, retried, failed atomic.Uint64
-	_                                         [64]byte
+	_                                                  [64]byte
+	bundles, segments, items, retried, failed, inlined atomic.Uint64
+	_                                                  [64]byte
 }

@@ -3,6 +3,7 @@ package fusion
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +30,22 @@ type shard[K Keyer, T comparable] struct {
 
 	counters
 
+	// Inline flushes (Config.Inline). ibusy says the shard holds or expects
+	// work, so no inline flush may start; transit counts arrivals sent and
+	// not yet received. imu guards inline, iwant and spare and orders the
+	// writes of ibusy; the shard's goroutine takes it only on idle/active
+	// edges, so a busy shard pays nothing for it.
+	imu        sync.Mutex
+	ibusy      atomic.Bool
+	transit    atomic.Int64
+	inline     *inlineFlight[K, T] // the inline flush running, if any
+	iwant      bool                // the shard waits for inlineDone
+	spare      *inlineFlight[K, T]
+	inlineDone chan *inlineFlight[K, T] // one inline flush per shard at a time
+
 	// run-owned
+	active       bool // the shard holds work, or waits for an inline flush
+	inlineOn     bool // an inline flush it saw is running; its key is held flying
 	keys         map[K]*keyState[K, T]
 	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
@@ -67,6 +83,7 @@ func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
 		// never waits on its shard.
 		completions: make(chan *flight[K, T], e.cfg.MaxInFlight),
 		exited:      make(chan struct{}),
+		inlineDone:  make(chan *inlineFlight[K, T], 1),
 		keys:        make(map[K]*keyState[K, T]),
 		timer:       time.NewTimer(time.Hour),
 	}
@@ -80,7 +97,8 @@ func (s *shard[K, T]) run() {
 	defer s.timer.Stop()
 	defer s.e.cfg.Limiter.Cancel(s.waiter)
 	for {
-		if s.intakeClosed && s.inflight == 0 && (s.readyLen() == 0 || s.abandoning) {
+		if s.intakeClosed && s.inflight == 0 && !s.inlineOn && len(s.inlineDone) == 0 &&
+			(s.readyLen() == 0 || s.abandoning) {
 			return
 		}
 		var tick <-chan time.Time
@@ -92,6 +110,8 @@ func (s *shard[K, T]) run() {
 			s.arrive(a, ok)
 		case f := <-s.completions:
 			s.complete(f)
+		case in := <-s.inlineDone:
+			s.inlineEnded(in)
 		case <-s.wake:
 		case <-tick:
 			s.armed = false
@@ -104,6 +124,83 @@ func (s *shard[K, T]) run() {
 		}
 		s.absorb()
 		s.dispatch()
+		if s.active && !s.intakeClosed && s.buffered == 0 && s.inflight == 0 && !s.inlineOn {
+			s.goIdle()
+		}
+	}
+}
+
+// goActive records the idle→active edge: no inline flush may start from
+// now on, and one already running is waited for, its key held flying so
+// that arrivals for it queue behind it.
+func (s *shard[K, T]) goActive() {
+	s.active = true
+	s.imu.Lock()
+	s.ibusy.Store(true)
+	if in := s.inline; in != nil && !s.inlineOn {
+		s.iwant, s.inlineOn = true, true
+		ks := s.keys[in.ks.key]
+		if ks == nil {
+			ks = s.newKey(in.ks.key)
+		}
+		ks.flying = true
+	}
+	s.imu.Unlock()
+	// An inline flush that ended before the edge, handing back Retry, was
+	// sent under imu: take its items now, ahead of the arrival at hand.
+	select {
+	case in := <-s.inlineDone:
+		s.inlineEnded(in)
+	default:
+	}
+}
+
+// goIdle records the active→idle edge unless an arrival is on its way.
+func (s *shard[K, T]) goIdle() {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	if s.transit.Load() == 0 && len(s.inlineDone) == 0 {
+		s.ibusy.Store(false)
+		s.active = false
+	}
+}
+
+// untransit undoes a send that did not happen; the shard may be waiting for
+// it to go idle.
+func (s *shard[K, T]) untransit() {
+	s.transit.Add(-1)
+	s.poke()
+}
+
+// inlineEnded takes back the key of an inline flush that the shard waited
+// for or that put items in Retry: they go to the head of the key's pending
+// queue, before what arrived meanwhile, as after a flight.
+func (s *shard[K, T]) inlineEnded(in *inlineFlight[K, T]) {
+	s.active = true // ibusy is set: by goActive, or by the flush for Retry
+	b := &in.ks.batch
+	ks := s.keys[b.Key]
+	if s.inlineOn {
+		s.inlineOn = false
+		ks.flying = false
+	}
+	if len(b.Retry) > 0 {
+		if ks == nil {
+			ks = s.newKey(b.Key)
+		}
+		pending := make([]T, 0, len(b.Retry)+len(ks.pending))
+		pending = append(append(pending, b.Retry...), ks.pending...)
+		clear(ks.pending)
+		ks.pending = pending
+		ks.runs = append(append([]run(nil), in.ks.retryRuns...), ks.runs...)
+		s.buffered += len(b.Retry)
+	}
+	if ks == nil {
+		return
+	}
+	if len(ks.pending) > 0 {
+		s.enqueue(ks)
+	} else {
+		s.forget(ks)
 	}
 }
 
@@ -145,7 +242,12 @@ func (s *shard[K, T]) absorb() {
 func (s *shard[K, T]) arrive(a arrival[K, T], ok bool) {
 	if !ok {
 		s.intakeClosed = true
+		s.goActive() // waits for an inline flush, and lets none start
 		return
+	}
+	s.transit.Add(-1)
+	if !s.active {
+		s.goActive()
 	}
 	ks := s.keys[a.key]
 	if ks == nil {
@@ -166,7 +268,11 @@ func (s *shard[K, T]) dispatch() {
 		s.e.cfg.Limiter.Cancel(s.waiter)
 		return
 	}
-	for s.readyLen() > 0 && s.inflight < s.e.cfg.MaxInFlight {
+	inline := 0 // an inline flush counts as one in flight
+	if s.inlineOn {
+		inline = 1
+	}
+	for s.readyLen() > 0 && s.inflight+inline < s.e.cfg.MaxInFlight {
 		if !s.e.cfg.Limiter.Acquire(s.waiter) {
 			// Queued: the limiter pokes the shard when its turn comes.
 			if !s.armed {

@@ -211,6 +211,15 @@ func (v *Vegas) Release(rtt time.Duration, dropped bool) {
 	v.wakeHead()
 }
 
+// release gives back a permit without a sample: its round trip was cut
+// short by the caller, not by the database.
+func (v *Vegas) release() {
+	v.inflight.Add(-1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.wakeHead()
+}
+
 // observe records a sample and returns the no-load round trip estimate.
 func (v *Vegas) observe(rtt time.Duration) time.Duration {
 	if v.samples >= v.cfg.Window {
