@@ -37,11 +37,18 @@ const (
 	defaultSchedulePoll = time.Second
 	// moveLimit is the most messages one move transaction appends, and
 	// moveMaxBytes the most bytes of them (but for a larger first one).
-	moveLimit    = 1000
+	moveLimit    = 5000
 	moveMaxBytes = 16 << 20
 	// moveIdle is the least the mover waits after a move that moved
 	// nothing: due messages it could not take are another mover's.
 	moveIdle = 10 * time.Millisecond
+	// moveGather is the least time from one move's start to the next
+	// unless the first left a backlog: messages falling due in a stream
+	// gather meanwhile, so a move appends many per partition in one
+	// transaction rather than one each. A move costs a commit and a
+	// segment per partition on top of its rows. A message due after a
+	// quiet spell is moved at its time: this only spaces moves in a row.
+	moveGather = 50 * time.Millisecond
 )
 
 // anyScheduled reports whether an item has a DeliverAt: only then does
@@ -394,6 +401,7 @@ func (m *mover) moveDue(start time.Time) time.Time {
 		return start.Add(m.poll)
 	}
 	for {
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(m.ctx, e.cfg.StatementTimeout)
 		r, err := stmt.MoveScheduled(ctx, e.sql, e.pool, moveLimit, moveMaxBytes)
 		cancel()
@@ -404,20 +412,49 @@ func (m *mover) moveDue(start time.Time) time.Time {
 			return time.Now().Add(m.poll)
 		}
 		m.wakeMoved(&r)
-		if r.Moved+r.Dropped > 0 && r.NextIn != nil && *r.NextIn <= 0 {
-			continue // more are due
+		if at, again := moveAfter(&r, began, time.Now(), m.poll); !again {
+			return at
 		}
-		now := time.Now()
-		if r.NextIn == nil {
-			return now.Add(m.poll)
-		}
-		wait := time.Duration(*r.NextIn) * time.Millisecond
-		if wait <= 0 && r.Moved+r.Dropped+r.Held == 0 {
-			// Due but not taken: another mover holds them.
-			wait = moveIdle
-		}
-		return now.Add(min(max(wait, 0), m.poll))
 	}
+}
+
+// moveAfter is when to move next after a move that began at began and
+// answered r at now. again: at once, as the move left a backlog (messages
+// due before it began: it met its limits). Otherwise the next due time,
+// but no sooner than moveGather after a move that took some (so a stream
+// gathers) and no later than the poll.
+func moveAfter(r *stmt.MoveRow, began, now time.Time, poll time.Duration) (at time.Time, again bool) {
+	if r.NextIn == nil {
+		return now.Add(poll), false
+	}
+	took := r.Moved + r.Dropped + r.Held
+	wait := time.Duration(*r.NextIn) * time.Millisecond
+	switch {
+	case took > 0 && now.Add(wait).Before(began):
+		return now, true
+	case took == 0 && wait <= 0:
+		// Due but not taken: another mover holds them.
+		wait = moveIdle
+	}
+	at = now.Add(max(wait, 0))
+	if took > 0 {
+		at = later(at, began.Add(moveGather))
+	}
+	return earlier(at, now.Add(poll)), false
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // wakeMoved tells consumers of the partitions a move appended to.

@@ -2,8 +2,12 @@ package queen_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/queentest/pgcluster"
 )
 
 // How late an idle scheduled message arrives: one message at a time, due
@@ -146,5 +152,184 @@ func BenchmarkScheduledMove(b *testing.B) {
 		if left != 0 {
 			b.Fatalf("%d still scheduled", left)
 		}
+	}
+}
+
+var (
+	schedN    = flag.Int("sched.n", 1_000_000, "BenchmarkScheduledDueOverAMinute: scheduled messages per loaded block")
+	schedSpan = flag.Duration("sched.span", time.Minute, "BenchmarkScheduledDueOverAMinute: the span they fall due over")
+)
+
+// The scheduled-delivery promise: 1,000,000 scheduled messages falling due
+// evenly over a minute are moved at their time while live pushes run, and
+// slow those pushes by at most 10%. On its own production-like cluster
+// (pgcluster.Production: fsync on, 512MB shared_buffers), two rounds of a
+// baseline block (8 goroutines pushing 100-item batches, nothing due, for
+// the span) and a loaded block (the same pushes while the messages fall
+// due). The messages are scheduled an hour ahead before each round, so
+// scheduling them is not measured, then made due by an UPDATE. Reports the
+// live push rates, the slowdown (loaded against baseline, both rounds
+// summed), the move rate (messages over the time from the first due to the
+// last moved) and the lateness (append time, the segment's created_at, minus
+// due time; p50, p99 and max over every message of both rounds), read back
+// by popping the moved messages after each round.
+//
+//	go test -run '^$' -bench ScheduledDueOverAMinute -benchtime 1x -timeout 60m .
+//
+// -sched.n and -sched.span scale it down for a quick look.
+func BenchmarkScheduledDueOverAMinute(b *testing.B) {
+	const goroutines, batch, partitions = 8, 100, 64
+	n, span := *schedN, *schedSpan
+	if n <= 0 || span <= 0 {
+		b.Fatalf("-sched.n %d and -sched.span %s must be positive", n, span)
+	}
+	cl := pgtest.NewCluster(b, pgcluster.Production())
+	ctx := context.Background()
+	c, err := queen.Open(ctx, queen.Config{
+		DatabaseURL: cl.URL,
+		Schema:      "bench",
+		Logger:      pgtest.Logger(b),
+		SpoolDir:    b.TempDir(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			b.Error(err)
+		}
+	})
+	live := c.Queue("live")
+	sched := c.Queue("sched")
+	tbl := pgx.Identifier{c.Schema(), "scheduled"}.Sanitize()
+	step := span / time.Duration(n)
+	pushFor := func(d time.Duration) float64 {
+		var total atomic.Int64
+		stop := time.Now().Add(d)
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				items := make([]queen.Item, batch)
+				for i := range items {
+					items[i] = queen.Item{Data: benchPayload, Partition: fmt.Sprintf("p%d", g)}
+				}
+				for time.Now().Before(stop) {
+					if _, err := live.Push(ctx, items); err != nil {
+						b.Error(err)
+						return
+					}
+					total.Add(int64(len(items)))
+				}
+			})
+		}
+		start := time.Now()
+		wg.Wait()
+		return float64(total.Load()) / time.Since(start).Seconds()
+	}
+	var base, loaded, moveRate []float64
+	var late []time.Duration
+	for b.Loop() {
+		for range 2 {
+			b.StopTimer()
+			// Item i falls due at far + i*step; the UPDATE below shifts
+			// them all to start at t0, so i in the payload gives its due.
+			far := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			for k := 0; k < n; k += 1000 {
+				items := make([]queen.Item, min(1000, n-k))
+				for i := range items {
+					p := slices.Clone(benchPayload)
+					copy(p, fmt.Sprintf("%010d", k+i))
+					items[i] = queen.Item{Data: p, Partition: fmt.Sprintf("s%d", (k+i)%partitions),
+						DeliverAt: far.Add(time.Duration(k+i) * step)}
+				}
+				res, err := sched.Push(ctx, items)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res {
+					if r.Status != queen.Scheduled {
+						b.Fatalf("scheduling: %v %v", r.Status, r.Err)
+					}
+				}
+			}
+			// Due from t0, leaving time for the UPDATE and VACUUM and then
+			// the baseline block (nothing due yet) before it.
+			t0 := time.Now().Add(span + time.Minute).Truncate(time.Millisecond)
+			if _, err := c.Pool().Exec(ctx, "UPDATE "+tbl+" SET due_at = due_at - $1::interval", far.Sub(t0)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Pool().Exec(ctx, "VACUUM ANALYZE "+tbl); err != nil {
+				b.Fatal(err)
+			}
+			d := min(span, time.Until(t0)-time.Second)
+			if d < span/2 {
+				b.Fatalf("the UPDATE and VACUUM left %s of the baseline block's %s", d, span)
+			}
+			b.StartTimer()
+			base = append(base, pushFor(d))
+			b.StopTimer()
+			time.Sleep(time.Until(t0))
+			b.StartTimer()
+			loaded = append(loaded, pushFor(span))
+			var left int
+			for {
+				// Through the due index: a count(*) would scan the table.
+				if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+tbl+
+					" WHERE NOT held ORDER BY due_at, id LIMIT 1) x").Scan(&left); err != nil {
+					b.Fatal(err)
+				}
+				if left == 0 || time.Since(t0) > 10*span {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			moveRate = append(moveRate, float64(n)/time.Since(t0).Seconds())
+			b.StopTimer()
+			if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tbl).Scan(&left); err != nil {
+				b.Fatal(err)
+			}
+			if left != 0 {
+				b.Fatalf("%d still scheduled after %s", left, 10*span)
+			}
+			for got := 0; got < n; {
+				msgs, err := sched.Pop(ctx, queen.PopOptions{AutoAck: true, Batch: 1000, Partitions: partitions})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(msgs) == 0 {
+					b.Fatalf("popped %d of %d moved messages", got, n)
+				}
+				for _, m := range msgs {
+					i, err := strconv.Atoi(string(m.Data[:10]))
+					if err != nil {
+						b.Fatal(err)
+					}
+					late = append(late, m.CreatedAt.Sub(t0.Add(time.Duration(i)*step)))
+				}
+				got += len(msgs)
+			}
+			b.StartTimer()
+		}
+	}
+	slices.Sort(late)
+	sum := func(v []float64) (s float64) {
+		for _, x := range v {
+			s += x
+		}
+		return s
+	}
+	for k := range base {
+		b.Logf("round %d: live %.0f/s baseline, %.0f/s loaded; moved %.0f/s", k+1, base[k], loaded[k], moveRate[k])
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(sum(base)/float64(len(base)), "live_msgs/s_idle")
+	b.ReportMetric(sum(loaded)/float64(len(loaded)), "live_msgs/s_moving")
+	b.ReportMetric(100*(sum(base)-sum(loaded))/sum(base), "slowdown_%")
+	b.ReportMetric(slices.Min(moveRate), "moved/s")
+	b.ReportMetric(ms(late[len(late)/2]), "late_p50_ms")
+	b.ReportMetric(ms(late[len(late)*99/100]), "late_p99_ms")
+	b.ReportMetric(ms(late[len(late)-1]), "late_max_ms")
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
 	}
 }
