@@ -1,0 +1,182 @@
+package history
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Recorded by the "keyback" generator (gen_keyback_test.go) on queues with
+// a HoldWait: a "consume" call spans one Consume of Queue and Group (its
+// completion when it returned); pops and handlers carry their messages'
+// keys (Event.Keys).
+
+// holdBound is how long a message must have waited, with a Consume of its
+// group running throughout and no fault that stops every consumer
+// (holdFaults), for held to call it held back: well past a batch and a
+// lease, which the generator keeps under a second and a half.
+const holdBound = 3 * time.Second
+
+// holdFaults are the nemesis's faults that may stall every consumer of a
+// queue for seconds: a message held across one is not judged.
+var holdFaults = []string{"restart", "exhaust", "storm"}
+
+// held judges what a failure may hold back on a queue with a HoldWait
+// (its RetryBackoff, fixed): under FailurePause with KeyConcurrency only
+// the failed message's key waits, so another key's message of the lane
+// is not held back (key-stalled); under FailureSkip the failed message
+// goes to the tail and nothing waits behind it (skip-stalled). A message
+// B of the failed message's partition that was not delivered to the
+// group before the failure, from the later of the failure and B's
+// Queued push on, must be delivered within holdBound while a Consume of
+// that group runs throughout (and no holdFaults fault overlaps); a key
+// with a failure of its own within HoldWait before is not judged.
+func (c *checker) held(ops []*Op) {
+	type qg struct{ queue, group string }
+	type del struct {
+		t         int64 // when it was delivered by (a pop's start: earliest)
+		op        *Op
+		partition string
+		offset    int64
+		key, id   string
+	}
+	type failure struct {
+		op        *Op
+		t         int64
+		partition string
+		offset    int64
+		id        string
+	}
+	judged := map[string]bool{}
+	for q, qi := range c.st.Queues {
+		if qi.HoldWait > 0 {
+			judged[q] = true
+		}
+	}
+	if len(judged) == 0 {
+		return
+	}
+	pushed := map[qi2]int64{} // Queued push's completion
+	byID := map[qgi][]del{}   // deliveries per group and message
+	parts := map[qg]map[string][]string{}
+	keyOf := map[qi2]string{}
+	var fails []failure
+	var spans []*Op // consume calls
+	var faults []*Op
+	for _, o := range ops {
+		if o.Inv.Op == OpFault && slices.Contains(holdFaults, o.Inv.Kind) {
+			faults = append(faults, o)
+			continue
+		}
+		if !judged[o.Inv.Queue] {
+			continue
+		}
+		switch {
+		case o.Inv.Op == OpPush && o.Phase() == OK:
+			for _, r := range o.Done.Results {
+				if r.Status == "queued" && r.ID != "" {
+					pushed[qi2{o.Inv.Queue, r.ID}] = o.Done.T
+				}
+			}
+		case c.isCall(o, "consume") && o.Done != nil:
+			spans = append(spans, o)
+		case o.Inv.Op == OpSettle && o.Inv.Kind == "fail" && o.Phase() == OK:
+			fails = append(fails, failure{o, o.Inv.T, o.Inv.Partition, o.Inv.Offset, o.Inv.ID})
+		case o.Inv.Op == OpHandler && !o.Inv.AutoAck && o.Done != nil && o.Done.Err != "" && len(o.Inv.Msgs) == 1:
+			m := o.Inv.Msgs[0]
+			fails = append(fails, failure{o, o.Done.T, m.Partition, m.Offset, m.ID})
+		}
+		var t int64
+		switch {
+		case o.Inv.Op == OpPop && o.Phase() == OK:
+			t = o.Inv.T
+		case o.Inv.Op == OpHandler:
+			t = o.Inv.T
+		default:
+			continue
+		}
+		keys := o.Inv.Keys
+		if o.Inv.Op == OpPop {
+			keys = o.Done.Keys
+		}
+		for i, m := range delivered(o) {
+			var key string
+			if i < len(keys) {
+				key = keys[i]
+			}
+			k := qgi{o.Inv.Queue, o.Inv.Group, m.ID}
+			if byID[k] == nil {
+				g := qg{o.Inv.Queue, o.Inv.Group}
+				if parts[g] == nil {
+					parts[g] = map[string][]string{}
+				}
+				parts[g][m.Partition] = append(parts[g][m.Partition], m.ID)
+			}
+			byID[k] = append(byID[k], del{t: t, op: o, partition: m.Partition, offset: m.Offset, key: key, id: m.ID})
+			keyOf[qi2{o.Inv.Queue, m.ID}] = key
+		}
+	}
+	first := func(k qgi, after int64) (del, bool) {
+		var best del
+		found := false
+		for _, d := range byID[k] {
+			if d.t >= after && (!found || d.t < best.t) {
+				best, found = d, true
+			}
+		}
+		return best, found
+	}
+	running := func(g qg, from, to int64) bool {
+		return slices.ContainsFunc(spans, func(o *Op) bool {
+			return o.Inv.Queue == g.queue && o.Inv.Group == g.group && o.Start() <= from && o.End() >= to
+		})
+	}
+	faulted := func(from, to int64) bool {
+		return slices.ContainsFunc(faults, func(o *Op) bool { return o.Start() <= to && o.End() >= from })
+	}
+	bound := int64(holdBound)
+	for _, f := range fails {
+		g := qg{f.op.Inv.Queue, f.op.Inv.Group}
+		qi := c.st.Queues[g.queue]
+		wait := int64(qi.HoldWait)
+		fkey := keyOf[qi2{g.queue, f.id}]
+		for _, id := range parts[g][f.partition] {
+			k := qgi{g.queue, g.group, id}
+			key := keyOf[qi2{g.queue, id}]
+			if id == f.id || !qi.Skip && key == fkey {
+				continue
+			}
+			if slices.ContainsFunc(byID[k], func(d del) bool { return d.t < f.t }) {
+				continue // delivered before the failure
+			}
+			tp, ok := pushed[qi2{g.queue, id}]
+			if !ok {
+				continue // not Queued: it may have waited in a spool
+			}
+			from := max(f.t, tp)
+			d, ok := first(k, from)
+			if !ok || d.t-from < bound || !running(g, from, from+bound) || faulted(from, d.t) {
+				continue
+			}
+			if !qi.Skip && slices.ContainsFunc(fails, func(o failure) bool {
+				return o.op.Inv.Queue == g.queue && o.op.Inv.Group == g.group && o.partition == f.partition &&
+					keyOf[qi2{g.queue, o.id}] == key && o.t >= from-wait && o.t <= d.t
+			}) {
+				continue // its own key waits
+			}
+			kind, why := "key-stalled", fmt.Sprintf("key %q failed", fkey)
+			if qi.Skip {
+				kind, why = "skip-stalled", "failed under FailureSkip"
+			}
+			c.where = Violation{Queue: g.queue, Group: g.group, Partition: f.partition}
+			c.report(kind, fmt.Sprintf("queue %s group %q: %s@%d (%s) at %s; %s@%d id %s (key %q), pushed by %s and not delivered before, was delivered only at %s, %s later, while a Consume of the group ran",
+				g.queue, g.group, f.partition, f.offset, why, time.Unix(0, f.t).Format("15:04:05.000"), d.partition, d.offset, id, key,
+				time.Unix(0, tp).Format("15:04:05.000"), time.Unix(0, d.t).Format("15:04:05.000"), time.Duration(d.t-from).Round(time.Millisecond)),
+				append(f.op.evidence(), d.op.evidence()...)...)
+			break
+		}
+	}
+}
+
+// qi2 is a message of a queue by id.
+type qi2 struct{ queue, id string }
