@@ -61,6 +61,7 @@ var genKinds = []string{
 	"sched",     // Item.DeliverAt 0.2-3 s ahead (some past, some repeats) and CancelScheduled of one id a call (gen_sched_test.go)
 	"retrywait", // failures on a queue with a RetryBackoff, by its schedule or with queen.RetryAfter / Message.RetryAfter waits
 	"discard",   // DiscardDeadLetters of one listed dead letter by id, then listing it again
+	"keyback",   // failures under a 5 s RetryBackoff with KeyConcurrency (other keys of the lane) and FailureSkip (gen_keyback_test.go)
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

@@ -471,6 +471,7 @@ func (r *run) main() (st runStats) {
 		})
 	}
 	r.startSched(genCtx, &wg, clients, time.Now().Add(r.dur)) // gen_sched_test.go
+	r.startKeyBack(genCtx, &wg, clients)                      // gen_keyback_test.go
 	genTimer := genCtx.arm(stopGen)
 	defer genTimer.Stop()
 	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
