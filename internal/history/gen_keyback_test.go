@@ -29,19 +29,19 @@ const (
 	kbLease = time.Second
 )
 
-// startKeyBack starts the generator's producers and consumers, one
-// Consume per queue for the whole run (check_keyback.go judges a message
-// only while one runs), and on the skip queue a Pop consumer as well.
-func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, clients []*queen.Client) {
+// startKeyBack starts the generator's producers and consumers on c (a
+// client of its own), one Consume per queue for the whole run
+// (check_keyback.go judges a message only while one runs), and on the
+// skip queue a Pop consumer as well.
+func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, c *queen.Client) {
 	if !r.gen["keyback"] {
 		return
 	}
-	mk := func(i int, stream uint64) *worker {
-		return &worker{c: clients[i], rec: r.rec, proc: fmt.Sprintf("main-%d", i), idx: 10 + i, rng: rand.New(rand.NewPCG(r.seed, stream)),
-			from: r.from, gen: r.gen, r: r, other: clients[1-i]}
+	mk := func(idx int, stream uint64) *worker {
+		return &worker{c: c, rec: r.rec, proc: "keyback", idx: idx, rng: rand.New(rand.NewPCG(r.seed, stream)), from: r.from, gen: r.gen, r: r}
 	}
 	base := queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: kbLease, RetryBackoff: queen.RetryBackoff{Min: kbWait, Max: kbWait}}
-	kw, kp := mk(0, 0x6b6b), mk(0, 0x6b6c)
+	kw, kp := mk(0, 0x6b6b), mk(1, 0x6b6c)
 	if err := kw.c.Queue(kbKeyedQueue).Configure(genCtx, base); err == nil {
 		r.addQueue(kbKeyedQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait})
 		keys := laneKeys(4)
@@ -50,7 +50,7 @@ func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, clients [
 	}
 	skip := base
 	skip.FailurePolicy = queen.FailureSkip
-	sw, sp, spop := mk(1, 0x5b5b), mk(1, 0x5b5c), mk(1, 0x5b5d)
+	sw, sp, spop := mk(2, 0x5b5b), mk(3, 0x5b5c), mk(4, 0x5b5d)
 	if err := sw.c.Queue(kbSkipQueue).Configure(genCtx, skip); err == nil {
 		r.addQueue(kbSkipQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait, Skip: true})
 		wg.Go(func() { sp.kbProduce(genCtx, kbSkipQueue, nil) })
@@ -111,7 +111,8 @@ func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick stri
 		KeyConcurrency: keyConc}
 	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Keyed: keyConc > 1})
 	var mu sync.Mutex // the handlers' draws
-	fails := 0
+	handled, fails := 0, 0
+	start := time.Now()
 	err := w.c.Queue(q).Consume(ctx, o, func(_ context.Context, m *queen.Message) error {
 		h := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpHandler, Queue: q, Group: m.Group,
 			Partition: m.Partition, Offset: m.Offset, Lease: m.LeaseID, Msgs: []history.Delivery{delivery(m)}, Keys: []string{m.Key},
@@ -122,6 +123,9 @@ func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick stri
 			fail = sick != "" && m.Key == sick || sick == "" && w.rng.IntN(3) == 0
 		}
 		after := w.rng.IntN(2) == 0
+		if handled++; handled == 1 {
+			w.r.t.Logf("keyback: %s: first handler %v after the Consume began", q, time.Since(start).Round(time.Millisecond))
+		}
 		if fail {
 			fails++
 		}
@@ -138,7 +142,7 @@ func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick stri
 		return err
 	})
 	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})
-	w.r.t.Logf("keyback: %s: Consume (KeyConcurrency %d) failed %d", q, keyConc, fails)
+	w.r.t.Logf("keyback: %s: Consume (KeyConcurrency %d) handled %d, failed %d", q, keyConc, handled, fails)
 }
 
 // kbPops pops the skip queue (Batch 2 over two partitions), failing a
