@@ -96,6 +96,18 @@ func TestCheckHeld(t *testing.T) {
 			h.r.Done(inv, OK, Event{T: 3 * sec})
 			return stKB("k", false, keyed...)
 		}},
+		{"keyed: the Consume still backing off after a restart", "", func(h *hb) State {
+			inv := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "restart", T: 10 * ms})
+			h.r.Done(inv, OK, Event{T: 20 * ms})
+			keyedRun(h, "k1", 5300*ms, 20*sec)
+			return stKB("k", false, keyed...)
+		}},
+		{"keyed: another client's pool exhausted meanwhile", "key-stalled", func(h *hb) State {
+			keyedRun(h, "k1", 5300*ms, 20*sec)
+			inv := h.r.Invoke(Event{Proc: "nemesis", Op: OpFault, Kind: "exhaust", T: 2 * sec})
+			h.r.Done(inv, OK, Event{T: 3 * sec})
+			return stKB("k", false, keyed...)
+		}},
 		{"keyed: not judged without a HoldWait", "", func(h *hb) State {
 			keyedRun(h, "k1", 5300*ms, 20*sec)
 			s := stKB("k", false, keyed...)
