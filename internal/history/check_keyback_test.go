@@ -85,6 +85,11 @@ func TestCheckHeld(t *testing.T) {
 			keyedRun(h, "k0", 5300*ms, 20*sec)
 			return stKB("k", false, keyed...)
 		}},
+		{"keyed: the failed key's own message, read again by a pop that records no keys", "", func(h *hb) State {
+			keyedRun(h, "k0", 5300*ms, 20*sec)
+			h.popAt("k", "", 21*sec, b)
+			return stKB("k", false, keyed...)
+		}},
 		{"keyed: no Consume ran throughout", "", func(h *hb) State {
 			keyedRun(h, "k1", 5300*ms, 2*sec)
 			h.kbConsume("k", 5*sec, 20*sec, true)
