@@ -119,7 +119,9 @@ func (c *checker) held(ops []*Op) {
 				parts[g][m.Partition] = append(parts[g][m.Partition], m.ID)
 			}
 			byID[k] = append(byID[k], del{t: t, op: o, partition: m.Partition, offset: m.Offset, key: key, id: m.ID})
-			keyOf[qi2{o.Inv.Queue, m.ID}] = key
+			if i < len(keys) {
+				keyOf[qi2{o.Inv.Queue, m.ID}] = key // not from a pop that recorded none (the final drain's)
+			}
 		}
 	}
 	first := func(k qgi, after int64) (del, bool) {
