@@ -25,7 +25,7 @@ func (h *hb) kbHandle(queue string, d Delivery, key string, t int64, fail bool) 
 
 // kbConsume records a Consume call of queue from t to end.
 func (h *hb) kbConsume(queue string, t, end int64, keyed bool) {
-	inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpCall, Kind: "consume", Queue: queue, Keyed: keyed}, t))
+	inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpCall, Kind: "consume", Queue: queue, Keyed: keyed, Batch: 4}, t))
 	h.r.Done(inv, OK, h.at(Event{}, end))
 }
 
@@ -79,6 +79,11 @@ func TestCheckHeld(t *testing.T) {
 		}},
 		{"keyed: another key waits for the failed one", "key-stalled", func(h *hb) State {
 			keyedRun(h, "k1", 5300*ms, 20*sec)
+			return stKB("k", false, keyed...)
+		}},
+		{"keyed: another key more than a Batch ahead of the failed one", "", func(h *hb) State {
+			keyedRun(h, "k1", 5300*ms, 20*sec)
+			h.r.events[0].Batch = 1 // the Consume's invoke, recorded first: b is one offset above a
 			return stKB("k", false, keyed...)
 		}},
 		{"keyed: the failed key's own message waits", "", func(h *hb) State {
