@@ -32,11 +32,13 @@ const holdAfter = 5 * time.Second
 // the failed message's key waits, so another key's message of the lane
 // is not held back (key-stalled); under FailureSkip the failed message
 // goes to the tail and nothing waits behind it (skip-stalled). A message
-// B of the failed message's partition that was not delivered to the
-// group before the failure, from the later of the failure and B's
-// Queued push on, must be delivered within holdBound while a Consume of
-// that group runs throughout (and no holdFaults fault is near); a key
-// with a failure of its own within HoldWait before is not judged.
+// B of the failed message's partition, less than one Batch of a Consume
+// of the group above it (other keys run at most one Batch ahead of a
+// paused key), that was not delivered to the group before the failure,
+// from the later of the failure and B's Queued push on, must be
+// delivered within holdBound while that Consume runs throughout (and no
+// holdFaults fault is near); a key with a failure of its own within
+// HoldWait before is not judged.
 func (c *checker) held(ops []*Op) {
 	type qg struct{ queue, group string }
 	type del struct {
@@ -134,10 +136,16 @@ func (c *checker) held(ops []*Op) {
 		}
 		return best, found
 	}
-	running := func(g qg, from, to int64) bool {
-		return slices.ContainsFunc(spans, func(o *Op) bool {
-			return o.Inv.Queue == g.queue && o.Inv.Group == g.group && o.Start() <= from && o.End() >= to
-		})
+	// running is the Batch of a Consume of g that ran from from to to (0:
+	// none did, or its Batch is not known).
+	running := func(g qg, from, to int64) int64 {
+		var b int64
+		for _, o := range spans {
+			if o.Inv.Queue == g.queue && o.Inv.Group == g.group && o.Start() <= from && o.End() >= to {
+				b = max(b, int64(o.Inv.Batch))
+			}
+		}
+		return b
 	}
 	faulted := func(from, to int64) bool {
 		return slices.ContainsFunc(faults, func(o *Op) bool { return o.Start() <= to && o.End() >= from-int64(holdAfter) })
@@ -163,7 +171,12 @@ func (c *checker) held(ops []*Op) {
 			}
 			from := max(f.t, tp)
 			d, ok := first(k, from)
-			if !ok || d.t-from < bound || !running(g, from, from+bound) || faulted(from, d.t) {
+			if !ok || d.t-from < bound || faulted(from, d.t) {
+				continue
+			}
+			// Other keys run at most one Batch ahead of a paused key, and a
+			// claim after a skip-policy failure takes a Batch from it on.
+			if b := running(g, from, from+bound); d.offset <= f.offset || d.offset-f.offset >= b {
 				continue
 			}
 			if !qi.Skip && slices.ContainsFunc(fails, func(o failure) bool {

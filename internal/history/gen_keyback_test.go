@@ -73,13 +73,14 @@ func laneKeys(n int) []string {
 	}
 }
 
-// kbProduce pushes one or two items every 100-200 ms: to keys (a third
-// of them to the first) or, without keys, to partitions q0 and q1.
+// kbProduce pushes one item every 150-300 ms: to keys (an eighth of them
+// to the first, so that its failures, each retried on the next claim,
+// leave the lane no backlog) or, without keys, to partitions q0 and q1.
 func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 	n := 0
 	defer func() { w.r.t.Logf("keyback: %s: %d pushed", q, n) }()
 	for ctx.Err() == nil {
-		items := make([]queen.Item, 1+w.rng.IntN(2))
+		items := make([]queen.Item, 1)
 		for i := range items {
 			n++
 			tx := fmt.Sprintf("%s-%d", q, n)
@@ -87,7 +88,7 @@ func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 			switch {
 			case keys == nil:
 				items[i].Partition = fmt.Sprintf("q%d", w.rng.IntN(2))
-			case w.rng.IntN(3) == 0:
+			case w.rng.IntN(8) == 0:
 				items[i].Key = keys[0]
 			default:
 				items[i].Key = keys[1+w.rng.IntN(len(keys)-1)]
@@ -96,7 +97,7 @@ func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 		w.pushOwn(ctx, q, items)
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(100+w.rng.IntN(100)) * time.Millisecond):
+		case <-time.After(time.Duration(150+w.rng.IntN(150)) * time.Millisecond):
 		}
 	}
 }
@@ -107,9 +108,9 @@ func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 // quarter of the time, half of them with queen.RetryAfter; it acks the
 // rest.
 func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick string) {
-	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 1 + w.rng.IntN(5), LeaseTime: kbLease, Wait: 200 * time.Millisecond},
+	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 4 + w.rng.IntN(5), LeaseTime: kbLease, Wait: 200 * time.Millisecond},
 		KeyConcurrency: keyConc}
-	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Keyed: keyConc > 1})
+	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Keyed: keyConc > 1, Batch: o.Batch})
 	var mu sync.Mutex // the handlers' draws
 	handled, fails := 0, 0
 	start := time.Now()
