@@ -132,6 +132,25 @@ func TestCheckHeld(t *testing.T) {
 			skipRun(h, 2800*ms)
 			return stKB("s", true, skipped...)
 		}},
+		{"skip: a pop begun before b's push returned it at once", "", func(h *hb) State {
+			h.kbConsume("s", ms, 20*sec, false)
+			h.kbPush("s", "p", "a", "ida", 0, 50*ms)
+			h.popAt("s", "", 150*ms, s0)
+			inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpSettle, Queue: "s", Kind: "fail", Partition: "p", Offset: 0, Lease: "L1", ID: "ida"}, 200*ms))
+			h.r.Done(inv, OK, h.at(Event{}, 210*ms))
+			pop := h.r.Invoke(h.at(Event{Proc: "d", Op: OpPop, Queue: "s"}, 250*ms))
+			h.kbPush("s", "p", "b", "idb", 1, 300*ms)
+			h.r.Done(pop, OK, h.at(Event{Msgs: []Delivery{s1}}, 400*ms))
+			h.kbHandle("s", s1, "", 4*sec, false) // its lease ended before it was settled
+			h.kbHandle("s", sc, "", 4*sec+100*ms, false)
+			return stKB("s", true, skipped...)
+		}},
+		{"skip: a claim took b at once, its lease ended before the handler", "", func(h *hb) State {
+			skipRun(h, 4*sec)
+			claim := h.r.Invoke(Event{Proc: "c", Op: OpClaim, Queue: "s", Partition: "p", Offset: 1, Last: 2, T: 300 * ms})
+			h.r.Done(claim, OK, Event{T: 300 * ms})
+			return stKB("s", true, skipped...)
+		}},
 		{"skip: the partition waits for the failed message", "skip-stalled", func(h *hb) State {
 			skipRun(h, 4*sec)
 			return stKB("s", true, skipped...)
