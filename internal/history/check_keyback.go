@@ -42,7 +42,7 @@ const holdAfter = 5 * time.Second
 func (c *checker) held(ops []*Op) {
 	type qg struct{ queue, group string }
 	type del struct {
-		t         int64 // when it was delivered by (a pop's start: earliest)
+		t, end    int64 // when it may have been delivered: a pop's start and end
 		op        *Op
 		partition string
 		offset    int64
@@ -71,6 +71,8 @@ func (c *checker) held(ops []*Op) {
 	var fails []failure
 	var spans []*Op // consume calls
 	var faults []*Op
+	var claims []*Op
+	at := map[qpo]string{} // stored offset -> message id
 	for _, o := range ops {
 		if o.Inv.Op == OpFault && slices.Contains(holdFaults, o.Inv.Kind) {
 			faults = append(faults, o)
@@ -81,11 +83,16 @@ func (c *checker) held(ops []*Op) {
 		}
 		switch {
 		case o.Inv.Op == OpPush && o.Phase() == OK:
-			for _, r := range o.Done.Results {
+			for i, r := range o.Done.Results {
 				if r.Status == "queued" && r.ID != "" {
 					pushed[qi2{o.Inv.Queue, r.ID}] = o.Done.T
+					if i < len(o.Inv.Items) {
+						at[qpo{o.Inv.Queue, o.Inv.Items[i].Partition, r.Offset}] = r.ID
+					}
 				}
 			}
+		case o.Inv.Op == OpClaim:
+			claims = append(claims, o)
 		case c.isCall(o, "consume") && o.Done != nil:
 			spans = append(spans, o)
 		case o.Inv.Op == OpSettle && o.Inv.Kind == "fail" && o.Phase() == OK:
@@ -94,12 +101,12 @@ func (c *checker) held(ops []*Op) {
 			m := o.Inv.Msgs[0]
 			fails = append(fails, failure{o, o.Done.T, m.Partition, m.Offset, m.ID})
 		}
-		var t int64
+		var t, end int64
 		switch {
 		case o.Inv.Op == OpPop && o.Phase() == OK:
-			t = o.Inv.T
+			t, end = o.Inv.T, o.Done.T
 		case o.Inv.Op == OpHandler:
-			t = o.Inv.T
+			t, end = o.Inv.T, o.Inv.T
 		default:
 			continue
 		}
@@ -120,17 +127,36 @@ func (c *checker) held(ops []*Op) {
 				}
 				parts[g][m.Partition] = append(parts[g][m.Partition], m.ID)
 			}
-			byID[k] = append(byID[k], del{t: t, op: o, partition: m.Partition, offset: m.Offset, key: key, id: m.ID})
+			byID[k] = append(byID[k], del{t: t, end: end, op: o, partition: m.Partition, offset: m.Offset, key: key, id: m.ID})
+			at[qpo{o.Inv.Queue, m.Partition, m.Offset}] = m.ID
 			if i < len(keys) {
 				keyOf[qi2{o.Inv.Queue, m.ID}] = key // not from a pop that recorded none (the final drain's)
 			}
 		}
 	}
-	first := func(k qgi, after int64) (del, bool) {
+	// A Consume's claim took its messages (logged once it returned) even
+	// where the batch's lease ended before their handlers could start.
+	for _, o := range claims {
+		for off := o.Inv.Offset; off <= o.Inv.Last && off-o.Inv.Offset < 1<<16; off++ {
+			if id, ok := at[qpo{o.Inv.Queue, o.Inv.Partition, off}]; ok {
+				k := qgi{o.Inv.Queue, o.Inv.Group, id}
+				if byID[k] != nil {
+					byID[k] = append(byID[k], del{t: o.Inv.T, end: o.Inv.T, op: o, partition: o.Inv.Partition, offset: off, id: id})
+				}
+			}
+		}
+	}
+	// first is the earliest a delivery of k at or after from may have
+	// been made.
+	first := func(k qgi, from int64) (del, bool) {
 		var best del
 		found := false
 		for _, d := range byID[k] {
-			if d.t >= after && (!found || d.t < best.t) {
+			if d.end < from {
+				continue
+			}
+			d.t = max(d.t, from)
+			if !found || d.t < best.t {
 				best, found = d, true
 			}
 		}
@@ -199,5 +225,9 @@ func (c *checker) held(ops []*Op) {
 	}
 }
 
-// qi2 is a message of a queue by id.
+// qi2 is a message of a queue by id; qpo one by its place.
 type qi2 struct{ queue, id string }
+type qpo struct {
+	queue, partition string
+	offset           int64
+}

@@ -24,9 +24,9 @@ const (
 	// kbWait is both queues' RetryBackoff (Min = Max): a failure that held
 	// its lane or partition back would hold it this long, past holdBound.
 	kbWait = 5 * time.Second
-	// kbLease keeps what a lost settle or a batch may hold well under
-	// holdBound.
-	kbLease = time.Second
+	// kbLease keeps what a lost settle or a batch may hold under
+	// holdBound, and outlasts a settle under load.
+	kbLease = 2 * time.Second
 )
 
 // startKeyBack starts the generator's producers and consumers on c (a
@@ -109,7 +109,7 @@ func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 // rest.
 func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick string) {
 	o := queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 4 + w.rng.IntN(5), LeaseTime: kbLease, Wait: 200 * time.Millisecond},
-		KeyConcurrency: keyConc}
+		Concurrency: 2, KeyConcurrency: keyConc}
 	call := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "consume", Queue: q, Keyed: keyConc > 1, Batch: o.Batch})
 	var mu sync.Mutex // the handlers' draws
 	handled, fails := 0, 0
