@@ -13,8 +13,8 @@ import (
 
 // holdBound is how long a message must have waited, with a Consume of its
 // group running throughout and no database restart near (holdFaults), for
-// held to call it held back: well past a batch and a lease, which the
-// generator keeps under a second and a half.
+// held to call it held back: past a batch and a lease, which the
+// generator keeps at two seconds.
 const holdBound = 3 * time.Second
 
 // holdFaults are the nemesis's faults that stall every consumer of a
