@@ -60,6 +60,14 @@ type QueueInfo struct {
 	// (0: not judged): a charged failure's next delivery waits at least
 	// that, or its RetryAfter (retry-early, check_sched.go).
 	RetryMin time.Duration
+	// HoldWait is the fixed retry wait (RetryBackoff Min = Max, at least
+	// holdBound) of a queue whose failures must hold back nothing but
+	// their own key (FailurePause, consumed with KeyConcurrency:
+	// key-stalled) or nothing at all (Skip: skip-stalled); 0: not judged
+	// (check_keyback.go).
+	HoldWait time.Duration
+	// Skip: the queue's FailurePolicy is FailureSkip all run.
+	Skip bool
 }
 
 // DeadStored is one dead letter of the final dead-letter store.
@@ -224,6 +232,7 @@ func Check(events []Event, st State, limit int) []Violation {
 	c.maintenanceDirect(all)
 	c.scheduled(ops) // check_sched.go
 	c.retryEarly(ops)
+	c.held(ops) // check_keyback.go
 	c.discards(all)
 	c.resetLost(ops) // check_offsets.go
 	c.resetWrong(ops)

@@ -62,6 +62,7 @@ var genKinds = []string{
 	"retrywait", // failures on a queue with a RetryBackoff, by its schedule or with queen.RetryAfter / Message.RetryAfter waits
 	"discard",   // DiscardDeadLetters of one listed dead letter by id, then listing it again
 	"offsets",   // ResetGroup, DeleteGroup and ReleaseLease by an operator beside Pop and Consume readers of the groups (gen_offsets_test.go)
+	"keyback",   // failures under a 5 s RetryBackoff with KeyConcurrency (other keys of the lane) and FailureSkip (gen_keyback_test.go)
 	"storm",     // nemesis: every maintenance step in a tight loop beside first contacts and claims, and all run long first cursor rows racing retention_step
 }
 

@@ -84,6 +84,9 @@ type Event struct {
 	AutoAck bool       `json:"autoack,omitempty"`
 	Batch   int        `json:"batch,omitempty"` // the pop's Batch
 	Msgs    []Delivery `json:"msgs,omitempty"`
+	// Keys: of a pop (on its completion) or a handler, each delivery's
+	// Message.Key, parallel to Msgs, where the generator records them.
+	Keys []string `json:"keys,omitempty"`
 	// Kept: of a "requeue" call, the dead letters it was given the ids of
 	// but that lie above its MaxID: it must not requeue them.
 	Kept []Delivery `json:"kept,omitempty"`

@@ -400,6 +400,15 @@ func (r *run) main() (st runStats) {
 		cc = r.open(ctx, "contact", dir)
 		others = append(others, cc)
 	}
+	var kb *queen.Client
+	if r.gen["keyback"] {
+		// A client of its own: the main clients' pools are shared by every
+		// worker, and its Consumes must keep claiming for held to judge.
+		dir := t.TempDir()
+		r.spoolDirs = append(r.spoolDirs, dir)
+		kb = r.open(ctx, "keyback", dir)
+		others = append(others, kb)
+	}
 	var fz *queen.Client
 	freezeTP := &freezeTracer{}
 	if r.gen["freeze"] {
@@ -483,6 +492,7 @@ func (r *run) main() (st runStats) {
 		wg.Go(func() { r.offsets(genCtx, oc) }) // gen_offsets_test.go
 	}
 	r.startSched(genCtx, &wg, clients, time.Now().Add(r.dur)) // gen_sched_test.go
+	r.startKeyBack(genCtx, &wg, kb)                           // gen_keyback_test.go
 	genTimer := genCtx.arm(stopGen)
 	defer genTimer.Stop()
 	t.Logf("setup took %v; generating for %v", time.Since(setupStart).Round(time.Millisecond), r.dur)
