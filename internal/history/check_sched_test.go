@@ -289,6 +289,22 @@ func TestCheckDiscards(t *testing.T) {
 			discard(h, 1)
 			return st(dead)
 		}},
+		{"discarded; a replayed copy with its id dead-lettered at another offset", "", func(h *hb) State {
+			// A requeued copy of the message (or a replay's second copy on a
+			// queue without a window) holds id1 at offset 1: discarding
+			// offset 0's dead letter leaves offset 1's.
+			c0 := Delivery{"p", 1, "id1", "t1", "L2", 1, 1e18}
+			h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"buffered", "id1", -1})
+			h.pop("a", "q", "g", false, d0)
+			h.handler("a", "q", "g", d0, "boom")
+			h.pop("a", "q", "g", false, c0)
+			h.handler("a", "q", "g", c0, "boom")
+			discard(h, 1)
+			s := st(DeadStored{"q", "g", "p", 1, "id1", "t1", "boom"})
+			s.Queues["q"] = QueueInfo{Groups: []string{"g"}, DeadLetter: true}
+			s.Log = []Stored{s0, {"q", "p", 1, "id1", "t1", 0, false}}
+			return s
+		}},
 		{"discarded, listed again", "discarded-back", func(h *hb) State {
 			failed(h)
 			discard(h, 1)
