@@ -325,9 +325,16 @@ func (c *checker) addDiscarded(dead map[qgi]bool, ops []*Op) {
 // delivered to its group again (nothing requeued it).
 func (c *checker) discards(ops []*Op) {
 	by := c.discardedBy(ops)
-	final := map[qgi]bool{}
+	// By offset too: a requeued copy keeps the message id at a new offset,
+	// and its own dead letter is another one.
+	type dlAt struct {
+		k   qgi
+		p   string
+		off int64
+	}
+	final := map[dlAt]bool{}
 	for _, d := range c.st.DeadLetters {
-		final[qgi{d.Queue, d.Group, d.ID}] = true
+		final[dlAt{qgi{d.Queue, d.Group, d.ID}, d.Partition, d.Offset}] = true
 	}
 	pops := map[qgi][]*Op{}
 	for _, o := range ops {
@@ -355,7 +362,7 @@ func (c *checker) discards(ops []*Op) {
 			}
 			m := o.Inv.Msgs[0]
 			c.where = Violation{Queue: k.queue, Group: k.group, Partition: m.Partition}
-			if final[k] {
+			if final[dlAt{k, m.Partition, m.Offset}] {
 				c.report("discarded-back", fmt.Sprintf("queue %s group %q: dead letter %s@%d id %s was discarded, yet is a dead letter at the end",
 					k.queue, k.group, m.Partition, m.Offset, m.ID), o.evidence()...)
 				continue
