@@ -94,6 +94,28 @@ func TestCheckOffsets(t *testing.T) {
 			h.pop("c", "q", "g", false, leased(d[0], "L2"), leased(d[1], "L2"), leased(d[2], "L2"), leased(d[3], "L2"))
 			return stOffsets(log)
 		}},
+		{"a holder whose lease a forced reset ended still runs its batch", nil, func(h *hb) State {
+			// A Consume claimed 0-2 (L1) before the reset ended its lease;
+			// the next holder (L2) reads from the reset's position and acks
+			// 3; the stale holder's handlers run on meanwhile (their
+			// settles are refused).
+			log, d := h.offsetsLog(4)
+			h.pop("c", "q", "g", false, d[0], d[1], d[2])
+			h.reset(Event{Reset: "offsets", Want: map[string]int64{"p": 3}, Force: true}, OK, "", Move{Partition: "p", Before: -1, After: 2, LeaseEnded: true})
+			h.pop("c2", "q", "g", false, leased(d[3], "L2"))
+			h.settle("c2", "q", "g", "ack", leased(d[3], "L2"), OK)
+			h.handler("c", "q", "g", d[1], "")
+			return stOffsets(log)
+		}},
+		{"a reset that ended no lease excuses no stale read", map[string]int{"acked-redelivered": 1}, func(h *hb) State {
+			log, d := h.offsetsLog(4)
+			h.pop("c", "q", "g", false, d[0], d[1], d[2])
+			h.reset(Event{Reset: "offsets", Want: map[string]int64{"p": 3}, Force: true}, OK, "", Move{Partition: "p", Before: -1, After: 2})
+			h.pop("c2", "q", "g", false, leased(d[3], "L2"))
+			h.settle("c2", "q", "g", "ack", leased(d[3], "L2"), OK)
+			h.handler("c", "q", "g", d[1], "")
+			return stOffsets(log)
+		}},
 		{"a refused reset is no excuse", map[string]int{"acked-redelivered": 1}, func(h *hb) State {
 			log, d := h.offsetsLog(2)
 			h.pop("c", "q", "g", false, d...)
