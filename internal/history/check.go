@@ -693,6 +693,27 @@ func (c *checker) deliveries(ops []*Op) {
 			}
 		}
 	}
+	// A holder whose lease a reset, delete or release ended runs on
+	// through the batch it holds (its settles are refused): its reads after
+	// that are not redeliveries.
+	claimed := map[string]int64{} // lease -> its earliest claim or delivery
+	for _, o := range ops {
+		note := func(l string) {
+			if t, ok := claimed[l]; l != "" && (!ok || o.Start() < t) {
+				claimed[l] = o.Start()
+			}
+		}
+		if o.Inv.Op == OpClaim {
+			note(o.Inv.Lease)
+		}
+		for _, m := range delivered(o) {
+			note(m.Lease)
+		}
+	}
+	stale := func(k qgp, r read) bool {
+		t, ok := claimed[r.msg.Lease]
+		return ok && c.leaseEnded(k, t, r.op.End())
+	}
 	for k, rs := range reads {
 		cs := commits[k]
 		slices.SortFunc(cs, func(a, b commit) int { return cmp.Compare(a.op.End(), b.op.End()) })
@@ -707,6 +728,9 @@ func (c *checker) deliveries(ops []*Op) {
 					best = &cs[j]
 				}
 				j++
+			}
+			if stale(k, r) {
+				continue
 			}
 			if best != nil && r.msg.Offset <= best.offset && undone(*best, r) {
 				// The highest commit was undone: is a lower one that still
