@@ -30,7 +30,9 @@ import (
 //     nothing after the release returned true.
 //
 // The other checks excuse exactly these calls: acked-redelivered a
-// delivery after a rewind that came after the commit; poll-skip counts a
+// delivery after a rewind that came after the commit, and a read under a
+// lease a call ended after its claim (the holder runs on through its
+// batch, its settles refused); poll-skip counts a
 // reset's After as a commit; concurrent-handlers two leases' handlers
 // when a call ended the first lease meanwhile. A refused call (Fail) is
 // no excuse; one of unknown outcome (Info) excuses its group from its
