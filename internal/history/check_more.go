@@ -120,7 +120,7 @@ func (c *checker) requeueUnbounded(ops []*Op) {
 
 // deleteCuts: per queue, when its last Queue.Delete that may have
 // happened took effect at the latest. That is when it returned; for one
-// of unknown outcome, before a message of the final log was first known
+// of unknown outcome (even past its return), before a message of the final log was first known
 // to exist after it began (stored in the new queue), and not
 // at all if one was known before it began (the final log would not hold
 // it). One that never returned thus cuts at the new queue's first message.
@@ -153,7 +153,9 @@ func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 			if after < math.MaxInt64 {
 				after--
 			}
-			t = min(t, after)
+			// Not capped by its return: a cancelled DELETE may still
+			// commit after the client gave up.
+			t = after
 		}
 		cut[o.Inv.Queue] = max(cut[o.Inv.Queue], t)
 	}
