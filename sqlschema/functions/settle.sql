@@ -458,13 +458,16 @@ $$;
 -- retry that also takes back the lease's delivery, so a consumer shutting
 -- down hands back what it did not finish, uncharged and uncounted) on the
 -- message at p_act_off, whose dead-letter snapshot the p_dl_* arrays and
--- p_reasons hold. As the first statement of its transaction (a fused
--- settle) nothing else is held, so it waits for the skip-policy partitions
--- in ascending id. Later in a transaction (Client.Tx settles after its
--- pushes, whose partition locks it holds) waiting could close a cycle with
--- a push bundle, so it takes only rows free now; a failure whose
--- partition is busy at that instant is redelivered in place, as under
--- pause.
+-- p_reasons hold. While its transaction has written and locked no row
+-- (no transaction id assigned yet: a fused settle, its own transaction, or
+-- Client.Tx without pushes) nothing is held, so it waits for the
+-- skip-policy partitions in ascending id. After writes (Client.Tx settles
+-- after its pushes, whose partition locks it holds) waiting could close a
+-- cycle with a push bundle, so it takes only rows free now; a failure
+-- whose partition is busy at that instant is redelivered in place, as
+-- under pause. (Not transaction_timestamp() = statement_timestamp(): over
+-- the extended protocol Bind starts the transaction and Execute restarts
+-- the statement clock, so the two never match.)
 CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
     p_pids       bigint[],
     p_groups     text[],
@@ -486,7 +489,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_v2(
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM {{schema}}.settle_rows(false, transaction_timestamp() = statement_timestamp(),
+    RETURN QUERY SELECT * FROM {{schema}}.settle_rows(false, pg_current_xact_id_if_assigned() IS NULL,
         p_pids, p_groups, p_leases, p_ok, p_act_off, p_act, p_release,
         {{schema}}.dead_letter_snapshots('settle', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids, p_dl_txns,
                                          p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers, p_reasons),
