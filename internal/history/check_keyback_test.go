@@ -86,6 +86,27 @@ func TestCheckHeld(t *testing.T) {
 			h.r.events[0].Batch = 1 // the Consume's invoke, recorded first: b is one offset above a
 			return stKB("k", false, keyed...)
 		}},
+		{"keyed: another key pushed after the failed message came back, slow for another reason", "", func(h *hb) State {
+			// a fails at 0.2 s and is handled again at 1 s; b, pushed at
+			// 1.5 s, waits until 5.3 s, but not for a.
+			h.kbConsume("k", ms, 20*sec, true)
+			h.kbPush("k", "lane-0", "a", "ida", 0, 100*ms)
+			h.kbHandle("k", a0, "k0", 200*ms, true)
+			h.kbHandle("k", a1, "k0", sec, false)
+			h.kbPush("k", "lane-0", "b", "idb", 1, 1500*ms)
+			h.kbHandle("k", b, "k1", 5300*ms, false)
+			return stKB("k", false, keyed...)
+		}},
+		{"keyed: another key waits past the failed message's return", "key-stalled", func(h *hb) State {
+			// b, pushed at 0.3 s, waits until a comes back at 3.5 s.
+			h.kbConsume("k", ms, 20*sec, true)
+			h.kbPush("k", "lane-0", "a", "ida", 0, 100*ms)
+			h.kbHandle("k", a0, "k0", 200*ms, true)
+			h.kbPush("k", "lane-0", "b", "idb", 1, 300*ms)
+			h.kbHandle("k", a1, "k0", 3500*ms, false)
+			h.kbHandle("k", b, "k1", 3600*ms, false)
+			return stKB("k", false, keyed...)
+		}},
 		{"keyed: the failed key's own message waits", "", func(h *hb) State {
 			keyedRun(h, "k0", 5300*ms, 20*sec)
 			return stKB("k", false, keyed...)
