@@ -36,9 +36,10 @@ const holdAfter = 5 * time.Second
 // of the group above it (other keys run at most one Batch ahead of a
 // paused key), that was not delivered to the group before the failure,
 // from the later of the failure and B's Queued push on, must be
-// delivered within holdBound while that Consume runs throughout (and no
-// holdFaults fault is near); a key with a failure of its own within
-// HoldWait before is not judged.
+// delivered within holdBound, or the failed message delivered again
+// within it (which ends what the failure can hold back), while that
+// Consume runs throughout (and no holdFaults fault is near); a key with a
+// failure of its own within HoldWait before is not judged.
 func (c *checker) held(ops []*Op) {
 	type qg struct{ queue, group string }
 	type del struct {
@@ -197,7 +198,18 @@ func (c *checker) held(ops []*Op) {
 			}
 			from := max(f.t, tp)
 			d, ok := first(k, from)
-			if !ok || d.t-from < bound || faulted(from, d.t) {
+			if !ok {
+				continue
+			}
+			// The failure holds nothing back once its message is delivered
+			// again (its key resumed; under skip, its copy came round): a
+			// later wait has another cause, judged as its own failure if
+			// it is one.
+			to := d.t
+			if r, ok := first(qgi{g.queue, g.group, f.id}, f.t+1); ok {
+				to = min(to, r.t)
+			}
+			if to-from < bound || faulted(from, d.t) {
 				continue
 			}
 			// Other keys run at most one Batch ahead of a paused key, and a
