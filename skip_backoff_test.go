@@ -81,10 +81,10 @@ func TestSkipRetryAfterWaits(t *testing.T) {
 		t.Fatalf("popped %d", len(m))
 	}
 	const wait = 400 * time.Millisecond
+	failed := time.Now() // the wait counts from the settle, which runs after this
 	if err := m[0].RetryAfter(ctx, wait); err != nil {
 		t.Fatal(err)
 	}
-	failed := time.Now()
 	got, at := popUntil(t, q, "p")
 	if got.ID != m[0].ID || got.TransactionID != "t1" || got.Attempt != 2 {
 		t.Fatalf("got %s (txn %q) attempt %d, want the copy of %s, attempt 2", got.ID, got.TransactionID, got.Attempt, m[0].ID)
@@ -128,10 +128,10 @@ func TestSkipBackoffSurvivesReopen(t *testing.T) {
 	if len(m) != 1 {
 		t.Fatalf("popped %d", len(m))
 	}
+	failed := time.Now() // the wait counts from the settle, which runs after this
 	if err := m[0].Fail(ctxT(t), errors.New("x")); err != nil {
 		t.Fatal(err)
 	}
-	failed := time.Now()
 	if err := c1.Close(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
