@@ -206,3 +206,78 @@ func TestSkipBackoffKeyed(t *testing.T) {
 		}
 	}
 }
+
+// A FailureSkip copy waiting its backoff is not a user's schedule: Status
+// counts it in RetriesWaiting, not Scheduled; CancelScheduled leaves it;
+// and a DeliverAt of its transaction id meanwhile is Scheduled, not a
+// Duplicate of it.
+func TestSkipBackoffCopyIsNotASchedule(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, DedupWindow: time.Hour,
+		RetryBackoff: queen.RetryBackoff{Min: time.Hour, Max: time.Hour}})
+	push(t, q, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("m1")},
+		queen.Item{Partition: "p", TransactionID: "t2", Data: []byte("m2")})
+	for _, want := range []string{"m1", "m2"} {
+		m := pop(t, q, queen.PopOptions{Partition: "p"})
+		wantData(t, m, want)
+		if err := m[0].Fail(ctx, errors.New("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func() queen.QueueStatus {
+		t.Helper()
+		st, err := q.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := status(); st.RetriesWaiting != 2 || st.Scheduled != 0 || !st.NextDue.IsZero() {
+		t.Fatalf("after two failures: RetriesWaiting %d, Scheduled %d, NextDue %s; want 2, 0, zero",
+			st.RetriesWaiting, st.Scheduled, st.NextDue)
+	}
+	if n, err := q.CancelScheduled(ctx, []string{"t1", "t2"}); err != nil || n != 0 {
+		t.Fatalf("CancelScheduled of the failed messages' ids: %d, %v; want 0", n, err)
+	}
+	res := push(t, q, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("later"), DeliverAt: time.Now().Add(time.Hour)})
+	if res[0].Status != queen.Scheduled {
+		t.Fatalf("DeliverAt of a waiting copy's transaction id: %v, want Scheduled", res[0].Status)
+	}
+	if st := status(); st.RetriesWaiting != 2 || st.Scheduled != 1 {
+		t.Fatalf("RetriesWaiting %d, Scheduled %d; want 2, 1", st.RetriesWaiting, st.Scheduled)
+	}
+	if n, err := q.CancelScheduled(ctx, []string{"t1"}); err != nil || n != 1 {
+		t.Fatalf("CancelScheduled of the user's schedule: %d, %v; want 1", n, err)
+	}
+	if st := status(); st.RetriesWaiting != 2 || st.Scheduled != 0 {
+		t.Fatalf("after the cancel: RetriesWaiting %d, Scheduled %d; want 2, 0", st.RetriesWaiting, st.Scheduled)
+	}
+}
+
+// On an encrypted queue a FailureSkip copy waits as the stored ciphertext
+// and, when due, is appended (not held as plaintext would be) with its id,
+// transaction id, key and headers, and still decrypts.
+func TestSkipBackoffEncryptedCopy(t *testing.T) {
+	c := open(t, withKey(testKey(9)))
+	ctx := ctxT(t)
+	const wait = 200 * time.Millisecond
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, Encryption: true,
+		RetryBackoff: queen.RetryBackoff{Min: wait, Max: wait}})
+	push(t, q, queen.Item{Partition: "p", Key: "k", TransactionID: "t1", Headers: testHeaders, Data: []byte("secret")})
+	m := pop(t, q, queen.PopOptions{Partition: "p"})
+	wantData(t, m, "secret")
+	if err := m[0].Fail(ctx, errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := popUntil(t, q, "p")
+	if got.ID != m[0].ID || string(got.Data) != "secret" || got.Key != "k" || got.TransactionID != "t1" ||
+		got.Attempt != 2 || len(got.Headers) != len(testHeaders) || got.Headers["tenant"] != "ü" {
+		t.Fatalf("copy: id %s data %q key %q txn %q attempt %d headers %v", got.ID, got.Data, got.Key, got.TransactionID,
+			got.Attempt, got.Headers)
+	}
+	ack(t, got)
+	if st, err := q.Status(ctx); err != nil || st.RetriesWaiting != 0 || st.Scheduled != 0 {
+		t.Fatalf("status after the copy: %+v, %v", st, err)
+	}
+}
