@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/pgtest"
 )
@@ -279,5 +281,51 @@ func TestSkipBackoffEncryptedCopy(t *testing.T) {
 	ack(t, got)
 	if st, err := q.Status(ctx); err != nil || st.RetriesWaiting != 0 || st.Scheduled != 0 {
 		t.Fatalf("status after the copy: %+v, %v", st, err)
+	}
+}
+
+// Two FailureSkip copies whose originals' hash rows are gone (their dedup
+// window passed) both carry the zero hash and both wait; the partition
+// purged meanwhile (what the idle-partition purge deletes) is created
+// again by the move, which appends both, each with its failure counted.
+func TestSkipBackoffCopiesOutliveTheirPartition(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5,
+		RetryBackoff: queen.RetryBackoff{Min: time.Hour, Max: time.Hour}})
+	push(t, q, queen.Item{Partition: "p", Data: []byte("m1")}, queen.Item{Partition: "p", Data: []byte("m2")})
+	tbl := func(name string) string { return pgx.Identifier{c.Schema(), name}.Sanitize() }
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := c.Pool().Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("DELETE FROM " + tbl("txns")) // the hash sidecar trimmed: copies get the zero hash
+	for _, want := range []string{"m1", "m2"} {
+		m := pop(t, q, queen.PopOptions{Partition: "p"})
+		wantData(t, m, want)
+		if err := m[0].Fail(ctx, errors.New("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var zero int
+	if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM "+tbl("scheduled")+" WHERE hash = '\\x00000000000000000000000000000000'::bytea").
+		Scan(&zero); err != nil || zero != 2 {
+		t.Fatalf("copies with the zero hash: %d, %v; want 2", zero, err)
+	}
+	// The purge's deletes (segments, hash rows, the partition; cursors
+	// cascade), then the copies fall due.
+	exec("DELETE FROM " + tbl("segments"))
+	exec("DELETE FROM " + tbl("partitions"))
+	exec("UPDATE " + tbl("scheduled") + " SET due_at = now()")
+	got := map[string]int{}
+	for len(got) < 2 {
+		m, _ := popUntil(t, q, "p")
+		got[string(m.Data)] = m.Attempt
+		ack(t, m)
+	}
+	if got["m1"] != 2 || got["m2"] != 2 {
+		t.Fatalf("copies delivered with attempts %v, want m1 and m2 at 2", got)
 	}
 }
