@@ -87,6 +87,8 @@ type GroupStatus struct {
 	// RetryAt is, while the message after Committed waits out its retry
 	// backoff (QueueOptions.RetryBackoff, RetryAfter) after a failure, the
 	// earliest time it is delivered again; zero when it does not wait.
+	// Under FailureSkip the cursor does not wait: the failed message's
+	// copy does, counted in QueueStatus.RetriesWaiting.
 	RetryAt time.Time
 }
 
