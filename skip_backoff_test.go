@@ -329,3 +329,27 @@ func TestSkipBackoffCopiesOutliveTheirPartition(t *testing.T) {
 		t.Fatalf("copies delivered with attempts %v, want m1 and m2 at 2", got)
 	}
 }
+
+// Client.Tx's Fail under FailureSkip waits too: the copy comes at least
+// the backoff after the transaction that failed it.
+func TestSkipBackoffInTx(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	const wait = 300 * time.Millisecond
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5,
+		RetryBackoff: queen.RetryBackoff{Min: wait, Max: wait}})
+	pushN(t, q, "p", "m", 1)
+	m := pop(t, q, queen.PopOptions{Partition: "p"})
+	failed := time.Now()
+	if err := c.Tx(ctx, func(tx *queen.Tx) error { tx.Fail(m[0], errors.New("x")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, at := popUntil(t, q, "p")
+	if got.ID != m[0].ID || got.Attempt != 2 {
+		t.Fatalf("got %s attempt %d, want the copy of %s, attempt 2", got.ID, got.Attempt, m[0].ID)
+	}
+	if gap := at.Sub(failed); gap < wait {
+		t.Errorf("the copy came %s after the failure, want at least %s", gap, wait)
+	}
+	ack(t, got)
+}
