@@ -89,6 +89,9 @@ type keyedRow struct {
 	m      *Message // with actCarry, the batch's last message
 	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
 	reason storedReason
+	// delay is, with actFail, the wait the handler asked for (RetryAfter)
+	// before a skip-policy copy is appended; 0: the queue's RetryBackoff.
+	delay time.Duration
 }
 
 // actCarry is settle_keyed's row without an outcome: it carries a lease's

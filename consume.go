@@ -62,10 +62,11 @@ type ConsumeOptions struct {
 	// are counted per message, so RetryLimit holds for each one wherever it
 	// sits in the partition; the failure that spends it dead-letters (or
 	// drops) the message and its key goes on. Under the skip policy a
-	// failed message is re-enqueued at the tail and counts as settled.
-	// There is no retry backoff here yet (QueueOptions.RetryBackoff,
-	// RetryAfter): waiting would hold the whole partition, every key of
-	// it, so the next claim redelivers the failed message at once.
+	// failed message counts as settled and is re-enqueued at the tail
+	// after its retry backoff (QueueOptions.RetryBackoff, RetryAfter).
+	// Under the pause policy there is no retry backoff here yet: waiting
+	// would hold the whole partition, every key of it, so the next claim
+	// redelivers the failed message at once.
 	// Concurrency still counts partitions: up to Concurrency ×
 	// KeyConcurrency handlers run at once.
 	KeyConcurrency int
@@ -87,7 +88,8 @@ type ConsumeOptions struct {
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes
 // back after the queue's RetryBackoff, or after the wait a RetryAfter error
-// asks for (neither applies with KeyConcurrency above 1 or FailureSkip yet).
+// asks for (under FailureSkip as a copy at the partition's tail; neither
+// applies with KeyConcurrency above 1 under FailurePause yet).
 // Each batch is settled in one round trip after its last handler. While a handler runs past half the lease, the lease is
 // renewed. A panic in fn is recovered, logged at Error with its stack, and
 // fails the message with an error wrapping ErrPanic. With AutoAck, fn's

@@ -114,7 +114,8 @@ func TestEncryptedPayloadBoundToMessage(t *testing.T) {
 func TestFailureSkipRequeueRespectsEncryption(t *testing.T) {
 	c := open(t, func(cfg *queen.Config) { cfg.EncryptionKey = bytes.Repeat([]byte{5}, 32) })
 	ctx := ctxT(t)
-	q := configure(t, c, "q", queen.QueueOptions{Encryption: true, FailurePolicy: queen.FailureSkip, RetryLimit: 5})
+	q := configure(t, c, "q", queen.QueueOptions{Encryption: true, FailurePolicy: queen.FailureSkip, RetryLimit: 5,
+		RetryBackoff: noBackoff})
 	pushN(t, q, "", "m", 2)
 	msgs := pop(t, q, queen.PopOptions{})
 	wantData(t, msgs, "m0")

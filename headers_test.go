@@ -129,7 +129,8 @@ func TestHeadersSurviveRequeueAndDeadLetter(t *testing.T) {
 	ctx := ctxT(t)
 	for _, enc := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "sealed"}[enc]
-		q := configure(t, c, name, queen.QueueOptions{Encryption: enc, FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true})
+		q := configure(t, c, name, queen.QueueOptions{Encryption: enc, FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true,
+			RetryBackoff: noBackoff})
 		// storedFrames reads by partition name alone: one per queue.
 		push(t, q, queen.Item{Partition: name, Data: []byte("m"), Key: "k", Headers: testHeaders},
 			queen.Item{Partition: name, Data: []byte("n"), Headers: map[string]string{"x": "y"}})
@@ -283,7 +284,8 @@ func TestHeadersSurviveOutageSpool(t *testing.T) {
 func TestHeadersKeyedConsumeRequeueAndDeadLetter(t *testing.T) {
 	c := open(t)
 	for _, limit := range []int{5, 1} {
-		q := configure(t, c, fmt.Sprintf("q%d", limit), queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: limit, DeadLetter: true})
+		q := configure(t, c, fmt.Sprintf("q%d", limit), queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: limit, DeadLetter: true,
+			RetryBackoff: noBackoff})
 		push(t, q, queen.Item{Partition: "p", Key: "a", Data: []byte("a"), Headers: testHeaders},
 			queen.Item{Partition: "p", Key: "b", Data: []byte("b"), Headers: map[string]string{"b": "1"}})
 		var mu sync.Mutex

@@ -318,7 +318,7 @@ func TestConsumeKeyRetryLimitExactForNonHead(t *testing.T) {
 // counts as settled: its key goes on in the same batch.
 func TestConsumeKeyFailureSkipRequeues(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5, FailurePolicy: queen.FailureSkip})
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 5, FailurePolicy: queen.FailureSkip, RetryBackoff: noBackoff})
 	pushKeyed(t, q, "p", "a", "a", "b")
 	var mu sync.Mutex
 	var seen []string

@@ -168,7 +168,7 @@ func (b *keyBatch) handle(m *Message) perkey.Outcome {
 		b.mu.Unlock()
 		return perkey.Hold
 	default:
-		if b.fail(keyedRow{m: m, act: actFail, reason: reasonText(err)}) {
+		if b.fail(keyedRow{m: m, act: actFail, reason: reasonText(err), delay: retryDelay(err)}) {
 			b.mu.Lock()
 			b.paused++
 			b.mu.Unlock()

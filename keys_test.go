@@ -212,7 +212,8 @@ func TestKeySurvivesFailureSkipRequeue(t *testing.T) {
 	for _, enc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("encrypted=%v", enc), func(t *testing.T) {
 			c := open(t, withKey(testKey(7)))
-			q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, Encryption: enc})
+			q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, Encryption: enc,
+				RetryBackoff: noBackoff})
 			push(t, q, queen.Item{Data: []byte("m0"), Key: "k"}, queen.Item{Data: []byte("m1"), Key: "k"})
 			msgs := pop(t, q, queen.PopOptions{})
 			wantData(t, msgs, "m0")

@@ -547,7 +547,7 @@ func TestFailurePolicySkip(t *testing.T) {
 		t.Run(fmt.Sprintf("encrypted=%v", enc), func(t *testing.T) {
 			name := fmt.Sprintf("skip-%v", enc)
 			q := configure(t, c, name, queen.QueueOptions{RetryLimit: 3, DeadLetter: true,
-				FailurePolicy: queen.FailureSkip, Encryption: enc, DedupWindow: time.Hour})
+				FailurePolicy: queen.FailureSkip, Encryption: enc, DedupWindow: time.Hour, RetryBackoff: noBackoff})
 			longTxn := strings.Repeat("é", 150) + "-a" // 302 bytes: a two-byte varint
 			res := push(t, q,
 				queen.Item{Partition: "k", TransactionID: longTxn, Data: []byte("a")},
@@ -607,7 +607,7 @@ func TestFailurePolicySkip(t *testing.T) {
 // later messages first and the failed one again at the end.
 func TestFailurePolicySkipConsume(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip})
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryBackoff: noBackoff})
 	pushN(t, q, "k", "m", 4)
 	var mu sync.Mutex
 	var order []string
@@ -755,7 +755,7 @@ func TestReadySet(t *testing.T) {
 // still re-enqueues.
 func TestFailurePolicySkipInTx(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip})
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryBackoff: noBackoff})
 	pushN(t, q, "k", "m", 2)
 	m := pop(t, q, queen.PopOptions{Partition: "k"})
 	wantData(t, m, "m0")

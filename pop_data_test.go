@@ -33,7 +33,7 @@ func TestPopMutatingDataChangesNothingElse(t *testing.T) {
 		t.Fatalf("dead letter after the handler wrote to Data: %+v, %v", dl, err)
 	}
 
-	skip := configure(t, c, "skip", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5})
+	skip := configure(t, c, "skip", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, RetryBackoff: noBackoff})
 	pushN(t, skip, "", "orig", 2)
 	m = pop(t, skip, queen.PopOptions{})[0]
 	scribble(m)

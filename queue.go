@@ -45,10 +45,13 @@ type QueueOptions struct {
 	RetryLimit int
 	// RetryBackoff is how long a failed message waits before its next
 	// attempt (see RetryBackoff for the schedule): exponential with
-	// jitter between Min and Max, under FailurePolicy pause. Under
-	// FailureSkip and in a Consume with KeyConcurrency > 1 there is no
-	// wait yet: the failed message comes back when its turn comes, as
-	// before. Defaults to RetryBackoff{Min: DefaultRetryBackoffMin, Max:
+	// jitter between Min and Max. Under FailurePause the partition waits
+	// with it; under FailureSkip only the failed message waits, aside,
+	// and its copy is appended at the partition's tail when the wait is
+	// over (QueueStatus.RetriesWaiting counts them). In a Consume with
+	// KeyConcurrency > 1 under FailurePause there is no wait yet: the
+	// failed message comes back on the next claim. Defaults to
+	// RetryBackoff{Min: DefaultRetryBackoffMin, Max:
 	// DefaultRetryBackoffMax}.
 	RetryBackoff RetryBackoff
 	// DeadLetter keeps exhausted messages in the dead-letter store; else they
@@ -118,9 +121,11 @@ const (
 	// FailureSkip moves a failed message out of the way: it is re-enqueued
 	// at its partition's tail as a new offset (same ID, TransactionID and
 	// payload, its failure count carried along so RetryLimit still applies
-	// and Message.Attempt keeps counting) and the later messages go on; at
-	// the limit it is dead-lettered (or dropped). At-least-once; order per
-	// key is not kept after a failure. Like a job queue (River) with retries.
+	// and Message.Attempt keeps counting) once its RetryBackoff (or the
+	// RetryAfter it failed with) has passed, and the later messages go on
+	// at once; at the limit it is dead-lettered (or dropped).
+	// At-least-once; order per key is not kept after a failure. Like a job
+	// queue (River) with retries.
 	FailureSkip FailurePolicy = "skip"
 )
 

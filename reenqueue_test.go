@@ -89,7 +89,8 @@ func reenqueueRoundTrip(t *testing.T, cur, act *queen.Client) {
 	ctx := ctxT(t)
 	for _, enc := range []bool{false, true} {
 		name := map[bool]string{false: "rt-plain", true: "rt-sealed"}[enc]
-		opts := queen.QueueOptions{Encryption: enc, FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true}
+		opts := queen.QueueOptions{Encryption: enc, FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true,
+			RetryBackoff: noBackoff}
 		q, aq := configure(t, cur, name, opts), act.Queue(name)
 		// Partition names are unique in the schema: storedFrames reads by
 		// name alone.
@@ -245,7 +246,8 @@ func TestReenqueueWithoutSegmentFails(t *testing.T) {
 	c := open(t)
 	ctx := ctxT(t)
 	cs := stmt.NewConsume(c.Schema())
-	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true})
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, DeadLetter: true,
+		RetryBackoff: noBackoff})
 	push(t, q, queen.Item{Partition: "p", Key: "k", Data: []byte("m")}, queen.Item{Partition: "p", Data: []byte("n")})
 	ms := pop(t, q, queen.PopOptions{})
 	if len(ms) != 1 {
@@ -280,7 +282,7 @@ func TestReenqueueWithoutSegmentFails(t *testing.T) {
 			[]int16{stmt.ActFail}, []int64{0}, []bool{false}, []string{"x"}}, append(dl, [][]byte{}, []int64(nil))...),
 			"settle arrays are not aligned"},
 		{"settle_keyed_v2", cs.SettleKeyed, append([]any{[]int64{pid}, []string{""}, []uuid.UUID{lease}, []int64{0},
-			[]int16{stmt.ActFail}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil})...),
+			[]int16{stmt.ActFail}, []bool{false}, []string{"x"}}, append(dl, [][]byte{nil}, []int64(nil))...),
 			"settle_keyed input 1 re-enqueues a failure without its segment"},
 	} {
 		if err := one(tc.sql, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -7,8 +7,8 @@ import (
 )
 
 // RetryBackoff is how long a failed message waits before its next attempt,
-// under FailurePolicy pause without KeyConcurrency (see
-// QueueOptions.RetryBackoff). After the n-th charged failure of a message
+// under FailurePolicy pause without KeyConcurrency and under FailurePolicy
+// skip (see QueueOptions.RetryBackoff). After the n-th charged failure of a message
 // (n = 1, 2, …: the failures RetryLimit counts, so lease expiries and
 // Retry are not among them) the next attempt is not before
 //
@@ -22,10 +22,13 @@ import (
 // that failed together (a downstream restart fails every partition at
 // once) instead of retrying them in lockstep.
 //
-// Meanwhile the partition's cursor for that group records the time
+// Under pause the partition's cursor for that group records the time
 // (GroupStatus.RetryAt) and holds no lease: no worker and no connection
 // wait for it, the group's other partitions flow, and a consumer crash
-// during the wait neither loses the message nor shortens the wait.
+// during the wait neither loses the message nor shortens the wait. Under
+// skip the cursor passes the message at once and its copy waits in the
+// database beside the partition (QueueStatus.RetriesWaiting) until it is
+// appended at the tail, likewise surviving crashes and restarts.
 type RetryBackoff struct {
 	// Disabled redelivers a failed message at once, as before retry
 	// backoff existed (Min and Max are then ignored). A handler's
@@ -42,8 +45,8 @@ type RetryBackoff struct {
 
 const (
 	// MaxRetryAfter caps the wait a handler asks for with RetryAfter or
-	// Message.RetryAfter. A waiting message pauses its partition: a longer
-	// wait is an outage, better handled by Queue.Pause.
+	// Message.RetryAfter. Under FailurePause a waiting message pauses its
+	// partition: a longer wait is an outage, better handled by Queue.Pause.
 	MaxRetryAfter = time.Hour
 )
 
@@ -87,8 +90,8 @@ func retryBackoffOf(minMs, maxMs int64) RetryBackoff {
 // Tx.Fail and AckBatch (AckFail) take it as their reason. The failure is
 // charged as any other. d is rounded up to whole milliseconds and capped
 // at MaxRetryAfter; d <= 0 keeps the queue's schedule. It applies where
-// the schedule does (FailurePolicy pause, KeyConcurrency 1), also when
-// the queue's RetryBackoff is Disabled. The error's text is err's (or
+// the schedule does (FailurePolicy pause with KeyConcurrency 1, and
+// FailurePolicy skip), also when the queue's RetryBackoff is Disabled. The error's text is err's (or
 // says the delay when err is nil), and errors.Is and errors.As see err.
 func RetryAfter(d time.Duration, err error) error {
 	return &retryAfterError{d: d, err: err}

@@ -288,8 +288,9 @@ func TestRetryAfterHonoured(t *testing.T) {
 }
 
 // Disabled redelivers a failure at once, as before backoff; a handler's
-// RetryAfter still waits. Retry (uncharged) and lease expiry never wait,
-// and neither does the skip policy (not implemented there yet).
+// RetryAfter still waits. Retry (uncharged) and lease expiry never wait.
+// Under the skip policy the failure's copy waits (in the scheduled table,
+// counted by Status), not the partition.
 func TestRetryBackoffImmediateCases(t *testing.T) {
 	c := open(t)
 	ctx := ctxT(t)
@@ -349,13 +350,21 @@ func TestRetryBackoffImmediateCases(t *testing.T) {
 	if err := s.Configure(ctx, skip); err != nil {
 		t.Fatal(err)
 	}
-	pushN(t, s, "p", "m", 1)
+	pushN(t, s, "p", "m", 2)
 	m = pop(t, s, queen.PopOptions{})
 	if err := m[0].Fail(ctx, errors.New("x")); err != nil {
 		t.Fatal(err)
 	}
-	if m = pop(t, s, queen.PopOptions{}); len(m) != 1 || m[0].Attempt != 2 {
-		t.Fatalf("skip policy: the re-enqueued copy is not delivered at once: %v", m)
+	if m = pop(t, s, queen.PopOptions{Batch: 10}); len(m) != 1 || string(m[0].Data) != "m1" {
+		t.Fatalf("skip policy: want only the message behind the failed one, got %q", datas(m))
+	}
+	ack(t, m[0])
+	st, err := s.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RetriesWaiting != 1 || st.Scheduled != 0 || len(st.Partitions) != 1 || st.Partitions[0].LastOffset != 1 {
+		t.Fatalf("skip policy: status %+v, want the copy waiting aside, not yet in its partition", st)
 	}
 }
 

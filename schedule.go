@@ -272,7 +272,11 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 // moved, and returns how many it deleted. A message being moved as this
 // runs is waited for: it is then delivered and not counted, so each
 // message is either cancelled (counted) or delivered, never both.
-// Transaction ids not scheduled are skipped.
+// Transaction ids not scheduled are skipped, and so is a failed message's
+// copy waiting its retry backoff under FailureSkip (it is a retry, not a
+// schedule; QueueStatus.RetriesWaiting counts it), unless it is held: a
+// plaintext copy of a queue made encrypted during its wait, which only a
+// cancel removes.
 func (q *Queue) CancelScheduled(ctx context.Context, txnIDs []string) (int, error) {
 	e := q.c.e
 	if e.isClosed() {

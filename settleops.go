@@ -2,6 +2,8 @@ package queen
 
 import (
 	"context"
+	"slices"
+	"time"
 
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/settle"
@@ -32,7 +34,8 @@ func (op *settleOp) params() settle.Op {
 	if op.keyed != nil {
 		rows := make([]stmt.SettleKeyedParams, len(op.keyed))
 		for i, r := range op.keyed {
-			rows[i] = stmt.SettleKeyedParams{Lease: l, Offset: -1, Act: r.act, Release: op.release, Reason: string(r.reason)}
+			rows[i] = stmt.SettleKeyedParams{Lease: l, Offset: -1, Act: r.act, Release: op.release, Reason: string(r.reason),
+				RetryAfter: r.delay}
 			if r.m != nil {
 				rows[i].Offset, rows[i].Kept = r.m.Offset, r.m.kept(r.act)
 			}
@@ -73,13 +76,28 @@ func (e *engine) settleFused(ctx context.Context, ops []settleOp) ([]int16, erro
 		return nil, err
 	}
 	out := make([]int16, len(ops))
+	retried := false
 	for i, r := range res {
 		if r.Err != nil {
 			return nil, r.Err
 		}
 		out[i] = r.Status
+		if ops[i].act == actFail && r.Status == stApplied {
+			retried = true
+		}
+	}
+	if retried {
+		e.noteRetries()
 	}
 	return out, nil
+}
+
+// noteRetries has the mover look at once after a charged failure: under
+// the skip policy with a wait, its copy waits in the scheduled table (see
+// DESIGN.md, "Retry backoff"), and the move's answer tells the mover when
+// it is due. Without it the mover would find the copy only at its poll.
+func (e *engine) noteRetries() {
+	e.mover.note(time.Now())
 }
 
 // settleKeyedFused applies one out-of-order settlement through the ack
@@ -91,6 +109,9 @@ func (e *engine) settleKeyedFused(op settleOp) ([]int16, error) {
 	}
 	if res[0].Err != nil {
 		return nil, res[0].Err
+	}
+	if slices.Contains(res[0].Statuses, stRequeued) {
+		e.noteRetries()
 	}
 	return res[0].Statuses, nil
 }

@@ -17,6 +17,11 @@ type QueueStatus struct {
 	// with none).
 	Scheduled int64
 	NextDue   time.Time
+	// RetriesWaiting is how many failed messages of a FailureSkip queue
+	// wait out their retry backoff before their copy is appended at the
+	// partition's tail (not counted in Scheduled; see
+	// QueueOptions.RetryBackoff).
+	RetriesWaiting int64
 	// Members are the live members of each consumer group by group name
 	// ("" is queue mode), also of a group the queue has no partition for
 	// yet; the same lists as GroupStatus.Members.
@@ -82,6 +87,8 @@ type GroupStatus struct {
 	// RetryAt is, while the message after Committed waits out its retry
 	// backoff (QueueOptions.RetryBackoff, RetryAfter) after a failure, the
 	// earliest time it is delivered again; zero when it does not wait.
+	// Under FailureSkip the cursor does not wait: the failed message's
+	// copy does, counted in QueueStatus.RetriesWaiting.
 	RetryAt time.Time
 }
 
@@ -101,11 +108,11 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}
-	sched, due, err := stmt.ScheduledStatus(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
+	sched, due, retries, err := stmt.ScheduledStatus(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}
-	st.Scheduled = sched
+	st.Scheduled, st.RetriesWaiting = sched, retries
 	mem, err := q.c.liveMembers(ctx, q.name)
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)

@@ -277,6 +277,9 @@ func (c *Client) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 				}
 				// Consume does not count it again.
 				atomic.StoreInt32(&op.m.appSettled, 1)
+				if op.act == actFail && st == stApplied {
+					e.noteRetries()
+				}
 			}
 		}
 	}()

@@ -2,6 +2,7 @@ package sqlschema_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,25 +115,33 @@ WHERE `+s+`.lag_unsettled(x.last, x.comm, x.start, x.settled) IS DISTINCT FROM
 		}
 	})
 
-	// Only failures (action 1) on skip-policy queues' partitions are
-	// locked; waiting takes a busy row once it is free, not waiting skips it.
-	t.Run("lock_requeue_partitions", func(t *testing.T) {
-		var skipP, busyP, pauseP int64
-		// Queue "skip" with partitions a and b, queue "pause" with a.
+	// Only failures (action 1) on skip-policy queues take a lock: the
+	// partition's for one without a wait (route 1), the queue's KEY SHARE
+	// for one with a wait, asked (p_retry_ms) or the queue's backoff
+	// (route 2). Waiting takes a busy row once it is free; not waiting
+	// skips it (route 0: redelivered in place).
+	t.Run("lock_skip_failures", func(t *testing.T) {
+		var skipP, busyP, pauseP, backP int64
+		// Queue "skip" with partitions a and b, queue "pause" with a,
+		// queue "back" (skip, a 300 ms backoff) with a.
 		if _, err := pool.Exec(ctx, `WITH q AS (
-    INSERT INTO `+s+`.queues (tenant, name, failure_policy)
-    VALUES (gen_random_uuid(), 'skip', 'skip'), (gen_random_uuid(), 'pause', 'pause') RETURNING id, name)
+    INSERT INTO `+s+`.queues (tenant, name, failure_policy, retry_backoff_min_ms, retry_backoff_max_ms)
+    VALUES (gen_random_uuid(), 'skip', 'skip', 0, 0), (gen_random_uuid(), 'pause', 'pause', 0, 0),
+           (gen_random_uuid(), 'back', 'skip', 300, 300) RETURNING id, name)
 INSERT INTO `+s+`.partitions (queue_id, name)
 SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = 'a'`); err != nil {
 			t.Fatal(err)
 		}
-		if err := pool.QueryRow(ctx, `SELECT
-    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'a'),
-    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'skip' AND p.name = 'b'),
-    (SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id WHERE q.name = 'pause')`).
-			Scan(&skipP, &busyP, &pauseP); err != nil {
-			t.Fatal(err)
+		part := func(q, p string) int64 {
+			t.Helper()
+			var id int64
+			if err := pool.QueryRow(ctx, `SELECT p.id FROM `+s+`.partitions p JOIN `+s+`.queues q ON q.id = p.queue_id
+WHERE q.name = $1 AND p.name = $2`, q, p).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			return id
 		}
+		skipP, busyP, pauseP, backP = part("skip", "a"), part("skip", "b"), part("pause", "a"), part("back", "a")
 		holder, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -141,22 +150,27 @@ SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = '
 		if _, err := holder.Exec(ctx, "SELECT 1 FROM "+s+".partitions WHERE id = $1 FOR NO KEY UPDATE", busyP); err != nil {
 			t.Fatal(err)
 		}
-		call := func(wait bool) []int64 {
+		call := func(wait bool, pids []int64, acts []int16, retry []int64) []int16 {
 			t.Helper()
-			var got []int64
-			if err := pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, $3)",
-				[]int64{skipP, busyP, pauseP, skipP}, []int16{1, 1, 1, 0}, wait).Scan(&got); err != nil {
+			var got []int16
+			if err := pool.QueryRow(ctx, "SELECT "+s+".lock_skip_failures($1, $2, $3, $4)",
+				pids, acts, wait, retry).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			return got
 		}
-		if got := call(false); len(got) != 1 || got[0] != skipP {
-			t.Errorf("without waiting locked %v, want only the free skip partition %d", got, skipP)
+		got := call(false, []int64{skipP, busyP, pauseP, skipP, backP, busyP},
+			[]int16{1, 1, 1, 0, 1, 1}, []int64{0, 0, 0, 0, 0, 500})
+		if want := []int16{1, 0, 0, 0, 2, 2}; !slices.Equal(got, want) {
+			t.Errorf("without waiting: routes %v, want %v (the busy partition skipped unless its failure waits)", got, want)
 		}
-		done := make(chan []int64, 1)
+		if got := call(false, []int64{skipP}, []int16{1}, nil); !slices.Equal(got, []int16{1}) {
+			t.Errorf("no waits given: routes %v, want [1]", got)
+		}
+		done := make(chan []int16, 1)
 		go func() {
-			var got []int64
-			_ = pool.QueryRow(ctx, "SELECT "+s+".lock_requeue_partitions($1, $2, true)",
+			var got []int16
+			_ = pool.QueryRow(ctx, "SELECT "+s+".lock_skip_failures($1, $2, true, NULL)",
 				[]int64{busyP, skipP}, []int16{1, 1}).Scan(&got)
 			done <- got
 		}()
@@ -176,8 +190,8 @@ SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = '
 		if err := holder.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := <-done; len(got) != 2 || got[0] != min(skipP, busyP) || got[1] != max(skipP, busyP) {
-			t.Errorf("waiting locked %v, want both skip partitions in ascending id", got)
+		if got := <-done; !slices.Equal(got, []int16{1, 1}) {
+			t.Errorf("waiting: routes %v, want [1 1]", got)
 		}
 	})
 }

@@ -56,9 +56,11 @@ type QueueInfo struct {
 	// DeleteGroup): reset-lost owes them what each move left ahead of the
 	// cursor, era by era, instead of never-delivered (check_offsets.go).
 	Moved []string
-	// RetryMin is the queue's RetryBackoff.Min under a fixed FailurePause
-	// (0: not judged): a charged failure's next delivery waits at least
-	// that, or its RetryAfter (retry-early, check_sched.go).
+	// RetryMin is the queue's RetryBackoff.Min under a fixed
+	// FailurePolicy (0: not judged): a charged failure's next delivery
+	// waits at least that, or its RetryAfter, in place under FailurePause
+	// and as its copy under FailureSkip (Skip) (retry-early,
+	// check_sched.go).
 	RetryMin time.Duration
 	// HoldWait is the fixed retry wait (RetryBackoff Min = Max, at least
 	// holdBound) of a queue whose failures must hold back nothing but

@@ -204,12 +204,23 @@ func deliverAt(o *Op) []int64 {
 // applied; a Consume handler's error that recorded its wait) is not
 // followed by a delivery of that offset to that group with a higher
 // Attempt before the failure's time plus the wait: RetryMin, or the
-// RetryAfter it asked for. A handler's failure whose settle did not apply
-// comes back when its lease ends, so only deliveries before that count.
+// RetryAfter it asked for. On a Skip queue the failed message comes back
+// as a copy at the partition's tail, so it is the next delivery of its id
+// (at any offset) that is judged. A handler's failure whose settle did not
+// apply comes back when its lease ends, so only deliveries before that
+// count.
 func (c *checker) retryEarly(ops []*Op) {
+	// offset is -1 on a Skip queue: a message's deliveries by id.
 	type qgpo struct {
 		queue, group, partition string
 		offset                  int64
+		id                      string
+	}
+	keyOf := func(qi QueueInfo, queue, group string, m Delivery) qgpo {
+		if qi.Skip {
+			return qgpo{queue, group, m.Partition, -1, m.ID}
+		}
+		return qgpo{queue, group, m.Partition, m.Offset, ""}
 	}
 	type del struct {
 		op *Op
@@ -232,7 +243,7 @@ func (c *checker) retryEarly(ops []*Op) {
 			continue
 		}
 		for _, m := range delivered(o) {
-			k := qgpo{o.Inv.Queue, o.Inv.Group, m.Partition, m.Offset}
+			k := keyOf(c.st.Queues[o.Inv.Queue], o.Inv.Queue, o.Inv.Group, m)
 			dels[k] = append(dels[k], del{o, m, t})
 			if byLease[k] == nil {
 				byLease[k] = map[string]Delivery{}
@@ -251,7 +262,7 @@ func (c *checker) retryEarly(ops []*Op) {
 		lease := int64(1<<63 - 1)
 		switch {
 		case o.Inv.Op == OpSettle && o.Inv.Kind == "fail" && !o.Done.LeaseLost:
-			k = qgpo{o.Inv.Queue, o.Inv.Group, o.Inv.Partition, o.Inv.Offset}
+			k = keyOf(qi, o.Inv.Queue, o.Inv.Group, Delivery{Partition: o.Inv.Partition, Offset: o.Inv.Offset, ID: o.Inv.ID})
 			d, ok := byLease[k][o.Inv.Lease]
 			if !ok {
 				continue
@@ -263,7 +274,7 @@ func (c *checker) retryEarly(ops []*Op) {
 				continue // its Consume's settings are not known
 			}
 			failed = o.Inv.Msgs[0]
-			k = qgpo{o.Inv.Queue, o.Inv.Group, failed.Partition, failed.Offset}
+			k = keyOf(qi, o.Inv.Queue, o.Inv.Group, failed)
 			at, wait = o.Done.T, w
 			if failed.LeaseExpires > 0 {
 				lease = failed.LeaseExpires
@@ -286,7 +297,7 @@ func (c *checker) retryEarly(ops []*Op) {
 			}
 			c.where = Violation{Queue: k.queue, Group: k.group, Partition: k.partition}
 			c.report("retry-early", fmt.Sprintf("queue %s group %q: %s@%d (attempt %d) failed at %s with a wait of %s, and was delivered again (attempt %d) by %s, %s after the failure",
-				k.queue, k.group, k.partition, k.offset, failed.Attempt, time.Unix(0, at).Format("15:04:05.000"), need, d.d.Attempt,
+				k.queue, k.group, failed.Partition, failed.Offset, failed.Attempt, time.Unix(0, at).Format("15:04:05.000"), need, d.d.Attempt,
 				time.Unix(0, d.t).Format("15:04:05.000"), time.Duration(d.t-at).Round(time.Millisecond)),
 				append(o.evidence(), d.op.evidence()...)...)
 			break

@@ -324,3 +324,46 @@ func TestCheckDiscards(t *testing.T) {
 		})
 	}
 }
+
+// Under FailureSkip the failed message comes back as a copy at a new
+// offset: retry-early judges the next delivery of its id, not of its
+// offset.
+func TestCheckRetryEarlySkip(t *testing.T) {
+	st := func(log ...Stored) State {
+		return State{Queues: map[string]QueueInfo{"q": {Groups: []string{""}, RetryMin: 300 * time.Millisecond, Skip: true}},
+			Log: log}
+	}
+	s0 := Stored{"q", "p", 0, "id1", "t1", 0, false}
+	s1 := Stored{"q", "p", 1, "id1", "t1", 1, false} // the copy
+	d1 := Delivery{"p", 0, "id1", "t1", "L1", 1, int64(20 * time.Second)}
+	d2 := Delivery{"p", 1, "id1", "t1", "L2", 2, int64(40 * time.Second)}
+	t0 := int64(10 * time.Second)
+	build := func(h *hb, redeliver int64) {
+		h.push("a", "q", []Item{{"p", "t1"}}, OK, Result{"queued", "id1", 0})
+		h.popAt("q", "", t0-10*ms, d1)
+		inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpSettle, Queue: "q", Kind: "fail", Partition: "p", Offset: 0, Lease: "L1",
+			ID: "id1", Counts: map[string]int64{"wait_ms": 0}}, t0))
+		h.r.Done(inv, OK, h.at(Event{}, t0+ms))
+		h.popAt("q", "", t0+redeliver, d2)
+		inv = h.r.Invoke(h.at(Event{Proc: "c", Op: OpSettle, Queue: "q", Kind: "ack", Partition: "p", Offset: 1, Lease: "L2", ID: "id1"},
+			h.t+ms))
+		h.r.Done(inv, OK, h.at(Event{}, h.t+ms))
+	}
+	for _, tc := range []struct {
+		name, want string
+		at         int64
+	}{
+		{"the copy after the backoff", "", 310 * ms},
+		{"the copy before the backoff", "retry-early", 100 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHB()
+			build(h, tc.at)
+			vs := Check(h.r.Events(), st(s0, s1), 0)
+			got := kinds(vs)
+			if tc.want == "" && len(vs) > 0 || tc.want != "" && (got[tc.want] == 0 || len(got) != 1) {
+				t.Fatalf("want %q only, got %v: %v", tc.want, got, vs)
+			}
+		})
+	}
+}

@@ -52,7 +52,10 @@ func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, c *queen.
 	skip.FailurePolicy = queen.FailureSkip
 	sw, sp, spop := mk(2, 0x5b5b), mk(3, 0x5b5c), mk(4, 0x5b5d)
 	if err := sw.c.Queue(kbSkipQueue).Configure(genCtx, skip); err == nil {
-		r.addQueue(kbSkipQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait, Skip: true})
+		// Its failures wait kbWait (the backoff and every RetryAfter):
+		// retry-early judges the copies.
+		r.addQueue(kbSkipQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait, Skip: true,
+			RetryMin: kbWait})
 		wg.Go(func() { sp.kbProduce(genCtx, kbSkipQueue, nil) })
 		wg.Go(func() { sw.kbConsume(genCtx, kbSkipQueue, 1, "") })
 		wg.Go(func() { spop.kbPops(genCtx) })
@@ -136,10 +139,11 @@ func (w *worker) kbConsume(ctx context.Context, q string, keyConc int, sick stri
 			return nil
 		}
 		err := errors.New("history: keyback handler failed")
+		var waitMs int64 // the queue's schedule (retry-early reads it)
 		if after {
-			err = queen.RetryAfter(kbWait, err)
+			err, waitMs = queen.RetryAfter(kbWait, err), kbWait.Milliseconds()
 		}
-		w.rec.Done(h, history.OK, history.Event{Err: err.Error()})
+		w.rec.Done(h, history.OK, history.Event{Err: err.Error(), Counts: map[string]int64{"wait_ms": waitMs}})
 		return err
 	})
 	w.rec.Done(call, history.OK, history.Event{Err: errText(err)})

@@ -124,8 +124,9 @@ type queueSpec struct {
 // A failed message waits its retry backoff before coming back: short ones
 // here, so a run of seconds still sees failures redelivered (the final
 // drain still reads every waiting one: nothing lost); "pause" waits
-// longest, a second at most; "skip" and "secret" keep the default, which
-// they never wait (skip re-enqueues, a RetryLimit of 1 dead-letters).
+// 0.5-2 s; "skip" keeps the default, 1-2 s for its one retry (its copy
+// waits aside under FailureSkip), and "secret" too, which never waits (a
+// RetryLimit of 1 dead-letters).
 var queueSpecs = []queueSpec{
 	{"pause", queen.QueueOptions{DedupWindow: time.Hour, RetryLimit: 2, DeadLetter: true,
 		RetryBackoff: queen.RetryBackoff{Min: 500 * time.Millisecond, Max: 2 * time.Second}}},
@@ -845,7 +846,8 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	return n
 }
 
-// retryWait is the latest RetryAt of group g on q's partitions (zero when
+// retryWait is the latest RetryAt of group g on q's partitions, or a
+// moment from now while a FailureSkip copy waits to be appended (zero when
 // none waits): a pop finding nothing meanwhile does not mean q is drained.
 func (r *run) retryWait(ctx context.Context, q *queen.Queue, g string) time.Time {
 	st, err := q.Status(ctx)
@@ -853,6 +855,9 @@ func (r *run) retryWait(ctx context.Context, q *queen.Queue, g string) time.Time
 		return time.Time{} // an empty pop then counts as usual
 	}
 	var until time.Time
+	if st.RetriesWaiting > 0 {
+		until = time.Now().Add(200 * time.Millisecond)
+	}
 	for _, p := range st.Partitions {
 		for _, gs := range p.Groups {
 			if gs.Group == g && gs.RetryAt.After(until) {

@@ -24,7 +24,8 @@ FROM {{schema}}.settle_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::in
 -- name: SettleKeyed
 SELECT ord, status, committed
 FROM {{schema}}.settle_keyed_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], $5::int2[], $6::bool[], $7::text[],
-    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[], $15::bytea[])
+    $8::uuid[], $9::text[], $10::int4[], $11::bytea[], $12::timestamptz[], $13::text[], $14::bytea[], $15::bytea[],
+    $16::int8[])
 
 -- name: Extend
 -- $5, the lease owner of a member (client '#' member id) or NULL: a

@@ -96,14 +96,13 @@ func CancelScheduled(ctx context.Context, s *Set, q Querier, queue QueueRef, has
 }
 
 // ScheduledStatus runs s.ScheduledStatus on q: how many messages the queue
-// has scheduled and the earliest due time (nil with none). With a previous
+// has scheduled, the earliest due time (nil with none), and how many
+// failed messages' retry copies wait to be appended. With a previous
 // release's statements it reports none.
-func ScheduledStatus(ctx context.Context, s *Set, q Querier, queue QueueRef) (int64, *time.Time, error) {
+func ScheduledStatus(ctx context.Context, s *Set, q Querier, queue QueueRef) (n int64, due *time.Time, retries int64, err error) {
 	if s.ScheduledStatus == "" {
-		return 0, nil, nil
+		return 0, nil, 0, nil
 	}
-	var n int64
-	var due *time.Time
-	err := scanPrefix(ctx, q, s.ScheduledStatus, []any{queue.Tenant, queue.Name}, &n, &due)
-	return n, due, err
+	err = scanPrefix(ctx, q, s.ScheduledStatus, []any{queue.Tenant, queue.Name}, &n, &due, &retries)
+	return n, due, retries, err
 }

@@ -14,7 +14,11 @@ SELECT {{schema}}.cancel_scheduled($1, $2, $3)
 
 -- name: ScheduledStatus
 -- The queue's scheduled messages: how many, and the earliest due (held
--- ones included: they are there until cancelled).
-SELECT count(*), min(s.due_at) FROM {{schema}}.scheduled s
+-- ones included: they are there until cancelled); then how many failed
+-- messages' retry copies wait there (failures > 0), which the first two
+-- leave out.
+SELECT count(*) FILTER (WHERE s.failures = 0), min(s.due_at) FILTER (WHERE s.failures = 0),
+       count(*) FILTER (WHERE s.failures > 0)
+FROM {{schema}}.scheduled s
 JOIN {{schema}}.queues q ON q.id = s.queue_id
 WHERE q.tenant = $1 AND q.name = $2

@@ -54,14 +54,16 @@ type SettleParams struct {
 // SettleKeyedParams is one row of SettleKeyed: Act on the message at
 // Offset alone (ActCarry: no outcome, Offset names the batch's last
 // message), whose Kept an ActFail or ActDeadLetter needs; Release also ends
-// the lease.
+// the lease. RetryAfter, with ActFail, is the wait the handler asked for
+// before a skip-policy copy is appended (0: the queue's RetryBackoff).
 type SettleKeyedParams struct {
-	Lease   Lease
-	Offset  int64
-	Act     int16
-	Kept    *Kept
-	Release bool
-	Reason  string
+	Lease      Lease
+	Offset     int64
+	Act        int16
+	Kept       *Kept
+	Release    bool
+	Reason     string
+	RetryAfter time.Duration
 }
 
 // AckManyParams is one input of AckMany: commit Lease's cursor through
@@ -149,15 +151,17 @@ func SettleKeyed(ctx context.Context, c *Consume, q Querier, in []SettleKeyedPar
 		acts     = make([]int16, n)
 		releases = make([]bool, n)
 		reasons  = make([]string, n)
+		waits    = make([]int64, n)
 		snap     = newSnapshot(n)
 	)
 	for i, p := range in {
 		pids[i], groups[i], leases[i] = p.Lease.Partition, p.Lease.Group, p.Lease.ID
 		offs[i], acts[i], releases[i], reasons[i] = p.Offset, p.Act, p.Release, p.Reason
+		waits[i] = p.RetryAfter.Milliseconds()
 		snap.add(p.Act, p.Kept)
 	}
 	rows, err := q.Query(ctx, c.SettleKeyed, prefixArgs(c.SettleKeyed, pids, groups, leases, offs, acts, releases, reasons,
-		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs)...)
+		snap.ids, snap.txns, snap.flags, snap.pay, snap.at, snap.keys, snap.hdrs, snap.blobs, waits)...)
 	return statuses(rows, err, n, "settle")
 }
 

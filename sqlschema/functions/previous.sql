@@ -156,7 +156,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY SELECT * FROM {{schema}}.settle_keyed_v2(p_pids, p_groups, p_leases, p_offs, p_act, p_release,
         p_reasons, p_dl_ids, p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys, p_dl_headers,
-        {{schema}}.raw_segments(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers));
+        {{schema}}.raw_segments(p_act, p_dl_ids, p_dl_flags, p_dl_txns, p_dl_payload, p_dl_keys, p_dl_headers),
+        NULL);
 END
 $$;
 

@@ -68,12 +68,14 @@ BEGIN
         RETURN;
     END IF;
     -- A hash already scheduled (committed, or by a transaction this waits
-    -- for) is not inserted: a duplicate.
+    -- for) is not inserted: a duplicate. Only users' scheduled rows count
+    -- (failures 0): a failed message's retry copy waiting there is not
+    -- one (see scheduled_queue_hash_idx).
     WITH ins AS (
         INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
         SELECT v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
         FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
-        ON CONFLICT (queue_id, hash) DO NOTHING
+        ON CONFLICT (queue_id, hash) WHERE failures = 0 DO NOTHING
         RETURNING hash
     )
     SELECT coalesce(array_agg(ins.hash), '{}') INTO v_new FROM ins;
@@ -83,7 +85,8 @@ BEGIN
     SELECT u.o::integer,
            CASE WHEN nw.h IS NULL THEN 1 ELSE 0 END,
            CASE WHEN nw.h IS NULL THEN
-               (SELECT s.message_id FROM {{schema}}.scheduled s WHERE s.queue_id = v_qid AND s.hash = u.h)
+               (SELECT s.message_id FROM {{schema}}.scheduled s
+                WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0)
            END
     FROM unnest(p_hashes) WITH ORDINALITY AS u(h, o)
     LEFT JOIN unnest(v_new) AS nw(h) ON nw.h = u.h
@@ -153,6 +156,7 @@ DECLARE
     v_flags   integer[];
     v_lanes   integer[];
     v_blobs   bytea[];
+    v_fails   integer[];
     n         integer;
     r         {{schema}}.push_result;
 BEGIN
@@ -201,7 +205,7 @@ BEGIN
         WITH d AS (
             DELETE FROM {{schema}}.scheduled s
             WHERE s.id = ANY (v_cand) AND NOT s.held
-            RETURNING s.id, s.queue_id, s.partition_name, s.due_at, s.hash, s.flags, s.lanes, s.blob
+            RETURNING s.id, s.queue_id, s.partition_name, s.due_at, s.hash, s.flags, s.lanes, s.blob, s.failures
         ), g AS (
             SELECT d.queue_id, d.partition_name, min(d.due_at) AS due, min(d.id) AS first_id,
                    count(*)::integer AS cnt,
@@ -209,25 +213,39 @@ BEGIN
                    string_agg(d.hash, ''::bytea ORDER BY d.due_at, d.id) AS hashes,
                    (bit_and(d.flags) & 1) | (bit_or(d.flags) & 2) AS flags,
                    CASE WHEN count(DISTINCT nullif(d.lanes, 0)) > 1 THEN -1
-                        ELSE coalesce(max(nullif(d.lanes, 0)), 0) END AS lanes
+                        ELSE coalesce(max(nullif(d.lanes, 0)), 0) END AS lanes,
+                   max(d.failures) AS failures
             FROM d
-            GROUP BY d.queue_id, d.partition_name, CASE WHEN d.queue_id = ANY (v_winq) THEN d.id END
+            -- A retry copy is a segment of its own: it carries its failures.
+            GROUP BY d.queue_id, d.partition_name,
+                     CASE WHEN d.queue_id = ANY (v_winq) OR d.failures > 0 THEN d.id END
         )
         SELECT array_agg(q.tenant ORDER BY g.due, g.first_id), array_agg(q.name ORDER BY g.due, g.first_id),
                array_agg(g.partition_name ORDER BY g.due, g.first_id), array_agg(g.cnt ORDER BY g.due, g.first_id),
                array_agg(g.hashes ORDER BY g.due, g.first_id), array_agg(g.flags ORDER BY g.due, g.first_id),
-               array_agg(g.lanes ORDER BY g.due, g.first_id), array_agg(g.blob ORDER BY g.due, g.first_id)
-        INTO v_tenants, v_queues, v_parts, v_counts, v_hashes, v_flags, v_lanes, v_blobs
+               array_agg(g.lanes ORDER BY g.due, g.first_id), array_agg(g.blob ORDER BY g.due, g.first_id),
+               array_agg(g.failures ORDER BY g.due, g.first_id)
+        INTO v_tenants, v_queues, v_parts, v_counts, v_hashes, v_flags, v_lanes, v_blobs, v_fails
         FROM g JOIN {{schema}}.queues q ON q.id = g.queue_id;
         n := coalesce(cardinality(v_parts), 0);
         IF n > 0 THEN
             -- The normal append path (a partition's segments in input
-            -- order: due order).
+            -- order: due order). A retry copy repeats its original's
+            -- transaction id on purpose, as requeue_one's does: its verified
+            -- watermark is past any offset, so the dedup probe finds nothing
+            -- to drop it for.
             FOR r IN
                 SELECT * FROM {{schema}}.push_bundle(v_queues, v_parts, v_counts, v_hashes,
-                                                     array_fill(-1::bigint, ARRAY[n]), v_blobs, v_tenants, v_flags,
-                                                     false, v_lanes)
+                                                     ARRAY(SELECT CASE WHEN f.n > 0 THEN 9223372036854775807 ELSE -1 END
+                                                           FROM unnest(v_fails) WITH ORDINALITY AS f(n, o) ORDER BY f.o),
+                                                     v_blobs, v_tenants, v_flags, false, v_lanes)
             LOOP
+                IF r.status = 0 AND v_fails[r.ord] > 0 THEN
+                    -- push_bundle writes no failures: the copy's segment
+                    -- carries them, so RetryLimit holds across copies.
+                    UPDATE {{schema}}.segments SET failures = v_fails[r.ord]
+                    WHERE partition_id = r.partition_id AND base_offset = r.base_offset;
+                END IF;
                 IF r.status = 0 THEN
                     moved := moved + v_counts[r.ord];
                     woke_tenants := woke_tenants || v_tenants[r.ord];
@@ -249,7 +267,10 @@ $$;
 
 -- Deletes the scheduled messages of a queue with these transaction id
 -- hashes and returns how many. A row a mover holds is waited for, and is
--- then gone: delivered, not cancelled.
+-- then gone: delivered, not cancelled. A failed message's retry copy
+-- (failures > 0) is not a user's schedule and is left alone, unless held:
+-- plaintext of a queue made encrypted during its wait, which nothing but
+-- a cancel removes.
 CREATE OR REPLACE FUNCTION {{schema}}.cancel_scheduled(p_tenant uuid, p_queue text, p_hashes bytea[])
 RETURNS bigint
 LANGUAGE sql AS $$
@@ -257,6 +278,7 @@ LANGUAGE sql AS $$
         DELETE FROM {{schema}}.scheduled s
         USING {{schema}}.queues q
         WHERE q.tenant = p_tenant AND q.name = p_queue AND s.queue_id = q.id AND s.hash = ANY (p_hashes)
+          AND (s.failures = 0 OR s.held)
         RETURNING 1
     )
     SELECT count(*) FROM d

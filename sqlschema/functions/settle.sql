@@ -23,23 +23,16 @@
 --   settle action 4 interrupt: a retry that also takes back the lease's delivery
 --   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
 
--- Appends the failed message at offset p_off of partition p_pid (whose row
--- the caller holds) at its tail as p_blob, a segment of its own that the
--- client built (the message's frame as stored, in a raw-codec blob),
--- carrying p_failures, with the original's hash row when that is still
--- retained (a producer retrying the transaction id while the message is
--- live is still a duplicate), else a zero hash (its dedup window had
--- passed). Returns the new offset.
-CREATE OR REPLACE FUNCTION {{schema}}.requeue_one(
-    p_pid      bigint,
-    p_off      bigint,
-    p_blob     bytea,
-    p_failures integer
-) RETURNS bigint
+-- The hash row a failed message's copy carries (requeue_one, and a copy
+-- waiting in scheduled): its original's, the message at offset p_off of
+-- partition p_pid, while that is still retained (a producer retrying the
+-- transaction id while the message is live is still a duplicate), else a
+-- zero hash (its dedup window had passed).
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_hash(p_pid bigint, p_off bigint)
+RETURNS bytea
 LANGUAGE plpgsql AS $$
 DECLARE
     v_hash bytea;
-    v_now  timestamptz := clock_timestamp();  -- after the row lock: created_at stays monotone
 BEGIN
     SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
     FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
@@ -49,38 +42,132 @@ BEGIN
     IF v_hash IS NULL OR octet_length(v_hash) <> 16 THEN
         v_hash := '\x00000000000000000000000000000000'::bytea;
     END IF;
-    -- The single allocator, without a dedup probe: the copy repeats its
-    -- original's transaction id on purpose.
-    RETURN ({{schema}}.push_one(p_pid, 1, v_hash, -1, p_blob, 0, v_now, p_failures)).base_offset;
+    RETURN v_hash;
 END
 $$;
 
--- Locks, in ascending id, the partitions a failure (action 1) of
--- settle_rows may re-enqueue to (those of skip-policy queues) and returns
--- the ids it holds. With p_wait it waits for each; without, it takes only
--- the rows free now (see settle_v2). The wait policy is syntax, not a value, so
--- without dynamic SQL (re-planned on every call) the two policies are two
--- statements; they stay side by side here, with the rule of which
--- partitions written once.
-CREATE OR REPLACE FUNCTION {{schema}}.lock_requeue_partitions(p_pids bigint[], p_act smallint[], p_wait boolean)
-RETURNS bigint[]
+-- Appends the failed message at offset p_off of partition p_pid (whose row
+-- the caller holds) at its tail as p_blob, a segment of its own that the
+-- client built (the message's frame as stored, in a raw-codec blob),
+-- carrying p_failures, with requeue_hash's hash row. Returns the new
+-- offset.
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_one(
+    p_pid      bigint,
+    p_off      bigint,
+    p_blob     bytea,
+    p_failures integer
+) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_ids bigint[];
+    v_now  timestamptz := clock_timestamp();  -- after the row lock: created_at stays monotone
 BEGIN
-    -- Unlocked candidates: locking re-checks each row it waited for.
-    v_ids := ARRAY(SELECT p.id FROM {{schema}}.partitions p
-                   JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-                   WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, p_act) AS x(pid, act) WHERE x.act = 1)
-                     AND qq.failure_policy = 'skip');
-    IF p_wait THEN
-        SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM (
-            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_ids) ORDER BY p.id FOR NO KEY UPDATE) l;
-    ELSE
-        SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM (
-            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_ids) ORDER BY p.id FOR NO KEY UPDATE SKIP LOCKED) l;
+    -- The single allocator, without a dedup probe: the copy repeats its
+    -- original's transaction id on purpose.
+    RETURN ({{schema}}.push_one(p_pid, 1, {{schema}}.requeue_hash(p_pid, p_off), -1, p_blob, 0, v_now,
+                                p_failures)).base_offset;
+END
+$$;
+
+-- Holds the failed message at offset p_off of partition p_pid (named
+-- p_part, of queue p_qid, whose row the caller key-shares) aside in
+-- scheduled until p_due: its copy, the segment p_blob carrying p_failures
+-- (at least 1: it marks the row a retry) and requeue_hash's hash row,
+-- which move_scheduled appends at the partition's tail then. p_id and
+-- p_flags are the message's id and frame flags (1: the blob is
+-- ciphertext, so the mover does not hold it on an encrypted queue).
+CREATE OR REPLACE FUNCTION {{schema}}.requeue_later(
+    p_qid      bigint,
+    p_pid      bigint,
+    p_part     text,
+    p_off      bigint,
+    p_due      timestamptz,
+    p_id       uuid,
+    p_flags    integer,
+    p_blob     bytea,
+    p_failures integer
+) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob, failures)
+    VALUES (p_qid, p_part, p_due, {{schema}}.requeue_hash(p_pid, p_off), p_id, coalesce(p_flags, 0) & 1, 0, p_blob,
+            greatest(p_failures, 1))
+$$;
+
+-- The wait in ms before the next attempt of a message whose n-th charged
+-- failure asked for p_asked ms (RetryAfter; NULL or 0: none): that, else
+-- the queue's schedule (retry_wait_ms, p_u its uniform draw); 0: none.
+-- With p_u 0 it is the least wait the failure can get, so whether there is
+-- one at all is known before the draw (lock_skip_failures).
+CREATE OR REPLACE FUNCTION {{schema}}.failure_wait_ms(p_asked bigint, p_n integer, p_min bigint, p_max bigint,
+                                                    p_u double precision)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN coalesce(p_asked, 0) > 0 THEN p_asked
+                ELSE {{schema}}.retry_wait_ms(p_n, p_min, p_max, p_u) END
+$$;
+
+-- Takes, per input row of settle_rows, the lock a skip-policy failure
+-- (action 1 on a skip-policy queue) needs, and returns the row's route (0
+-- for every other row, and for one whose lock was not taken: redelivered
+-- in place):
+--   1 now: no wait (failure_wait_ms is 0): the copy is appended at once
+--     (requeue_one), so its partition row is locked FOR NO KEY UPDATE;
+--   2 later: a wait: the copy waits in scheduled (requeue_later), whose
+--     foreign key takes the queue row KEY SHARE; taken here, before any
+--     cursor row, as the lock order says (a delete_queue holding the
+--     queue row would otherwise wait for the cursor row this holds while
+--     this waits for the queue row).
+-- Queues first, then partitions, each in ascending id. With p_wait it
+-- waits for each; without, it takes only the rows free now (see
+-- settle_v2). The wait policy is syntax, not a value, so without dynamic
+-- SQL (re-planned on every call) the two policies are two statements
+-- each; they stay side by side here, with the rule of which rows written
+-- once above them.
+CREATE OR REPLACE FUNCTION {{schema}}.lock_skip_failures(p_pids bigint[], p_act smallint[], p_wait boolean,
+                                                        p_retry_ms bigint[])
+RETURNS smallint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_route smallint[];
+    v_qids  bigint[];
+    v_pids  bigint[];
+BEGIN
+    -- Read unlocked: a Configure racing this may change the policy or the
+    -- backoff. settle_rows re-reads both under the cursor row lock and
+    -- takes a route only if this took its lock.
+    v_route := ARRAY(
+        SELECT (CASE WHEN x.act = 1 AND qq.failure_policy = 'skip' THEN
+                         CASE WHEN {{schema}}.failure_wait_ms(p_retry_ms[x.o], 1, qq.retry_backoff_min_ms,
+                                                              qq.retry_backoff_max_ms, 0) > 0
+                              THEN 2 ELSE 1 END
+                     ELSE 0 END)::smallint
+        FROM unnest(p_pids, p_act) WITH ORDINALITY AS x(pid, act, o)
+        LEFT JOIN {{schema}}.partitions p ON p.id = x.pid
+        LEFT JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        ORDER BY x.o);
+    IF NOT (1 = ANY (v_route) OR 2 = ANY (v_route)) THEN
+        RETURN v_route;
     END IF;
-    RETURN v_ids;
+    v_qids := ARRAY(SELECT p.queue_id FROM {{schema}}.partitions p
+                    WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, v_route) AS x(pid, r) WHERE x.r = 2));
+    v_pids := ARRAY(SELECT x.pid FROM unnest(p_pids, v_route) AS x(pid, r) WHERE x.r = 1);
+    IF p_wait THEN
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_qids FROM (
+            SELECT q.id FROM {{schema}}.queues q WHERE q.id = ANY (v_qids) ORDER BY q.id FOR KEY SHARE) l;
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_pids FROM (
+            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_pids) ORDER BY p.id FOR NO KEY UPDATE) l;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_qids FROM (
+            SELECT q.id FROM {{schema}}.queues q WHERE q.id = ANY (v_qids) ORDER BY q.id FOR KEY SHARE SKIP LOCKED) l;
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_pids FROM (
+            SELECT p.id FROM {{schema}}.partitions p WHERE p.id = ANY (v_pids) ORDER BY p.id
+            FOR NO KEY UPDATE SKIP LOCKED) l;
+    END IF;
+    RETURN ARRAY(SELECT (CASE WHEN x.r = 1 AND x.pid = ANY (v_pids) THEN 1
+                              WHEN x.r = 2 AND p.queue_id = ANY (v_qids) THEN 2
+                              ELSE 0 END)::smallint
+                 FROM unnest(p_pids, v_route) WITH ORDINALITY AS x(pid, r, o)
+                 LEFT JOIN {{schema}}.partitions p ON p.id = x.pid
+                 ORDER BY x.o);
 END
 $$;
 
@@ -114,7 +201,7 @@ $$;
 -- the general case: one row per message outcome, many per lease, settled
 -- out of order. An ack, a dead letter, a failure that spends the budget
 -- (dead letter or drop) and a skip-policy failure (a copy at the tail,
--- requeue_one) settle their offset; committed moves over the contiguous
+-- now or when its wait is over) settle their offset; committed moves over the contiguous
 -- settled prefix and the rest goes to consumers.settled, which a later
 -- claim skips. Any other failure is charged to its own offset (the head's
 -- in attempts, others' in fail_offs / fail_counts), so RetryLimit holds
@@ -135,10 +222,18 @@ $$;
 -- Status 1 when everything named is at or below the cursor, 2 when the
 -- lease is not live or the offsets pass batch_end.
 --
+-- A skip-policy failure's copy is appended at once (requeue_one) when its
+-- wait (failure_wait_ms: the handler's RetryAfter, else the queue's
+-- backoff) is 0, else held in scheduled until then (requeue_later), which
+-- move_scheduled appends when due; either way the cursor passes the
+-- failed message now, so nothing waits behind it.
+--
 -- A message's retry budget is what its segment carries (segment_failures)
--- plus what its cursor has charged. Lock order: the partitions a
--- skip-policy failure may append to first, in ascending id, waiting for
--- them only with p_wait (see settle_v2), then the cursor rows in ascending
+-- plus what its cursor has charged. Lock order (lock_skip_failures): the
+-- queues of skip-policy failures with a wait (KEY SHARE, for
+-- requeue_later's foreign key), then the partitions of those without one
+-- (requeue_one appends there), each in ascending id, waiting for them
+-- only with p_wait (see settle_v2), then the cursor rows in ascending
 -- (partition id, group).
 CREATE OR REPLACE FUNCTION {{schema}}.settle_rows(
     p_keyed   boolean,
@@ -152,10 +247,12 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_rows(
     p_release boolean[],
     p_dls     {{schema}}.dead_letter_snapshot[],
     p_blobs   bytea[],
-    -- In-order rows: per failure (action 1) redelivered in place, the wait
-    -- in ms before the next attempt the handler asked for (RetryAfter);
-    -- NULL, 0 or the array NULL: the queue's schedule (retry_wait_ms).
-    -- Keyed rows never wait (see DESIGN.md, "Retry backoff").
+    -- Per failure (action 1), the wait in ms before the next attempt the
+    -- handler asked for (RetryAfter); NULL, 0 or the array NULL: the
+    -- queue's schedule (failure_wait_ms). It applies to an in-order row
+    -- redelivered in place and to a skip-policy copy (keyed rows too);
+    -- a keyed row redelivered in place never waits (see DESIGN.md, "Retry
+    -- backoff").
     p_retry_ms bigint[]
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
@@ -165,7 +262,7 @@ AS $$
 DECLARE
     n       integer := coalesce(cardinality(p_pids), 0);
     v_what  text := CASE WHEN p_keyed THEN 'settle_keyed' ELSE 'settle' END;
-    v_rqp   bigint[] := '{}';
+    v_route smallint[] := '{}';
     v_l     record;
     v_c     record;
     i       integer;
@@ -203,7 +300,7 @@ BEGIN
         RETURN;
     END IF;
     IF 1 = ANY (p_act) THEN
-        v_rqp := {{schema}}.lock_requeue_partitions(p_pids, p_act, p_wait);
+        v_route := {{schema}}.lock_skip_failures(p_pids, p_act, p_wait, p_retry_ms);
     END IF;
 
     -- One lease at a time: a keyed lease's rows together, in offset
@@ -271,12 +368,13 @@ BEGIN
                     v_att := {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1);
                     v_dl := v_c.dead_letter;
                     v_st[i] := CASE WHEN v_c.dead_letter THEN 3 ELSE 4 END;
-                ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+                ELSIF v_c.failure_policy = 'skip' AND v_route[i] IN (1, 2)
                       -- push_bundle's check: nothing plaintext is written to
                       -- an encrypted queue. A message from before encryption
                       -- was switched on is redelivered in place instead.
                       AND NOT (v_c.encryption AND (coalesce((p_dls[i]).flags, 0) & 1) = 0) THEN
-                    -- Out of the way: a copy at the tail, the cursor past it.
+                    -- Out of the way: a copy at the tail (now, or held in
+                    -- scheduled until its wait is over), the cursor past it.
                     IF p_blobs[i] IS NULL THEN
                         RAISE EXCEPTION 'queen: % input % re-enqueues a failure without its segment', v_what, i;
                     END IF;
@@ -288,9 +386,8 @@ BEGIN
                     -- rule is retry_wait_ms) or the wait the handler asked
                     -- for. The lease is released (v_rel above), so the wait
                     -- holds no consumer; pop skips the cursor until then.
-                    v_wait := CASE WHEN coalesce(p_retry_ms[i], 0) > 0 THEN p_retry_ms[i]
-                                   ELSE {{schema}}.retry_wait_ms(v_spent, v_c.retry_backoff_min_ms,
-                                                                 v_c.retry_backoff_max_ms, random()) END;
+                    v_wait := {{schema}}.failure_wait_ms(p_retry_ms[i], v_spent, v_c.retry_backoff_min_ms,
+                                                         v_c.retry_backoff_max_ms, random());
                     IF v_wait > 0 THEN
                         v_retry := v_now + v_wait * interval '1 millisecond';
                     END IF;
@@ -332,7 +429,12 @@ BEGIN
                 updated_at       = v_now
             WHERE partition_id = v_l.pid AND group_name = v_l.g;
 
-            IF v_rq THEN
+            IF v_rq AND v_route[i] = 2 THEN
+                PERFORM {{schema}}.requeue_later(v_c.queue_id, v_l.pid, v_c.partition_name, p_offs[i],
+                    v_now + {{schema}}.failure_wait_ms(p_retry_ms[i], v_spent, v_c.retry_backoff_min_ms,
+                                                       v_c.retry_backoff_max_ms, random()) * interval '1 millisecond',
+                    (p_dls[i]).message_id, (p_dls[i]).flags, p_blobs[i], v_spent);
+            ELSIF v_rq THEN
                 PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[i], p_blobs[i], v_spent);
             END IF;
             IF v_dl THEN
@@ -402,12 +504,19 @@ BEGIN
                     PERFORM {{schema}}.insert_dead_letters(v_c.queue_id, v_l.pid, v_c.partition_name, v_l.g,
                                                            ARRAY[p_offs[j]], ARRAY[v_prior + v_cnt], ARRAY[p_dls[j]]);
                 END IF;
-            ELSIF v_c.failure_policy = 'skip' AND v_l.pid = ANY (v_rqp)
+            ELSIF v_c.failure_policy = 'skip' AND v_route[j] IN (1, 2)
                   AND NOT (v_c.encryption AND (coalesce((p_dls[j]).flags, 0) & 1) = 0) THEN
                 IF p_blobs[j] IS NULL THEN
                     RAISE EXCEPTION 'queen: % input % re-enqueues a failure without its segment', v_what, j;
                 END IF;
-                PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_blobs[j], v_prior + v_cnt);
+                IF v_route[j] = 2 THEN
+                    PERFORM {{schema}}.requeue_later(v_c.queue_id, v_l.pid, v_c.partition_name, p_offs[j],
+                        v_now + {{schema}}.failure_wait_ms(p_retry_ms[j], v_prior + v_cnt, v_c.retry_backoff_min_ms,
+                                                           v_c.retry_backoff_max_ms, random()) * interval '1 millisecond',
+                        (p_dls[j]).message_id, (p_dls[j]).flags, p_blobs[j], v_prior + v_cnt);
+                ELSE
+                    PERFORM {{schema}}.requeue_one(v_l.pid, p_offs[j], p_blobs[j], v_prior + v_cnt);
+                END IF;
                 v_set := v_set || p_offs[j];
                 v_st[j] := 6;
             ELSIF k IS NULL THEN
@@ -461,10 +570,10 @@ $$;
 -- p_reasons hold. While its transaction has written and locked no row
 -- (no transaction id assigned yet: a fused settle, its own transaction, or
 -- Client.Tx without pushes) nothing is held, so it waits for the
--- skip-policy partitions in ascending id. After writes (Client.Tx settles
--- after its pushes, whose partition locks it holds) waiting could close a
--- cycle with a push bundle, so it takes only rows free now; a failure
--- whose partition is busy at that instant is redelivered in place, as
+-- skip-policy failures' locks in ascending id. After writes (Client.Tx
+-- settles after its pushes, whose partition locks it holds) waiting could
+-- close a cycle with a push bundle, so it takes only rows free now; a
+-- failure whose lock is busy at that instant is redelivered in place, as
 -- under pause. (Not transaction_timestamp() = statement_timestamp(): over
 -- the extended protocol Bind starts the transaction and Execute restarts
 -- the statement clock, so the two never match.)
@@ -499,7 +608,7 @@ $$;
 
 -- Out-of-order settling (settle_rows with keyed rows), with the arguments
 -- the client's SettleKeyed statement passes; it always waits for the
--- skip-policy partitions.
+-- skip-policy failures' locks (lock_skip_failures).
 CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed_v2(
     p_pids       bigint[],
     p_groups     text[],
@@ -515,7 +624,8 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_keyed_v2(
     p_dl_created timestamptz[],
     p_dl_keys    text[],  -- ordering keys ('' or NULL: none)
     p_dl_headers bytea[], -- encoded headers (empty or NULL: none)
-    p_blobs      bytea[]  -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
+    p_blobs      bytea[], -- per failure, its re-enqueue's segment (see settle_rows); NULL otherwise
+    p_retry_ms   bigint[] -- per failure, the wait RetryAfter asked for (see settle_rows); NULL: the schedule
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -523,7 +633,7 @@ BEGIN
         p_release, {{schema}}.dead_letter_snapshots('settle_keyed', coalesce(cardinality(p_pids), 0), p_act, p_dl_ids,
                                                     p_dl_txns, p_dl_flags, p_dl_payload, p_dl_created, p_dl_keys,
                                                     p_dl_headers, p_reasons),
-        p_blobs, NULL);
+        p_blobs, p_retry_ms);
 END
 $$;
 
