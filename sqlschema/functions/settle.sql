@@ -116,6 +116,9 @@ $$;
 --     cursor row, as the lock order says (a delete_queue holding the
 --     queue row would otherwise wait for the cursor row this holds while
 --     this waits for the queue row).
+-- The queue row of every failure (action 1, which may spend the budget)
+-- and dead letter (3) is taken KEY SHARE likewise, whatever the route: a
+-- dead letter's foreign key needs it.
 -- Queues first, then partitions, each in ascending id. With p_wait it
 -- waits for each; without, it takes only the rows free now (see
 -- settle_v2). The wait policy is syntax, not a value, so without dynamic
@@ -144,11 +147,15 @@ BEGIN
         LEFT JOIN {{schema}}.partitions p ON p.id = x.pid
         LEFT JOIN {{schema}}.queues qq ON qq.id = p.queue_id
         ORDER BY x.o);
-    IF NOT (1 = ANY (v_route) OR 2 = ANY (v_route)) THEN
+    IF NOT (1 = ANY (v_route) OR 2 = ANY (v_route) OR 1 = ANY (p_act) OR 3 = ANY (p_act)) THEN
         RETURN v_route;
     END IF;
+    -- Also the queues of the rows that may write a dead letter (a failure
+    -- that spends the budget, a dead letter), whose foreign key takes the
+    -- queue row KEY SHARE too: before the cursor row, for the same reason.
     v_qids := ARRAY(SELECT p.queue_id FROM {{schema}}.partitions p
-                    WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, v_route) AS x(pid, r) WHERE x.r = 2));
+                    WHERE p.id IN (SELECT x.pid FROM unnest(p_pids, v_route, p_act) AS x(pid, r, act)
+                                   WHERE x.r = 2 OR x.act IN (1, 3)));
     v_pids := ARRAY(SELECT x.pid FROM unnest(p_pids, v_route) AS x(pid, r) WHERE x.r = 1);
     IF p_wait THEN
         SELECT coalesce(array_agg(l.id), '{}') INTO v_qids FROM (
@@ -299,7 +306,7 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
-    IF 1 = ANY (p_act) THEN
+    IF 1 = ANY (p_act) OR 3 = ANY (p_act) THEN
         v_route := {{schema}}.lock_skip_failures(p_pids, p_act, p_wait, p_retry_ms);
     END IF;
 
