@@ -604,6 +604,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- The queue row the dead letters' foreign key needs, before the cursor
+    -- row (the lock order): a delete_queue holding it would otherwise wait
+    -- for the cursor row while this waits for it. Gone: so is the cursor.
+    PERFORM 1 FROM {{schema}}.queues q WHERE q.id = v_p.queue_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
     IF p_lease IS NOT NULL THEN
         SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at, c.settled INTO v_c
         FROM {{schema}}.consumers c
