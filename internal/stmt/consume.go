@@ -4,6 +4,8 @@ package stmt
 type Consume struct {
 	// Pop claims and leases (see Pop): one row per delivered segment.
 	Pop string
+	// PopAhead claims ahead under a held lease (see PopAhead).
+	PopAhead string
 	// PopDeadLetter dead-letters messages a pop claimed but cannot decode
 	// (see PopDeadLetter).
 	PopDeadLetter string

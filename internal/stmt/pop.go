@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
 )
 
 // PopParams is the input of Pop: one claim of a queue for a consumer group.
@@ -72,6 +73,33 @@ type PopRow struct {
 	FailCounts  []int32
 }
 
+// PopAheadParams is the input of PopAhead: a claim of the messages after
+// a held lease's batch, under that lease, optionally fused with the ack of
+// the lease's head batch.
+type PopAheadParams struct {
+	Lease Lease
+	// Through, when >= 0, is acked (the cursor commits through it) in the
+	// same statement, before the claim.
+	Through int64
+	// Max is the most messages claimed.
+	Max int
+	// LeaseTime is the lease's length from now, sent in whole
+	// milliseconds; <= 0: the queue's lease time.
+	LeaseTime time.Duration
+}
+
+// PopAhead runs c.PopAhead for in on q and calls each for every row, as Pop
+// does. No row: nothing was written, the ack included (see pop_ahead() in
+// sqlschema/functions/pop.sql for when).
+func PopAhead(ctx context.Context, c *Consume, q Querier, in PopAheadParams, each func(*PopRow) error) error {
+	rows, err := q.Query(ctx, c.PopAhead, in.Lease.Partition, in.Lease.Group, in.Lease.ID, in.Through, in.Max,
+		in.LeaseTime.Milliseconds())
+	if err != nil {
+		return err
+	}
+	return scanPopRows(rows, each)
+}
+
 // Pop runs c.Pop for in on q and calls each for every row, in row order,
 // with a row it may keep no reference to (the row is reused; the slices
 // in it are not). An error from each ends Pop with that error.
@@ -85,6 +113,11 @@ func Pop(ctx context.Context, c *Consume, q Querier, in PopParams, each func(*Po
 	if err != nil {
 		return err
 	}
+	return scanPopRows(rows, each)
+}
+
+// scanPopRows calls each for every row of pop_row rows, reusing one PopRow.
+func scanPopRows(rows pgx.Rows, each func(*PopRow) error) error {
 	defer rows.Close()
 	var (
 		r       PopRow

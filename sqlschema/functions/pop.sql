@@ -563,6 +563,96 @@ BEGIN
 END
 $$;
 
+-- A claim ahead for the holder of lease p_lease on group p_group's cursor
+-- of partition p_pid (Consume's prefetch, see DESIGN.md): the next up to
+-- p_max messages after the lease's batch_end join the same lease, which is
+-- renewed to end p_lease_ms from now (<= 0: the queue's lease time) and
+-- covers both batches; the rows are pop's, for those messages. With p_ok
+-- >= 0 it first acks through p_ok (an in-order ack, as settle's, in the
+-- same statement): the ack that would end the lease at batch_end keeps it
+-- for the batch claimed here. Nothing is written and no row returned when
+-- the lease is not live, p_ok is not above the cursor or passes batch_end,
+-- nothing is retained past batch_end, the group is paused, the queue
+-- delays or windows its messages, or the cursor holds out-of-order
+-- settlement state (settled, fail_offs): the caller then settles as usual.
+-- Deliveries: without an ack the head's count stands (this claim does not
+-- start at the cursor); with one, the run after the new cursor was
+-- delivered once (the batch claimed ahead before, and this one), or as
+-- often as the head when an earlier lease had delivered past batch_end.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_ahead(p_pid bigint, p_group text, p_lease uuid, p_ok bigint,
+                                              p_max integer, p_lease_ms bigint)
+RETURNS SETOF {{schema}}.pop_row
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_c     record;
+    v_now   timestamptz := clock_timestamp();
+    v_first bigint;
+    v_last  bigint;
+    v_lo    bigint;
+    v_comm  bigint;
+    v_deliv integer;
+    v_ms    bigint;
+    v_exp   timestamptz;
+BEGIN
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
+           cc.settled, cc.fail_offs, p.name, p.last_offset, p.log_start, p.queue_id,
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+    INTO v_c
+    FROM {{schema}}.consumers cc
+    JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+    JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    FOR UPDATE OF cc;
+    IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
+       OR v_c.batch_end IS NULL OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL
+       OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0 OR p_max < 1
+       OR (p_ok >= 0 AND (p_ok <= v_c.committed OR p_ok > v_c.batch_end)) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group) THEN
+        RETURN;
+    END IF;
+    v_first := greatest(v_c.batch_end + 1, v_c.log_start);
+    v_last := least(v_c.last_offset, v_first + p_max - 1);
+    IF v_last < v_first THEN
+        RETURN;
+    END IF;
+    v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                      WHERE s.partition_id = p_pid AND s.base_offset <= v_first), v_first);
+    IF p_ok >= 0 THEN
+        v_comm := p_ok;
+        v_deliv := CASE WHEN v_c.delivered_max > v_c.batch_end THEN greatest(v_c.deliveries, 1) ELSE 1 END;
+    ELSE
+        v_comm := v_c.committed;
+        v_deliv := greatest(v_c.deliveries, 1);
+    END IF;
+    v_ms := CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END;
+    v_exp := greatest(v_c.lease_expires_at, v_now + v_ms * interval '1 millisecond');
+
+    -- The segments first, the cursor write only if some segment was read
+    -- (as in pop: retention may have taken them since).
+    RETURN QUERY
+    SELECT p_pid, v_c.name, p_lease, v_exp, v_ms, v_first, v_last, v_deliv, v_c.delivered_max,
+           s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
+           NULL::bigint[], NULL::bigint[], NULL::integer[]
+    FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
+    ORDER BY s.base_offset;
+    IF FOUND THEN
+        UPDATE {{schema}}.consumers SET committed = v_comm,
+            attempts = CASE WHEN v_comm > committed THEN 0 ELSE attempts END,
+            deliveries = v_deliv, delivered_max = greatest(delivered_max, v_last),
+            batch_end = v_last, lease_expires_at = v_exp, updated_at = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+END
+$$;
+
 -- What a pop claimed but cannot hand over: messages Go cannot decompress,
 -- parse or decrypt (a corrupt segment, a message sealed with another key).
 -- They go to the dead-letter store with their reasons instead of failing
