@@ -298,7 +298,16 @@ func (c *consumer) stopErr() error {
 // settlement of what it did (nil when there is nothing to settle), for the
 // caller to run once it has released the worker: the settle round trip holds
 // the partition's lease, not a handler slot.
-func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
+//
+// Where mayClaimAhead allows, the partition's next batch is claimed under
+// the same lease while the handlers run, and the settle of a batch handled
+// whole acks it and claims the one after that in one statement (pop_ahead);
+// the batch in hand then runs next (b.next). A batch not handled whole, or
+// whose settle did not apply, lets the one claimed ahead go unstarted: a
+// failure or an interrupt released the lease over both, and a lost lease
+// is lost for both.
+func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func()) {
+	msgs := b.msgs
 	if c.keyConc > 1 {
 		return c.handleBatchKeyed(msgs)
 	}
@@ -314,11 +323,13 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 		}
 		return nil
 	}
-	var exp atomic.Int64 // the lease's end in Unix ns, 0 once lost
-	exp.Store(msgs[0].LeaseExpiresAt.UnixNano())
+	exp := b.leaseEnd() // the lease's end in Unix ns, 0 once lost
+	if b.ahead == nil && c.mayClaimAhead(b, alone) {
+		b.ahead = c.startAhead(b)
+	}
 	hold, hctx := c.newHold()
 	defer hold.end()
-	stopRenew := q.renew(msgs[0], &exp, nil, hold)
+	stopRenew := q.renew(msgs[0], exp, nil, hold)
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
@@ -327,7 +338,7 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 			op.act, op.actMsg = actInterrupt, m
 			break
 		}
-		err := c.call(hctx, m, &exp, hold)
+		err := c.call(hctx, m, exp, hold)
 		if err == nil {
 			lastOK = i
 			continue
@@ -353,11 +364,19 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	if lastOK >= 0 {
 		op.ok = msgs[lastOK].Offset
 	}
+	// Whole: every message handled and the lease not known lost, so the
+	// batch claimed ahead may follow once this one's ack applies.
+	whole := op.act == actNone && lastOK == len(msgs)-1 && !lostByRenewal
 	if op.ok < 0 && op.act == actNone {
 		if lostByRenewal {
 			c.dm.leaseLost(context.Background())
 		}
-		return nil // nothing handled: the lease runs out by itself
+		if b.ahead == nil {
+			return nil // nothing handled: the lease runs out by itself
+		}
+		// Nothing handled: the lease runs out by itself, over the batch
+		// claimed ahead too once that claim is done.
+		return func() { b.ahead.wait() }
 	}
 	released := 0 // what an interrupt hands back: the message and the unstarted rest
 	if op.act == actInterrupt {
@@ -366,16 +385,30 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 	return func() {
 		// Not e.settle: a Consume stopped by Close settles while it closes.
 		ctx := context.Background()
-		st, err := e.settleFused(ctx, []settleOp{op})
-		if err == nil {
+		nb := b.ahead.wait()
+		acks := func() int {
 			// A message the handler settled itself was counted then.
-			acks := 0
+			n := 0
 			for _, m := range msgs[:lastOK+1] {
 				if atomic.LoadInt32(&m.appSettled) == 0 {
-					acks++
+					n++
 				}
 			}
-			c.dm.settledOp(ctx, &op, acks, released, st[0])
+			return n
+		}
+		if whole && nb != nil && c.mayClaimAhead(nb, alone) {
+			// The ack and the next claim in one round trip.
+			nb2, acked := c.claimAhead(nb, op.ok)
+			if acked {
+				c.dm.settledOp(ctx, &op, acks(), 0, stApplied)
+				nb.ahead = claimed(nb2)
+				b.next = nb
+				return
+			}
+		}
+		st, err := e.settleFused(ctx, []settleOp{op})
+		if err == nil {
+			c.dm.settledOp(ctx, &op, acks(), released, st[0])
 			if lostByRenewal || st[0] == stLeaseLost {
 				c.dm.leaseLost(ctx)
 			}
@@ -393,6 +426,10 @@ func (c *consumer) handleBatch(msgs []*Message) (settle func()) {
 		if err != nil {
 			e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
 				"queue", q.name, "partition", msgs[0].Partition, "err", err)
+			return
+		}
+		if whole && nb != nil {
+			b.next = nb
 		}
 	}
 }

@@ -30,17 +30,22 @@ func (c *consumer) dispatch(n int) error {
 	defer e.wake.Unsubscribe(w)
 	po := c.po
 	po.Partitions = 1 // a claim of n takes up to n partitions, po.Batch from each
-	err := dispatch.Run(c.stop, dispatch.Config[[]*Message]{
+	err := dispatch.Run(c.stop, dispatch.Config[*consumeBatch]{
 		Workers: n,
 		Hold:    n * max(c.po.Partitions, 1),
-		Claim: func(ctx context.Context, hints []string, free int) ([][]*Message, error) {
+		Claim: func(ctx context.Context, hints []string, free int) ([]*consumeBatch, error) {
 			e.claims.Pops.Add(int64(free)) // one pop per free worker, in Stats
 			groups, err := q.claim(ctx, &po, hints, free)
 			c.logClaim(groups)
-			return groups, err
+			bs := make([]*consumeBatch, len(groups))
+			for i, g := range groups {
+				bs[i] = &consumeBatch{msgs: g}
+			}
+			return bs, err
 		},
 		Handle:    c.handleBatch,
-		Partition: func(b []*Message) int64 { return b[0].pid },
+		Next:      func(b *consumeBatch) (*consumeBatch, bool) { return b.next, b.next != nil },
+		Partition: func(b *consumeBatch) int64 { return b.msgs[0].pid },
 		Wake:      w,
 		Rescan:    e.cfg.test.popRescan,
 		// AutoAck batches hold no lease: two claims in flight could take

@@ -217,99 +217,19 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		}()
 		db = tx
 	}
-	var unknownKey error // the first payload sealed with a key this client lacks
-	var (
-		parts   []*popPart
-		p       *popPart
-		scratch []byte
-	)
+	d := &popDecoder{q: q, o: o, dm: dm}
 	err := stmt.Pop(qctx, e.csql, db, stmt.PopParams{
 		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
 		Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
 		AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from,
-	}, func(r *stmt.PopRow) error {
-		pname := r.PartitionName
-		if p == nil || p.pid != r.PartitionID {
-			p = &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1}
-			if r.Lease != nil {
-				p.lease = *r.Lease
-			}
-			if len(r.FailOffsets) > 0 && len(r.FailOffsets) == len(r.FailCounts) {
-				p.fails = make(map[int64]int, len(r.FailOffsets))
-				for i, o := range r.FailOffsets {
-					p.fails[o] = int(r.FailCounts[i])
-				}
-			}
-			parts = append(parts, p)
-		}
-		var leaseStr string
-		var exp time.Time
-		var dur time.Duration
-		if r.Lease != nil {
-			leaseStr = p.lease.String()
-		}
-		if r.LeaseExpires != nil {
-			exp = *r.LeaseExpires
-			dur = r.LeaseTime
-		}
-		msg := func(off int64) *Message {
-			m := &Message{
-				Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt, Group: o.Group,
-				LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-				q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm, mem: o.mem,
-			}
-			if off <= r.DeliveredMax && r.Deliveries > 1 {
-				m.Attempt = int(r.Deliveries)
-			}
-			if f := p.fails[off]; f > 0 {
-				// Failed out of order (not at the cursor): at least its
-				// failures plus this delivery.
-				m.Attempt = max(m.Attempt, f+1)
-			}
-			// A message the skip policy re-enqueued carries its failures.
-			m.Attempt += int(r.Failures)
-			return m
-		}
-		base, end := r.Base, r.End
-		lo, hi := max(r.First, base), min(r.Last, end)
-		if p.head < 0 {
-			p.head = lo
-		}
-		frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, scratch)
-		if err != nil {
-			p.undecodable(msg, lo, hi, err)
-			return nil
-		}
-		if owned {
-			scratch = frames
-		}
-		next, err := q.decodeRun(pname, frames, base, end, lo, hi, true, func(off int64) *Message {
-			if p.isSettled(off) {
-				return nil // settled out of order by an earlier holder
-			}
-			return msg(off)
-		}, func(m *Message, openErr error) error {
-			if openErr != nil {
-				if _, ok := openErr.(seal.UnknownKeyError); ok && unknownKey == nil {
-					unknownKey = openErr
-				}
-				p.dead = append(p.dead, deadMsg{m, openErr})
-				return nil
-			}
-			p.msgs = append(p.msgs, m)
-			return nil
-		})
-		if err != nil {
-			p.undecodable(msg, next, hi, err)
-		}
-		return nil
-	})
+	}, d.row)
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
 	o.mem.carry() // the claim was the member's heartbeat
-	if unknownKey != nil {
-		err := fmt.Errorf("queen: pop %q: %w", q.name, unknownKey)
+	parts := d.parts
+	if d.unknownKey != nil {
+		err := fmt.Errorf("queen: pop %q: %w", q.name, d.unknownKey)
 		switch {
 		case tx != nil:
 			return nil, err // rolled back: nothing was claimed
@@ -343,6 +263,102 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		}
 	}
 	return groups, nil
+}
+
+// popDecoder turns the rows of a claim (pop, pop_ahead) into its
+// partitions' messages, in row order.
+type popDecoder struct {
+	q       *Queue
+	o       *PopOptions
+	dm      *destMeter
+	parts   []*popPart
+	p       *popPart
+	scratch []byte
+	// unknownKey is the first payload sealed with a key this client lacks.
+	unknownKey error
+}
+
+// row decodes one row of a claim.
+func (d *popDecoder) row(r *stmt.PopRow) error {
+	q, o, e := d.q, d.o, d.q.c.e
+	dm := d.dm
+	pname := r.PartitionName
+	if d.p == nil || d.p.pid != r.PartitionID {
+		p := &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1}
+		if r.Lease != nil {
+			p.lease = *r.Lease
+		}
+		if len(r.FailOffsets) > 0 && len(r.FailOffsets) == len(r.FailCounts) {
+			p.fails = make(map[int64]int, len(r.FailOffsets))
+			for i, o := range r.FailOffsets {
+				p.fails[o] = int(r.FailCounts[i])
+			}
+		}
+		d.parts = append(d.parts, p)
+		d.p = p
+	}
+	p := d.p
+	var leaseStr string
+	var exp time.Time
+	var dur time.Duration
+	if r.Lease != nil {
+		leaseStr = p.lease.String()
+	}
+	if r.LeaseExpires != nil {
+		exp = *r.LeaseExpires
+		dur = r.LeaseTime
+	}
+	msg := func(off int64) *Message {
+		m := &Message{
+			Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt, Group: o.Group,
+			LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
+			q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm, mem: o.mem,
+		}
+		if off <= r.DeliveredMax && r.Deliveries > 1 {
+			m.Attempt = int(r.Deliveries)
+		}
+		if f := p.fails[off]; f > 0 {
+			// Failed out of order (not at the cursor): at least its
+			// failures plus this delivery.
+			m.Attempt = max(m.Attempt, f+1)
+		}
+		// A message the skip policy re-enqueued carries its failures.
+		m.Attempt += int(r.Failures)
+		return m
+	}
+	base, end := r.Base, r.End
+	lo, hi := max(r.First, base), min(r.Last, end)
+	if p.head < 0 {
+		p.head = lo
+	}
+	frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, d.scratch)
+	if err != nil {
+		p.undecodable(msg, lo, hi, err)
+		return nil
+	}
+	if owned {
+		d.scratch = frames
+	}
+	next, err := q.decodeRun(pname, frames, base, end, lo, hi, true, func(off int64) *Message {
+		if p.isSettled(off) {
+			return nil // settled out of order by an earlier holder
+		}
+		return msg(off)
+	}, func(m *Message, openErr error) error {
+		if openErr != nil {
+			if _, ok := openErr.(seal.UnknownKeyError); ok && d.unknownKey == nil {
+				d.unknownKey = openErr
+			}
+			p.dead = append(p.dead, deadMsg{m, openErr})
+			return nil
+		}
+		p.msgs = append(p.msgs, m)
+		return nil
+	})
+	if err != nil {
+		p.undecodable(msg, next, hi, err)
+	}
+	return nil
 }
 
 // popPart is one claimed partition's share of a claim: the messages

@@ -25,8 +25,15 @@ type Config[B any] struct {
 	Claim func(ctx context.Context, hints []string, n int) ([]B, error)
 	// Handle runs a batch's handlers and returns what settles it (nil:
 	// nothing to settle). The settle runs after the worker's slot is freed:
-	// it holds only the partition.
-	Handle func(B) (settle func())
+	// it holds only the partition. alone reports, whenever asked, whether
+	// no more partitions are in hand than there are workers: nothing else
+	// waits for this worker, so it may keep its partition for the next
+	// batch (Next).
+	Handle func(b B, alone func() bool) (settle func())
+	// Next, if set, is asked once a batch is settled for the batch of its
+	// partition to run after it on the same worker, ahead of any queued
+	// behind it (one claimed ahead under the same lease); false: none.
+	Next func(B) (B, bool)
 	// Partition is the partition a batch belongs to.
 	Partition func(B) int64
 	// Wake is a wake subscription: C fires when something was pushed,
@@ -92,10 +99,15 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		default:
 		}
 	}
+	alone := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(busy) <= n
+	}
 	worker := func(pid int64, batch B) {
 		for {
 			run <- struct{}{}
-			settle := cfg.Handle(batch)
+			settle := cfg.Handle(batch, alone)
 			<-run
 			// The handler slot is free once the handlers are done: the
 			// settle round trip holds only the partition (its lease, and its
@@ -107,6 +119,15 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 			if settle != nil {
 				signal()
 				settle()
+			}
+			if cfg.Next != nil {
+				if b, ok := cfg.Next(batch); ok {
+					mu.Lock()
+					inUse++
+					mu.Unlock()
+					batch = b
+					continue
+				}
 			}
 			mu.Lock()
 			next := busy[pid]

@@ -70,7 +70,7 @@ func (s *source) claim(_ context.Context, _ []string, n int) ([]batch, error) {
 	return out, nil
 }
 
-func (s *source) handle(b batch) func() {
+func (s *source) handle(b batch, _ func() bool) func() {
 	s.mu.Lock()
 	if s.running[b.pid] {
 		s.overlap.Store(true)
@@ -190,7 +190,7 @@ func TestRunClaimFailure(t *testing.T) {
 			t.Error("claimed after a fatal error")
 			return nil, nil
 		},
-		Handle: func(batch) func() {
+		Handle: func(batch, func() bool) func() {
 			handled.Add(1)
 			return nil
 		},
