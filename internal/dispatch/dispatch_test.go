@@ -241,3 +241,88 @@ func TestRunSerialClaims(t *testing.T) {
 		t.Fatalf("%d claims in flight at once, want 1", m)
 	}
 }
+
+// The batch Next returns runs after its predecessor's settle, before a
+// batch of its partition queued behind (one claimed again after a lost
+// lease, say); alone tells whether no more partitions are in hand than
+// workers.
+func TestRunNextRunsBeforeQueued(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		pid1   []int
+		total  int
+		alone  []bool
+		calls  atomic.Int32
+		parts  atomic.Int32
+		handed = make(chan struct{})
+		looked = make(chan struct{})
+	)
+	cfg := Config[batch]{
+		Workers: 2, Hold: 4,
+		Claim: func(context.Context, []string, int) ([]batch, error) {
+			switch calls.Add(1) {
+			case 1:
+				return []batch{{pid: 1, seq: 0}}, nil
+			case 2:
+				return []batch{{pid: 1, seq: 2}, {pid: 2, seq: 0}, {pid: 3, seq: 0}}, nil
+			}
+			return nil, nil
+		},
+		Handle: func(b batch, al func() bool) func() {
+			if b.pid == 1 && b.seq == 0 {
+				alone = append(alone, al())
+				<-handed
+				alone = append(alone, al())
+				close(looked)
+			} else {
+				<-looked // the others stay in hand until then
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			total++
+			if b.pid == 1 {
+				pid1 = append(pid1, b.seq)
+			}
+			return func() {}
+		},
+		Next: func(b batch) (batch, bool) {
+			if b.pid == 1 && b.seq == 0 {
+				return batch{pid: 1, seq: 1}, true
+			}
+			return batch{}, false
+		},
+		Partition: func(b batch) int64 {
+			if parts.Add(1) == 4 {
+				close(handed) // under Run's lock: both are in hand once alone can look
+			}
+			return b.pid
+		},
+		Wake:   wakes{make(chan struct{})},
+		Rescan: time.Millisecond,
+		Failed: func(err error, _ time.Duration) error { return err },
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- Run(stop, cfg) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := total
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if !slices.Equal(pid1, []int{0, 1, 2}) || total != 5 {
+		t.Fatalf("partition 1 handled %v (%d batches in all), want [0 1 2] (5)", pid1, total)
+	}
+	if !slices.Equal(alone, []bool{true, false}) {
+		t.Fatalf("alone reported %v, want true with one partition in hand, false with three for two workers", alone)
+	}
+}
