@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/internal/segment"
 )
 
 // claimLog records Consume's claims from its Debug log ("queen: consume
@@ -431,5 +433,38 @@ func TestConsumeKeyedClaimsNothingAhead(t *testing.T) {
 			t.Fatalf("claims %+v: two under one lease", claims.all())
 		}
 		seen[c.lease] = true
+	}
+}
+
+// A message claimed ahead that does not decode: the lease is cut back
+// before it, the messages claimed ahead before it are handled, and the
+// next claim finds it at its head and dead-letters it; the rest follows in
+// order.
+func TestConsumeUndecodableClaimedAhead(t *testing.T) {
+	c, claims := openClaimLog(t, withKey(testKey(1)))
+	q := configure(t, c, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+	for i := range 10 {
+		push(t, q, queen.Item{Partition: "p", Data: []byte(fmt.Sprintf("m%d", i))})
+	}
+	pid, blob := segmentBlob(t, c, queen.DefaultTenant, "q", "p", 7)
+	f := onlyFrame(t, blob)
+	f.Payload[len(f.Payload)-1] ^= 1
+	setSegmentBlob(t, c, pid, 7, segment.Compress(nil, frame.Append(nil, &f)))
+	var h handledLog
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 5}},
+		func(_ context.Context, m *queen.Message) error { h.add(m); return nil },
+		func() bool { return len(h.all()) >= 9 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.datas(), []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m8", "m9"}; !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	cl := claims.all()
+	if len(cl) < 2 || cl[1].first != 5 || cl[1].lease != cl[0].lease {
+		t.Fatalf("claims %+v: want the second (5..) claimed ahead under the first's lease", cl)
+	}
+	if dl := deadLetters(t, q); len(dl) != 1 || dl[0].Offset != 7 {
+		t.Fatalf("dead letters %+v, want offset 7", dl)
 	}
 }
