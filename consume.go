@@ -85,6 +85,16 @@ type ConsumeOptions struct {
 // partition per key holding a few messages each) a value like 4 to 16 lets
 // each claim and settle round trip carry that many times more messages.
 //
+// While a full batch of a partition runs, Consume claims the partition's
+// next batch under the same lease (one batch ahead), and settles each
+// batch handled whole in the same round trip as the claim of the batch
+// after the one in hand. The batch claimed ahead starts only after the one
+// before it was handled whole and its ack applied; a failure or a stop
+// releases it with the lease, unstarted (its messages count as delivered,
+// like the unstarted rest of a failed batch), and a lost lease is lost for
+// it too. Not with AutoAck or KeyConcurrency above 1, and not while more
+// partitions are in hand than Concurrency: those rotate batch by batch.
+//
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes
 // back after the queue's RetryBackoff, or after the wait a RetryAfter error
