@@ -388,6 +388,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 		// claimed ahead too once that claim is done.
 		return func() { b.ahead.wait() }
 	}
+	b.keeps = whole && b.ahead != nil
 	released := 0 // what an interrupt hands back: the message and the unstarted rest
 	if op.act == actInterrupt {
 		released = len(msgs) - (lastOK + 1)

@@ -45,6 +45,7 @@ func (c *consumer) dispatch(n int) error {
 		},
 		Handle:    c.handleBatch,
 		Next:      func(b *consumeBatch) (*consumeBatch, bool) { return b.next, b.next != nil },
+		Keeps:     func(b *consumeBatch) bool { return b.keeps },
 		Partition: func(b *consumeBatch) int64 { return b.msgs[0].pid },
 		Wake:      w,
 		Rescan:    e.cfg.test.popRescan,

@@ -20,6 +20,9 @@ type consumeBatch struct {
 	// next is set by the settle: ahead's batch, to run next on the same
 	// worker (dispatch.Config.Next). nil: the partition is let go.
 	next *consumeBatch
+	// keeps is set once the handlers are done: handled whole with a
+	// batch claimed ahead, so next is likely set (dispatch.Config.Keeps).
+	keeps bool
 }
 
 // aheadClaim is a claim ahead in flight; b is set (nil: nothing claimed)

@@ -8,6 +8,7 @@ package dispatch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/e03140bc/queen/internal/backoff"
@@ -34,6 +35,11 @@ type Config[B any] struct {
 	// partition to run after it on the same worker, ahead of any queued
 	// behind it (one claimed ahead under the same lease); false: none.
 	Next func(B) (B, bool)
+	// Keeps, if set, is asked once a batch's handlers are done: true when
+	// its worker is likely to go on with Next. The slot it frees then
+	// starts a claim only if the loop has one pending (a wake, a rescan):
+	// a claim for it alone would find nothing, the partition being kept.
+	Keeps func(B) bool
 	// Partition is the partition a batch belongs to.
 	Partition func(B) int64
 	// Wake is a wake subscription: C fires when something was pushed,
@@ -91,6 +97,9 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		inUse int               // batches in hand: running or queued
 		freed = make(chan struct{}, 1)
 		wg    sync.WaitGroup
+		// pending: the loop wants a claim it cannot start yet (no free
+		// slot, or claims in flight or backing off).
+		pending atomic.Bool
 	)
 	defer wg.Wait()
 	signal := func() {
@@ -117,7 +126,9 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 			inUse--
 			mu.Unlock()
 			if settle != nil {
-				signal()
+				if cfg.Keeps == nil || !cfg.Keeps(batch) || pending.Load() {
+					signal()
+				}
 				settle()
 			}
 			if cfg.Next != nil {
@@ -188,6 +199,7 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		// worker would otherwise idle.
 		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < most && retry == nil {
 			inUse += free
+			pending.Store(false)
 			mu.Unlock()
 			h := hints
 			hints, want = nil, false
@@ -198,6 +210,7 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 			}()
 			continue
 		}
+		pending.Store(want)
 		mu.Unlock()
 		select {
 		case r := <-results:

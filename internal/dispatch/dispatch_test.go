@@ -326,3 +326,89 @@ func TestRunNextRunsBeforeQueued(t *testing.T) {
 		t.Fatalf("alone reported %v, want true with one partition in hand, false with three for two workers", alone)
 	}
 }
+
+// A worker going on with its partition (Keeps, then Next) does not start
+// a claim per batch for the slot it frees meanwhile, only once it lets the
+// partition go; a claim pending when a batch ends (a wake) is started
+// then.
+func TestRunKeepsClaimsOnlyWhenPending(t *testing.T) {
+	const chain = 20
+	var (
+		mu      sync.Mutex
+		handled int
+		claims  atomic.Int32
+		woke    atomic.Int32
+		wake    = make(chan struct{}, 1)
+	)
+	cfg := Config[batch]{
+		Workers: 1, Hold: 1,
+		Claim: func(context.Context, []string, int) ([]batch, error) {
+			if claims.Add(1) == 1 {
+				return []batch{{pid: 1}}, nil
+			}
+			return nil, nil
+		},
+		Handle: func(b batch, _ func() bool) func() {
+			if b.seq == chain/2 {
+				wake <- struct{}{} // a push elsewhere while this batch runs
+				for woke.Load() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(10 * time.Millisecond) // the loop has seen it
+			}
+			mu.Lock()
+			handled++
+			mu.Unlock()
+			return func() { time.Sleep(2 * time.Millisecond) } // a settle's round trip
+		},
+		Next: func(b batch) (batch, bool) {
+			if b.seq < chain-1 {
+				return batch{pid: 1, seq: b.seq + 1}, true
+			}
+			return batch{}, false
+		},
+		Keeps:     func(b batch) bool { return b.seq < chain-1 },
+		Partition: func(b batch) int64 { return b.pid },
+		Wake:      wakeCounter{wake, &woke},
+		Rescan:    time.Hour,
+		Failed:    func(err error, _ time.Duration) error { return err },
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- Run(stop, cfg) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := handled
+		mu.Unlock()
+		if n >= chain && claims.Load() >= 3 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for claims that should not come
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// The first claim; one after the first batch, since the first claim
+	// took all it asked for (more may be ready); the one the wake left
+	// pending; and two for the last batch, which is not kept: its slot
+	// during its settle, and its partition let go.
+	if n := claims.Load(); n < 3 || n > 5 || handled != chain {
+		t.Fatalf("%d claims for a chain of %d batches (%d handled), want at most 5", n, chain, handled)
+	}
+}
+
+// wakeCounter is a wake subscription counting the wakes taken.
+type wakeCounter struct {
+	ch   chan struct{}
+	took *atomic.Int32
+}
+
+func (w wakeCounter) C() <-chan struct{} { return w.ch }
+func (w wakeCounter) TakeHints() []string {
+	w.took.Add(1)
+	return nil
+}
