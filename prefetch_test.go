@@ -468,3 +468,45 @@ func TestConsumeUndecodableClaimedAhead(t *testing.T) {
 		t.Fatalf("dead letters %+v, want offset 7", dl)
 	}
 }
+
+// With more ready partitions than workers a partition is not kept: two
+// deep partitions and one worker take turns, each holding the worker for
+// at most the batches it had claimed ahead when the other was claimed (3
+// batches), never draining one before the other.
+func TestConsumeClaimAheadRotatesPartitions(t *testing.T) {
+	c, claims := openClaimLog(t)
+	q := c.Queue("q")
+	pushN(t, q, "a", "a", 60)
+	pushN(t, q, "b", "b", 60)
+	var h handledLog
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}},
+		func(_ context.Context, m *queen.Message) error { h.add(m); return nil },
+		func() bool { return len(h.all()) >= 120 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := h.all()
+	next := map[byte]int{}
+	run, most := 0, 0
+	for i, r := range recs {
+		p := r.data[0]
+		if want := fmt.Sprintf("%c%d", p, next[p]); r.data != want {
+			t.Fatalf("handled %s, want %s next on its partition", r.data, want)
+		}
+		next[p]++
+		if i > 0 && recs[i-1].data[0] == p {
+			run++
+		} else {
+			run = 1
+		}
+		most = max(most, run)
+	}
+	if most > 30 {
+		var order []string
+		for i := 0; i < len(recs); i += 10 {
+			order = append(order, recs[i].data)
+		}
+		t.Fatalf("%d messages of one partition in a row while the other was ready (batches from %v); want at most 3 batches (30); claims %+v",
+			most, order, claims.all())
+	}
+}
