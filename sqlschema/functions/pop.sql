@@ -572,9 +572,11 @@ $$;
 -- same statement): the ack that would end the lease at batch_end keeps it
 -- for the batch claimed here. Nothing is written and no row returned when
 -- the lease is not live, p_ok is not above the cursor or passes batch_end,
--- nothing is retained past batch_end, the group is paused, the queue
--- delays or windows its messages, or the cursor holds out-of-order
--- settlement state (settled, fail_offs): the caller then settles as usual.
+-- nothing is retained past batch_end, the group is paused, another
+-- partition of the queue is in the ready set or the group's backlog (ready
+-- partitions take turns), the queue delays or windows its messages, or the
+-- cursor holds out-of-order settlement state (settled, fail_offs): the
+-- caller then settles as usual.
 -- Deliveries: without an ack the head's count stands (this claim does not
 -- start at the cursor); with one, the run after the new cursor was
 -- delivered once (the batch claimed ahead before, and this one), or as
@@ -615,6 +617,16 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group) THEN
+        RETURN;
+    END IF;
+    -- Another partition in the ready set or the group's backlog: the
+    -- lease ends with its batch, so partitions rotate as without claims
+    -- ahead (the ranges are pop_window's: only the partial indexes fit).
+    IF EXISTS (SELECT 1 FROM {{schema}}.partitions p
+               WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
+                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
         RETURN;
     END IF;
     v_first := greatest(v_c.batch_end + 1, v_c.log_start);
