@@ -92,8 +92,9 @@ type ConsumeOptions struct {
 // before it was handled whole and its ack applied; a failure or a stop
 // releases it with the lease, unstarted (its messages count as delivered,
 // like the unstarted rest of a failed batch), and a lost lease is lost for
-// it too. Not with AutoAck or KeyConcurrency above 1, and not while more
-// partitions are in hand than Concurrency: those rotate batch by batch.
+// it too. Not with AutoAck or KeyConcurrency above 1, nor while another
+// partition of the queue is ready or more partitions are in hand than
+// Concurrency: ready partitions take turns batch by batch.
 //
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes

@@ -55,7 +55,8 @@ func (a *aheadClaim) wait() *consumeBatch {
 // more), while not stopping, and while no more partitions are in hand than
 // workers (alone): keeping a partition must not keep another that is ready
 // from a worker, so with more ready partitions than workers they rotate
-// batch by batch as before. Not against a previous release's statements
+// batch by batch as before (pop_ahead itself also declines while another
+// partition of the queue is ready). Not against a previous release's statements
 // (stmt.Use), which lack pop_ahead.
 func (c *consumer) mayClaimAhead(b *consumeBatch, alone func() bool) bool {
 	return c.q.c.e.csql.PopAhead != "" && !c.po.AutoAck && c.keyConc <= 1 && len(b.msgs) == c.po.Batch && b.msgs[0].leaseDur > 0 &&
