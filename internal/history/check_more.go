@@ -119,11 +119,13 @@ func (c *checker) requeueUnbounded(ops []*Op) {
 }
 
 // deleteCuts: per queue, when its last Queue.Delete that may have
-// happened took effect at the latest. That is when it returned; for one
-// of unknown outcome (even past its return), before a message of the final log was first known
-// to exist after it began (stored in the new queue), and not
-// at all if one was known before it began (the final log would not hold
-// it). One that never returned thus cuts at the new queue's first message.
+// happened took effect at the latest: before a message of the final log
+// was first known to exist after it began (stored in the new queue, so
+// after the delete committed), and for one that returned, by its return
+// at the latest. One of unknown outcome may commit past its return, and
+// did not happen at all if a message of the final log was known before it
+// began (the final log would not hold it); one that never returned thus
+// cuts at the new queue's first message.
 func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 	var seen map[string][]int64
 	cut := map[string]int64{}
@@ -131,28 +133,35 @@ func (c *checker) deleteCuts(ops []*Op) map[string]int64 {
 		if !c.isCall(o, "delete") || o.Phase() == Fail {
 			continue
 		}
+		if seen == nil {
+			seen = c.known(ops)
+		}
+		after := int64(math.MaxInt64)
+		survived := false
+		for _, at := range seen[o.Inv.Queue] {
+			if at < o.Start() {
+				survived = true
+				break
+			}
+			after = min(after, at)
+		}
+		// Strictly before: the op that first showed the message read the
+		// new queue (its end may be that moment).
+		if after < math.MaxInt64 {
+			after--
+		}
 		t := o.End()
-		if o.Phase() != OK {
-			if seen == nil {
-				seen = c.known(ops)
-			}
-			after := int64(math.MaxInt64)
-			survived := false
-			for _, at := range seen[o.Inv.Queue] {
-				if at < o.Start() {
-					survived = true
-					break
-				}
-				after = min(after, at)
-			}
-			if survived {
-				continue
-			}
-			// Strictly before: the op that first showed the message read
-			// the new queue (its end may be that moment).
-			if after < math.MaxInt64 {
-				after--
-			}
+		switch {
+		case o.Phase() == OK && !survived:
+			// Committed before it returned, and before the new queue's
+			// first message was created.
+			t = min(t, after)
+		case o.Phase() == OK:
+			// A message known before it began survived it:
+			// deletedSurvived's to judge; cut at its return.
+		case survived:
+			continue
+		default:
 			// Not capped by its return: a cancelled DELETE may still
 			// commit after the client gave up.
 			t = after
