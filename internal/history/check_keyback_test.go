@@ -172,6 +172,20 @@ func TestCheckHeld(t *testing.T) {
 			h.r.Done(claim, OK, Event{T: 300 * ms})
 			return stKB("s", true, skipped...)
 		}},
+		{"skip: the failure's settle lost its lease: the partition waits for its expiry", "", func(h *hb) State {
+			// a's handler fails at 0.2 s, but its settle returns lease lost
+			// at 3.2 s (the lease expired meanwhile): a is redelivered in
+			// place and b waits behind it, as behind any expired lease.
+			h.kbConsume("s", ms, 20*sec, false)
+			h.kbPush("s", "p", "a", "ida", 0, 50*ms)
+			h.kbPush("s", "p", "b", "idb", 1, 100*ms)
+			h.kbHandle("s", s0, "", 150*ms, true)
+			inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpCall, Kind: "settle-log", Queue: "s", Partition: "p"}, 3200*ms))
+			h.r.Done(inv, OK, h.at(Event{Err: "queen: lease lost"}, 3200*ms))
+			h.kbHandle("s", Delivery{"p", 0, "ida", "a", "L3", 2, 0}, "", 3400*ms, false)
+			h.kbHandle("s", Delivery{"p", 1, "idb", "b", "L3", 1, 0}, "", 3500*ms, false)
+			return stKB("s", true, Stored{"s", "p", 0, "ida", "a", 0, false}, Stored{"s", "p", 1, "idb", "b", 0, false})
+		}},
 		{"skip: the partition waits for the failed message", "skip-stalled", func(h *hb) State {
 			skipRun(h, 4*sec)
 			return stKB("s", true, skipped...)
