@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -38,8 +39,10 @@ const holdAfter = 5 * time.Second
 // from the later of the failure and B's Queued push on, must be
 // delivered within holdBound, or the failed message delivered again
 // within it (which ends what the failure can hold back), while that
-// Consume runs throughout (and no holdFaults fault is near); a key with a
-// failure of its own within HoldWait before is not judged.
+// Consume runs throughout (and no holdFaults fault is near, nor a
+// Consume settle of the partition refused as lease lost: the partition
+// then waits for that lease's expiry); a key with a failure of its own
+// within HoldWait before is not judged.
 func (c *checker) held(ops []*Op) {
 	type qg struct{ queue, group string }
 	type del struct {
@@ -73,7 +76,8 @@ func (c *checker) held(ops []*Op) {
 	var spans []*Op // consume calls
 	var faults []*Op
 	var claims []*Op
-	at := map[qpo]string{} // stored offset -> message id
+	lost := map[qp][]int64{} // Consume settles refused as lease lost (settle-log), by partition
+	at := map[qpo]string{}   // stored offset -> message id
 	for _, o := range ops {
 		if o.Inv.Op == OpFault && slices.Contains(holdFaults, o.Inv.Kind) {
 			faults = append(faults, o)
@@ -83,6 +87,9 @@ func (c *checker) held(ops []*Op) {
 			continue
 		}
 		switch {
+		case c.isCall(o, "settle-log") && o.Done != nil && strings.Contains(o.Done.Err, "lease lost"):
+			k := qp{o.Inv.Queue, o.Inv.Partition}
+			lost[k] = append(lost[k], o.Inv.T)
 		case o.Inv.Op == OpPush && o.Phase() == OK:
 			for i, r := range o.Done.Results {
 				if r.Status == "queued" && r.ID != "" {
@@ -210,6 +217,12 @@ func (c *checker) held(ops []*Op) {
 				to = min(to, r.t)
 			}
 			if to-from < bound || faulted(from, d.t) {
+				continue
+			}
+			// A Consume's settle of the partition refused as lease lost
+			// meanwhile: the failure may not have been applied, and the
+			// partition waited for that lease to expire.
+			if slices.ContainsFunc(lost[qp{g.queue, f.partition}], func(t int64) bool { return t >= f.t && t <= d.t+bound }) {
 				continue
 			}
 			// Other keys run at most one Batch ahead of a paused key, and a
