@@ -186,6 +186,21 @@ func TestCheckHeld(t *testing.T) {
 			h.kbHandle("s", Delivery{"p", 1, "idb", "b", "L3", 1, 0}, "", 3500*ms, false)
 			return stKB("s", true, Stored{"s", "p", 0, "ida", "a", 0, false}, Stored{"s", "p", 1, "idb", "b", 0, false})
 		}},
+		{"skip: b read before its push returned, then failed: its copy waits its own backoff", "", func(h *hb) State {
+			h.kbConsume("s", ms, 20*sec, false)
+			h.kbPush("s", "p", "a", "ida", 0, 50*ms)
+			h.popAt("s", "", 150*ms, s0)
+			inv := h.r.Invoke(h.at(Event{Proc: "c", Op: OpSettle, Queue: "s", Kind: "fail", Partition: "p", Offset: 0, Lease: "L1", ID: "ida"}, 200*ms))
+			h.r.Done(inv, OK, h.at(Event{}, 210*ms))
+			push := h.r.Invoke(h.at(Event{Proc: "a", Op: OpPush, Queue: "s", Items: []Item{{"p", "b"}}}, 250*ms))
+			h.popAt("s", "", 350*ms, s1)
+			h.r.Done(push, OK, h.at(Event{Results: []Result{{"queued", "idb", 1}}}, 400*ms))
+			inv = h.r.Invoke(h.at(Event{Proc: "c", Op: OpSettle, Queue: "s", Kind: "fail", Partition: "p", Offset: 1, Lease: "L2", ID: "idb"}, 500*ms))
+			h.r.Done(inv, OK, h.at(Event{}, 510*ms))
+			h.kbHandle("s", sc, "", 5200*ms, false)
+			h.kbHandle("s", Delivery{"p", 3, "idb", "b", "L4", 2, 0}, "", 5500*ms, false)
+			return stKB("s", true, append(skipped, Stored{"s", "p", 3, "idb", "b", 1, false})...)
+		}},
 		{"skip: the partition waits for the failed message", "skip-stalled", func(h *hb) State {
 			skipRun(h, 4*sec)
 			return stKB("s", true, skipped...)
