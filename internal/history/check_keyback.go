@@ -204,7 +204,10 @@ func (c *checker) held(ops []*Op) {
 				continue // not Queued: it may have waited in a spool
 			}
 			from := max(f.t, tp)
-			d, ok := first(k, from)
+			// Any delivery after the failure, even one that returned
+			// before the push did (a pop may read a message before its
+			// pusher hears back).
+			d, ok := first(k, f.t)
 			if !ok {
 				continue
 			}
