@@ -190,6 +190,10 @@ type consumer struct {
 	// SoftStop after it.
 	stop       context.Context
 	cancelStop context.CancelCauseFunc
+	// caller is Consume's ctx: its Done closes before stop's (a parent
+	// closes its own channel, then cancels its children), so a handler
+	// that waited on it may return while stop is still live.
+	caller     context.Context
 	work       context.Context
 	cancelWork context.CancelFunc
 	cleanup    func()
@@ -264,6 +268,7 @@ func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions,
 		c.maxHold = o.MaxHold
 	}
 	c.stop, c.cancelStop = context.WithCancelCause(ctx)
+	c.caller = ctx
 	if o.SoftStop <= 0 {
 		c.work, c.cancelWork = context.WithCancel(c.stop)
 		c.cleanup = func() {}
@@ -344,7 +349,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
-		if c.stop.Err() != nil {
+		if c.stop.Err() != nil || c.caller.Err() != nil {
 			// Stopping: hand back what was not started, uncharged.
 			op.act, op.actMsg = actInterrupt, m
 			break
