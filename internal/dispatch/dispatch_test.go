@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -411,4 +414,62 @@ func (w wakeCounter) C() <-chan struct{} { return w.ch }
 func (w wakeCounter) TakeHints() []string {
 	w.took.Add(1)
 	return nil
+}
+
+// goid is the current goroutine's id, from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	id, _ := strconv.ParseUint(strings.Fields(string(buf[:n]))[1], 10, 64)
+	return id
+}
+
+// With nothing in hand, a claim runs on Run's goroutine: no worker can free
+// a slot while it runs, so the loop has nothing else to do. With a batch in
+// hand, the claim runs beside the loop, which keeps taking wakes and freed
+// slots.
+func TestRunClaimsInlineOnlyWithNothingInHand(t *testing.T) {
+	release := make(chan struct{})
+	claims := make(chan uint64, 2)
+	var calls atomic.Int32
+	cfg := Config[batch]{
+		Workers: 2, Hold: 2,
+		Claim: func(context.Context, []string, int) ([]batch, error) {
+			claims <- goid()
+			if calls.Add(1) == 1 {
+				return []batch{{pid: 1}}, nil
+			}
+			return nil, nil
+		},
+		Handle: func(batch, func() bool) func() {
+			<-release
+			return nil
+		},
+		Partition: func(b batch) int64 { return b.pid },
+		Wake:      wakes{make(chan struct{})},
+		Rescan:    time.Hour,
+		Failed:    func(err error, _ time.Duration) error { return err },
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	loop := make(chan uint64, 1)
+	done := make(chan error, 1)
+	go func() {
+		loop <- goid()
+		done <- Run(stop, cfg)
+	}()
+	me := <-loop
+	if id := <-claims; id != me {
+		t.Errorf("the first claim, with nothing in hand, ran on goroutine %d, Run's is %d", id, me)
+	}
+	// The first claim took fewer than it asked for: the second waits for a
+	// wake, a rescan or a freed slot.
+	cfg.Wake.(wakes).ch <- struct{}{}
+	if id := <-claims; id == me {
+		t.Errorf("the second claim, with a batch in hand, ran on Run's goroutine %d", me)
+	}
+	close(release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
