@@ -473,3 +473,58 @@ func TestRunClaimsInlineOnlyWithNothingInHand(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Across random idle and busy spells, claims alternate between Run's
+// goroutine and their own, and still every batch is handled and settled
+// once, a partition's in the order Run took them, never two at once.
+func TestRunInlineAndConcurrentClaimsMix(t *testing.T) {
+	const total = 600
+	s := newSource(total)
+	cfg := config(s, 2, 4)
+	var inline, beside atomic.Int32
+	var loop atomic.Uint64 // Run's goroutine
+	claim := cfg.Claim
+	cfg.Claim = func(ctx context.Context, hints []string, n int) ([]batch, error) {
+		if goid() == loop.Load() {
+			inline.Add(1)
+		} else {
+			beside.Add(1)
+		}
+		switch rand.IntN(4) {
+		case 0: // an idle spell: the claim round trip finds the rest settled
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		case 1: // an empty claim
+			return nil, nil
+		}
+		return claim(ctx, hints, n)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() {
+		loop.Store(goid())
+		done <- Run(stop, cfg)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+	if s.overlap.Load() {
+		t.Fatal("two batches of one partition were handled at once")
+	}
+	for pid, seqs := range s.handled {
+		if !slices.Equal(seqs, s.handed[pid]) {
+			t.Fatalf("partition %d handled in the order %v, taken from its claims in the order %v", pid, seqs, s.handed[pid])
+		}
+	}
+	if inline.Load() == 0 || beside.Load() == 0 {
+		t.Fatalf("%d claims on Run's goroutine and %d beside it, want some of each", inline.Load(), beside.Load())
+	}
+}
