@@ -3,6 +3,8 @@ package queen_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -201,4 +203,61 @@ func waitSettled(t *testing.T, c *queen.Client, n int64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Consumers acking one message at a time, with random idle spells, settle
+// partly inline and partly fused: every Ack gets its own verdict, applied
+// (a lost, swapped or doubled result, or an ack applied after a later one of
+// its lease, would fail one), and a Pop after an Ack of the same partition
+// starts right after it (the Ack returned only once committed).
+func TestAckInlineAndFusedMix(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t, manual)
+	q := c.Queue("q")
+	const parts, per = 6, 20
+	var items []queen.Item
+	for p := range parts {
+		for range per {
+			items = append(items, queen.Item{Partition: fmt.Sprint("p", p)})
+		}
+	}
+	push(t, q, items...)
+	before, inline := c.Stats(), queen.AckInline(c)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			name := fmt.Sprint("p", p)
+			next := int64(0)
+			for next < per {
+				msgs, err := q.Pop(ctx, queen.PopOptions{Partition: name, Batch: 1 + rand.IntN(4)})
+				if err != nil || len(msgs) == 0 {
+					t.Errorf("%s: Pop at %d: %d messages, %v", name, next, len(msgs), err)
+					return
+				}
+				for _, m := range msgs {
+					if m.Offset != next {
+						t.Errorf("%s: popped offset %d, want %d", name, m.Offset, next)
+						return
+					}
+					if rand.IntN(3) == 0 { // an idle spell
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+					}
+					if err := m.Ack(ctx); err != nil {
+						t.Errorf("%s: Ack %d: %v", name, m.Offset, err)
+						return
+					}
+					next++
+				}
+			}
+			if msgs, err := q.Pop(ctx, queen.PopOptions{Partition: name}); err != nil || len(msgs) != 0 {
+				t.Errorf("%s: Pop after the last Ack: %d messages, %v", name, len(msgs), err)
+			}
+		})
+	}
+	wg.Wait()
+	after := c.Stats()
+	if n := after.Acks - before.Acks; n != parts*per {
+		t.Fatalf("the ack engine carried %d settlements, want %d", n, parts*per)
+	}
+	t.Logf("%d acks in %d commits, %d inline", parts*per, after.AckCommits-before.AckCommits, queen.AckInline(c)-inline)
 }
