@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
@@ -260,4 +261,57 @@ func TestAckInlineAndFusedMix(t *testing.T) {
 		t.Fatalf("the ack engine carried %d settlements, want %d", n, parts*per)
 	}
 	t.Logf("%d acks in %d commits, %d inline", parts*per, after.AckCommits-before.AckCommits, queen.AckInline(c)-inline)
+}
+
+// An isolated Ack runs on its caller's goroutine but its context does not
+// cancel it: cancelled while its statement waits on a lock, it still
+// commits once the lock is released and returns the verdict, as a fused
+// settlement does (a stopping consumer must commit what it handled).
+func TestIsolatedAckNotCancelledByItsContext(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t, manual)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "p"}, queen.Item{Partition: "p"})
+	msgs, err := q.Pop(ctx, queen.PopOptions{Batch: 2})
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("Pop: %d messages, %v", len(msgs), err)
+	}
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT * FROM "+pgx.Identifier{c.Schema(), "consumers"}.Sanitize()+" FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	inline := queen.AckInline(c)
+	short, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- msgs[0].Ack(short) }()
+	waitFor(t, 20*time.Second, "an ack blocked on the cursor's lock", func() bool {
+		var n int
+		err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ack_many%'").Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	cancel()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Ack after its context ended: %v, want it committed", err)
+	}
+	if queen.AckInline(c) != inline+1 {
+		t.Fatal("the ack did not commit inline")
+	}
+	// Committed: the lease's next message is all that is left.
+	if err := msgs[0].Ack(ctx); !errors.Is(err, queen.ErrAlreadyAcked) {
+		t.Fatalf("Ack again: %v, want ErrAlreadyAcked", err)
+	}
+	if err := msgs[1].Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
