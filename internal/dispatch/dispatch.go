@@ -226,6 +226,9 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 			// it runs, so the loop would only wait for it, and running it
 			// saves two goroutine hand-offs on the idle path (a wake-up
 			// each on a small VM). Wakes and ticks wait in their channels.
+			// A worker settling a batch it keeps its partition after (Next)
+			// counts as nothing in hand: the batch it runs next takes a slot
+			// beyond the reservation and gives it back.
 			alone := inUse == 0 && inFlight == 0
 			inUse += free
 			pending.Store(false)
