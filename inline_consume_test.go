@@ -284,6 +284,10 @@ func TestIsolatedAckNotCancelledByItsContext(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT * FROM "+pgx.Identifier{c.Schema(), "consumers"}.Sanitize()+" FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
+	var holder int // the lock holder's backend: what the ack waits on, not another test's
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
 	inline := queen.AckInline(c)
 	short, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -291,7 +295,8 @@ func TestIsolatedAckNotCancelledByItsContext(t *testing.T) {
 	go func() { done <- msgs[0].Ack(short) }()
 	waitFor(t, 20*time.Second, "an ack blocked on the cursor's lock", func() bool {
 		var n int
-		err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ack_many%'").Scan(&n)
+		err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%ack_many%'",
+			holder).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
