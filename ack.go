@@ -185,6 +185,12 @@ func reasonText(err error) storedReason {
 // cursor is already past the message (nothing changed) and ErrLeaseLost when
 // the lease expired or was taken over (the message may be redelivered).
 //
+// Ack returns once the database has committed (or refused) it. ctx does not
+// cancel it, even when it commits alone on the calling goroutine (nothing
+// else settling meanwhile): it runs to completion within
+// Config.StatementTimeout. The same holds for Fail, Retry, DeadLetter and
+// AckBatch.
+//
 // In a Consume handler with KeyConcurrency > 1, Ack settles the message
 // alone (other keys' earlier messages may still be running), and so does
 // DeadLetter; Fail and Retry return an error there: the handler's own error

@@ -43,3 +43,7 @@ func SettleInOneFlush(c *Client, msgs []*Message, statuses []AckStatus, reasons 
 func RequeueSegment(id uuid.UUID, flags byte, txn, key string, hdrs, stored []byte) []byte {
 	return segment.Single(&frame.Frame{ID: id, Flags: flags, TransactionID: txn, Key: key, Headers: hdrs, Payload: stored})
 }
+
+// AckInline is the number of settle flushes c's ack engine ran on the
+// settling goroutine.
+func AckInline(c *Client) uint64 { return c.e.acks.Stats().Inline }

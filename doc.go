@@ -102,6 +102,12 @@
 //     redelivered until it is acked, dead-lettered or, under
 //     [FailureSkip], re-enqueued. With [PopOptions.AutoAck] it is
 //     at-most-once: messages a process popped and did not handle are lost.
+//   - A settlement ([Message.Ack], Fail, Retry, DeadLetter, AckBatch,
+//     Consume's) returns once committed or refused. Its context does not
+//     cancel it, even when it commits alone on the calling goroutine
+//     (nothing else of its fusion shard pending or in flight): it runs to
+//     completion within [Config.StatementTimeout], so a stopping consumer
+//     still commits what it handled.
 //   - [Message.Fail] charges the queue's [QueueOptions.RetryLimit]; the
 //     failure that spends it dead-letters the message (with
 //     [QueueOptions.DeadLetter], else drops it). Lease expiry and Retry

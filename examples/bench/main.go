@@ -46,7 +46,7 @@ import (
 
 // Scenario keys, in run order.
 var allScenarios = []string{
-	"single", "insert", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
+	"single", "insert", "insert-one", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
 	"drain", "river-drain", "pgq-drain", "e2e", "river-e2e", "pgq-e2e",
 }
 
@@ -346,6 +346,7 @@ func run(ctx context.Context, cfg *config) error {
 	steps := map[string]func(context.Context) (*result, error){
 		"single":       b.queenSingle,
 		"insert":       b.insertBaseline,
+		"insert-one":   b.insertOne,
 		"batch":        b.queenBatch,
 		"copy":         b.copyBaseline,
 		"mixed":        b.queenMixed,

@@ -230,6 +230,18 @@ func printE2E(w io.Writer, rs []*result) {
 			p := by[rate]
 			fmt.Fprintf(w, "| %s | %s | %s |\n", fmtInt(rate), cell(p.q), cell(p.r))
 		}
+		// The yardstick of a low rate's latency: one commit, same run.
+		for _, r := range rs {
+			if r.Key != "insert-one" || r.Unavailable != "" || r.P50ms <= 0 {
+				continue
+			}
+			for _, rate := range rates {
+				if q := by[rate].q; q != nil {
+					fmt.Fprintf(w, "\nqueen p50 at %s msgs/s / single-row INSERT commit p50 (%s): %.2f×\n",
+						fmtInt(rate), fmtMs(r.P50ms), q.P50ms/r.P50ms)
+				}
+			}
+		}
 	}
 	if len(pgq) > 0 {
 		if len(rates) > 0 {

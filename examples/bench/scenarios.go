@@ -258,6 +258,28 @@ func (b *bench) insertBaseline(ctx context.Context) (*result, error) {
 	return lr.result("baseline: single-row INSERT commits, 64 connections", 1, n), nil
 }
 
+// insertOneCalls is how many commits insertOne times: enough for a stable
+// p50, short beside the end-to-end scenarios it is the yardstick of.
+const insertOneCalls = 2000
+
+// insertOne: single-row INSERT commits from one connection, one at a time:
+// what one commit costs on this server at this moment, the yardstick of
+// the end-to-end latency at a low rate (each message there is a few
+// commits in a row).
+func (b *bench) insertOne(ctx context.Context) (*result, error) {
+	if _, err := b.base.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS bench_base; CREATE TABLE IF NOT EXISTS bench_base.insert_one (id bigint, data bytea)"); err != nil {
+		return nil, err
+	}
+	lr, err := load(ctx, 1, insertOneCalls, b.cfg.maxTime, func(_ int, i int64) error {
+		_, err := b.base.Exec(ctx, "INSERT INTO bench_base.insert_one (id, data) VALUES ($1, $2)", i, b.payloads[i%int64(len(b.payloads))])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lr.result("baseline: single-row INSERT commits, 1 connection, one at a time", 1, insertOneCalls), nil
+}
+
 // copyBaseline: COPY of 1000 rows per call from 8 goroutines into an
 // unindexed table.
 func (b *bench) copyBaseline(ctx context.Context) (*result, error) {

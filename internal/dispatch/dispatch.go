@@ -85,6 +85,9 @@ const maxInFlight = 2
 // consumers, and a local queue behind the running batch guarantees it for a
 // partition claimed again here while still in hand (after its lease was
 // lost, or with AutoAck, which holds no lease).
+//
+// A claim made with nothing in hand and no other claim in flight runs on
+// the caller's goroutine; any other runs on its own, beside the loop.
 func Run[B any](stop context.Context, cfg Config[B]) error {
 	n, hold := cfg.Workers, max(cfg.Hold, cfg.Workers)
 	run := make(chan struct{}, n) // a token per running batch
@@ -192,17 +195,53 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 	var retry <-chan time.Time // set while backing off after a failed claim
 	var hints []string
 	want := true // claim at once: there may be work, and no wake says so
+	// took hands out a claim's batches and arms a backoff if it failed; an
+	// error ends the loop.
+	took := func(r claimed) error {
+		hand(r)
+		if r.err != nil {
+			wait := backoff.Jitter(backoffNext)
+			if err := cfg.Failed(r.err, wait); err != nil {
+				// What is in hand finishes.
+				return err
+			}
+			retry = time.After(wait)
+			backoffNext = min(2*backoffNext, BackoffMax)
+			return nil
+		}
+		backoffNext = BackoffMin
+		// All it asked for was there: more may be ready. Otherwise the
+		// ready set was exhausted a moment ago; a push since then wakes.
+		want = want || len(r.batches) == r.asked
+		return nil
+	}
 	for stop.Err() == nil {
 		mu.Lock()
 		free := hold - inUse
 		// Claim ahead in steps of a worker's share; claim any amount when a
 		// worker would otherwise idle.
 		if want && free > 0 && (free >= hold/n || inUse < n) && inFlight < most && retry == nil {
+			// With nothing in hand and no claim in flight, the claim runs
+			// here: it reserves every slot and no batch can free one while
+			// it runs, so the loop would only wait for it, and running it
+			// saves two goroutine hand-offs on the idle path (a wake-up
+			// each on a small VM). Wakes and ticks wait in their channels.
+			// A worker settling a batch it keeps its partition after (Next)
+			// counts as nothing in hand: the batch it runs next takes a slot
+			// beyond the reservation and gives it back.
+			alone := inUse == 0 && inFlight == 0
 			inUse += free
 			pending.Store(false)
 			mu.Unlock()
 			h := hints
 			hints, want = nil, false
+			if alone {
+				batches, err := cfg.Claim(stop, h, free)
+				if err := took(claimed{batches, free, err}); err != nil {
+					return err
+				}
+				continue
+			}
 			inFlight++
 			go func() {
 				batches, err := cfg.Claim(stop, h, free)
@@ -215,21 +254,9 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 		select {
 		case r := <-results:
 			inFlight--
-			hand(r)
-			if r.err != nil {
-				wait := backoff.Jitter(backoffNext)
-				if err := cfg.Failed(r.err, wait); err != nil {
-					// What is in hand finishes.
-					return err
-				}
-				retry = time.After(wait)
-				backoffNext = min(2*backoffNext, BackoffMax)
-				continue
+			if err := took(r); err != nil {
+				return err
 			}
-			backoffNext = BackoffMin
-			// All it asked for was there: more may be ready. Otherwise the
-			// ready set was exhausted a moment ago; a push since then wakes.
-			want = want || len(r.batches) == r.asked
 		case <-retry:
 			retry, want = nil, true
 		case <-stop.Done():

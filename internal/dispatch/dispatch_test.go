@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -411,4 +414,200 @@ func (w wakeCounter) C() <-chan struct{} { return w.ch }
 func (w wakeCounter) TakeHints() []string {
 	w.took.Add(1)
 	return nil
+}
+
+// goid is the current goroutine's id, from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	id, _ := strconv.ParseUint(strings.Fields(string(buf[:n]))[1], 10, 64)
+	return id
+}
+
+// With nothing in hand, a claim runs on Run's goroutine: no worker can free
+// a slot while it runs, so the loop has nothing else to do. With a batch in
+// hand, the claim runs beside the loop, which keeps taking wakes and freed
+// slots.
+func TestRunClaimsInlineOnlyWithNothingInHand(t *testing.T) {
+	release := make(chan struct{})
+	claims := make(chan uint64, 2)
+	var calls atomic.Int32
+	cfg := Config[batch]{
+		Workers: 2, Hold: 2,
+		Claim: func(context.Context, []string, int) ([]batch, error) {
+			claims <- goid()
+			if calls.Add(1) == 1 {
+				return []batch{{pid: 1}}, nil
+			}
+			return nil, nil
+		},
+		Handle: func(batch, func() bool) func() {
+			<-release
+			return nil
+		},
+		Partition: func(b batch) int64 { return b.pid },
+		Wake:      wakes{make(chan struct{})},
+		Rescan:    time.Hour,
+		Failed:    func(err error, _ time.Duration) error { return err },
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	loop := make(chan uint64, 1)
+	done := make(chan error, 1)
+	go func() {
+		loop <- goid()
+		done <- Run(stop, cfg)
+	}()
+	me := <-loop
+	if id := <-claims; id != me {
+		t.Errorf("the first claim, with nothing in hand, ran on goroutine %d, Run's is %d", id, me)
+	}
+	// The first claim took fewer than it asked for: the second waits for a
+	// wake, a rescan or a freed slot.
+	cfg.Wake.(wakes).ch <- struct{}{}
+	if id := <-claims; id == me {
+		t.Errorf("the second claim, with a batch in hand, ran on Run's goroutine %d", me)
+	}
+	close(release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Across random idle and busy spells, claims alternate between Run's
+// goroutine and their own, and still every batch is handled and settled
+// once, a partition's in the order Run took them, never two at once.
+func TestRunInlineAndConcurrentClaimsMix(t *testing.T) {
+	const total = 600
+	s := newSource(total)
+	cfg := config(s, 2, 4)
+	var inline, beside atomic.Int32
+	var loop atomic.Uint64 // Run's goroutine
+	claim := cfg.Claim
+	cfg.Claim = func(ctx context.Context, hints []string, n int) ([]batch, error) {
+		if goid() == loop.Load() {
+			inline.Add(1)
+		} else {
+			beside.Add(1)
+		}
+		switch rand.IntN(4) {
+		case 0: // an idle spell: the claim round trip finds the rest settled
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		case 1: // an empty claim
+			return nil, nil
+		}
+		return claim(ctx, hints, n)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() {
+		loop.Store(goid())
+		done <- Run(stop, cfg)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+	if s.overlap.Load() {
+		t.Fatal("two batches of one partition were handled at once")
+	}
+	for pid, seqs := range s.handled {
+		if !slices.Equal(seqs, s.handed[pid]) {
+			t.Fatalf("partition %d handled in the order %v, taken from its claims in the order %v", pid, seqs, s.handed[pid])
+		}
+	}
+	if inline.Load() == 0 || beside.Load() == 0 {
+		t.Fatalf("%d claims on Run's goroutine and %d beside it, want some of each", inline.Load(), beside.Load())
+	}
+}
+
+// Claims on Run's goroutine and beside it mix with workers that keep their
+// partition for the batch claimed under its lease (Keeps, Next): a claim
+// may run inline while such a worker settles, counting nothing in hand.
+// Still every batch is handled and settled once, a partition's in the
+// order Run took them (a Next batch right after its predecessor), never two
+// at once, and no more than Workers handlers run at once.
+func TestRunInlineClaimsWithNext(t *testing.T) {
+	const total = 600
+	s := newSource(total)
+	cfg := config(s, 2, 4)
+	var inline, beside, nexts atomic.Int32
+	var loop atomic.Uint64 // Run's goroutine
+	claim := cfg.Claim
+	cfg.Claim = func(ctx context.Context, hints []string, n int) ([]batch, error) {
+		if goid() == loop.Load() {
+			inline.Add(1)
+		} else {
+			beside.Add(1)
+		}
+		switch rand.IntN(4) {
+		case 0: // an idle spell: the claim round trip finds the rest settled
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		case 1: // an empty claim
+			return nil, nil
+		}
+		return claim(ctx, hints, n)
+	}
+	cfg.Keeps = func(b batch) bool { return b.seq%2 == 0 }
+	cfg.Next = func(b batch) (batch, bool) {
+		if b.seq%2 != 0 || rand.IntN(4) == 0 { // at times a kept partition is let go after all
+			return batch{}, false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.left == 0 {
+			return batch{}, false
+		}
+		nb := batch{b.pid, s.next[b.pid]}
+		s.next[b.pid]++
+		s.left--
+		s.claimed++
+		// It runs next: after what was handled (b last), before what is
+		// queued behind.
+		at := len(s.handled[b.pid])
+		s.handed[b.pid] = slices.Insert(s.handed[b.pid], at, nb.seq)
+		nexts.Add(1)
+		return nb, true
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error)
+	go func() {
+		loop.Store(goid())
+		done <- Run(stop, cfg)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.done() < total && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if got := s.done(); got != total {
+		t.Fatalf("handled %d batches, want %d", got, total)
+	}
+	if s.overlap.Load() {
+		t.Fatal("two batches of one partition were handled at once")
+	}
+	if m := s.maxActive.Load(); m > 2 {
+		t.Fatalf("%d handlers ran at once, want at most 2", m)
+	}
+	for pid, seqs := range s.handled {
+		if !slices.Equal(seqs, s.handed[pid]) {
+			t.Fatalf("partition %d handled in the order %v, taken in the order %v", pid, seqs, s.handed[pid])
+		}
+	}
+	if inline.Load() == 0 || beside.Load() == 0 || nexts.Load() == 0 {
+		t.Fatalf("%d claims on Run's goroutine, %d beside it, %d batches by Next: want some of each",
+			inline.Load(), beside.Load(), nexts.Load())
+	}
 }

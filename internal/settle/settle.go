@@ -2,9 +2,19 @@
 // dead letters, lease releases) to the database. Settlements from every
 // consumer of a client are folded into shared statements by a fusion
 // engine keyed by cursor, (partition, group), as pushes are: one flush in
-// flight per shard, fire on idle. It knows queen's settle statements and
-// nothing of its messages: an Op carries the lease and the message as
-// stored.
+// flight per shard, fire on idle. An isolated settlement (one op, its
+// shard holding nothing) commits on its caller's goroutine, with no
+// hand-off (fusion's Config.Inline); every other one, and every one
+// arriving meanwhile, is fused as before. It knows queen's settle
+// statements and nothing of its messages: an Op carries the lease and the
+// message as stored.
+//
+// Cancellation: none, inline or not. A settlement's statement runs to
+// completion, within Config.Timeout, whatever its caller's context does: a
+// consumer stopping mid-batch must still commit what it handled, and a
+// settlement cut off mid-statement would leave its caller an unknown
+// outcome and the messages redelivered. An inline flush carries only its
+// caller's op, so running it to completion costs no one else a wait.
 package settle
 
 import (
@@ -70,7 +80,8 @@ var ErrNoVerdict = errors.New("settle: no verdict")
 const BundleMax = 256
 
 // Fusion folds settlements into shared statements. Its goroutines are the
-// fusion engine's; Close stops them.
+// fusion engine's, and an isolated Settle runs its statement on its own;
+// Close stops them and waits for those.
 type Fusion struct {
 	cfg    Config
 	fusion *fusion.Engine[key, *item]
@@ -109,6 +120,10 @@ func New(ctx context.Context, cfg Config) *Fusion {
 		BundleMax:   BundleMax,
 		Hold:        cfg.Hold,
 		MaxInFlight: 1,
+		// An isolated settlement commits on its caller's goroutine: on a
+		// small VM each hand-off is a wake-up costing about what the
+		// statement does.
+		Inline: true,
 		// One flush in flight per shard already bounds acks; a permit
 		// limiter on top only adds waits for the Hold tick.
 		Limiter: fusion.NewVegas(fusion.VegasConfig{Initial: 1 << 10, Min: 1 << 10, Max: 1 << 10}),
@@ -138,9 +153,11 @@ func (f *Fusion) flush(ctx context.Context, bundle []*fusion.Batch[key, *item]) 
 }
 
 // Settle applies ops, fused with other callers' settlements, and returns
-// each op's Result once every op has been committed (or failed). A
-// settlement is never torn by its caller's context: a consumer stopping
-// mid-batch must still commit what it handled. The wait is bounded by twice
+// each op's Result once every op has been committed (or failed). One op
+// whose shard holds nothing is committed on the caller's goroutine, alone.
+// A settlement is never torn by its caller's context, inline or not: a
+// consumer stopping mid-batch must still commit what it handled. An inline
+// statement is bounded by Config.Timeout; the wait is bounded by twice
 // Config.Timeout (the flush in flight when it arrived, then its own): while
 // the database hangs, flushes queue up behind one another, and a caller
 // must not wait them all out. An error then (ErrNoVerdict) leaves the
@@ -182,7 +199,8 @@ func (f *Fusion) Settle(ctx context.Context, ops []Op) ([]Result, error) {
 }
 
 // Stats is the fusion engine's counters: Bundles are the flushes run and
-// Items the settlements they carried.
+// Items the settlements they carried; Inline counts the flushes run on a
+// caller's goroutine.
 func (f *Fusion) Stats() fusion.Stats { return f.fusion.Stats() }
 
 // Close flushes what was submitted, within ctx; what ctx cuts off fails
