@@ -31,6 +31,11 @@ func TestMoveAfter(t *testing.T) {
 		{"nothing due yet: no gather", stmt.MoveRow{NextIn: in(5)}, now.Add(5 * time.Millisecond), false},
 		{"due but not taken", stmt.MoveRow{NextIn: in(-20)}, now.Add(moveIdle), false},
 		{"only held", stmt.MoveRow{Held: 2, NextIn: in(40)}, began.Add(moveGather), false},
+		{"a stream over many partitions, thin segments: gathers longer", stmt.MoveRow{Moved: 8*moveThinRows - 1, WokeParts: make([]string, 8), NextIn: in(1)}, began.Add(moveGatherThin), false},
+		{"thin segments, next due later still", stmt.MoveRow{Moved: 80, WokeParts: make([]string, 64), NextIn: in(400)}, now.Add(400 * time.Millisecond), false},
+		{"many partitions, full segments", stmt.MoveRow{Moved: 8 * moveThinRows, WokeParts: make([]string, 8), NextIn: in(1)}, began.Add(moveGather), false},
+		{"few thin segments", stmt.MoveRow{Moved: 7, WokeParts: make([]string, 7), NextIn: in(1)}, began.Add(moveGather), false},
+		{"a backlog of thin segments: at once", stmt.MoveRow{Moved: 64, WokeParts: make([]string, 64), NextIn: in(-20)}, now, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			at, again := moveAfter(&tc.r, began, now, poll)

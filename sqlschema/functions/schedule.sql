@@ -109,9 +109,11 @@ $$;
 -- its messages in due order (ties by schedule order).
 --
 -- Exactly once: the rows are deleted and appended in the caller's one
--- transaction. The pick locks them FOR UPDATE SKIP LOCKED, so a cancel (a
--- DELETE) either deletes a row first (not taken here) or waits for this to
--- commit (and finds it gone, or still there when the byte bound left it).
+-- transaction, and the DELETE decides. The pick reads without locking (a
+-- row lock per message cost about a third of a move); a cancel (a DELETE)
+-- that reaches a picked row first makes this DELETE wait for it and then
+-- skip the row (cancelled, not moved), and one that comes later waits for
+-- this to commit and finds the row gone (delivered, not cancelled).
 -- The queues are key-shared first, SKIP LOCKED, in id order: the lock order
 -- is queues, then partitions (push_bundle), and a queue being deleted (its
 -- row held FOR UPDATE) is skipped rather than waited for while this holds
@@ -187,8 +189,7 @@ BEGIN
               FROM (SELECT x.id, x.due_at, octet_length(x.blob) AS len
                     FROM {{schema}}.scheduled x
                     WHERE x.due_at <= v_now AND NOT x.held AND x.queue_id = ANY (v_qids)
-                    ORDER BY x.due_at, x.id LIMIT p_limit
-                    FOR UPDATE SKIP LOCKED) p) w
+                    ORDER BY x.due_at, x.id LIMIT p_limit) p) w
         WHERE w.upto <= p_max_bytes OR w.k = 1;
         -- Plaintext for a queue made encrypted since it was scheduled is
         -- held, not moved: nothing plaintext lands in an encrypted queue.
