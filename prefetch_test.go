@@ -501,3 +501,29 @@ func TestConsumeClaimAheadRotatesPartitions(t *testing.T) {
 		seen[c.lease] = true
 	}
 }
+
+// With Batch 1 (the default) every batch is full, and claiming ahead would
+// cost an idle consumer a pop_ahead that finds nothing before each ack:
+// such a Consume claims each message on its own, a lease each.
+func TestConsumeBatchOneClaimsNothingAhead(t *testing.T) {
+	c, claims := openClaimLog(t)
+	q := c.Queue("q")
+	pushN(t, q, "p", "m", 5)
+	var h handledLog
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 1}},
+		func(_ context.Context, m *queen.Message) error { h.add(m); return nil },
+		func() bool { return len(h.all()) >= 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.datas(), seq("m", 0, 5); !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	leases := map[string]bool{}
+	for _, r := range h.all() {
+		leases[r.lease] = true
+	}
+	if len(leases) != 5 || len(claims.all()) != 5 {
+		t.Fatalf("%d leases and claims %+v for 5 messages; want a claim and a lease each", len(leases), claims.all())
+	}
+}
