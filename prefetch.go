@@ -51,15 +51,17 @@ func (a *aheadClaim) wait() *consumeBatch {
 // mayClaimAhead reports whether Consume claims the batch after b of its
 // partition under b's lease: only for in-order consumes with a lease
 // (neither AutoAck, which holds no lease, nor KeyConcurrency above 1,
-// which settles out of order), when b was a full batch (the partition had
-// more), while not stopping, and while no more partitions are in hand than
+// which settles out of order), when b was a full batch of more than one
+// (the partition had more; with Batch 1 every batch is full, and an idle
+// consumer would pay a claim that finds nothing before each ack), while
+// not stopping, and while no more partitions are in hand than
 // workers (alone): keeping a partition must not keep another that is ready
 // from a worker, so with more ready partitions than workers they rotate
 // batch by batch as before (pop_ahead itself also declines while another
 // partition of the queue is ready). Not against a previous release's statements
 // (stmt.Use), which lack pop_ahead.
 func (c *consumer) mayClaimAhead(b *consumeBatch, alone func() bool) bool {
-	return c.q.c.e.csql.PopAhead != "" && !c.po.AutoAck && c.keyConc <= 1 && len(b.msgs) == c.po.Batch && b.msgs[0].leaseDur > 0 &&
+	return c.q.c.e.csql.PopAhead != "" && !c.po.AutoAck && c.keyConc <= 1 && c.po.Batch > 1 && len(b.msgs) == c.po.Batch && b.msgs[0].leaseDur > 0 &&
 		c.stop.Err() == nil && alone()
 }
 
