@@ -270,6 +270,36 @@ func TestDecodeRange(t *testing.T) {
 	}
 }
 
+// ViewRange yields what DecodeRange does, as slices of the blob each
+// clipped to its field: appending to one never writes into the next.
+func TestViewRange(t *testing.T) {
+	frames := sampleFrames()
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	orig := bytes.Clone(blob)
+	n := 0
+	err := ViewRange(blob, 0, len(frames), func(k int, v *View) error {
+		var f Frame
+		v.frame(&f)
+		if !equalFrame(&f, &frames[k]) {
+			t.Errorf("frame %d: view %+v, want %+v", k, f, frames[k])
+		}
+		for _, b := range [][]byte{v.TransactionID, v.Key, v.Headers, v.Payload} {
+			_ = append(b, 0xee)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != len(frames) {
+		t.Fatalf("ViewRange: %d frames, %v", n, err)
+	}
+	if !bytes.Equal(blob, orig) {
+		t.Fatal("appending to a view's field wrote into the blob")
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	frames := sampleFrames()
 	var all []byte
