@@ -504,3 +504,36 @@ func TestDecodesFramesOfTheFirstRelease(t *testing.T) {
 		t.Fatalf("re-encoded %x, want %x", again, blob)
 	}
 }
+
+// Validating a frame's headers allocates nothing, and decoding them only
+// the map and its strings: a consumer decodes them for every message.
+func TestHeadersAllocs(t *testing.T) {
+	h := map[string]string{"source": "shop", "trace": "t-1"}
+	f := Frame{ID: testID(1), TransactionID: "txn", Headers: EncodeHeaders(h), Payload: []byte("p")}
+	plain := f
+	plain.Headers = nil
+	allocs := func(f *Frame) float64 {
+		blob := Append(nil, f)
+		return testing.AllocsPerRun(100, func() {
+			if err := ViewRange(blob, 0, 0, func(int, *View) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if with, without := allocs(&f), allocs(&plain); with != without {
+		t.Errorf("ViewRange of a frame with headers: %v allocations, without: %v", with, without)
+	}
+	var got map[string]string
+	n := testing.AllocsPerRun(100, func() {
+		var err error
+		if got, err = DecodeHeaders(f.Headers); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if fmt.Sprint(got) != fmt.Sprint(h) {
+		t.Fatalf("DecodeHeaders = %v, want %v", got, h)
+	}
+	if want := float64(2 + 2*len(h)); n > want {
+		t.Errorf("DecodeHeaders of %d headers: %v allocations, want at most %v (the map and its strings)", len(h), n, want)
+	}
+}
