@@ -77,7 +77,7 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 // scanHeaders validates the headers field at the start of b, calling fn (if
 // not nil) per header, and returns its length.
 func scanHeaders(b []byte, fn func(count int, k, v []byte)) (int, error) {
-	count, p, err := uvarintAt(b, 0, "header count")
+	count, p, err := uvarintAt(b, 0, "header count", "")
 	if err != nil {
 		return 0, err
 	}
@@ -115,19 +115,21 @@ func scanHeaders(b []byte, fn func(count int, k, v []byte)) (int, error) {
 	return p, nil
 }
 
-func uvarintAt(b []byte, p int, what string) (uint64, int, error) {
+// uvarintAt reads the varint at b[p:]; what and suffix name it in an
+// error, joined only then (this runs for every header of every message).
+func uvarintAt(b []byte, p int, what, suffix string) (uint64, int, error) {
 	x, n := binary.Uvarint(b[p:])
 	if n <= 0 {
-		return 0, 0, fmt.Errorf("bad %s", what)
+		return 0, 0, fmt.Errorf("bad %s%s", what, suffix)
 	}
 	if n != uvarintLen(x) {
-		return 0, 0, fmt.Errorf("non-minimal %s", what)
+		return 0, 0, fmt.Errorf("non-minimal %s%s", what, suffix)
 	}
 	return x, p + n, nil
 }
 
 func bytesAt(b []byte, p int, what string) ([]byte, int, error) {
-	l, p, err := uvarintAt(b, p, what+" length")
+	l, p, err := uvarintAt(b, p, what, " length")
 	if err != nil {
 		return nil, 0, err
 	}
