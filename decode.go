@@ -17,8 +17,8 @@ import (
 //
 // What a message keeps of its frame is copied, not aliased, since frames
 // may be a buffer the caller reuses: Data (the caller's to write to),
-// TransactionID and Key, packed into a's chunks rather than allocated one
-// by one (a may serve several runs: a.last estimates the messages to come).
+// TransactionID, Key and the header names and values, packed into a's
+// chunks rather than allocated one by one (a may serve several runs: a.last estimates the messages to come).
 //
 // With snapshot, each message also keeps its headers and payload as stored
 // (ciphertext when encrypted): the copy a dead letter or a re-enqueue takes,
@@ -42,16 +42,20 @@ func (q *Queue) decodeRun(a *decodeArena, pname string, frames []byte, base, end
 			return nil
 		}
 		sealed := f.Flags&frame.FlagEncrypted != 0
-		size := len(f.TransactionID) + len(f.Key)
+		// Room for everything the message copies; its header names and
+		// values take less than the encoded headers.
+		size := len(f.TransactionID) + len(f.Key) + len(f.Headers)
 		if !sealed {
 			size += len(f.Payload)
 		}
-		b := a.take(size, off)
+		a.start(size, off)
 		m.ID, m.flags = f.ID, f.Flags
-		m.TransactionID, b = arenaString(b, f.TransactionID)
-		m.Key, b = arenaString(b, f.Key)
+		if !sealed {
+			m.Data = a.bytes(f.Payload)
+		}
+		m.TransactionID, m.Key = a.String(f.TransactionID), a.String(f.Key)
 		if len(f.Headers) > 0 {
-			h, err := frame.DecodeHeaders(f.Headers) // copies names and values
+			h, err := frame.DecodeHeadersWith(f.Headers, a)
 			if err != nil {
 				return fmt.Errorf("%w: offset %d: headers: %v", frame.ErrCorrupt, off, err)
 			}
@@ -66,11 +70,6 @@ func (q *Queue) decodeRun(a *decodeArena, pname string, frames []byte, base, end
 		var openErr error
 		if sealed {
 			m.Data, openErr = q.c.e.keys.Open(q.c.tenant, q.name, pname, m.Key, f.Headers, f.ID, f.Payload)
-		} else {
-			m.Data = b[:copy(b, f.Payload)]
-			if m.Data == nil {
-				m.Data = []byte{} // as for a payload of its own: never nil
-			}
 		}
 		if err := each(m, openErr); err != nil {
 			return err
@@ -98,13 +97,15 @@ const slabBytes = 32 << 10
 // with it, so appending to a message's Data never writes into another's.
 type decodeArena struct {
 	free []byte
+	msg  []byte // the rest of the current message's reservation
 	// last is the last offset the claim takes: off..last are still to come.
 	last int64
 }
 
-// take returns size bytes for the message at offset off, starting a chunk
-// sized for the messages to come, of about that size, if need be.
-func (a *decodeArena) take(size int, off int64) []byte {
+// start reserves size bytes for the message at offset off, to be handed
+// out by bytes and String; it starts a chunk sized for the messages to
+// come, of about that size, if need be.
+func (a *decodeArena) start(size int, off int64) {
 	if size > len(a.free) {
 		n := size
 		if size < slabBytes {
@@ -113,9 +114,30 @@ func (a *decodeArena) take(size int, off int64) []byte {
 		}
 		a.free = make([]byte, n)
 	}
-	b := a.free[:size:size]
+	a.msg = a.free[:size:size]
 	a.free = a.free[size:]
+}
+
+// bytes returns a copy of p from the message's reservation, its capacity
+// its length; never nil, as a payload of its own would not be.
+func (a *decodeArena) bytes(p []byte) []byte {
+	if len(p) == 0 {
+		return []byte{}
+	}
+	n := copy(a.msg, p)
+	b := a.msg[:n:n]
+	a.msg = a.msg[n:]
 	return b
+}
+
+// String returns a copy of p from the message's reservation as a string
+// (frame.Strings): it aliases bytes never written again.
+func (a *decodeArena) String(p []byte) string {
+	if len(p) == 0 {
+		return ""
+	}
+	b := a.bytes(p)
+	return unsafe.String(&b[0], len(b))
 }
 
 // msgSlab hands out the Messages of a claim from chunks of up to slabBytes
@@ -134,15 +156,4 @@ func (s *msgSlab) take(left int64) *Message {
 	m := &s.free[0]
 	s.free = s.free[1:]
 	return m
-}
-
-// arenaString copies p to the front of b and returns it as a string, with
-// the rest of b. The string aliases b: b's bytes are never written again
-// (see decodeArena).
-func arenaString(b, p []byte) (string, []byte) {
-	if len(p) == 0 {
-		return "", b
-	}
-	n := copy(b, p)
-	return unsafe.String(&b[0], n), b[n:]
 }

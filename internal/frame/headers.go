@@ -55,6 +55,21 @@ func EncodeHeaders(h map[string]string) []byte {
 // DecodeHeaders decodes a headers field that must span all of b; nil or
 // empty b is no headers (a nil map). The error wraps ErrCorrupt.
 func DecodeHeaders(b []byte) (map[string]string, error) {
+	return DecodeHeadersWith(b, copier{})
+}
+
+// Strings makes the strings of decoded headers from bytes that alias the
+// input: a decoder that packs them with other strings of its own.
+type Strings interface {
+	String(p []byte) string
+}
+
+type copier struct{}
+
+func (copier) String(p []byte) string { return string(p) }
+
+// DecodeHeadersWith is DecodeHeaders with the names and values made by s.
+func DecodeHeadersWith(b []byte, s Strings) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -63,7 +78,7 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 		if h == nil {
 			h = make(map[string]string, count)
 		}
-		h[string(k)] = string(v)
+		h[s.String(k)] = s.String(v)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
