@@ -152,4 +152,19 @@ func TestPopKeptMessagesUnchanged(t *testing.T) {
 		t.Fatalf("dead letter after the handler wrote to Data: %+v, %v", dl, err)
 	}
 	wantKept(t, pop(t, q, queen.PopOptions{Group: "g3", Batch: 15}), items)
+
+	// A segment read whole (not cached): the dead letter of a message in
+	// its middle keeps that message, also after the next segment was
+	// decoded.
+	msgs = pop(t, q, queen.PopOptions{Group: "g4", Batch: 5})
+	wantKept(t, pop(t, q, queen.PopOptions{Group: "g5", Batch: 10}), items[:10])
+	scribble(msgs[3])
+	if err := msgs[3].DeadLetter(ctxT(t), errors.New("bad")); err != nil {
+		t.Fatal(err)
+	}
+	dl, err = q.DeadLetters(ctxT(t), queen.DeadLetterQuery{Groups: []string{"g4"}})
+	if err != nil || len(dl) != 1 || string(dl[0].Data) != string(items[3].Data) || dl[0].Key != items[3].Key ||
+		fmt.Sprint(dl[0].Headers) != fmt.Sprint(items[3].Headers) || dl[0].TransactionID != items[3].TransactionID {
+		t.Fatalf("dead letter of a segment's fourth message: %+v, %v", dl, err)
+	}
 }
