@@ -2,9 +2,11 @@ package queen
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/e03140bc/queen/internal/frame"
+	"github.com/e03140bc/queen/internal/segment"
 )
 
 // decodeRun turns the frames at offsets lo through hi of the segment that
@@ -20,17 +22,16 @@ import (
 // TransactionID, Key and the header names and values, packed into a's
 // chunks rather than allocated one by one (a may serve several runs: a.last estimates the messages to come).
 //
-// With snapshot, each message also keeps its headers and payload as stored
-// (ciphertext when encrypted): the copy a dead letter or a re-enqueue takes,
-// which must not change when the caller writes to Data. These alias frames,
-// which the caller then must never modify (a segment decompressed for this
-// run alone, or a cached one, which is read-only).
+// With snap, each message also keeps where its headers and payload as
+// stored are (ciphertext when encrypted): what a dead letter or a re-enqueue
+// writes back, which must not change when the caller writes to Data. No
+// message keeps any part of frames, so the caller may reuse it.
 //
 // next is the offset of the first frame not turned into a message: when err
 // wraps frame.ErrCorrupt (a frame that does not decode, a segment without a
 // frame for an offset up to hi), the offsets from next through hi are
 // undecodable.
-func (q *Queue) decodeRun(a *decodeArena, pname string, frames []byte, base, end, lo, hi int64, snapshot bool,
+func (q *Queue) decodeRun(a *decodeArena, pname string, frames []byte, base, end, lo, hi int64, snap *segSnap,
 	newMsg func(off int64) *Message, each func(m *Message, openErr error) error) (next int64, err error) {
 	next = lo
 	err = frame.ViewRange(frames, int(lo-base), int(hi-base), func(k int, f *frame.View) error {
@@ -60,12 +61,9 @@ func (q *Queue) decodeRun(a *decodeArena, pname string, frames []byte, base, end
 				return fmt.Errorf("%w: offset %d: headers: %v", frame.ErrCorrupt, off, err)
 			}
 			m.Headers = h
-			if snapshot {
-				m.hdrs = f.Headers
-			}
 		}
-		if snapshot {
-			m.stored = f.Payload
+		if snap != nil {
+			m.snap, m.snapAt = snap, k
 		}
 		var openErr error
 		if sealed {
@@ -157,3 +155,39 @@ func (s *msgSlab) take(left int64) *Message {
 	s.free = s.free[1:]
 	return m
 }
+
+// segSnap is the segment a pop's messages were decoded from, for the rare
+// message whose frame must be written back exactly as stored (a failure the
+// skip policy re-enqueues, a dead letter). Rather than a copy of every
+// message's stored headers and payload, the messages share the stored blob
+// and decompress it again once one needs it, so the buffer they were
+// decoded from is reused at once.
+type segSnap struct {
+	blob   []byte // as stored; nil when frames was known from the start
+	once   sync.Once
+	frames []byte
+	err    error
+}
+
+// frame returns the k-th frame of the segment as stored; its headers and
+// payload alias the segment, which nothing writes to.
+func (s *segSnap) frame(k int) (frame.Frame, error) {
+	s.once.Do(func() {
+		if s.frames == nil {
+			s.frames, s.err = segment.Decompress(nil, s.blob)
+		}
+	})
+	if s.err != nil {
+		return frame.Frame{}, s.err
+	}
+	return frame.At(s.frames, k)
+}
+
+// frameBufs holds buffers a pop decompresses a segment into when nothing
+// keeps the result (see segCache.frames): a drain would otherwise allocate
+// (and clear) a segment's size per batch. Of *[]byte.
+var frameBufs sync.Pool
+
+// maxPooledFrames is the largest buffer frameBufs keeps: a segment of
+// unusual size is not held for the next pop.
+const maxPooledFrames = 4 << 20

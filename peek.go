@@ -86,7 +86,7 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 		}
 		hi := min(end, lo+int64(o.Limit-len(out))-1)
 		arena.last = hi
-		_, err = q.decodeRun(&arena, pname, raw, base, end, lo, hi, false, func(off int64) *Message {
+		_, err = q.decodeRun(&arena, pname, raw, base, end, lo, hi, nil, func(off int64) *Message {
 			return &Message{Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt}
 		}, func(m *Message, openErr error) error {
 			if openErr != nil {

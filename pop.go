@@ -336,14 +336,28 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		m.Attempt += int(r.Failures)
 		return m
 	}
-	// Not into a buffer reused for the claim's next segment: the messages
-	// keep their stored headers and payloads in frames (snapshot).
-	frames, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob)
+	bp, _ := frameBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	defer frameBufs.Put(bp)
+	frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, *bp)
 	if err != nil {
 		p.undecodable(msg, lo, hi, err)
 		return nil
 	}
-	next, err := q.decodeRun(&d.arena, pname, frames, base, end, lo, hi, true, func(off int64) *Message {
+	var snap *segSnap
+	if owned {
+		// The messages keep nothing of frames (decodeRun): reused by the
+		// next pop once this one is decoded.
+		snap = &segSnap{blob: r.Blob}
+		if cap(frames) <= maxPooledFrames {
+			*bp = frames[:0]
+		}
+	} else {
+		snap = &segSnap{frames: frames} // cached, read-only
+	}
+	next, err := q.decodeRun(&d.arena, pname, frames, base, end, lo, hi, snap, func(off int64) *Message {
 		if p.isSettled(off) {
 			return nil // settled out of order by an earlier holder
 		}

@@ -38,11 +38,11 @@ func (v segEntry) size() int { return len(v.blob) + len(v.raw) }
 
 // frames returns the packed frames of segment (pid, base), whose stored blob
 // is blob, for a pop that reads it through offset last of end. A segment
-// read through its end and not cached is decompressed for this call alone;
-// anything else may be shared with other pops. Either way the result is
-// read-only (the pop's messages keep parts of it). The cache keeps blob: the
-// caller must not modify it afterwards.
-func (c *segCache) frames(pid, base, end, last int64, blob []byte) ([]byte, error) {
+// read through its end and not cached is decompressed into scratch, and
+// owned reports it: only then may the caller reuse the result as scratch.
+// Anything else may be shared with other pops and is read-only. The cache
+// keeps blob: the caller must not modify it afterwards.
+func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) (frames []byte, owned bool, err error) {
 	k := cachedSeg{pid, base}
 	done := last >= end
 	c.mu.Lock()
@@ -54,15 +54,16 @@ func (c *segCache) frames(pid, base, end, last int64, blob []byte) ([]byte, erro
 	}
 	c.mu.Unlock()
 	if ok && !stale {
-		return v.raw, nil
+		return v.raw, false, nil
+	}
+	if done {
+		raw, err := segment.Decompress(scratch[:0], blob)
+		return raw, err == nil, err
 	}
 	raw, err := segment.Decompress(nil, blob)
-	if done {
-		return raw, err
-	}
 	v = segEntry{blob: blob, raw: raw}
 	if err != nil || v.size() > segCacheBytes/4 {
-		return raw, err
+		return raw, false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -82,5 +83,5 @@ func (c *segCache) frames(pid, base, end, last int64, blob []byte) ([]byte, erro
 	}
 	c.m[k] = v
 	c.bytes += v.size()
-	return raw, nil
+	return raw, false, nil
 }
