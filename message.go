@@ -139,8 +139,11 @@ type Message struct {
 	leaseDur time.Duration
 	mem      *member // the group member that claimed it; nil for none
 	flags    byte
-	hdrs     []byte // the encoded headers as stored: kept by a dead letter and a re-enqueue
-	stored   []byte // the payload as stored (ciphertext when encrypted): the dead-letter snapshot
+	// snap is the segment m was popped from and snapAt m's frame in it:
+	// its headers and payload as stored (ciphertext when encrypted), which a
+	// dead letter and a re-enqueue keep. nil: none (undecodable).
+	snap   *segSnap
+	snapAt int
 	// keyed marks a message a per-key parallel Consume handles: its own
 	// settlement is per offset (settle_keyed), never through the lease.
 	keyed bool

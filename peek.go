@@ -70,9 +70,10 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 		part = &o.Partition
 	}
 	var (
-		out []*Message
-		raw []byte
-		bad error // a segment that does not decode: ends the peek
+		out   []*Message
+		raw   []byte
+		arena decodeArena
+		bad   error // a segment that does not decode: ends the peek
 	)
 	err := stmt.Peek(ctx, e.csql, e.pool, stmt.PeekParams{
 		Queue: stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, Partition: part, From: o.From, Limit: o.Limit,
@@ -84,7 +85,8 @@ func (q *Queue) Peek(ctx context.Context, o PeekOptions) ([]*Message, error) {
 			return false, nil
 		}
 		hi := min(end, lo+int64(o.Limit-len(out))-1)
-		_, err = q.decodeRun(pname, raw, base, end, lo, hi, false, func(off int64) *Message {
+		arena.last = hi
+		_, err = q.decodeRun(&arena, pname, raw, base, end, lo, hi, nil, func(off int64) *Message {
 			return &Message{Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt}
 		}, func(m *Message, openErr error) error {
 			if openErr != nil {

@@ -268,12 +268,14 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 // popDecoder turns the rows of a claim (pop, pop_ahead) into its
 // partitions' messages, in row order.
 type popDecoder struct {
-	q       *Queue
-	o       *PopOptions
-	dm      *destMeter
-	parts   []*popPart
-	p       *popPart
-	scratch []byte
+	q     *Queue
+	o     *PopOptions
+	dm    *destMeter
+	parts []*popPart
+	p     *popPart
+	// What the claim's messages keep, in a few allocations.
+	slab  msgSlab
+	arena decodeArena
 	// unknownKey is the first payload sealed with a key this client lacks.
 	unknownKey error
 }
@@ -287,6 +289,7 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		p := &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1}
 		if r.Lease != nil {
 			p.lease = *r.Lease
+			p.leaseID = p.lease.String()
 		}
 		if len(r.FailOffsets) > 0 && len(r.FailOffsets) == len(r.FailCounts) {
 			p.fails = make(map[int64]int, len(r.FailOffsets))
@@ -298,22 +301,29 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		d.p = p
 	}
 	p := d.p
-	var leaseStr string
 	var exp time.Time
 	var dur time.Duration
-	if r.Lease != nil {
-		leaseStr = p.lease.String()
-	}
 	if r.LeaseExpires != nil {
 		exp = *r.LeaseExpires
 		dur = r.LeaseTime
 	}
+	base, end := r.Base, r.End
+	lo, hi := max(r.First, base), min(r.Last, end)
+	if p.head < 0 {
+		p.head = lo
+	}
+	if hi >= lo && hi-lo < MaxBatch {
+		p.msgs = slices.Grow(p.msgs, int(hi-lo+1))
+	}
+	d.arena.last = r.Last
 	msg := func(off int64) *Message {
-		m := &Message{
-			Queue: q.name, Partition: pname, Offset: off, CreatedAt: r.CreatedAt, Group: o.Group,
-			LeaseID: leaseStr, Attempt: 1, LeaseExpiresAt: exp,
-			q: q, pid: r.PartitionID, lease: p.lease, leaseDur: dur, dm: dm, mem: o.mem,
-		}
+		// Field by field into the zeroed slab: a composite literal would
+		// be copied in whole, under a write barrier per pointer while the
+		// GC runs.
+		m := d.slab.take(r.Last - off + 1)
+		m.Queue, m.Partition, m.Offset, m.CreatedAt, m.Group = q.name, pname, off, r.CreatedAt, o.Group
+		m.LeaseID, m.Attempt, m.LeaseExpiresAt = p.leaseID, 1, exp
+		m.q, m.pid, m.lease, m.leaseDur, m.dm, m.mem = q, r.PartitionID, p.lease, dur, dm, o.mem
 		if off <= r.DeliveredMax && r.Deliveries > 1 {
 			m.Attempt = int(r.Deliveries)
 		}
@@ -326,20 +336,28 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		m.Attempt += int(r.Failures)
 		return m
 	}
-	base, end := r.Base, r.End
-	lo, hi := max(r.First, base), min(r.Last, end)
-	if p.head < 0 {
-		p.head = lo
+	bp, _ := frameBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
-	frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, d.scratch)
+	defer frameBufs.Put(bp)
+	frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, *bp)
 	if err != nil {
 		p.undecodable(msg, lo, hi, err)
 		return nil
 	}
+	var snap *segSnap
 	if owned {
-		d.scratch = frames
+		// The messages keep nothing of frames (decodeRun): reused by the
+		// next pop once this one is decoded.
+		snap = &segSnap{blob: r.Blob}
+		if cap(frames) <= maxPooledFrames {
+			*bp = frames[:0]
+		}
+	} else {
+		snap = &segSnap{frames: frames} // cached, read-only
 	}
-	next, err := q.decodeRun(pname, frames, base, end, lo, hi, true, func(off int64) *Message {
+	next, err := q.decodeRun(&d.arena, pname, frames, base, end, lo, hi, snap, func(off int64) *Message {
 		if p.isSettled(off) {
 			return nil // settled out of order by an earlier holder
 		}
@@ -367,9 +385,11 @@ type popPart struct {
 	pid   int64
 	name  string
 	lease uuid.UUID
-	head  int64 // the claim's first offset (giveBack)
-	msgs  []*Message
-	dead  []deadMsg // in offset order
+	// leaseID is lease as Message.LeaseID shows it; "" for an auto-ack.
+	leaseID string
+	head    int64 // the claim's first offset (giveBack)
+	msgs    []*Message
+	dead    []deadMsg // in offset order
 	// The cursor's out-of-order state at the claim: settled offsets above
 	// it (sorted; skipped) and failures stored per offset (Attempt).
 	settled []int64

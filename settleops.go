@@ -21,11 +21,17 @@ func (m *Message) kept(act int16) *stmt.Kept {
 	if act != actFail && act != actDeadLetter {
 		return nil
 	}
-	return &stmt.Kept{
-		Frame: frame.Frame{ID: m.ID, Flags: m.flags, TransactionID: m.TransactionID, Key: m.Key,
-			Headers: m.hdrs, Payload: m.stored},
+	k := &stmt.Kept{
+		Frame:     frame.Frame{ID: m.ID, Flags: m.flags, TransactionID: m.TransactionID, Key: m.Key},
 		CreatedAt: m.CreatedAt,
 	}
+	if m.snap != nil {
+		// It decoded from these very bytes, so this decodes too.
+		if f, err := m.snap.frame(m.snapAt); err == nil {
+			k.Frame.Headers, k.Frame.Payload = f.Headers, f.Payload
+		}
+	}
+	return k
 }
 
 // params is op as package settle takes it.

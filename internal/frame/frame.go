@@ -151,8 +151,21 @@ func next(blob []byte, k, off int) (body []byte, end int, err error) {
 	return blob[off+prefixSize : end : end], end, nil
 }
 
-// parse decodes one frame body into f; off is for error messages only.
-func parse(body []byte, k, off int, f *Frame) error {
+// View is a decoded frame whose every field aliases the blob it was decoded
+// from, the transaction id and the key included: for a caller that copies
+// what it keeps where it wants it, without a string allocated per frame.
+// Each slice has its capacity clipped.
+type View struct {
+	ID            uuid.UUID
+	Flags         byte
+	TransactionID []byte
+	Key           []byte // empty for none
+	Headers       []byte // the encoded headers field; empty for none
+	Payload       []byte
+}
+
+// parse decodes one frame body into v; off is for error messages only.
+func parse(body []byte, k, off int, v *View) error {
 	if len(body) < minBody {
 		return corrupt(k, off, "body too short")
 	}
@@ -161,7 +174,7 @@ func parse(body []byte, k, off int, f *Frame) error {
 		return corrupt(k, off, fmt.Sprintf("unknown flags %#02x", flags))
 	}
 	p := 1
-	copy(f.ID[:], body[p:p+idSize])
+	copy(v.ID[:], body[p:p+idSize])
 	p += idSize
 	tl, vn := binary.Uvarint(body[p:])
 	if vn <= 0 {
@@ -174,9 +187,9 @@ func parse(body []byte, k, off int, f *Frame) error {
 	if tl > uint64(len(body)-p) {
 		return corrupt(k, off, "transaction id exceeds frame")
 	}
-	f.TransactionID = string(body[p : p+int(tl)])
+	v.TransactionID = body[p : p+int(tl) : p+int(tl)]
 	p += int(tl)
-	f.Key = ""
+	v.Key = nil
 	if flags&FlagKey != 0 {
 		kl, vn := binary.Uvarint(body[p:])
 		switch {
@@ -192,21 +205,28 @@ func parse(body []byte, k, off int, f *Frame) error {
 		if kl > uint64(len(body)-p) {
 			return corrupt(k, off, "key exceeds frame")
 		}
-		f.Key = string(body[p : p+int(kl)])
+		v.Key = body[p : p+int(kl) : p+int(kl)]
 		p += int(kl)
 	}
-	f.Headers = nil
+	v.Headers = nil
 	if flags&FlagHeaders != 0 {
 		n, err := scanHeaders(body[p:], nil)
 		if err != nil {
 			return corrupt(k, off, err.Error())
 		}
-		f.Headers = body[p : p+n : p+n]
+		v.Headers = body[p : p+n : p+n]
 		p += n
 	}
-	f.Flags = flags
-	f.Payload = body[p:]
+	v.Flags = flags
+	v.Payload = body[p:]
 	return nil
+}
+
+// frame converts v to a Frame into f: the strings are copies, the rest
+// still aliases the blob.
+func (v *View) frame(f *Frame) {
+	f.ID, f.Flags, f.TransactionID, f.Key = v.ID, v.Flags, string(v.TransactionID), string(v.Key)
+	f.Headers, f.Payload = v.Headers, v.Payload
 }
 
 // Decode walks every frame of blob in order, calling fn with its index and
@@ -225,16 +245,26 @@ func Decode(blob []byte, fn func(k int, f *Frame) error) error {
 // segment of thousands thereby parses one frame.
 func DecodeRange(blob []byte, from, to int, fn func(k int, f *Frame) error) error {
 	var f Frame
+	return ViewRange(blob, from, to, func(k int, v *View) error {
+		v.frame(&f)
+		return fn(k, &f)
+	})
+}
+
+// ViewRange is DecodeRange yielding Views: nothing of a frame is copied. v
+// is reused between calls.
+func ViewRange(blob []byte, from, to int, fn func(k int, v *View) error) error {
+	var v View
 	for k, off := 0, 0; off < len(blob) && k <= to; k++ {
 		body, end, err := next(blob, k, off)
 		if err != nil {
 			return err
 		}
 		if k >= from {
-			if err := parse(body, k, off, &f); err != nil {
+			if err := parse(body, k, off, &v); err != nil {
 				return err
 			}
-			if err := fn(k, &f); err != nil {
+			if err := fn(k, &v); err != nil {
 				return err
 			}
 		}
@@ -295,9 +325,11 @@ func At(blob []byte, k int) (Frame, error) {
 			return f, err
 		}
 		if i == k {
-			if err := parse(body, i, off, &f); err != nil {
+			var v View
+			if err := parse(body, i, off, &v); err != nil {
 				return Frame{}, err
 			}
+			v.frame(&f)
 			return f, nil
 		}
 		off = end

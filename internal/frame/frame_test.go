@@ -270,6 +270,36 @@ func TestDecodeRange(t *testing.T) {
 	}
 }
 
+// ViewRange yields what DecodeRange does, as slices of the blob each
+// clipped to its field: appending to one never writes into the next.
+func TestViewRange(t *testing.T) {
+	frames := sampleFrames()
+	var blob []byte
+	for i := range frames {
+		blob = Append(blob, &frames[i])
+	}
+	orig := bytes.Clone(blob)
+	n := 0
+	err := ViewRange(blob, 0, len(frames), func(k int, v *View) error {
+		var f Frame
+		v.frame(&f)
+		if !equalFrame(&f, &frames[k]) {
+			t.Errorf("frame %d: view %+v, want %+v", k, f, frames[k])
+		}
+		for _, b := range [][]byte{v.TransactionID, v.Key, v.Headers, v.Payload} {
+			_ = append(b, 0xee)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != len(frames) {
+		t.Fatalf("ViewRange: %d frames, %v", n, err)
+	}
+	if !bytes.Equal(blob, orig) {
+		t.Fatal("appending to a view's field wrote into the blob")
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	frames := sampleFrames()
 	var all []byte
@@ -472,5 +502,38 @@ func TestDecodesFramesOfTheFirstRelease(t *testing.T) {
 	}
 	if !bytes.Equal(again, blob) {
 		t.Fatalf("re-encoded %x, want %x", again, blob)
+	}
+}
+
+// Validating a frame's headers allocates nothing, and decoding them only
+// the map and its strings: a consumer decodes them for every message.
+func TestHeadersAllocs(t *testing.T) {
+	h := map[string]string{"source": "shop", "trace": "t-1"}
+	f := Frame{ID: testID(1), TransactionID: "txn", Headers: EncodeHeaders(h), Payload: []byte("p")}
+	plain := f
+	plain.Headers = nil
+	allocs := func(f *Frame) float64 {
+		blob := Append(nil, f)
+		return testing.AllocsPerRun(100, func() {
+			if err := ViewRange(blob, 0, 0, func(int, *View) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if with, without := allocs(&f), allocs(&plain); with != without {
+		t.Errorf("ViewRange of a frame with headers: %v allocations, without: %v", with, without)
+	}
+	var got map[string]string
+	n := testing.AllocsPerRun(100, func() {
+		var err error
+		if got, err = DecodeHeaders(f.Headers); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if fmt.Sprint(got) != fmt.Sprint(h) {
+		t.Fatalf("DecodeHeaders = %v, want %v", got, h)
+	}
+	if want := float64(2 + 2*len(h)); n > want {
+		t.Errorf("DecodeHeaders of %d headers: %v allocations, want at most %v (the map and its strings)", len(h), n, want)
 	}
 }

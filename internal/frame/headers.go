@@ -55,6 +55,21 @@ func EncodeHeaders(h map[string]string) []byte {
 // DecodeHeaders decodes a headers field that must span all of b; nil or
 // empty b is no headers (a nil map). The error wraps ErrCorrupt.
 func DecodeHeaders(b []byte) (map[string]string, error) {
+	return DecodeHeadersWith(b, copier{})
+}
+
+// Strings makes the strings of decoded headers from bytes that alias the
+// input: a decoder that packs them with other strings of its own.
+type Strings interface {
+	String(p []byte) string
+}
+
+type copier struct{}
+
+func (copier) String(p []byte) string { return string(p) }
+
+// DecodeHeadersWith is DecodeHeaders with the names and values made by s.
+func DecodeHeadersWith(b []byte, s Strings) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -63,7 +78,7 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 		if h == nil {
 			h = make(map[string]string, count)
 		}
-		h[string(k)] = string(v)
+		h[s.String(k)] = s.String(v)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -77,7 +92,7 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 // scanHeaders validates the headers field at the start of b, calling fn (if
 // not nil) per header, and returns its length.
 func scanHeaders(b []byte, fn func(count int, k, v []byte)) (int, error) {
-	count, p, err := uvarintAt(b, 0, "header count")
+	count, p, err := uvarintAt(b, 0, "header count", "")
 	if err != nil {
 		return 0, err
 	}
@@ -115,19 +130,21 @@ func scanHeaders(b []byte, fn func(count int, k, v []byte)) (int, error) {
 	return p, nil
 }
 
-func uvarintAt(b []byte, p int, what string) (uint64, int, error) {
+// uvarintAt reads the varint at b[p:]; what and suffix name it in an
+// error, joined only then (this runs for every header of every message).
+func uvarintAt(b []byte, p int, what, suffix string) (uint64, int, error) {
 	x, n := binary.Uvarint(b[p:])
 	if n <= 0 {
-		return 0, 0, fmt.Errorf("bad %s", what)
+		return 0, 0, fmt.Errorf("bad %s%s", what, suffix)
 	}
 	if n != uvarintLen(x) {
-		return 0, 0, fmt.Errorf("non-minimal %s", what)
+		return 0, 0, fmt.Errorf("non-minimal %s%s", what, suffix)
 	}
 	return x, p + n, nil
 }
 
 func bytesAt(b []byte, p int, what string) ([]byte, int, error) {
-	l, p, err := uvarintAt(b, p, what+" length")
+	l, p, err := uvarintAt(b, p, what, " length")
 	if err != nil {
 		return nil, 0, err
 	}
