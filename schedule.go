@@ -53,9 +53,9 @@ const (
 	// thin segments (at least moveThinSegments, fewer than moveThinRows
 	// messages each on average): a stream spread over many partitions,
 	// where each segment's fixed cost (its row, hash row and partition
-	// update) outweighs its messages'. Measured (BENCHMARKS.md, "Scheduled
-	// delivery"): a million due over a minute across 64 partitions cost
-	// the server 22 µs a message moved at 50 ms, 12.6 at 200 ms.
+	// update) outweighs its messages'. Measured (BENCHMARKS.md, "Evening
+	// run"): 300,000 due over 20 s across 64 partitions cost the server
+	// 22 µs a message moved at 50 ms, 12.6 at 200 ms.
 	moveGatherThin   = 150 * time.Millisecond
 	moveThinSegments = 8
 	moveThinRows     = 32
