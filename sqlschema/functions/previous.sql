@@ -190,3 +190,24 @@ BEGIN
               ORDER BY x.o));
 END
 $$;
+
+-- The previous release's pop: pop_v2 for a claim that is not keyed.
+CREATE OR REPLACE FUNCTION {{schema}}.pop(
+    p_tenant     uuid,
+    p_queue      text,
+    p_group      text,
+    p_partition  text,
+    p_hints      text[],
+    p_batch      integer,
+    p_partitions integer,
+    p_lease_ms   bigint,
+    p_auto_ack   boolean,
+    p_owner      text,
+    p_mode       text,
+    p_from       timestamptz,
+    p_part_batch integer
+) RETURNS SETOF {{schema}}.pop_row
+LANGUAGE sql AS $$
+    SELECT * FROM {{schema}}.pop_v2(p_tenant, p_queue, p_group, p_partition, p_hints, p_batch, p_partitions,
+                                    p_lease_ms, p_auto_ack, p_owner, p_mode, p_from, p_part_batch, false)
+$$;
