@@ -261,6 +261,7 @@ func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions,
 	id := newMemberID()
 	c.mem = &member{id: id, owner: q.c.e.owner + "#" + id}
 	c.po.Member, c.po.mem = "", c.mem
+	c.po.keyed = o.KeyConcurrency > 1 && !po.AutoAck
 	switch {
 	case o.MaxHold == 0:
 		c.maxHold = DefaultMaxHold

@@ -46,6 +46,7 @@ var goCodes = map[string]map[string]int16{
 		"dead_letter": stmt.ActDeadLetter,
 		"interrupt":   stmt.ActInterrupt,
 		"carry":       stmt.ActCarry,
+		"park":        stmt.ActPark,
 	},
 }
 
