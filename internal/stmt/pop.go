@@ -117,8 +117,8 @@ func Pop(ctx context.Context, c *Consume, q Querier, in PopParams, each func(*Po
 	if hints == nil {
 		hints = []string{}
 	}
-	rows, err := q.Query(ctx, c.Pop, in.Tenant, in.Queue, in.Group, in.Partition, hints, in.Batch, in.Partitions,
-		in.Lease.Milliseconds(), in.AutoAck, in.Owner, in.Mode, in.From, in.PerPartition, in.Keyed)
+	rows, err := q.Query(ctx, c.Pop, prefixArgs(c.Pop, in.Tenant, in.Queue, in.Group, in.Partition, hints, in.Batch,
+		in.Partitions, in.Lease.Milliseconds(), in.AutoAck, in.Owner, in.Mode, in.From, in.PerPartition, in.Keyed)...)
 	if err != nil {
 		return err
 	}
@@ -132,10 +132,15 @@ func scanPopRows(rows pgx.Rows, each func(*PopRow) error) error {
 		r       PopRow
 		leaseMs int64
 	)
+	dest := []any{&r.PartitionID, &r.PartitionName, &r.Lease, &r.LeaseExpires, &leaseMs, &r.First, &r.Last,
+		&r.Deliveries, &r.DeliveredMax, &r.Base, &r.End, &r.CreatedAt, &r.Blob, &r.Failures,
+		&r.Settled, &r.FailOffsets, &r.FailCounts, &r.WaitOffsets, &r.WaitAt}
+	// The previous release's statements end before the waits.
+	if n := len(rows.FieldDescriptions()); n < len(dest) {
+		dest = dest[:n]
+	}
 	for rows.Next() {
-		if err := rows.Scan(&r.PartitionID, &r.PartitionName, &r.Lease, &r.LeaseExpires, &leaseMs, &r.First, &r.Last,
-			&r.Deliveries, &r.DeliveredMax, &r.Base, &r.End, &r.CreatedAt, &r.Blob, &r.Failures,
-			&r.Settled, &r.FailOffsets, &r.FailCounts, &r.WaitOffsets, &r.WaitAt); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		r.LeaseTime = time.Duration(leaseMs) * time.Millisecond
