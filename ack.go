@@ -90,7 +90,7 @@ type keyedRow struct {
 	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt, actCarry or actPark
 	reason storedReason
 	// delay is, with actFail, the wait the handler asked for (RetryAfter)
-	// before a skip-policy copy is appended; 0: the queue's RetryBackoff.
+	// before the next attempt; 0: the queue's RetryBackoff.
 	delay time.Duration
 }
 

@@ -1,7 +1,7 @@
 -- The previous release's entry points, kept so it runs beside this one
--- during a rolling upgrade: settle, settle_keyed and requeue_dead_letters
--- with the signatures that release calls, and requeue_one with the one its
--- function layer had. They encode frames in SQL (raw_segment, uvarint)
+-- during a rolling upgrade: settle, settle_keyed, requeue_dead_letters and
+-- pop with the signatures that release calls, and requeue_one with the one
+-- its function layer had. They encode frames in SQL (raw_segment, uvarint)
 -- only for that release's callers: each builds the re-enqueue's segment
 -- from the message's fields and calls its successor (settle_v2,
 -- settle_keyed_v2, requeue_dead_letters_v2, requeue_one with the segment),

@@ -6,7 +6,10 @@
 -- time passed, or that the cursor or settled passed, mean nothing and
 -- are dropped by the next keyed settle). A keyed claim returns them, so
 -- the client starts neither the waiting message nor its key's later ones;
--- any other claim ends before the first of them.
+-- any other claim ends before the first of them. While a key waits, the
+-- other keys settle past it, so settled (003) may hold more than one
+-- Batch of entries: claims reach at most claim_reach past the cursor
+-- (functions/cursor.sql), which bounds it.
 --
 -- idle_until / idle_seen park a partition whose keyed holder was left
 -- with waiting keys only: it is not claimed again before idle_until
