@@ -330,3 +330,49 @@ func TestKeyWaitLeaseExpiryRedeliversAtOnce(t *testing.T) {
 		t.Fatalf("after the lease expiry: RetryAt %s, Failures %d (want a wait and one failure)", at, failures)
 	}
 }
+
+// A waiting key that keeps receiving messages does not fill its lane's
+// claims: with key a waiting after its first message and 60 more of its
+// messages interleaved with 100 of key b, Batch 10, every message of b is
+// handled during the wait and none of a's.
+func TestKeyWaitBusyKeyDoesNotFillTheLane(t *testing.T) {
+	c := open(t)
+	const wait = time.Hour
+	q := configure(t, c, "kbusy", queen.QueueOptions{RetryLimit: 5,
+		RetryBackoff: queen.RetryBackoff{Min: wait, Max: wait}})
+	keys := []string{"a"}
+	for i := range 160 {
+		if i%8 < 3 {
+			keys = append(keys, "a")
+		} else {
+			keys = append(keys, "b")
+		}
+	}
+	pushKeyed(t, q, "p", keys...)
+	keyOffsets := map[string][]int64{}
+	for i, k := range keys {
+		keyOffsets[k] = append(keyOffsets[k], int64(i))
+	}
+	nb := len(keyOffsets["b"])
+	log := newKeyLog()
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}, KeyConcurrency: 3,
+		SoftStop: slack}, func(_ context.Context, m *queen.Message) error {
+		log.start(m, keyOffsets)
+		if m.Key == "a" {
+			log.end(m, false)
+			return errors.New("down")
+		}
+		log.end(m, true)
+		return nil
+	}, func() bool { return log.handled() == nb })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.check(t)
+	if got := log.starts["a"]; !slices.Equal(got, []int64{0}) {
+		t.Fatalf("key a started %v while a@0 waits, want [0]", got)
+	}
+	if got := len(log.starts["b"]); got != nb {
+		t.Fatalf("key b started %d times, want each of its %d messages once", got, nb)
+	}
+}
