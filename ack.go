@@ -102,6 +102,10 @@ const actCarry = stmt.ActCarry
 // release also parks the partition (see settle_keyed_v2).
 const actPark = stmt.ActPark
 
+// actHeld notes a message a keyed batch did not start because an earlier
+// message of its key waits (see settle_keyed_v2).
+const actHeld = stmt.ActHeld
+
 // stRequeued is settle_keyed's status of a failure the skip policy
 // re-enqueued at the tail (settle reports it as stApplied).
 const stRequeued = stmt.SettleRequeued

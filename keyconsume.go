@@ -53,14 +53,17 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	// for a claim after the wait); the other keys run.
 	all := msgs
 	waits := slices.ContainsFunc(all, func(m *Message) bool { return m.waiting })
+	var held []keyedRow // noted at the release, so claims do not count them
 	if waits {
 		msgs = make([]*Message, 0, len(all))
 		blocked := map[string]bool{}
 		for _, m := range all {
-			if m.waiting {
+			switch {
+			case m.waiting:
 				blocked[m.Key] = true
-			}
-			if !blocked[m.Key] {
+			case blocked[m.Key]:
+				held = append(held, keyedRow{m: m, act: actHeld})
+			default:
 				msgs = append(msgs, m)
 			}
 		}
@@ -155,6 +158,7 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 		(!keys.Started() || len(all) < c.po.Batch) {
 		act = actPark
 	}
+	rows = append(rows, held...)
 	rows = append(rows, keyedRow{m: all[len(all)-1], act: act})
 	return func() {
 		_, err := b.write(rows, true)

@@ -47,6 +47,7 @@ var goCodes = map[string]map[string]int16{
 		"interrupt":   stmt.ActInterrupt,
 		"carry":       stmt.ActCarry,
 		"park":        stmt.ActPark,
+		"held":        stmt.ActHeld,
 	},
 }
 

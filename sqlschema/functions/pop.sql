@@ -260,8 +260,9 @@ $$;
 -- is not claimable for nothing again. All NULL when nothing is claimed.
 -- The row stays locked: nothing else moves the cursor until pop_take.
 --
--- The claim takes p_max messages not settled out of order (claim_end),
--- reaching at most claim_reach past the cursor. The waits still holding
+-- The claim takes p_max messages not settled out of order (claim_end;
+-- while a wait holds, not waiting nor held behind one either), reaching
+-- at most claim_reach past the cursor. The waits still holding
 -- (wait_offs, see migration 14): a keyed claim (p_keyed, per-key
 -- Consume) returns them in wait_offs / wait_at, and its client starts
 -- neither those messages nor their keys' later ones; any other claim
@@ -287,7 +288,8 @@ BEGIN
     SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
            p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts,
            {{schema}}.waits_live(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) AS wo,
-           {{schema}}.waits_live_at(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) AS wa
+           {{schema}}.waits_live_at(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) AS wa,
+           cc.held_offs
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -305,7 +307,14 @@ BEGIN
     IF v_c.settled IS NOT NULL THEN
         v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
     END IF;
-    v_end := {{schema}}.claim_end(v_start, p_max, v_c.settled, v_c.committed + {{schema}}.claim_reach(p_max));
+    -- Counted toward p_max: what may start. Settled messages do not, nor,
+    -- while a wait holds, the waiting ones and those held behind them.
+    v_end := {{schema}}.claim_end(v_start, p_max,
+        CASE WHEN v_c.wo IS NULL THEN v_c.settled
+             ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.settled, '{}') || v_c.wo
+                                                        || coalesce(v_c.held_offs, '{}')) AS u(o)
+                        ORDER BY u.o) END,
+        v_c.committed + {{schema}}.claim_reach(p_max));
     seen := CASE WHEN v_end >= v_c.last_offset THEN v_c.last_offset END;
     v_end := least(v_c.last_offset, v_end);
     IF NOT p_keyed AND v_c.wo IS NOT NULL THEN
@@ -389,6 +398,8 @@ BEGIN
                            ELSE {{schema}}.waits_live_at(wait_offs, wait_at, v_adv, settled, p_now) END,
             wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
                              ELSE {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) END,
+            held_offs = CASE WHEN {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) IS NULL THEN NULL
+                             ELSE held_offs END,
             idle_until = NULL, idle_seen = NULL, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     ELSE
@@ -410,6 +421,8 @@ BEGIN
                            ELSE {{schema}}.waits_live_at(wait_offs, wait_at, p_first - 1, settled, p_now) END,
             wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
                              ELSE {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) END,
+            held_offs = CASE WHEN {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) IS NULL
+                             THEN NULL ELSE held_offs END,
             idle_until = NULL, idle_seen = p_seen, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;

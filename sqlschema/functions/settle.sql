@@ -23,6 +23,7 @@
 --   settle action 4 interrupt: a retry that also takes back the lease's delivery
 --   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
 --   settle action 6 park: a carry whose batch was left with waiting keys only (settle_keyed only)
+--   settle action 7 held: a message left unstarted behind a waiting one of its key (settle_keyed only)
 
 -- The hash row a failed message's copy carries (requeue_one, and a copy
 -- waiting in scheduled): its original's, the message at offset p_off of
@@ -222,7 +223,9 @@ $$;
 -- a holder that was left with waiting keys only: the partition is parked
 -- (idle_until: the earliest wait's end; idle_seen was set by the claim)
 -- unless some failure charged above the cursor has no wait (it is
--- redelivered at once). The
+-- redelivered at once). Action 7 (held) notes a message its holder left
+-- unstarted behind a waiting one of its key in held_offs, which claims
+-- do not count toward their Batch while a wait holds (see pop_claim). The
 -- lease is released when a row asks for it or committed reaches
 -- batch_end, and kept otherwise (a checkpoint). An offset already settled
 -- gets status 1 and changes nothing, so resending an outcome is harmless
@@ -300,6 +303,7 @@ DECLARE
     v_wait  bigint;
     v_retry timestamptz;
     v_wo    bigint[];
+    v_held  bigint[];
     v_wa    timestamptz[];
     v_park  boolean;
     v_idle  timestamptz;
@@ -330,7 +334,7 @@ BEGIN
         ORDER BY x.pid, x.g, min(x.o)
     LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
-               cc.settled, cc.fail_offs, cc.fail_counts, cc.wait_offs, cc.wait_at, cc.idle_seen,
+               cc.settled, cc.fail_offs, cc.fail_counts, cc.wait_offs, cc.wait_at, cc.held_offs,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
                qq.failure_policy, qq.encryption, qq.retry_backoff_min_ms, qq.retry_backoff_max_ms
         INTO v_c
@@ -580,6 +584,15 @@ BEGIN
         SELECT array_agg(u.o ORDER BY u.o), array_agg(u.t ORDER BY u.o) INTO v_wo, v_wa
         FROM unnest(v_wo, v_wa) AS u(o, t)
         WHERE u.o > v_comm AND NOT (u.o = ANY (v_set));
+        -- Held behind a wait: meaningful only while one holds.
+        v_held := CASE WHEN v_wo IS NULL THEN NULL
+            ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.held_offs, '{}')
+                                                       || ARRAY(SELECT p_offs[x.o] FROM unnest(v_l.ords) AS x(o)
+                                                                WHERE p_act[x.o] = 7)) AS u(o)
+                       WHERE u.o > v_comm AND NOT (u.o = ANY (v_set)) ORDER BY u.o) END;
+        IF cardinality(v_held) = 0 THEN
+            v_held := NULL;
+        END IF;
         -- Parked: only waiting keys were left, and every failure charged
         -- above the cursor (attempts for its head, fail_offs) waits.
         v_idle := NULL;
@@ -596,6 +609,7 @@ BEGIN
             fail_counts      = v_fc,
             wait_offs        = v_wo,
             wait_at          = v_wa,
+            held_offs        = v_held,
             idle_until       = v_idle,
             deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
                                         THEN greatest(deliveries - 1, 0)

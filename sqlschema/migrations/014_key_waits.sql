@@ -11,6 +11,12 @@
 -- Batch of entries: claims reach at most claim_reach past the cursor
 -- (functions/cursor.sql), which bounds it.
 --
+-- held_offs (sorted): messages a keyed holder left unstarted behind a
+-- waiting message of their key. While some wait holds, a claim does not
+-- count them (nor the waiting messages) toward its Batch, so a waiting
+-- key that keeps receiving messages does not fill the claims of its
+-- lane's other keys. Dropped with the last wait.
+--
 -- idle_until / idle_seen park a partition whose keyed holder was left
 -- with waiting keys only: it is not claimed again before idle_until
 -- unless the partition's last offset passes idle_seen (messages the
@@ -19,6 +25,7 @@
 ALTER TABLE {{schema}}.consumers
     ADD COLUMN wait_offs  bigint[],
     ADD COLUMN wait_at    timestamptz[],
+    ADD COLUMN held_offs  bigint[],
     ADD COLUMN idle_until timestamptz,
     ADD COLUMN idle_seen  bigint;
 
