@@ -62,10 +62,9 @@ type ConsumeOptions struct {
 	// backoff (QueueOptions.RetryBackoff, RetryAfter) is over. The wait is
 	// stored per message with the cursor: it holds no handler and no
 	// lease, and a batch left with waiting keys only hands its lease back.
-	// Other keys run ahead of a waiting one by up to a Batch of unsettled
-	// messages and at most 10,000 offsets (or a Batch) past the cursor; a
-	// waiting key whose own messages fill a Batch stalls the partition
-	// until its wait is over. Failures
+	// Other keys run ahead of a waiting one by at most 10,000 offsets (or
+	// a Batch) past the cursor; then the partition stalls until the wait
+	// is over. Failures
 	// are counted per message, so RetryLimit holds for each one wherever it
 	// sits in the partition; the failure that spends it dead-letters (or
 	// drops) the message and its key goes on. Under the skip policy a
