@@ -77,8 +77,9 @@ func laneKeys(n int) []string {
 }
 
 // kbProduce pushes one item every 150-300 ms: to keys (an eighth of them
-// to the first, so that its failures, each retried on the next claim,
-// leave the lane no backlog) or, without keys, to partitions q0 and q1.
+// to the first, whose failures each wait kbWait, so it builds a backlog
+// that its lane's other keys must get past) or, without keys, to
+// partitions q0 and q1.
 func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 	n := 0
 	defer func() { w.r.t.Logf("keyback: %s: %d pushed", q, n) }()
