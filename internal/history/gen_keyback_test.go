@@ -43,7 +43,10 @@ func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, c *queen.
 	base := queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: kbLease, RetryBackoff: queen.RetryBackoff{Min: kbWait, Max: kbWait}}
 	kw, kp := mk(0, 0x6b6b), mk(1, 0x6b6c)
 	if err := kw.c.Queue(kbKeyedQueue).Configure(genCtx, base); err == nil {
-		r.addQueue(kbKeyedQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait})
+		// Its failures wait kbWait too, each message alone (per-key
+		// Consume under FailurePause): retry-early judges them.
+		r.addQueue(kbKeyedQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait,
+			RetryMin: kbWait})
 		keys := laneKeys(4)
 		wg.Go(func() { kp.kbProduce(genCtx, kbKeyedQueue, keys) })
 		wg.Go(func() { kw.kbConsume(genCtx, kbKeyedQueue, 2+kw.rng.IntN(3), keys[0]) })
