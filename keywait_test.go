@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/e03140bc/queen"
 )
 
@@ -374,5 +376,39 @@ func TestKeyWaitBusyKeyDoesNotFillTheLane(t *testing.T) {
 	}
 	if got := len(log.starts["b"]); got != nb {
 		t.Fatalf("key b started %d times, want each of its %d messages once", got, nb)
+	}
+}
+
+// A cursor that retention passed by more than a claim's reach (10,000
+// offsets) still claims what is retained.
+func TestClaimPastRetentionBeyondReach(t *testing.T) {
+	c := open(t, manual)
+	q := configure(t, c, "far", queen.QueueOptions{Retention: time.Hour})
+	if got := pop(t, q, queen.PopOptions{}); len(got) != 0 {
+		t.Fatalf("popped %d from an empty queue", len(got))
+	}
+	items := make([]queen.Item, 10_500)
+	for i := range items {
+		items[i] = queen.Item{Partition: "p", Data: []byte("old")}
+	}
+	push(t, q, items...)
+	first := pop(t, q, queen.PopOptions{Batch: 1})
+	if len(first) != 1 {
+		t.Fatalf("popped %d, want 1", len(first))
+	}
+	if err := first[0].Ack(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	s := pgx.Identifier{c.Schema(), "segments"}.Sanitize()
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+" SET created_at = created_at - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := maintain(t, c); rep.SegmentsDeleted == 0 {
+		t.Fatalf("retention deleted nothing: %+v", rep)
+	}
+	push(t, q, queen.Item{Partition: "p", Data: []byte("new")})
+	got := pop(t, q, queen.PopOptions{Batch: 10})
+	if len(got) != 1 || string(got[0].Data) != "new" {
+		t.Fatalf("popped %q, want the message retention left", datas(got))
 	}
 }
