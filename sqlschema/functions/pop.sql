@@ -308,13 +308,19 @@ BEGIN
         v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
     END IF;
     -- Counted toward p_max: what may start. Settled messages do not, nor,
-    -- while a wait holds, the waiting ones and those held behind them.
-    v_end := {{schema}}.claim_end(v_start, p_max,
-        CASE WHEN v_c.wo IS NULL THEN v_c.settled
-             ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.settled, '{}') || v_c.wo
-                                                        || coalesce(v_c.held_offs, '{}')) AS u(o)
-                        ORDER BY u.o) END,
-        v_c.committed + {{schema}}.claim_reach(p_max));
+    -- while a wait holds, the waiting ones and those held behind them. The
+    -- reach counts from the cursor, or from the retention cut when that
+    -- passed it (nothing settled lies below the cut that matters).
+    IF v_c.settled IS NULL AND v_c.wo IS NULL THEN
+        v_end := v_start + p_max - 1;
+    ELSE
+        v_end := {{schema}}.claim_end(v_start, p_max,
+            CASE WHEN v_c.wo IS NULL THEN v_c.settled
+                 ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.settled, '{}') || v_c.wo
+                                                            || coalesce(v_c.held_offs, '{}')) AS u(o)
+                            ORDER BY u.o) END,
+            greatest(v_c.committed, v_c.log_start - 1) + {{schema}}.claim_reach(p_max));
+    END IF;
     seen := CASE WHEN v_end >= v_c.last_offset THEN v_c.last_offset END;
     v_end := least(v_c.last_offset, v_end);
     IF NOT p_keyed AND v_c.wo IS NOT NULL THEN
