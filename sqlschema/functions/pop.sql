@@ -287,8 +287,12 @@ DECLARE
 BEGIN
     SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
            p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts,
-           {{schema}}.waits_live(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) AS wo,
-           {{schema}}.waits_live_at(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) AS wa,
+           -- the CASEs keep the common case free of the helpers (SQL
+           -- functions with subqueries are not inlined)
+           CASE WHEN cc.wait_offs IS NOT NULL
+                THEN {{schema}}.waits_live(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) END AS wo,
+           CASE WHEN cc.wait_offs IS NOT NULL
+                THEN {{schema}}.waits_live_at(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) END AS wa,
            cc.held_offs
     INTO v_c
     FROM {{schema}}.consumers cc
@@ -404,7 +408,8 @@ BEGIN
                            ELSE {{schema}}.waits_live_at(wait_offs, wait_at, v_adv, settled, p_now) END,
             wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
                              ELSE {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) END,
-            held_offs = CASE WHEN {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) IS NULL THEN NULL
+            held_offs = CASE WHEN held_offs IS NULL
+                               OR {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) IS NULL THEN NULL
                              ELSE held_offs END,
             idle_until = NULL, idle_seen = NULL, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
@@ -427,7 +432,8 @@ BEGIN
                            ELSE {{schema}}.waits_live_at(wait_offs, wait_at, p_first - 1, settled, p_now) END,
             wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
                              ELSE {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) END,
-            held_offs = CASE WHEN {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) IS NULL
+            held_offs = CASE WHEN held_offs IS NULL
+                               OR {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) IS NULL
                              THEN NULL ELSE held_offs END,
             idle_until = NULL, idle_seen = p_seen, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;

@@ -501,8 +501,13 @@ BEGIN
         v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
         SELECT bool_or(p_release[u.o]), bool_or(p_act[u.o] = 6) INTO v_rel, v_park FROM unnest(v_l.ords) AS u(o);
         -- The waits that still hold; a failure below replaces its own.
-        v_wo := coalesce({{schema}}.waits_live(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now), '{}');
-        v_wa := coalesce({{schema}}.waits_live_at(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now), '{}');
+        v_wo := '{}';
+        v_wa := '{}';
+        IF v_c.wait_offs IS NOT NULL THEN
+            v_wo := coalesce({{schema}}.waits_live(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now), '{}');
+            v_wa := coalesce({{schema}}.waits_live_at(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now),
+                             '{}');
+        END IF;
         FOREACH j IN ARRAY v_l.ords LOOP
             v_st[j] := 0;
         END LOOP;
