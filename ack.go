@@ -86,17 +86,25 @@ func failOp(m *Message, reason error) settleOp {
 
 // keyedRow is one message's outcome in an out-of-order settlement.
 type keyedRow struct {
-	m      *Message // with actCarry, the batch's last message
-	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt or actCarry
+	m      *Message // with actCarry and actPark, the batch's last message
+	act    int16    // actNone (ack), actFail, actRetry, actDeadLetter, actInterrupt, actCarry or actPark
 	reason storedReason
 	// delay is, with actFail, the wait the handler asked for (RetryAfter)
-	// before a skip-policy copy is appended; 0: the queue's RetryBackoff.
+	// before the next attempt; 0: the queue's RetryBackoff.
 	delay time.Duration
 }
 
 // actCarry is settle_keyed's row without an outcome: it carries a lease's
 // release.
 const actCarry = stmt.ActCarry
+
+// actPark is actCarry from a batch left with waiting keys only: the
+// release also parks the partition (see settle_keyed_v2).
+const actPark = stmt.ActPark
+
+// actHeld notes a message a keyed batch did not start because an earlier
+// message of its key waits (see settle_keyed_v2).
+const actHeld = stmt.ActHeld
 
 // stRequeued is settle_keyed's status of a failure the skip policy
 // re-enqueued at the tail (settle reports it as stApplied).

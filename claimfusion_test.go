@@ -118,7 +118,7 @@ func TestPopClaimFusionCancelWhileWaiting(t *testing.T) {
 	waitFor(t, 10*time.Second, "the first claim to block", func() bool {
 		var n int
 		err := c.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'.pop(%'`, s).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'.pop_v2(%'`, s).Scan(&n)
 		return err == nil && n > 0
 	})
 

@@ -56,17 +56,20 @@ type ConsumeOptions struct {
 	// the lease is renewed and at least once a second while the batch runs;
 	// a crash loses at most the settlements since the last write, whose
 	// messages run again. A failing message under the pause
-	// policy pauses only its key: that key's later messages in the batch are
-	// not started, the other keys go on, and the next claim redelivers the
-	// failed message (Attempt + 1) with its key's later messages. Failures
+	// policy pauses only its key: that key's later messages are not
+	// started, the other keys go on, and the failed message is delivered
+	// again (Attempt + 1), before its key's later messages, once its retry
+	// backoff (QueueOptions.RetryBackoff, RetryAfter) is over. The wait is
+	// stored per message with the cursor: it holds no handler and no
+	// lease, and a batch left with waiting keys only hands its lease back.
+	// Other keys run ahead of a waiting one by at most 10,000 offsets (or
+	// a Batch) past the cursor; then the partition stalls until the wait
+	// is over. Failures
 	// are counted per message, so RetryLimit holds for each one wherever it
 	// sits in the partition; the failure that spends it dead-letters (or
 	// drops) the message and its key goes on. Under the skip policy a
 	// failed message counts as settled and is re-enqueued at the tail
 	// after its retry backoff (QueueOptions.RetryBackoff, RetryAfter).
-	// Under the pause policy there is no retry backoff here yet: waiting
-	// would hold the whole partition, every key of it, so the next claim
-	// redelivers the failed message at once.
 	// Concurrency still counts partitions: up to Concurrency ×
 	// KeyConcurrency handlers run at once.
 	KeyConcurrency int
@@ -261,6 +264,7 @@ func newConsumer(ctx context.Context, q *Queue, po PopOptions, o ConsumeOptions,
 	id := newMemberID()
 	c.mem = &member{id: id, owner: q.c.e.owner + "#" + id}
 	c.po.Member, c.po.mem = "", c.mem
+	c.po.keyed = o.KeyConcurrency > 1 && !po.AutoAck
 	switch {
 	case o.MaxHold == 0:
 		c.maxHold = DefaultMaxHold

@@ -249,7 +249,8 @@ func TestConsumeKeyFailurePausesOnlyItsKey(t *testing.T) {
 // with Attempts 4; its Attempt grows by one per delivery throughout.
 func TestConsumeKeyRetryLimitExactForNonHead(t *testing.T) {
 	c := open(t)
-	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 4, DeadLetter: true})
+	// No backoff: the test pairs each failure of y with one of h.
+	q := configure(t, c, "q", queen.QueueOptions{RetryLimit: 4, DeadLetter: true, RetryBackoff: noBackoff})
 	pushKeyed(t, q, "p", "h", "y", "z")
 	var mu sync.Mutex
 	var hRuns, yRuns []int // Attempt per delivery

@@ -3,7 +3,9 @@ package queen
 import (
 	"context"
 	"errors"
+	"iter"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,26 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	b := &keyBatch{c: c, head: msgs[0], ctx: c.work}
 	for _, m := range msgs {
 		m.keyed = !c.po.AutoAck
+	}
+	// A message whose retry wait holds blocks its key: neither it nor the
+	// key's later messages start (they are left unsettled and uncharged,
+	// for a claim after the wait); the other keys run.
+	all := msgs
+	waits := slices.ContainsFunc(all, func(m *Message) bool { return m.waiting })
+	var held []keyedRow // noted at the release, so claims do not count them
+	if waits {
+		msgs = make([]*Message, 0, len(all))
+		blocked := map[string]bool{}
+		for _, m := range all {
+			switch {
+			case m.waiting:
+				blocked[m.Key] = true
+			case blocked[m.Key]:
+				held = append(held, keyedRow{m: m, act: actHeld})
+			default:
+				msgs = append(msgs, m)
+			}
+		}
 	}
 	keys := perkey.New(perkey.Config[*Message]{
 		Limit:  c.keyConc,
@@ -106,20 +128,38 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 	stopRenew()
 
 	rows := b.pending
-	if c.stop.Err() != nil {
+	stopping := c.stop.Err() != nil
+	if stopping {
 		// Stopping: hand back what was not started, uncharged, except a
 		// paused key's (its failure already counted this delivery).
 		for m := range keys.Unstarted() {
 			rows = append(rows, keyedRow{m: m, act: actInterrupt})
 		}
 	}
-	if !keys.Started() && len(rows) == 0 {
+	if !keys.Started() && len(rows) == 0 && !waits {
 		if b.exp.Load() == 0 {
 			c.dm.leaseLost(context.Background())
 		}
 		return nil // nothing handled: the lease runs out by itself
 	}
-	rows = append(rows, keyedRow{m: msgs[len(msgs)-1], act: actCarry})
+	// Left with waiting keys only (every other key ran to its end), and the
+	// next claim would carry the same messages (a full claim that started
+	// nothing; else the claim reached the partition's end or how far a
+	// claim may reach, which the database tells apart): the release parks
+	// the partition until the earliest wait ends or, if the claim reached
+	// the end, new messages arrive, so it is not claimed again for nothing
+	// meanwhile. settle_keyed_v2 decides, and does not park while a failure
+	// without a wait is to be redelivered.
+	act := actCarry
+	b.mu.Lock()
+	paused := b.paused
+	b.mu.Unlock()
+	if (waits || paused > 0) && !stopping && b.exp.Load() != 0 && !hasAny(keys.Unstarted()) &&
+		(!keys.Started() || len(all) < c.po.Batch) {
+		act = actPark
+	}
+	rows = append(rows, held...)
+	rows = append(rows, keyedRow{m: all[len(all)-1], act: act})
 	return func() {
 		_, err := b.write(rows, true)
 		if err == nil && b.exp.Load() == 0 {
@@ -133,6 +173,14 @@ func (c *consumer) handleBatchKeyed(msgs []*Message) (settle func()) {
 				"queue", q.name, "partition", b.head.Partition, "err", err)
 		}
 	}
+}
+
+// hasAny reports whether seq yields anything.
+func hasAny[T any](seq iter.Seq[T]) bool {
+	for range seq {
+		return true
+	}
+	return false
 }
 
 // handle runs one message's handler and records its outcome; a failure is

@@ -326,7 +326,7 @@ func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 		kind = "beat"
 	case strings.Contains(d.SQL, ".members"):
 		kind = "member"
-	case strings.Contains(d.SQL, ".pop("):
+	case strings.Contains(d.SQL, ".pop_v2("):
 		kind = "pop"
 	case strings.Contains(d.SQL, "SET lease_expires_at"):
 		kind = "extend"

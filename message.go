@@ -104,6 +104,10 @@ type PopOptions struct {
 	Member string
 
 	mem *member // the member claiming: set by Pop from Member, by Consume for its own
+	// keyed claims for a per-key Consume (KeyConcurrency > 1, not
+	// AutoAck): the claim may carry messages whose retry wait holds
+	// (Message.waiting), which such a batch does not start.
+	keyed bool
 }
 
 // Message is one delivered message. Its methods settle it; a message from an
@@ -147,6 +151,10 @@ type Message struct {
 	// keyed marks a message a per-key parallel Consume handles: its own
 	// settlement is per offset (settle_keyed), never through the lease.
 	keyed bool
+	// waiting marks a message of a keyed claim whose retry wait still
+	// held at the claim: its batch starts neither it nor its key's later
+	// messages.
+	waiting bool
 	// appSettled is set (atomically) once an Ack, Fail, Retry or
 	// DeadLetter of the application applied: Consume's batch settlement
 	// then does not count the message again.

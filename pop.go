@@ -151,7 +151,7 @@ func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
 	mode, from := o.Subscription.SQLMode()
 	k := claimfuse.Key{
 		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Batch: o.Batch,
-		Lease: o.LeaseTime, AutoAck: o.AutoAck, Mode: mode,
+		Lease: o.LeaseTime, AutoAck: o.AutoAck, Mode: mode, Keyed: o.keyed,
 	}
 	if from != nil {
 		k.From = from.UnixNano()
@@ -221,7 +221,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	err := stmt.Pop(qctx, e.csql, db, stmt.PopParams{
 		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
 		Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
-		AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from,
+		AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from, Keyed: o.keyed,
 	}, d.row)
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
@@ -297,6 +297,7 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 				p.fails[o] = int(r.FailCounts[i])
 			}
 		}
+		p.waits = slices.Clone(r.WaitOffsets)
 		d.parts = append(d.parts, p)
 		d.p = p
 	}
@@ -334,6 +335,9 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		}
 		// A message the skip policy re-enqueued carries its failures.
 		m.Attempt += int(r.Failures)
+		if len(p.waits) > 0 {
+			_, m.waiting = slices.BinarySearch(p.waits, off)
+		}
 		return m
 	}
 	bp, _ := frameBufs.Get().(*[]byte)
@@ -394,6 +398,9 @@ type popPart struct {
 	// it (sorted; skipped) and failures stored per offset (Attempt).
 	settled []int64
 	fails   map[int64]int
+	// waits: the messages whose retry wait still holds (sorted; keyed
+	// claims only).
+	waits []int64
 }
 
 // deadMsg is a claimed message that cannot be delivered: its segment or

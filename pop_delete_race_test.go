@@ -77,7 +77,7 @@ func TestPopRacingDeleteClaimsNothing(t *testing.T) {
 				default:
 				}
 				var n int
-				if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position('.pop(' in query) > 0").Scan(&n); err != nil {
+				if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position('.pop_v2(' in query) > 0").Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n > 0

@@ -49,8 +49,9 @@ type QueueOptions struct {
 	// with it; under FailureSkip only the failed message waits, aside,
 	// and its copy is appended at the partition's tail when the wait is
 	// over (QueueStatus.RetriesWaiting counts them). In a Consume with
-	// KeyConcurrency > 1 under FailurePause there is no wait yet: the
-	// failed message comes back on the next claim. Defaults to
+	// KeyConcurrency > 1 under FailurePause the failed message and its
+	// key's later messages wait, and the partition's other keys go on.
+	// Defaults to
 	// RetryBackoff{Min: DefaultRetryBackoffMin, Max:
 	// DefaultRetryBackoffMax}.
 	RetryBackoff RetryBackoff

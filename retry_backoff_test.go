@@ -414,33 +414,3 @@ func TestRetryBackoffOptions(t *testing.T) {
 		}
 	}
 }
-
-// With KeyConcurrency > 1 there is no retry backoff yet (a wait would hold
-// every key of the lane): the failed key's message comes back on the next
-// claim, and no RetryAt is recorded.
-func TestRetryBackoffNotUnderKeyConcurrency(t *testing.T) {
-	c := open(t)
-	q := configure(t, c, "kc", queen.QueueOptions{Lanes: 1, RetryBackoff: queen.RetryBackoff{Min: time.Hour, Max: time.Hour}})
-	push(t, q, queen.Item{Key: "a", Data: []byte("a0")}, queen.Item{Key: "b", Data: []byte("b0")})
-	var mu sync.Mutex
-	seen := map[string]int{}
-	err := consumeUntil(t, q, queen.ConsumeOptions{KeyConcurrency: 2, SoftStop: slack},
-		func(_ context.Context, m *queen.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[string(m.Data)]++
-			if string(m.Data) == "a0" && seen["a0"] == 1 {
-				return errors.New("once")
-			}
-			return nil
-		}, func() bool { mu.Lock(); defer mu.Unlock(); return seen["a0"] == 2 && seen["b0"] >= 1 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if seen["a0"] != 2 {
-		t.Fatalf("a0 handled %d times, want 2 (an hour's backoff would have held it)", seen["a0"])
-	}
-	if at, _ := retryAt(t, q, "lane-0"); !at.IsZero() {
-		t.Fatalf("RetryAt %s under KeyConcurrency", at)
-	}
-}

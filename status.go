@@ -87,7 +87,9 @@ type GroupStatus struct {
 	// RetryAt is, while the message after Committed waits out its retry
 	// backoff (QueueOptions.RetryBackoff, RetryAfter) after a failure, the
 	// earliest time it is delivered again; zero when it does not wait.
-	// Under FailureSkip the cursor does not wait: the failed message's
+	// Under per-key Consume (KeyConcurrency > 1) it is the earliest such
+	// time among the partition's waiting messages, which need not be the
+	// one after Committed (other keys go on meanwhile). Under FailureSkip the cursor does not wait: the failed message's
 	// copy does, counted in QueueStatus.RetriesWaiting.
 	RetryAt time.Time
 }

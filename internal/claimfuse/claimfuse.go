@@ -49,6 +49,7 @@ type Key struct {
 	Mode    string
 	From    int64  // Subscription's time as UnixNano: time.Time == also compares locations
 	Owner   string // the lease owner of a group member popping (its id in it); "" for none
+	Keyed   bool   // a per-key Consume's claim (see stmt.PopParams.Keyed)
 }
 
 // Claim runs one claim for n pops, with the partitions hinted as pushed

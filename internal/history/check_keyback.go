@@ -34,8 +34,8 @@ const holdAfter = 5 * time.Second
 // is not held back (key-stalled); under FailureSkip the failed message
 // goes to the tail and nothing waits behind it (skip-stalled). A message
 // B of the failed message's partition, less than one Batch of a Consume
-// of the group above it (other keys run at most one Batch ahead of a
-// paused key), that was not delivered to the group before the failure,
+// of the group above it (how far other keys run ahead of a waiting key
+// is bounded, see DESIGN.md; one Batch is within it), that was not delivered to the group before the failure,
 // from the later of the failure and B's Queued push on, must be
 // delivered within holdBound, or the failed message delivered again
 // within it (which ends what the failure can hold back), while that

@@ -43,7 +43,10 @@ func (r *run) startKeyBack(genCtx context.Context, wg *sync.WaitGroup, c *queen.
 	base := queen.QueueOptions{RetryLimit: 3, DeadLetter: true, LeaseTime: kbLease, RetryBackoff: queen.RetryBackoff{Min: kbWait, Max: kbWait}}
 	kw, kp := mk(0, 0x6b6b), mk(1, 0x6b6c)
 	if err := kw.c.Queue(kbKeyedQueue).Configure(genCtx, base); err == nil {
-		r.addQueue(kbKeyedQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait})
+		// Its failures wait kbWait too, each message alone (per-key
+		// Consume under FailurePause): retry-early judges them.
+		r.addQueue(kbKeyedQueue, history.QueueInfo{Groups: []string{""}, DeadLetter: true, HoldWait: kbWait,
+			RetryMin: kbWait})
 		keys := laneKeys(4)
 		wg.Go(func() { kp.kbProduce(genCtx, kbKeyedQueue, keys) })
 		wg.Go(func() { kw.kbConsume(genCtx, kbKeyedQueue, 2+kw.rng.IntN(3), keys[0]) })
@@ -77,8 +80,9 @@ func laneKeys(n int) []string {
 }
 
 // kbProduce pushes one item every 150-300 ms: to keys (an eighth of them
-// to the first, so that its failures, each retried on the next claim,
-// leave the lane no backlog) or, without keys, to partitions q0 and q1.
+// to the first, whose failures each wait kbWait, so it builds a backlog
+// that its lane's other keys must get past) or, without keys, to
+// partitions q0 and q1.
 func (w *worker) kbProduce(ctx context.Context, q string, keys []string) {
 	n := 0
 	defer func() { w.r.t.Logf("keyback: %s: %d pushed", q, n) }()

@@ -66,6 +66,8 @@ const (
 	ActDeadLetter int16 = 3 // dead-letter the message
 	ActInterrupt  int16 = 4 // a retry that also takes back the lease's delivery
 	ActCarry      int16 = 5 // SettleKeyed only: no outcome, only the lease's release
+	ActPark       int16 = 6 // SettleKeyed only: a carry left with waiting keys only
+	ActHeld       int16 = 7 // SettleKeyed only: left unstarted behind a waiting message of its key
 )
 
 // Settle statuses, the status column of Settle, SettleKeyed and AckMany, as

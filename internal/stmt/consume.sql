@@ -4,13 +4,15 @@
 
 -- name: Pop
 SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
-    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts
-FROM {{schema}}.pop($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
-    $10::text, $11::text, $12::timestamptz, $13::int4)
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts,
+    wait_offs, wait_at
+FROM {{schema}}.pop_v2($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::int4, $7::int4, $8::int8, $9::bool,
+    $10::text, $11::text, $12::timestamptz, $13::int4, $14::bool)
 
 -- name: PopAhead
 SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
-    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts,
+    wait_offs, wait_at
 FROM {{schema}}.pop_ahead($1::int8, $2::text, $3::uuid, $4::int8, $5::int4, $6::int8)
 
 -- name: PopDeadLetter

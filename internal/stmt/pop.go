@@ -38,6 +38,10 @@ type PopParams struct {
 	// otherwise).
 	Mode string
 	From *time.Time
+	// Keyed claims for per-key Consume (KeyConcurrency > 1, not AutoAck):
+	// the rows carry the waits of failed messages (WaitOffsets) instead of
+	// the claim ending before the first of them.
+	Keyed bool
 }
 
 // PopRow is one row of Pop: a delivered segment of a claimed partition.
@@ -71,6 +75,11 @@ type PopRow struct {
 	Settled     []int64
 	FailOffsets []int64
 	FailCounts  []int32
+	// On a keyed claim's first row of a partition: the claimed messages
+	// whose retry wait still holds (sorted) and its ends (WaitAt[i] for
+	// WaitOffsets[i]).
+	WaitOffsets []int64
+	WaitAt      []time.Time
 }
 
 // PopAheadParams is the input of PopAhead: a claim of the messages after
@@ -108,8 +117,8 @@ func Pop(ctx context.Context, c *Consume, q Querier, in PopParams, each func(*Po
 	if hints == nil {
 		hints = []string{}
 	}
-	rows, err := q.Query(ctx, c.Pop, in.Tenant, in.Queue, in.Group, in.Partition, hints, in.Batch, in.Partitions,
-		in.Lease.Milliseconds(), in.AutoAck, in.Owner, in.Mode, in.From, in.PerPartition)
+	rows, err := q.Query(ctx, c.Pop, prefixArgs(c.Pop, in.Tenant, in.Queue, in.Group, in.Partition, hints, in.Batch,
+		in.Partitions, in.Lease.Milliseconds(), in.AutoAck, in.Owner, in.Mode, in.From, in.PerPartition, in.Keyed)...)
 	if err != nil {
 		return err
 	}
@@ -123,10 +132,15 @@ func scanPopRows(rows pgx.Rows, each func(*PopRow) error) error {
 		r       PopRow
 		leaseMs int64
 	)
+	dest := []any{&r.PartitionID, &r.PartitionName, &r.Lease, &r.LeaseExpires, &leaseMs, &r.First, &r.Last,
+		&r.Deliveries, &r.DeliveredMax, &r.Base, &r.End, &r.CreatedAt, &r.Blob, &r.Failures,
+		&r.Settled, &r.FailOffsets, &r.FailCounts, &r.WaitOffsets, &r.WaitAt}
+	// The previous release's statements end before the waits.
+	if n := len(rows.FieldDescriptions()); n < len(dest) {
+		dest = dest[:n]
+	}
 	for rows.Next() {
-		if err := rows.Scan(&r.PartitionID, &r.PartitionName, &r.Lease, &r.LeaseExpires, &leaseMs, &r.First, &r.Last,
-			&r.Deliveries, &r.DeliveredMax, &r.Base, &r.End, &r.CreatedAt, &r.Blob, &r.Failures,
-			&r.Settled, &r.FailOffsets, &r.FailCounts); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		r.LeaseTime = time.Duration(leaseMs) * time.Millisecond

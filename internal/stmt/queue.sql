@@ -111,8 +111,12 @@ SELECT p.name, p.last_offset, p.log_start, p.last_write_at,
     {{schema}}.lag_head(p.id, k.committed, p.log_start) AS head_created_at,
     now(), cardinality(c.settled),
     EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name),
-    -- The next attempt's time while a failed message waits (RetryBackoff).
-    CASE WHEN c.retry_at > now() THEN c.retry_at END
+    -- The next attempt's time while a failed message waits (RetryBackoff):
+    -- the cursor's, or under per-key Consume the earliest of its keys'.
+    CASE WHEN c.retry_at > now() THEN c.retry_at
+         WHEN c.wait_offs IS NOT NULL THEN
+             (SELECT min(u.t) FROM unnest({{schema}}.waits_live_at(c.wait_offs, c.wait_at, c.committed, c.settled,
+                                                                 now())) AS u(t)) END
 FROM {{schema}}.queues q
 JOIN {{schema}}.partitions p ON p.queue_id = q.id
 LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id

@@ -53,9 +53,11 @@ type SettleParams struct {
 
 // SettleKeyedParams is one row of SettleKeyed: Act on the message at
 // Offset alone (ActCarry: no outcome, Offset names the batch's last
-// message), whose Kept an ActFail or ActDeadLetter needs; Release also ends
-// the lease. RetryAfter, with ActFail, is the wait the handler asked for
-// before a skip-policy copy is appended (0: the queue's RetryBackoff).
+// message; ActPark likewise, for a batch left with waiting keys only), whose
+// Kept an ActFail or ActDeadLetter needs; Release also ends the lease.
+// RetryAfter, with ActFail, is the wait the handler asked for before the
+// message's next attempt, in place or as a skip-policy copy (0: the
+// queue's RetryBackoff).
 type SettleKeyedParams struct {
 	Lease      Lease
 	Offset     int64

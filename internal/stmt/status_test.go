@@ -46,6 +46,8 @@ var goCodes = map[string]map[string]int16{
 		"dead_letter": stmt.ActDeadLetter,
 		"interrupt":   stmt.ActInterrupt,
 		"carry":       stmt.ActCarry,
+		"park":        stmt.ActPark,
+		"held":        stmt.ActHeld,
 	},
 }
 

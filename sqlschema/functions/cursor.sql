@@ -41,6 +41,74 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
+-- How far past the cursor a claim may reach: with messages settled out of
+-- order above a waiting one (per-key Consume, see consumers.wait_offs),
+-- other keys run ahead of it up to this many offsets, or one claim's
+-- Batch when that is more. It bounds settled (one entry per offset) while
+-- a key waits.
+CREATE OR REPLACE FUNCTION {{schema}}.claim_reach(p_max integer)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT greatest(p_max, 10000)::bigint
+$$;
+
+-- The last offset of a claim starting at p_start that takes p_max
+-- messages not in p_settled (sorted): every settled offset inside the
+-- range widens it by one, so a claim over a lane whose head waits still
+-- carries p_max messages to handle. At most p_limit.
+CREATE OR REPLACE FUNCTION {{schema}}.claim_end(p_start bigint, p_max integer, p_settled bigint[], p_limit bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_end bigint := p_start + p_max - 1;
+    v_o   bigint;
+BEGIN
+    IF p_settled IS NOT NULL THEN
+        FOREACH v_o IN ARRAY p_settled LOOP
+            CONTINUE WHEN v_o < p_start;
+            EXIT WHEN v_o > v_end OR v_end >= p_limit;
+            v_end := v_end + 1;
+        END LOOP;
+    END IF;
+    RETURN least(v_end, p_limit);
+END
+$$;
+
+-- The waits (wait_offs, wait_at) that still hold at p_now, above cursor
+-- p_comm and not settled: the offsets, in order.
+CREATE OR REPLACE FUNCTION {{schema}}.waits_live(p_offs bigint[], p_at timestamptz[], p_comm bigint,
+                                               p_settled bigint[], p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_offs IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.o ORDER BY u.o) FROM unnest(p_offs, p_at) AS u(o, t)
+              WHERE u.o > p_comm AND u.t > p_now AND NOT (u.o = ANY (coalesce(p_settled, '{}'::bigint[]))))
+    END
+$$;
+
+-- Their times, in the same order.
+CREATE OR REPLACE FUNCTION {{schema}}.waits_live_at(p_offs bigint[], p_at timestamptz[], p_comm bigint,
+                                                  p_settled bigint[], p_now timestamptz)
+RETURNS timestamptz[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_offs IS NULL THEN NULL
+        ELSE (SELECT array_agg(u.t ORDER BY u.o) FROM unnest(p_offs, p_at) AS u(o, t)
+              WHERE u.o > p_comm AND u.t > p_now AND NOT (u.o = ANY (coalesce(p_settled, '{}'::bigint[]))))
+    END
+$$;
+
+-- Whether the first message a claim would start at (past the settled run
+-- above p_comm) waits at p_now: then only a keyed claim may take the
+-- partition (pop_ready, pop_claim).
+CREATE OR REPLACE FUNCTION {{schema}}.head_waits(p_offs bigint[], p_at timestamptz[], p_comm bigint,
+                                               p_settled bigint[], p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_offs IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(p_offs, p_at) AS u(o, t)
+        WHERE u.o = {{schema}}.settled_advance(p_comm, p_settled) + 1 AND u.t > p_now)
+$$;
+
 -- A cursor's lease columns after a settle: all four cleared when
 -- p_release (the lease ends), else as given. The one place that says what
 -- releasing a lease clears; callers assign it with

@@ -153,7 +153,7 @@ BEGIN
     ), u AS (
         UPDATE {{schema}}.consumers c
         SET committed = t.after, settled = NULL, fail_offs = NULL, fail_counts = NULL, attempts = 0,
-            retry_at = NULL, deliveries = 0,
+            retry_at = NULL, wait_offs = NULL, wait_at = NULL, held_offs = NULL, idle_until = NULL, idle_seen = NULL, deliveries = 0,
             (batch_end, lease_id, lease_owner, lease_expires_at)
                 = (SELECT * FROM {{schema}}.lease_after(true, c.batch_end, c.lease_id, c.lease_owner,
                                                        c.lease_expires_at)),

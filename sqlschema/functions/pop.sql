@@ -190,11 +190,13 @@ $$;
 -- ones this group has consumed (caught: the only ones the ready-set upkeep
 -- needs to look at). No locks. A partition of the window created since the
 -- group's first contact has no cursor row yet: seeded, then the window is
--- read again.
+-- read again. A parked partition (idle_until, see migration 14) is not
+-- claimable until then or until messages past idle_seen arrive; one whose
+-- head waits (wait_offs) only for a keyed claim (p_keyed).
 CREATE OR REPLACE FUNCTION {{schema}}.pop_ready(p_qid bigint, p_window_ms bigint, p_delay_ms bigint,
                                               p_group text, p_mode text, p_from timestamptz, p_ids bigint[],
                                               p_hints text[], p_now timestamptz, p_cutoff timestamptz,
-                                              OUT cand bigint[], OUT caught bigint[])
+                                              p_keyed boolean, OUT cand bigint[], OUT caught bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_missing boolean;
@@ -218,6 +220,11 @@ BEGIN
                       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
                       -- a failed head waiting out its retry backoff
                       AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
+                      -- parked with waiting keys only
+                      AND (cc.idle_until IS NULL OR cc.idle_until <= p_now
+                           OR p.last_offset > coalesce(cc.idle_seen, p.last_offset))
+                      AND (p_keyed OR cc.wait_offs IS NULL
+                           OR NOT {{schema}}.head_waits(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now))
                       AND (p_window_ms = 0 OR coalesce(
                             (SELECT s.created_at FROM {{schema}}.segments s WHERE s.partition_id = p.id
                              ORDER BY s.base_offset DESC LIMIT 1), '-infinity')
@@ -232,7 +239,7 @@ BEGIN
               -- flattening it): as a plain join, a generic plan cached while
               -- the table was small read every cursor of the group instead.
               LEFT JOIN LATERAL (SELECT c.partition_id, c.committed, c.batch_end, c.lease_expires_at, c.updated_at,
-                                        c.retry_at
+                                        c.retry_at, c.idle_until, c.idle_seen, c.wait_offs, c.wait_at, c.settled
                                  FROM {{schema}}.consumers c
                                  WHERE c.partition_id = r.id AND c.group_name = p_group
                                  LIMIT 1) cc ON true) x;
@@ -252,11 +259,24 @@ $$;
 -- are left past a retention cut the cursor passes them, so the partition
 -- is not claimable for nothing again. All NULL when nothing is claimed.
 -- The row stays locked: nothing else moves the cursor until pop_take.
+--
+-- The claim takes p_max messages not settled out of order (claim_end;
+-- while a wait holds, not waiting nor held behind one either), reaching
+-- at most claim_reach past the cursor. The waits still holding
+-- (wait_offs, see migration 14): a keyed claim (p_keyed, per-key
+-- Consume) returns them in wait_offs / wait_at, and its client starts
+-- neither those messages nor their keys' later ones; any other claim
+-- ends before the first of them (it cannot tell keys apart), and takes
+-- nothing when the head waits. seen is the last offset the claim saw when
+-- it reached the partition's end (new messages past it could join a
+-- claim), NULL when it stopped short (pop_take keeps it for parking).
 CREATE OR REPLACE FUNCTION {{schema}}.pop_claim(
     p_pid bigint, p_group text, p_max integer, p_now timestamptz, p_delayed boolean, p_cutoff timestamptz,
+    p_keyed boolean,
     OUT pid bigint, OUT part_name text, OUT committed bigint, OUT deliveries integer, OUT delivered_max bigint,
     OUT log_end bigint, OUT settled bigint[], OUT fail_offs bigint[], OUT fail_counts integer[],
-    OUT attempts integer, OUT claim_first bigint, OUT claim_last bigint, OUT seg_lo bigint)
+    OUT attempts integer, OUT claim_first bigint, OUT claim_last bigint, OUT seg_lo bigint,
+    OUT wait_offs bigint[], OUT wait_at timestamptz[], OUT seen bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_c     record;
@@ -266,7 +286,14 @@ DECLARE
     v_vis   bigint;
 BEGIN
     SELECT cc.partition_id, p.name, cc.committed, cc.deliveries, cc.delivered_max,
-           p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts
+           p.last_offset, p.log_start, cc.settled, cc.fail_offs, cc.fail_counts, cc.attempts,
+           -- the CASEs keep the common case free of the helpers (SQL
+           -- functions with subqueries are not inlined)
+           CASE WHEN cc.wait_offs IS NOT NULL
+                THEN {{schema}}.waits_live(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) END AS wo,
+           CASE WHEN cc.wait_offs IS NOT NULL
+                THEN {{schema}}.waits_live_at(cc.wait_offs, cc.wait_at, cc.committed, cc.settled, p_now) END AS wa,
+           cc.held_offs
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
@@ -274,6 +301,8 @@ BEGIN
       AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
       AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
+      AND (cc.idle_until IS NULL OR cc.idle_until <= p_now
+           OR p.last_offset > coalesce(cc.idle_seen, p.last_offset))
     FOR UPDATE OF cc SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
@@ -282,7 +311,26 @@ BEGIN
     IF v_c.settled IS NOT NULL THEN
         v_start := {{schema}}.settled_advance(v_start - 1, v_c.settled) + 1;
     END IF;
-    v_end := least(v_c.last_offset, v_start + p_max - 1);
+    -- Counted toward p_max: what may start. Settled messages do not, nor,
+    -- while a wait holds, the waiting ones and those held behind them. The
+    -- reach counts from the cursor, or from the retention cut when that
+    -- passed it (nothing settled lies below the cut that matters).
+    IF v_c.settled IS NULL AND v_c.wo IS NULL THEN
+        v_end := v_start + p_max - 1;
+    ELSE
+        v_end := {{schema}}.claim_end(v_start, p_max,
+            CASE WHEN v_c.wo IS NULL THEN v_c.settled
+                 ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.settled, '{}') || v_c.wo
+                                                            || coalesce(v_c.held_offs, '{}')) AS u(o)
+                            ORDER BY u.o) END,
+            greatest(v_c.committed, v_c.log_start - 1) + {{schema}}.claim_reach(p_max));
+    END IF;
+    seen := CASE WHEN v_end >= v_c.last_offset THEN v_c.last_offset END;
+    v_end := least(v_c.last_offset, v_end);
+    IF NOT p_keyed AND v_c.wo IS NOT NULL THEN
+        -- Not keyed: up to the first waiting message only.
+        v_end := least(v_end, (SELECT min(u.o) FROM unnest(v_c.wo) AS u(o) WHERE u.o >= v_start) - 1);
+    END IF;
     v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
                       WHERE s.partition_id = v_c.partition_id AND s.base_offset <= v_start), v_start);
     IF p_delayed THEN
@@ -316,6 +364,10 @@ BEGIN
     claim_first := v_start;
     claim_last := v_end;
     seg_lo := v_lo;
+    IF p_keyed AND v_c.wo IS NOT NULL THEN
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.t ORDER BY u.o) INTO wait_offs, wait_at
+        FROM unnest(v_c.wo, v_c.wa) AS u(o, t) WHERE u.o BETWEEN v_start AND v_end;
+    END IF;
 END
 $$;
 
@@ -324,10 +376,13 @@ $$;
 -- p_group: with AutoAck (p_lease NULL) the cursor commits through it (and
 -- past the settled run above), else the lease takes it (p_lease, p_owner,
 -- p_expires, delivery p_deliv); failure counts and settled offsets left
--- below the new cursor go. Whether the row was written.
+-- below the new cursor go. A lease keeps p_seen (pop_claim's seen) in
+-- idle_seen for a release that parks it; any claim ends a parking.
+-- Whether the row was written.
 CREATE OR REPLACE FUNCTION {{schema}}.pop_take(p_pid bigint, p_group text, p_first bigint, p_last bigint,
                                              p_settled bigint[], p_lease uuid, p_owner text,
-                                             p_expires timestamptz, p_deliv integer, p_now timestamptz)
+                                             p_expires timestamptz, p_deliv integer, p_now timestamptz,
+                                             p_seen bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -348,7 +403,15 @@ BEGIN
                              ELSE {{schema}}.offsets_above(fail_offs, v_adv + 1) END,
             fail_counts = CASE WHEN fail_offs IS NULL THEN NULL
                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, v_adv + 1) END,
-            delivered_max = greatest(delivered_max, p_last), retry_at = NULL, updated_at = p_now
+            delivered_max = greatest(delivered_max, p_last), retry_at = NULL,
+            wait_at = CASE WHEN wait_offs IS NULL THEN NULL
+                           ELSE {{schema}}.waits_live_at(wait_offs, wait_at, v_adv, settled, p_now) END,
+            wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
+                             ELSE {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) END,
+            held_offs = CASE WHEN held_offs IS NULL
+                               OR {{schema}}.waits_live(wait_offs, wait_at, v_adv, settled, p_now) IS NULL THEN NULL
+                             ELSE held_offs END,
+            idle_until = NULL, idle_seen = NULL, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     ELSE
         UPDATE {{schema}}.consumers SET committed = p_first - 1, batch_end = p_last,
@@ -362,7 +425,17 @@ BEGIN
                              ELSE {{schema}}.offsets_above(fail_offs, p_first) END,
             fail_counts = CASE WHEN committed = p_first - 1 THEN fail_counts
                                ELSE {{schema}}.fail_counts_above(fail_offs, fail_counts, p_first) END,
-            delivered_max = greatest(delivered_max, p_last), retry_at = NULL, updated_at = p_now
+            delivered_max = greatest(delivered_max, p_last), retry_at = NULL,
+            -- waits that passed mean nothing: dropped, so a cursor that
+            -- had some is plain again (pop_ahead)
+            wait_at = CASE WHEN wait_offs IS NULL THEN NULL
+                           ELSE {{schema}}.waits_live_at(wait_offs, wait_at, p_first - 1, settled, p_now) END,
+            wait_offs = CASE WHEN wait_offs IS NULL THEN NULL
+                             ELSE {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) END,
+            held_offs = CASE WHEN held_offs IS NULL
+                               OR {{schema}}.waits_live(wait_offs, wait_at, p_first - 1, settled, p_now) IS NULL
+                             THEN NULL ELSE held_offs END,
+            idle_until = NULL, idle_seen = p_seen, updated_at = p_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;
     RETURN FOUND;
@@ -405,7 +478,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION {{schema}}.pop(
+CREATE OR REPLACE FUNCTION {{schema}}.pop_v2(
     p_tenant     uuid,
     p_queue      text,
     p_group      text,
@@ -420,7 +493,10 @@ CREATE OR REPLACE FUNCTION {{schema}}.pop(
     p_from       timestamptz,
     -- At most this many messages from one partition (a fused claim takes
     -- one partition for each of several callers, each with its own Batch).
-    p_part_batch integer
+    p_part_batch integer,
+    -- A per-key Consume's claim (KeyConcurrency > 1, not AutoAck): it is
+    -- given the waits of its messages (see pop_claim).
+    p_keyed      boolean
 ) RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
 -- Array-driven statements would otherwise be re-planned on every call.
@@ -496,7 +572,7 @@ BEGIN
             FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
         END IF;
         v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode, p_from,
-                                    v_pend, p_hints, v_now, v_cutoff);
+                                    v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
         v_cand := v_r.cand;
         v_caught := v_caught || v_r.caught;
 
@@ -508,7 +584,7 @@ BEGIN
             -- between the lock and the read (see below).
             FOR v_try IN 1 .. 2 LOOP
                 v_c := {{schema}}.pop_claim(v_pid, p_group, least(v_left, p_part_batch), v_now,
-                                            v_q.delayed_processing_ms > 0, v_cutoff);
+                                            v_q.delayed_processing_ms > 0, v_cutoff, p_keyed AND NOT p_auto_ack);
                 EXIT WHEN v_c.pid IS NULL;
                 IF p_auto_ack THEN
                     v_lease := NULL;
@@ -517,7 +593,10 @@ BEGIN
                 ELSE
                     v_lease := gen_random_uuid();
                     v_expires := v_now + p_lease_ms * interval '1 millisecond';
-                    v_deliv := CASE WHEN v_c.committed = v_c.claim_first - 1 THEN v_c.deliveries + 1 ELSE 1 END;
+                    -- A head that waits is not delivered by this claim.
+                    v_deliv := CASE WHEN v_c.committed <> v_c.claim_first - 1 THEN 1
+                                    WHEN v_c.claim_first = ANY (coalesce(v_c.wait_offs, '{}')) THEN v_c.deliveries
+                                    ELSE v_c.deliveries + 1 END;
                 END IF;
 
                 -- The segments first, the cursor write after, and only if
@@ -537,13 +616,15 @@ BEGIN
                                 ELSE v_c.fail_offs END END,
                        CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN
                            CASE WHEN v_c.attempts > 0 AND v_c.committed = v_c.claim_first - 1 THEN v_c.attempts || v_c.fail_counts
-                                ELSE v_c.fail_counts END END
+                                ELSE v_c.fail_counts END END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.wait_offs END,
+                       CASE WHEN row_number() OVER (ORDER BY s.base_offset) = 1 THEN v_c.wait_at END
                 FROM {{schema}}.segments s
                 WHERE s.partition_id = v_c.pid AND s.base_offset BETWEEN v_c.seg_lo AND v_c.claim_last
                 ORDER BY s.base_offset;
                 IF FOUND THEN
                     v_done := {{schema}}.pop_take(v_c.pid, p_group, v_c.claim_first, v_c.claim_last, v_c.settled, v_lease,
-                                                  p_owner, v_expires, v_deliv, v_now);
+                                                  p_owner, v_expires, v_deliv, v_now, v_c.seen);
                     v_left := v_left - (v_c.claim_last - v_c.claim_first + 1)::integer;
                     v_claimed := v_claimed + 1;
                     IF p_auto_ack AND v_c.claim_last >= v_c.log_end THEN
@@ -602,7 +683,7 @@ DECLARE
     v_exp   timestamptz;
 BEGIN
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
-           cc.settled, cc.fail_offs, p.name, p.last_offset, p.log_start, p.queue_id,
+           cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
            qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
     INTO v_c
     FROM {{schema}}.consumers cc
@@ -611,7 +692,7 @@ BEGIN
     WHERE cc.partition_id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-       OR v_c.batch_end IS NULL OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL
+       OR v_c.batch_end IS NULL OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
        OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0 OR p_max < 1
        OR (p_ok >= 0 AND (p_ok <= v_c.committed OR p_ok > v_c.batch_end)) THEN
         RETURN;
@@ -651,7 +732,7 @@ BEGIN
     RETURN QUERY
     SELECT p_pid, v_c.name, p_lease, v_exp, v_ms, v_first, v_last, v_deliv, v_c.delivered_max,
            s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
-           NULL::bigint[], NULL::bigint[], NULL::integer[]
+           NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
     FROM {{schema}}.segments s
     WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
     ORDER BY s.base_offset;

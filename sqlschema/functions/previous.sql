@@ -1,7 +1,7 @@
 -- The previous release's entry points, kept so it runs beside this one
--- during a rolling upgrade: settle, settle_keyed and requeue_dead_letters
--- with the signatures that release calls, and requeue_one with the one its
--- function layer had. They encode frames in SQL (raw_segment, uvarint)
+-- during a rolling upgrade: settle, settle_keyed, requeue_dead_letters and
+-- pop with the signatures that release calls, and requeue_one with the one
+-- its function layer had. They encode frames in SQL (raw_segment, uvarint)
 -- only for that release's callers: each builds the re-enqueue's segment
 -- from the message's fields and calls its successor (settle_v2,
 -- settle_keyed_v2, requeue_dead_letters_v2, requeue_one with the segment),
@@ -189,4 +189,25 @@ BEGIN
               LEFT JOIN {{schema}}.dead_letters d ON d.id = x.id AND d.queue_id = p_qid
               ORDER BY x.o));
 END
+$$;
+
+-- The previous release's pop: pop_v2 for a claim that is not keyed.
+CREATE OR REPLACE FUNCTION {{schema}}.pop(
+    p_tenant     uuid,
+    p_queue      text,
+    p_group      text,
+    p_partition  text,
+    p_hints      text[],
+    p_batch      integer,
+    p_partitions integer,
+    p_lease_ms   bigint,
+    p_auto_ack   boolean,
+    p_owner      text,
+    p_mode       text,
+    p_from       timestamptz,
+    p_part_batch integer
+) RETURNS SETOF {{schema}}.pop_row
+LANGUAGE sql AS $$
+    SELECT * FROM {{schema}}.pop_v2(p_tenant, p_queue, p_group, p_partition, p_hints, p_batch, p_partitions,
+                                    p_lease_ms, p_auto_ack, p_owner, p_mode, p_from, p_part_batch, false)
 $$;

@@ -22,6 +22,8 @@
 --   settle action 3 dead_letter: dead-letter the message
 --   settle action 4 interrupt: a retry that also takes back the lease's delivery
 --   settle action 5 carry: no outcome, only the lease's release (settle_keyed only)
+--   settle action 6 park: a carry whose batch was left with waiting keys only (settle_keyed only)
+--   settle action 7 held: a message left unstarted behind a waiting one of its key (settle_keyed only)
 
 -- The hash row a failed message's copy carries (requeue_one, and a copy
 -- waiting in scheduled): its original's, the message at offset p_off of
@@ -212,9 +214,18 @@ $$;
 -- settled prefix and the rest goes to consumers.settled, which a later
 -- claim skips. Any other failure is charged to its own offset (the head's
 -- in attempts, others' in fail_offs / fail_counts), so RetryLimit holds
--- per message wherever it sits. A retry or an interrupt settles nothing;
--- an interrupt of the new head takes back the lease's delivery. Action 5
--- carries only a lease's release (with the batch's last offset). The
+-- per message wherever it sits, and, when its wait (failure_wait_ms) is
+-- not 0, noted in wait_offs / wait_at: a later claim does not deliver it
+-- before then, while the rest of the lane goes on (see pop_claim). A
+-- retry or an interrupt settles nothing; an interrupt of the new head
+-- takes back the lease's delivery. Action 5 carries only a lease's
+-- release (with the batch's last offset); action 6 (park) is a carry from
+-- a holder that was left with waiting keys only: the partition is parked
+-- (idle_until: the earliest wait's end; idle_seen was set by the claim)
+-- unless some failure charged above the cursor has no wait (it is
+-- redelivered at once). Action 7 (held) notes a message its holder left
+-- unstarted behind a waiting one of its key in held_offs, which claims
+-- do not count toward their Batch while a wait holds (see pop_claim). The
 -- lease is released when a row asks for it or committed reaches
 -- batch_end, and kept otherwise (a checkpoint). An offset already settled
 -- gets status 1 and changes nothing, so resending an outcome is harmless
@@ -256,10 +267,9 @@ CREATE OR REPLACE FUNCTION {{schema}}.settle_rows(
     p_blobs   bytea[],
     -- Per failure (action 1), the wait in ms before the next attempt the
     -- handler asked for (RetryAfter); NULL, 0 or the array NULL: the
-    -- queue's schedule (failure_wait_ms). It applies to an in-order row
-    -- redelivered in place and to a skip-policy copy (keyed rows too);
-    -- a keyed row redelivered in place never waits (see DESIGN.md, "Retry
-    -- backoff").
+    -- queue's schedule (failure_wait_ms). It applies to a row redelivered
+    -- in place (a keyed one waits alone, see wait_offs) and to a
+    -- skip-policy copy.
     p_retry_ms bigint[]
 ) RETURNS SETOF {{schema}}.settle_result
 LANGUAGE plpgsql
@@ -292,6 +302,11 @@ DECLARE
     v_rq    boolean;
     v_wait  bigint;
     v_retry timestamptz;
+    v_wo    bigint[];
+    v_held  bigint[];
+    v_wa    timestamptz[];
+    v_park  boolean;
+    v_idle  timestamptz;
     v_st    smallint[];
     v_res   {{schema}}.settle_result[];
 BEGIN
@@ -319,7 +334,7 @@ BEGIN
         ORDER BY x.pid, x.g, min(x.o)
     LOOP
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.attempts,
-               cc.settled, cc.fail_offs, cc.fail_counts,
+               cc.settled, cc.fail_offs, cc.fail_counts, cc.wait_offs, cc.wait_at, cc.held_offs,
                p.name AS partition_name, qq.id AS queue_id, qq.retry_limit, qq.dead_letter,
                qq.failure_policy, qq.encryption, qq.retry_backoff_min_ms, qq.retry_backoff_max_ms
         INTO v_c
@@ -453,7 +468,7 @@ BEGIN
         END IF;
 
         -- Keyed rows from here.
-        SELECT bool_or(p_act[o] <> 5 AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
+        SELECT bool_or(p_act[o] NOT IN (5, 6) AND p_offs[o] > v_c.batch_end) INTO v_bad FROM unnest(v_l.ords) AS u(o);
         IF v_c.lease_id IS DISTINCT FROM v_l.lease OR v_c.lease_expires_at <= v_now OR v_bad THEN
             -- Everything at or below the cursor (a release carrier names
             -- the batch's last offset): nothing was left to do, as when the
@@ -484,7 +499,15 @@ BEGIN
                        WHERE p_act[u.o] = 0 AND p_offs[u.o] > v_c.committed
                        ORDER BY 1);
         v_intr := ARRAY(SELECT p_offs[u.o] FROM unnest(v_l.ords) AS u(o) WHERE p_act[u.o] = 4);
-        SELECT bool_or(p_release[u.o]) INTO v_rel FROM unnest(v_l.ords) AS u(o);
+        SELECT bool_or(p_release[u.o]), bool_or(p_act[u.o] = 6) INTO v_rel, v_park FROM unnest(v_l.ords) AS u(o);
+        -- The waits that still hold; a failure below replaces its own.
+        v_wo := '{}';
+        v_wa := '{}';
+        IF v_c.wait_offs IS NOT NULL THEN
+            v_wo := coalesce({{schema}}.waits_live(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now), '{}');
+            v_wa := coalesce({{schema}}.waits_live_at(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, v_now),
+                             '{}');
+        END IF;
         FOREACH j IN ARRAY v_l.ords LOOP
             v_st[j] := 0;
         END LOOP;
@@ -526,11 +549,29 @@ BEGIN
                 END IF;
                 v_set := v_set || p_offs[j];
                 v_st[j] := 6;
-            ELSIF k IS NULL THEN
-                v_fo := v_fo || p_offs[j];
-                v_fc := v_fc || v_cnt;
             ELSE
-                v_fc[k] := v_cnt;
+                IF k IS NULL THEN
+                    v_fo := v_fo || p_offs[j];
+                    v_fc := v_fc || v_cnt;
+                ELSE
+                    v_fc[k] := v_cnt;
+                END IF;
+                -- Redelivered in place, not before its wait: the message
+                -- alone waits (wait_offs), its key behind it in the
+                -- client, the lane's other keys go on.
+                IF p_act[j] = 1 THEN
+                    v_wait := {{schema}}.failure_wait_ms(p_retry_ms[j], v_prior + v_cnt, v_c.retry_backoff_min_ms,
+                                                         v_c.retry_backoff_max_ms, random());
+                    k := array_position(v_wo, p_offs[j]);
+                    IF k IS NOT NULL THEN
+                        v_wo := v_wo[:k - 1] || v_wo[k + 1:];
+                        v_wa := v_wa[:k - 1] || v_wa[k + 1:];
+                    END IF;
+                    IF v_wait > 0 THEN
+                        v_wo := v_wo || p_offs[j];
+                        v_wa := v_wa || (v_now + v_wait * interval '1 millisecond');
+                    END IF;
+                END IF;
             END IF;
         END LOOP;
 
@@ -544,12 +585,37 @@ BEGIN
         IF v_comm >= v_c.batch_end THEN
             v_rel := true;
         END IF;
+        -- Waits of what is still unsettled above the new cursor, in order.
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(u.t ORDER BY u.o) INTO v_wo, v_wa
+        FROM unnest(v_wo, v_wa) AS u(o, t)
+        WHERE u.o > v_comm AND NOT (u.o = ANY (v_set));
+        -- Held behind a wait: meaningful only while one holds.
+        v_held := CASE WHEN v_wo IS NULL THEN NULL
+            ELSE ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.held_offs, '{}')
+                                                       || ARRAY(SELECT p_offs[x.o] FROM unnest(v_l.ords) AS x(o)
+                                                                WHERE p_act[x.o] = 7)) AS u(o)
+                       WHERE u.o > v_comm AND NOT (u.o = ANY (v_set)) ORDER BY u.o) END;
+        IF cardinality(v_held) = 0 THEN
+            v_held := NULL;
+        END IF;
+        -- Parked: only waiting keys were left, and every failure charged
+        -- above the cursor (attempts for its head, fail_offs) waits.
+        v_idle := NULL;
+        IF v_rel AND v_park AND v_wo IS NOT NULL
+           AND (v_att = 0 OR (v_comm + 1) = ANY (v_wo))
+           AND NOT EXISTS (SELECT 1 FROM unnest(v_fo) AS u(o) WHERE NOT (u.o = ANY (v_wo))) THEN
+            v_idle := (SELECT min(u.t) FROM unnest(v_wa) AS u(t));
+        END IF;
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = v_att,
             settled          = {{schema}}.offsets_above(v_set, v_comm),
             fail_offs        = v_fo,
             fail_counts      = v_fc,
+            wait_offs        = v_wo,
+            wait_at          = v_wa,
+            held_offs        = v_held,
+            idle_until       = v_idle,
             deliveries       = CASE WHEN (v_comm + 1) = ANY (v_intr) AND v_comm = v_c.committed
                                         THEN greatest(deliveries - 1, 0)
                                     WHEN (v_comm + 1) = ANY (v_intr) THEN 0
