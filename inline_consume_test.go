@@ -60,7 +60,7 @@ func (g *goroutineTracer) since(mark int, fn string) []uint64 {
 const (
 	sqlAck    = ".ack_many("
 	sqlSettle = ".settle_v2("
-	sqlPop    = ".pop("
+	sqlPop    = ".pop_v2("
 )
 
 // An isolated Ack or Fail commits on the calling goroutine: its statement
