@@ -56,6 +56,12 @@ type QueueInfo struct {
 	// DeleteGroup): reset-lost owes them what each move left ahead of the
 	// cursor, era by era, instead of never-delivered (check_offsets.go).
 	Moved []string
+	// LeaseTime is the queue's lease time (0: unknown). A claim recorded
+	// from Consume's log is recorded after its statement, and a call that
+	// ends a lease may fall between the two: a delivery's lease expiry
+	// less LeaseTime is the latest the claim can have been (renewals only
+	// move the expiry later), which bounds it better.
+	LeaseTime int64
 	// RetryMin is the queue's RetryBackoff.Min under a fixed
 	// FailurePolicy (0: not judged): a charged failure's next delivery
 	// waits at least that, or its RetryAfter, in place under FailurePause
@@ -700,16 +706,20 @@ func (c *checker) deliveries(ops []*Op) {
 	// that are not redeliveries.
 	claimed := map[string]int64{} // lease -> its earliest claim or delivery
 	for _, o := range ops {
-		note := func(l string) {
-			if t, ok := claimed[l]; l != "" && (!ok || o.Start() < t) {
-				claimed[l] = o.Start()
+		note := func(l string, t int64) {
+			if c, ok := claimed[l]; l != "" && (!ok || t < c) {
+				claimed[l] = t
 			}
 		}
 		if o.Inv.Op == OpClaim {
-			note(o.Inv.Lease)
+			note(o.Inv.Lease, o.Start())
 		}
+		lt := c.st.Queues[o.Inv.Queue].LeaseTime
 		for _, m := range delivered(o) {
-			note(m.Lease)
+			note(m.Lease, o.Start())
+			if lt > 0 && m.LeaseExpires > 0 {
+				note(m.Lease, m.LeaseExpires-lt)
+			}
 		}
 	}
 	stale := func(k qgp, r read) bool {

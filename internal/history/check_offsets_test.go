@@ -107,6 +107,39 @@ func TestCheckOffsets(t *testing.T) {
 			h.handler("c", "q", "g", d[1], "")
 			return stOffsets(log)
 		}},
+		{"a lease released before the log recorded its claim still runs its batch", nil, func(h *hb) State {
+			// Consume's claim of 0 (L1) committed before the release, which
+			// ended it, and was logged after; its expiry less the lease
+			// time says so. The next holder (L2) reads and acks 0; the
+			// stale holder's handler runs on.
+			log, d := h.offsetsLog(1)
+			claimedAt := h.tick()
+			h.release("p", false, OK, true)
+			h.pop("c2", "q", "g", false, leased(d[0], "L2"))
+			h.settle("c2", "q", "g", "ack", leased(d[0], "L2"), OK)
+			stale := leased(d[0], "L1")
+			stale.LeaseExpires = claimedAt + 100
+			h.handler("c", "q", "g", stale, "")
+			st := stOffsets(log)
+			qi := st.Queues["q"]
+			qi.LeaseTime = 100
+			st.Queues["q"] = qi
+			return st
+		}},
+		{"a lease claimed after the release is no stale holder", map[string]int{"acked-redelivered": 1}, func(h *hb) State {
+			log, d := h.offsetsLog(1)
+			h.release("p", false, OK, true)
+			h.pop("c2", "q", "g", false, leased(d[0], "L2"))
+			h.settle("c2", "q", "g", "ack", leased(d[0], "L2"), OK)
+			late := leased(d[0], "L1")
+			late.LeaseExpires = h.tick() + 100
+			h.handler("c", "q", "g", late, "")
+			st := stOffsets(log)
+			qi := st.Queues["q"]
+			qi.LeaseTime = 100
+			st.Queues["q"] = qi
+			return st
+		}},
 		{"a reset that ended no lease excuses no stale read", map[string]int{"acked-redelivered": 1}, func(h *hb) State {
 			log, d := h.offsetsLog(4)
 			h.pop("c", "q", "g", false, d[0], d[1], d[2])

@@ -40,7 +40,7 @@ const offsetsLease = 800 * time.Millisecond
 
 // offsetsInfo is the offsets queue as the checker knows it.
 func offsetsInfo() history.QueueInfo {
-	return history.QueueInfo{Deduped: true, Moved: offsetsGroups}
+	return history.QueueInfo{Deduped: true, Moved: offsetsGroups, LeaseTime: int64(offsetsLease)}
 }
 
 // held is which partitions the Pop consumers hold a lease on, per group:
