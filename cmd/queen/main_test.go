@@ -630,10 +630,13 @@ func TestURLArgumentNeverShown(t *testing.T) {
 		append([]string{"status", "postgresql://bob:pa55word@localhost/db"}, db...),
 	} {
 		r := runCLI(ctx, args...)
-		if p := leaked(r.stdout+r.stderr, "S3cr@tPW"); p != "" {
+		// The schema's name is random hex and may hold a piece of a
+		// password ("a55"); the output is allowed to name it.
+		out := strings.ReplaceAll(r.stdout+r.stderr, c.Schema(), "<schema>")
+		if p := leaked(out, "S3cr@tPW"); p != "" {
 			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
 		}
-		if p := leaked(r.stdout+r.stderr, "pa55word"); p != "" {
+		if p := leaked(out, "pa55word"); p != "" {
 			t.Errorf("%q: the output shows %q of the password:\n%s%s", args, p, r.stdout, r.stderr)
 		}
 		if r.code == exitOK {
