@@ -36,8 +36,10 @@ const (
 	// NOTIFY).
 	defaultSchedulePoll = time.Second
 	// moveLimit is the most messages one move transaction appends, and
-	// moveMaxBytes the most bytes of them (but for a larger first one).
-	moveLimit    = 5000
+	// moveMaxBytes the most bytes of them (but for a larger first one):
+	// a stream gathered for moveGatherMax fits one move up to 25,000 a
+	// second.
+	moveLimit    = 10000
 	moveMaxBytes = 16 << 20
 	// moveIdle is the least the mover waits after a move that moved
 	// nothing: due messages it could not take are another mover's.
@@ -49,16 +51,18 @@ const (
 	// segment per partition on top of its rows. A message due after a
 	// quiet spell is moved at its time: this only spaces moves in a row.
 	moveGather = 50 * time.Millisecond
-	// moveGatherThin replaces moveGather after a move that appended many
-	// thin segments (at least moveThinSegments, fewer than moveThinRows
-	// messages each on average): a stream spread over many partitions,
-	// where each segment's fixed cost (its row, hash row and partition
-	// update) outweighs its messages'. Measured (BENCHMARKS.md, "Evening
-	// run"): 300,000 due over 20 s across 64 partitions cost the server
-	// 22 µs a message moved at 50 ms, 12.6 at 200 ms.
-	moveGatherThin   = 150 * time.Millisecond
-	moveThinSegments = 8
-	moveThinRows     = 32
+	// moveGatherPerSegment lengthens the spacing after a move by this
+	// much per segment it appended, up to moveGatherMax: a stream spread
+	// over many partitions, where each segment's fixed cost (its row, hash
+	// row and partition update: 50–160 µs of server time measured)
+	// outweighs its messages'. A move appending a segment to each of P
+	// partitions every P×5 ms spends at most ~3% of a core on them,
+	// whatever the rate; a light stream touches few partitions a move and
+	// keeps moveGather. Measured (BENCHMARKS.md): 300,000 due over 20 s
+	// across 64 partitions cost the server 22 µs a message moved at 50 ms,
+	// 12.6 at 200 ms.
+	moveGatherPerSegment = 5 * time.Millisecond
+	moveGatherMax        = 400 * time.Millisecond
 )
 
 // anyScheduled reports whether an item has a DeliverAt: only then does
@@ -436,8 +440,8 @@ func (m *mover) moveDue(start time.Time) time.Time {
 // answered r at now. again: at once, as the move left a backlog (messages
 // due before it began: it met its limits). Otherwise the next due time,
 // but no sooner than moveGather after a move that took some (so a stream
-// gathers; moveGatherThin after one whose segments were thin) and no
-// later than the poll.
+// gathers; longer after one that appended many segments, see
+// moveGatherPerSegment) and no later than the poll.
 func moveAfter(r *stmt.MoveRow, began, now time.Time, poll time.Duration) (at time.Time, again bool) {
 	if r.NextIn == nil {
 		return now.Add(poll), false
@@ -453,10 +457,7 @@ func moveAfter(r *stmt.MoveRow, began, now time.Time, poll time.Duration) (at ti
 	}
 	at = now.Add(max(wait, 0))
 	if took > 0 {
-		gather := moveGather
-		if segs := len(r.WokeParts); segs >= moveThinSegments && int(r.Moved) < segs*moveThinRows {
-			gather = moveGatherThin
-		}
+		gather := min(max(time.Duration(len(r.WokeParts))*moveGatherPerSegment, moveGather), moveGatherMax)
 		at = later(at, began.Add(gather))
 	}
 	return earlier(at, now.Add(poll)), false

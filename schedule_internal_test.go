@@ -8,7 +8,7 @@ import (
 )
 
 // After a move, the mover goes again at once only for a backlog, lets a
-// stream gather for moveGather, and otherwise sleeps until the next due
+// stream gather for moveGather (longer after many segments), and otherwise sleeps until the next due
 // time within the poll.
 func TestMoveAfter(t *testing.T) {
 	began := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -31,10 +31,10 @@ func TestMoveAfter(t *testing.T) {
 		{"nothing due yet: no gather", stmt.MoveRow{NextIn: in(5)}, now.Add(5 * time.Millisecond), false},
 		{"due but not taken", stmt.MoveRow{NextIn: in(-20)}, now.Add(moveIdle), false},
 		{"only held", stmt.MoveRow{Held: 2, NextIn: in(40)}, began.Add(moveGather), false},
-		{"a stream over many partitions, thin segments: gathers longer", stmt.MoveRow{Moved: 8*moveThinRows - 1, WokeParts: make([]string, 8), NextIn: in(1)}, began.Add(moveGatherThin), false},
-		{"thin segments, next due later still", stmt.MoveRow{Moved: 80, WokeParts: make([]string, 64), NextIn: in(400)}, now.Add(400 * time.Millisecond), false},
-		{"many partitions, full segments", stmt.MoveRow{Moved: 8 * moveThinRows, WokeParts: make([]string, 8), NextIn: in(1)}, began.Add(moveGather), false},
-		{"few thin segments", stmt.MoveRow{Moved: 7, WokeParts: make([]string, 7), NextIn: in(1)}, began.Add(moveGather), false},
+		{"a stream over many partitions: gathers longer", stmt.MoveRow{Moved: 640, WokeParts: make([]string, 64), NextIn: in(1)}, began.Add(64 * moveGatherPerSegment), false},
+		{"a stream over very many partitions: gathers at most moveGatherMax", stmt.MoveRow{Moved: 1000, WokeParts: make([]string, 1000), NextIn: in(1)}, began.Add(moveGatherMax), false},
+		{"many segments, next due later still", stmt.MoveRow{Moved: 80, WokeParts: make([]string, 64), NextIn: in(500)}, now.Add(500 * time.Millisecond), false},
+		{"few segments: moveGather", stmt.MoveRow{Moved: 7000, WokeParts: make([]string, 7), NextIn: in(1)}, began.Add(moveGather), false},
 		{"a backlog of thin segments: at once", stmt.MoveRow{Moved: 64, WokeParts: make([]string, 64), NextIn: in(-20)}, now, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

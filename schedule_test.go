@@ -502,3 +502,58 @@ func TestScheduleDuringOutageFails(t *testing.T) {
 		t.Fatalf("scheduled item: %+v, want Failed, not spooled", res[1])
 	}
 }
+
+// move_scheduled's answer drives the mover: a move its limits cut says the
+// next row is due already (so the mover goes again at once), rows of a
+// queue being deleted are left for the cascade and reported due (looked at
+// again soon), and once everything due is moved the answer is the next
+// future due time.
+func TestMoveScheduledNextDue(t *testing.T) {
+	ctx := ctxT(t)
+	c := open(t)
+	schema := c.Schema()
+	far := time.Now().Add(time.Hour)
+	scheduleItems(t, c.Queue("a"), far, "a", "p", "p", "p")
+	scheduleItems(t, c.Queue("b"), far, "b", "p")
+	scheduleItems(t, c.Queue("a"), far.Add(time.Hour), "z", "p")
+	if err := c.Close(ctx); err != nil { // no mover of its own from here
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t)
+	tbl := pgx.Identifier{schema, "scheduled"}.Sanitize()
+	if _, err := pool.Exec(ctx, "UPDATE "+tbl+" SET due_at = now() - interval '1 second' WHERE due_at < now() + interval '90 minutes'"); err != nil {
+		t.Fatal(err)
+	}
+	move := func(limit int) (moved int32, nextIn int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT moved, next_in_ms FROM "+pgx.Identifier{schema, "move_scheduled"}.Sanitize()+"($1, 16 << 20)", limit).
+			Scan(&moved, &nextIn); err != nil {
+			t.Fatal(err)
+		}
+		return moved, nextIn
+	}
+	if moved, next := move(2); moved != 2 || next > 0 {
+		t.Fatalf("limit 2 of 4 due: moved %d, next in %d ms; want 2 and a due row (<= 0)", moved, next)
+	}
+	// A delete of queue b in flight holds its row FOR UPDATE.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "queues"}.Sanitize()+" WHERE name = 'b' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	if moved, next := move(10); moved != 1 || next > 0 {
+		t.Fatalf("queue b locked: moved %d, next in %d ms; want a's last one and b's still due (<= 0)", moved, next)
+	}
+	if moved, next := move(10); moved != 0 || next > 0 {
+		t.Fatalf("only b due, locked: moved %d, next in %d ms; want 0 and due (<= 0)", moved, next)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if moved, next := move(10); moved != 1 || next < 90*60*1000 || next > 121*60*1000 {
+		t.Fatalf("b released: moved %d, next in %d ms; want 1 and the row due in two hours", moved, next)
+	}
+}

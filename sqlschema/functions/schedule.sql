@@ -150,6 +150,8 @@ DECLARE
     v_qids    bigint[];
     v_winq    bigint[];
     v_cand    bigint[];
+    v_candq   bigint[];
+    v_left    timestamptz;
     v_tenants uuid[];
     v_queues  text[];
     v_parts   text[];
@@ -173,24 +175,37 @@ BEGIN
         next_in_ms := 0;
         RETURN;
     END IF;
+    -- One walk of the due index, one row past the limit: the candidates
+    -- (earliest due first, up to p_limit and p_max_bytes) and, when the
+    -- limits cut, the first row left (its due time answers next_in_ms
+    -- without walking the index again past the rows just deleted).
+    SELECT coalesce(array_agg(w.id ORDER BY w.due_at, w.id) FILTER (WHERE w.take), '{}'),
+           coalesce(array_agg(w.queue_id ORDER BY w.due_at, w.id) FILTER (WHERE w.take), '{}'),
+           min(w.due_at) FILTER (WHERE NOT w.take)
+    INTO v_cand, v_candq, v_left
+    FROM (SELECT p.id, p.queue_id, p.due_at,
+                 row_number() OVER (ORDER BY p.due_at, p.id) <= p_limit
+                 AND (sum(p.len) OVER (ORDER BY p.due_at, p.id) <= p_max_bytes
+                      OR row_number() OVER (ORDER BY p.due_at, p.id) = 1) AS take
+          FROM (SELECT x.id, x.queue_id, x.due_at, octet_length(x.blob) AS len
+                FROM {{schema}}.scheduled x
+                WHERE x.due_at <= v_now AND NOT x.held
+                ORDER BY x.due_at, x.id LIMIT p_limit + 1) p) w;
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.id) FILTER (WHERE l.dedup_window_ms > 0), '{}')
     INTO v_qids, v_winq
     FROM (SELECT q.id, q.dedup_window_ms FROM {{schema}}.queues q
-          WHERE q.id IN (SELECT d.queue_id FROM {{schema}}.scheduled d
-                         WHERE d.due_at <= v_now AND NOT d.held
-                         ORDER BY d.due_at, d.id LIMIT p_limit)
+          WHERE q.id = ANY (v_candq)
           ORDER BY q.id
           FOR KEY SHARE SKIP LOCKED) l;
     IF cardinality(v_qids) > 0 THEN
-        SELECT coalesce(array_agg(w.id ORDER BY w.due_at, w.id), '{}') INTO v_cand
-        FROM (SELECT p.id, p.due_at,
-                     sum(p.len) OVER (ORDER BY p.due_at, p.id) AS upto,
-                     row_number() OVER (ORDER BY p.due_at, p.id) AS k
-              FROM (SELECT x.id, x.due_at, octet_length(x.blob) AS len
-                    FROM {{schema}}.scheduled x
-                    WHERE x.due_at <= v_now AND NOT x.held AND x.queue_id = ANY (v_qids)
-                    ORDER BY x.due_at, x.id LIMIT p_limit) p) w
-        WHERE w.upto <= p_max_bytes OR w.k = 1;
+        IF EXISTS (SELECT 1 FROM unnest(v_candq) AS c(q) WHERE c.q <> ALL (v_qids)) THEN
+            -- A queue being deleted: its rows stay for the cascade, due
+            -- now (look again soon if it is not deleted after all).
+            SELECT coalesce(array_agg(c.id ORDER BY c.o), '{}') INTO v_cand
+            FROM unnest(v_cand, v_candq) WITH ORDINALITY AS c(id, q, o)
+            WHERE c.q = ANY (v_qids);
+            v_left := v_now;
+        END IF;
         -- Plaintext for a queue made encrypted since it was scheduled is
         -- held, not moved: nothing plaintext lands in an encrypted queue.
         IF EXISTS (SELECT 1 FROM {{schema}}.queues q WHERE q.id = ANY (v_qids) AND q.encryption) THEN
@@ -260,9 +275,18 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
+    ELSIF cardinality(v_candq) > 0 THEN
+        v_left := v_now; -- every queue due is being deleted
     END IF;
-    SELECT ceil(extract(epoch FROM (min(s.due_at) - clock_timestamp())) * 1000)::bigint INTO next_in_ms
-    FROM {{schema}}.scheduled s WHERE NOT s.held;
+    IF v_left IS NOT NULL THEN
+        next_in_ms := ceil(extract(epoch FROM (v_left - clock_timestamp())) * 1000)::bigint;
+    ELSE
+        -- Past the rows due at the pick: what is due before it is either
+        -- moved now or is a queue's being deleted, and a schedule
+        -- committed since is told to movers by its own notification.
+        SELECT ceil(extract(epoch FROM (min(s.due_at) - clock_timestamp())) * 1000)::bigint INTO next_in_ms
+        FROM {{schema}}.scheduled s WHERE NOT s.held AND s.due_at > v_now;
+    END IF;
 END
 $$;
 
