@@ -37,7 +37,7 @@ const (
 	defaultSchedulePoll = time.Second
 	// moveLimit is the most messages one move transaction appends, and
 	// moveMaxBytes the most bytes of them (but for a larger first one):
-	// a stream gathered for moveGatherMax fits one move up to 25,000 a
+	// a stream gathered for moveGatherMax fits one move up to 50,000 a
 	// second.
 	moveLimit    = 10000
 	moveMaxBytes = 16 << 20
@@ -53,16 +53,15 @@ const (
 	moveGather = 50 * time.Millisecond
 	// moveGatherPerSegment lengthens the spacing after a move by this
 	// much per segment it appended, up to moveGatherMax: a stream spread
-	// over many partitions, where each segment's fixed cost (its row, hash
-	// row and partition update: 50–160 µs of server time measured)
-	// outweighs its messages'. A move appending a segment to each of P
-	// partitions every P×5 ms spends at most ~3% of a core on them,
-	// whatever the rate; a light stream touches few partitions a move and
-	// keeps moveGather. Measured (BENCHMARKS.md): 300,000 due over 20 s
-	// across 64 partitions cost the server 22 µs a message moved at 50 ms,
-	// 12.6 at 200 ms.
-	moveGatherPerSegment = 5 * time.Millisecond
-	moveGatherMax        = 400 * time.Millisecond
+	// over many partitions pays each segment's fixed cost (its row, hash
+	// row and partition update) per move, and spacing the moves makes the
+	// segments larger. A light stream touches few partitions a move and
+	// keeps moveGather. The price is lateness under such a stream, so the
+	// spacing stays short: a mover-only run (BENCHMARKS.md, "Scheduled
+	// moves, one walk") cost about the same per message at 320 ms as at
+	// the 50–150 ms before: the cost is per row, not per segment.
+	moveGatherPerSegment = 2 * time.Millisecond
+	moveGatherMax        = 200 * time.Millisecond
 )
 
 // anyScheduled reports whether an item has a DeliverAt: only then does

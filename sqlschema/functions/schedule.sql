@@ -149,8 +149,10 @@ DECLARE
     v_now     timestamptz := clock_timestamp();
     v_qids    bigint[];
     v_winq    bigint[];
-    v_cand    bigint[];
+    v_cut_due timestamptz;
+    v_cut_id  bigint;
     v_candq   bigint[];
+    v_encq    bigint[];
     v_left    timestamptz;
     v_tenants uuid[];
     v_queues  text[];
@@ -175,44 +177,44 @@ BEGIN
         next_in_ms := 0;
         RETURN;
     END IF;
-    -- One walk of the due index, one row past the limit: the candidates
-    -- (earliest due first, up to p_limit and p_max_bytes) and, when the
-    -- limits cut, the first row left (its due time answers next_in_ms
-    -- without walking the index again past the rows just deleted).
-    SELECT coalesce(array_agg(w.id ORDER BY w.due_at, w.id) FILTER (WHERE w.take), '{}'),
-           coalesce(array_agg(w.queue_id ORDER BY w.due_at, w.id) FILTER (WHERE w.take), '{}'),
-           min(w.due_at) FILTER (WHERE NOT w.take)
-    INTO v_cand, v_candq, v_left
-    FROM (SELECT p.id, p.queue_id, p.due_at,
-                 row_number() OVER (ORDER BY p.due_at, p.id) <= p_limit
-                 AND (sum(p.len) OVER (ORDER BY p.due_at, p.id) <= p_max_bytes
-                      OR row_number() OVER (ORDER BY p.due_at, p.id) = 1) AS take
-          FROM (SELECT x.id, x.queue_id, x.due_at, octet_length(x.blob) AS len
-                FROM {{schema}}.scheduled x
-                WHERE x.due_at <= v_now AND NOT x.held
-                ORDER BY x.due_at, x.id LIMIT p_limit + 1) p) w;
-    SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.id) FILTER (WHERE l.dedup_window_ms > 0), '{}')
-    INTO v_qids, v_winq
-    FROM (SELECT q.id, q.dedup_window_ms FROM {{schema}}.queues q
+    -- One walk of the due index, one row past the limit: where the move
+    -- stops (the last row within p_limit and p_max_bytes, earliest due
+    -- first), the queues before it, and, when the limits cut, the first
+    -- row left (its due time answers next_in_ms without walking the index
+    -- again past the rows just deleted).
+    SELECT max(v.due_at) FILTER (WHERE v.last), max(v.id) FILTER (WHERE v.last),
+           coalesce(array_agg(DISTINCT v.queue_id) FILTER (WHERE v.take), '{}'),
+           min(v.due_at) FILTER (WHERE NOT v.take)
+    INTO v_cut_due, v_cut_id, v_candq, v_left
+    FROM (SELECT w.*, w.take AND NOT lead(w.take, 1, false) OVER (ORDER BY w.due_at, w.id) AS last
+          FROM (SELECT p.id, p.queue_id, p.due_at,
+                       row_number() OVER (ORDER BY p.due_at, p.id) <= p_limit
+                       AND (sum(p.len) OVER (ORDER BY p.due_at, p.id) <= p_max_bytes
+                            OR row_number() OVER (ORDER BY p.due_at, p.id) = 1) AS take
+                FROM (SELECT x.id, x.queue_id, x.due_at, octet_length(x.blob) AS len
+                      FROM {{schema}}.scheduled x
+                      WHERE x.due_at <= v_now AND NOT x.held
+                      ORDER BY x.due_at, x.id LIMIT p_limit + 1) p) w) v;
+    SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.id) FILTER (WHERE l.dedup_window_ms > 0), '{}'),
+           coalesce(array_agg(l.id) FILTER (WHERE l.encryption), '{}')
+    INTO v_qids, v_winq, v_encq
+    FROM (SELECT q.id, q.dedup_window_ms, q.encryption FROM {{schema}}.queues q
           WHERE q.id = ANY (v_candq)
           ORDER BY q.id
           FOR KEY SHARE SKIP LOCKED) l;
+    IF cardinality(v_qids) < cardinality(v_candq) THEN
+        -- A queue being deleted: its rows stay for the cascade, due now
+        -- (looked at again soon, in case it is not deleted after all).
+        v_left := v_now;
+    END IF;
     IF cardinality(v_qids) > 0 THEN
-        IF EXISTS (SELECT 1 FROM unnest(v_candq) AS c(q) WHERE c.q <> ALL (v_qids)) THEN
-            -- A queue being deleted: its rows stay for the cascade, due
-            -- now (look again soon if it is not deleted after all).
-            SELECT coalesce(array_agg(c.id ORDER BY c.o), '{}') INTO v_cand
-            FROM unnest(v_cand, v_candq) WITH ORDINALITY AS c(id, q, o)
-            WHERE c.q = ANY (v_qids);
-            v_left := v_now;
-        END IF;
         -- Plaintext for a queue made encrypted since it was scheduled is
         -- held, not moved: nothing plaintext lands in an encrypted queue.
-        IF EXISTS (SELECT 1 FROM {{schema}}.queues q WHERE q.id = ANY (v_qids) AND q.encryption) THEN
+        IF cardinality(v_encq) > 0 THEN
             WITH h AS (
                 UPDATE {{schema}}.scheduled s SET held = true
-                FROM {{schema}}.queues q
-                WHERE s.id = ANY (v_cand) AND q.id = s.queue_id AND q.encryption AND (s.flags & 1) = 0
+                WHERE ROW(s.due_at, s.id) <= ROW(v_cut_due, v_cut_id) AND NOT s.held
+                  AND s.queue_id = ANY (v_encq) AND (s.flags & 1) = 0
                 RETURNING 1
             )
             SELECT count(*) INTO held FROM h;
@@ -220,7 +222,7 @@ BEGIN
         -- Grouped by queue id, named after: a join per segment, not per row.
         WITH d AS (
             DELETE FROM {{schema}}.scheduled s
-            WHERE s.id = ANY (v_cand) AND NOT s.held
+            WHERE ROW(s.due_at, s.id) <= ROW(v_cut_due, v_cut_id) AND NOT s.held AND s.queue_id = ANY (v_qids)
             RETURNING s.id, s.queue_id, s.partition_name, s.due_at, s.hash, s.flags, s.lanes, s.blob, s.failures
         ), g AS (
             SELECT d.queue_id, d.partition_name, min(d.due_at) AS due, min(d.id) AS first_id,
@@ -275,8 +277,6 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-    ELSIF cardinality(v_candq) > 0 THEN
-        v_left := v_now; -- every queue due is being deleted
     END IF;
     IF v_left IS NOT NULL THEN
         next_in_ms := ceil(extract(epoch FROM (v_left - clock_timestamp())) * 1000)::bigint;
