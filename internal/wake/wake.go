@@ -52,8 +52,8 @@ type Execer interface {
 // Config is what a Hub needs of its client.
 type Config struct {
 	Pool Execer
-	// Notify is the statement sending a notification: $1 the channel, $2
-	// the payload.
+	// Notify is the statement sending a notification, run outside any
+	// transaction: $1 the channel, $2 the payload.
 	Notify  string
 	Channel string
 	// Timeout bounds each NOTIFY (the client's StatementTimeout).
