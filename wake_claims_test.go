@@ -19,7 +19,8 @@ import (
 // holds one claim's return until release is closed: the claim is then in
 // flight, its snapshot taken, for as long as the test needs.
 type claimTracer struct {
-	claims  atomic.Int64
+	claims  atomic.Int64 // started
+	ended   atomic.Int64
 	mu      sync.Mutex
 	armed   bool
 	held    chan struct{} // closed once a claim is held
@@ -38,6 +39,7 @@ func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 	if ctx.Value(claimTracer{}) == nil {
 		return
 	}
+	defer c.ended.Add(1)
 	c.mu.Lock()
 	armed := c.armed
 	c.armed = false
@@ -46,6 +48,21 @@ func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 		close(c.held)
 		<-c.release
 	}
+}
+
+// quiet waits until no claim is in flight and none started for d.
+func (c *claimTracer) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for n := c.claims.Load(); time.Now().Before(deadline); {
+		time.Sleep(d)
+		m := c.claims.Load()
+		if m == n && c.ended.Load() == m {
+			return
+		}
+		n = m
+	}
+	t.Fatal("claims never stopped")
 }
 
 // arm makes the next claim to end wait for release.
@@ -93,7 +110,7 @@ func TestConsumeOwnPushClaimsOnce(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(300 * time.Millisecond) // the first claim, on nothing, is done
+	tr.quiet(t, 300*time.Millisecond) // the first claims, on nothing, are done
 	before := tr.claims.Load()
 	push(t, q, queen.Item{Partition: "p"})
 	select {
