@@ -1,6 +1,7 @@
 package queen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -73,7 +74,7 @@ func (e *engine) services() []service {
 		{name: "wake hub",
 			start: func(context.Context) error {
 				e.wake = wake.New(e.ctx, wake.Config{
-					Pool: e.pool, Notify: e.sql.Notify, Channel: e.sql.Channel,
+					Pool: e.pool, Notify: cmp.Or(e.sql.NotifyAlone, e.sql.Notify), Channel: e.sql.Channel,
 					Timeout: e.cfg.StatementTimeout, Log: e.log,
 					// The listener starts after the drain.
 					OnMaintenance: func() {

@@ -583,7 +583,7 @@ func (c *Client) SetMaintenance(ctx context.Context, on bool) error {
 	e.maintGen++ // a re-read begun before this commit must not land after it
 	e.maintOn.Store(on)
 	e.maintMu.Unlock()
-	if err := stmt.Notify(ctx, e.sql, e.pool, wake.MaintenanceNotice); err != nil {
+	if err := stmt.NotifyAlone(ctx, e.sql, e.pool, wake.MaintenanceNotice); err != nil {
 		e.log.Warn("queen: notify maintenance change", "err", err)
 	}
 	if !on {

@@ -165,7 +165,10 @@ func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, 
 		for ; sent < due; sent++ {
 			sends <- sent
 		}
-		time.Sleep(time.Millisecond)
+		// Until the next send is due, not a fixed 1 ms tick: the tick
+		// started each send up to about a millisecond late, which counted
+		// against either side's latency.
+		sleepUntil(start.Add(time.Duration(sent) * interval))
 	}
 	close(sends)
 	wg.Wait()

@@ -66,3 +66,6 @@ SELECT base_offset, end_offset, created_at, blob FROM {{schema}}.segment_at($1, 
 
 -- name: Notify
 SELECT pg_notify($1, $2)
+
+-- name: NotifyAlone
+SELECT pg_notify($1, $2), set_config('synchronous_commit', 'off', true)

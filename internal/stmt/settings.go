@@ -113,6 +113,21 @@ func Notify(ctx context.Context, s *Set, q Querier, payload string) error {
 	return exec(ctx, q, s.Notify, s.Channel, payload)
 }
 
+// NotifyAlone runs s.NotifyAlone on q, outside any transaction: it sends
+// payload on the schema's channel and commits without waiting for the
+// commit record to reach disk. A notification is not durable anyway (a
+// crash loses it, committed or not), and listeners get it at the commit,
+// so waiting for the flush only delayed the sender and, on a busy WAL, the
+// commits queued behind it: a push's wake-up would otherwise cost a second
+// synchronous commit right beside the consumer's claim. Empty with a
+// previous release's statements: Notify then.
+func NotifyAlone(ctx context.Context, s *Set, q Querier, payload string) error {
+	if s.NotifyAlone == "" {
+		return Notify(ctx, s, q, payload)
+	}
+	return exec(ctx, q, s.NotifyAlone, s.Channel, payload)
+}
+
 // GetMaintenance runs s.GetMaintenance on q: whether maintenance mode is
 // on.
 func GetMaintenance(ctx context.Context, s *Set, q Querier) (bool, error) {

@@ -63,6 +63,9 @@ type Set struct {
 	ScheduledStatus string
 	// Notify wakes other processes (see Notify).
 	Notify string
+	// NotifyAlone is Notify as a transaction of its own that does not wait
+	// for its commit record to be flushed (see NotifyAlone).
+	NotifyAlone string
 	// Channel is the LISTEN/NOTIFY channel name for this schema.
 	Channel string
 

@@ -7,6 +7,8 @@ package wake
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -36,6 +38,12 @@ const scheduledLine = "!scheduled "
 // notifyMax keeps the payload under PostgreSQL's 8000-byte NOTIFY limit.
 const notifyMax = 7900
 
+// originLine starts a hub's payload: the sending hub's id, so the hub
+// that sent it skips it (its own waiters were woken at the commit). An
+// older listener skips the line (it has no "/") and delivers the rest; a
+// payload without it (PushTx's, an older sender's) is delivered.
+const originLine = "!from "
+
 // Execer runs a statement; a *pgxpool.Pool is one.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -44,8 +52,8 @@ type Execer interface {
 // Config is what a Hub needs of its client.
 type Config struct {
 	Pool Execer
-	// Notify is the statement sending a notification: $1 the channel, $2
-	// the payload.
+	// Notify is the statement sending a notification, run outside any
+	// transaction: $1 the channel, $2 the payload.
 	Notify  string
 	Channel string
 	// Timeout bounds each NOTIFY (the client's StatementTimeout).
@@ -97,6 +105,7 @@ func (w *Waiter) TakeHints() []string {
 // at once, in others through one NOTIFY per tick listing the queues.
 type Hub struct {
 	cfg     Config
+	origin  string // the payload's first line: originLine and this hub's id
 	mu      sync.Mutex
 	toSend  map[QueueKey]struct{} // delivered here, not yet notified
 	dueSend time.Time             // the earliest due time scheduled and not yet notified
@@ -109,8 +118,11 @@ type Hub struct {
 
 // New starts a hub whose notifier runs until Close or until ctx ends.
 func New(ctx context.Context, cfg Config) *Hub {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
 	h := &Hub{
 		cfg:     cfg,
+		origin:  originLine + hex.EncodeToString(id[:]) + "\n",
 		toSend:  make(map[QueueKey]struct{}),
 		waiters: make(map[QueueKey]map[*Waiter]struct{}),
 		send:    make(chan struct{}, 1),
@@ -265,6 +277,7 @@ func (h *Hub) notifier() {
 // serialize every committing bundle on the notification queue lock.
 func (h *Hub) notify(batch map[QueueKey]struct{}, due time.Time) {
 	var b strings.Builder
+	b.WriteString(h.origin)
 	if !due.IsZero() {
 		b.WriteString(scheduledLine)
 		b.WriteString(strconv.FormatInt(due.UnixMilli(), 10))
@@ -290,10 +303,14 @@ func (h *Hub) Close() {
 	h.wg.Wait()
 }
 
-// Remote delivers a notification from any process (this one included; the
-// extra wake costs one empty claim): lines of "tenant/queue", or "*" for
-// every queue, or MaintenanceNotice.
+// Remote delivers a notification from any process: lines of
+// "tenant/queue", or "*" for every queue, or MaintenanceNotice. One this hub
+// sent is dropped: its waiters were woken and its mover told at the commit,
+// and a second wake would cost each an empty claim.
 func (h *Hub) Remote(payload string) {
+	if strings.HasPrefix(payload, h.origin) {
+		return
+	}
 	if payload == MaintenanceNotice {
 		if h.cfg.OnMaintenance != nil {
 			h.cfg.OnMaintenance()
