@@ -414,3 +414,82 @@ func serverCPU(postmaster int) float64 {
 	}
 	return float64(ticks) / 100 // USER_HZ
 }
+
+// The move's own cost: -sched.n scheduled messages over 64 partitions
+// fall due evenly over -sched.span with nothing else running, moved by the
+// client's mover. Reports the CPU of this process and of the server (its
+// processes alive at the end) from the first due time until the last is
+// moved, per moved message: on a shared machine a steadier figure than
+// the live-push slowdown it causes.
+//
+//	go test -run '^$' -bench ScheduledMoveCPU -benchtime 1x -sched.n 300000 -sched.span 20s .
+func BenchmarkScheduledMoveCPU(b *testing.B) {
+	n, span := *schedN, *schedSpan
+	if n <= 0 || span <= 0 {
+		b.Fatalf("-sched.n %d and -sched.span %s must be positive", n, span)
+	}
+	cl := pgtest.NewCluster(b, pgcluster.Production())
+	ctx := context.Background()
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: cl.URL, Schema: "bench", Logger: quietLogger(), SpoolDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			b.Error(err)
+		}
+	})
+	sched := c.Queue("sched")
+	tbl := pgx.Identifier{c.Schema(), "scheduled"}.Sanitize()
+	step := span / time.Duration(n)
+	var client, server float64
+	for b.Loop() {
+		b.StopTimer()
+		far := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		for k := 0; k < n; k += 1000 {
+			items := make([]queen.Item, min(1000, n-k))
+			for i := range items {
+				items[i] = queen.Item{Data: benchPayload, Partition: fmt.Sprintf("s%d", (k+i)%64),
+					DeliverAt: far.Add(time.Duration(k+i) * step)}
+			}
+			if _, err := sched.Push(ctx, items); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t0 := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+		for _, q := range []string{"UPDATE " + tbl + " SET due_at = due_at - $1::interval", "VACUUM ANALYZE " + tbl, "CHECKPOINT"} {
+			var args []any
+			if strings.HasPrefix(q, "UPDATE") {
+				args = append(args, far.Sub(t0))
+			}
+			if _, err := c.Pool().Exec(ctx, q, args...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(time.Until(t0))
+		b.StartTimer()
+		p0, s0 := processCPU(), serverCPU(cl.Pid())
+		for {
+			var left int
+			if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+tbl+
+				" WHERE NOT held ORDER BY due_at, id LIMIT 1) x").Scan(&left); err != nil {
+				b.Fatal(err)
+			}
+			if left == 0 {
+				break
+			}
+			if time.Since(t0) > 10*span {
+				b.Fatalf("still scheduled after %s", 10*span)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		client += processCPU() - p0
+		server += serverCPU(cl.Pid()) - s0
+	}
+	moved := float64(b.N * n)
+	b.ReportMetric(client/moved*1e6, "client_cpu_µs/msg")
+	b.ReportMetric(server/moved*1e6, "server_cpu_µs/msg")
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		b.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
+	}
+}
