@@ -212,7 +212,20 @@ DECLARE
     v_res   {{schema}}.push_result[];
     r       {{schema}}.push_result;
     i       integer;
-    v_fast  integer[] := '{}';
+    -- The segments with no dedup window, in lock order (ascending partition,
+    -- input order within one): input index, partition, first and last
+    -- offset; and per partition its new last offset.
+    v_last  bigint[];
+    f_ord   integer[] := '{}';
+    f_pid   bigint[] := '{}';
+    f_base  bigint[] := '{}';
+    f_end   bigint[] := '{}';
+    u_pid   bigint[] := '{}';
+    u_last  bigint[] := '{}';
+    nf      integer := 0;
+    nu      integer := 0;
+    v_cpid  bigint;
+    v_clast bigint;
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -272,7 +285,7 @@ BEGIN
     -- partition id: the global lock order shared with transactions and
     -- retention.
     FOR rec IN
-        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
         FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
                      (SELECT p2.id FROM {{schema}}.partitions p2
                       WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
@@ -287,6 +300,8 @@ BEGIN
         v_win[rec.o] := rec.dedup_window_ms;
         v_enc[rec.o] := rec.encryption;
         v_lanes[rec.o] := rec.lanes;
+        -- Read under the row lock: nothing else moves it before commit.
+        v_last[rec.o] := rec.last_offset;
     END LOOP;
     IF coalesce(cardinality(v_order), 0) <> n THEN
         -- A partition purged between provisioning and the lock: the client
@@ -312,53 +327,56 @@ BEGIN
                 RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
                     octet_length(p_hashes[i]), p_counts[i];
             END IF;
-            v_fast := v_fast || i;
+            -- Offsets follow from the last offset read under the lock. A
+            -- partition listed twice (Client.Tx) takes consecutive ranges
+            -- in input order, which is v_order's within one partition.
+            IF v_pids[i] IS DISTINCT FROM v_cpid THEN
+                v_cpid := v_pids[i];
+                v_clast := v_last[i];
+                nu := nu + 1;
+                u_pid[nu] := v_cpid;
+            END IF;
+            nf := nf + 1;
+            f_ord[nf] := i;
+            f_pid[nf] := v_cpid;
+            f_base[nf] := v_clast + 1;
+            v_clast := v_clast + p_counts[i];
+            f_end[nf] := v_clast;
+            u_last[nu] := v_clast;
         END IF;
     END LOOP;
 
     -- Segments with no dedup window (nothing to probe) are allocated all at
-    -- once: one UPDATE of their partitions and one INSERT into each of
-    -- segments and txns, instead of one push_one statement per segment. It
-    -- is push_one's allocation; keep the two in step. A partition listed
-    -- twice (Client.Tx) is bumped once by the sum of its counts, and its
-    -- segments take consecutive ranges in input order.
-    IF cardinality(v_fast) = 1 THEN
-        -- One segment: push_one's single statement is cheaper than the CTE.
-        i := v_fast[1];
+    -- once, with the offsets computed above: one UPDATE of their partitions
+    -- and one INSERT into each of segments and txns, instead of one
+    -- push_one statement per segment. No statement joins two sets, so the
+    -- cost stays linear in the bundle (a join of the UPDATE's RETURNING
+    -- with the segments was a nested loop, quadratic, under this
+    -- function's settings). It is push_one's allocation; keep the two in
+    -- step.
+    IF nf = 1 THEN
+        -- One segment: push_one's single statement is cheaper.
+        i := f_ord[1];
         r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                  p_blobs[i], 0, v_now);
         r.ord := i;
         v_res[i] := r;
-    ELSIF cardinality(v_fast) > 1 THEN
-        FOR rec IN
-            WITH x AS (
-                SELECT f.o, v_pids[f.o] AS pid, p_counts[f.o] AS cnt,
-                       sum(p_counts[f.o]) OVER (PARTITION BY v_pids[f.o] ORDER BY f.o) AS upto
-                FROM unnest(v_fast) AS f(o)
-            ), a AS (
-                SELECT x.pid, sum(x.cnt) AS tot FROM x GROUP BY x.pid
-            ), u AS (
-                UPDATE {{schema}}.partitions p SET
-                    last_offset   = p.last_offset + a.tot,
-                    last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
-                                         THEN v_now ELSE p.last_write_at END,
-                    pending       = true
-                FROM a
-                WHERE p.id = a.pid
-                RETURNING p.id, p.last_offset - a.tot AS before
-            ), z AS (
-                SELECT x.o, x.pid, x.cnt, u.before + x.upto AS last
-                FROM x JOIN u ON u.id = x.pid
-            ), s AS (
-                INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_blobs[z.o], 0 FROM z
-            ), t AS (
-                INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-                SELECT z.pid, z.last - z.cnt + 1, z.last, v_now, p_hashes[z.o] FROM z
-            )
-            SELECT z.o, z.pid, z.last - z.cnt + 1 AS base FROM z
-        LOOP
-            v_res[rec.o] := ROW(rec.o, 0, rec.pid, rec.base, v_now, NULL, NULL);
+    ELSIF nf > 1 THEN
+        UPDATE {{schema}}.partitions p SET
+            last_offset   = u.last,
+            last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                 THEN v_now ELSE p.last_write_at END,
+            pending       = true
+        FROM unnest(u_pid, u_last) AS u(id, last)
+        WHERE p.id = u.id;
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+        SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0
+        FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT f.pid, f.base, f.en, v_now, p_hashes[f.o]
+        FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
+        FOR k IN 1 .. nf LOOP
+            v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL);
         END LOOP;
     END IF;
 
