@@ -196,3 +196,41 @@ func BenchmarkPopEmpty(b *testing.B) {
 	}
 	reportRate(b, b.N)
 }
+
+// 1000-item pushes from 8 goroutines whose items spread over many
+// partitions: Spread10 puts 10 items in each of 100 partitions per push
+// (mixed keys), Spread1 one item in each of 1000 consecutive partitions of
+// 100,000 (a partition per key). Each partition of a flush pays its own
+// segment, so these measure the per-segment cost.
+func BenchmarkPushSpread(b *testing.B) {
+	for _, c := range []struct {
+		name       string
+		per, parts int
+	}{{"Spread10", 10, 100}, {"Spread1", 1, 10_000}} {
+		b.Run(c.name, func(b *testing.B) {
+			q := open(b).Queue("spread")
+			ctx := context.Background()
+			names := make([]string, c.parts)
+			for i := range names {
+				names[i] = fmt.Sprintf("k%d", i)
+			}
+			var next atomic.Int64
+			b.SetParallelism(8 / max(1, runtimeProcs()))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				items := make([]queen.Item, 1000)
+				for pb.Next() {
+					first := int(next.Add(1)-1) * 1000 / c.per
+					for i := range items {
+						items[i] = queen.Item{Data: benchPayload, Partition: names[(first+i/c.per)%c.parts]}
+					}
+					if _, err := q.Push(ctx, items); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportRate(b, b.N*1000)
+		})
+	}
+}

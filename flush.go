@@ -476,7 +476,9 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		s.bundle.Known = false
 		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, v)
 	}
-	if err == nil {
+	if err == nil && !s.bundle.Known {
+		// A bundle found all known adds nothing: skip the write lock and
+		// a map assignment per segment.
 		p.known.add(s.segs)
 	}
 	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
