@@ -218,6 +218,53 @@ func TestTxInterleavedPartitionsAndWindows(t *testing.T) {
 	}
 }
 
+// A bundle's first push to new partitions allocates their offsets as it
+// creates them. One transaction pushes to new partitions, one of them
+// listed twice and one of a queue with a dedup window (not allocated
+// there); one plain push then spreads over new and known partitions; a
+// last round pushes to all of them again. Every partition is gapless from
+// offset 0, in push order, with its last offset on its last message.
+func TestFirstTouchBundleOffsets(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	q, dq := c.Queue("q"), configure(t, c, "dq", queen.QueueOptions{DedupWindow: time.Hour})
+	err := c.Tx(ctx, func(tx *queen.Tx) error {
+		tx.Push("q", []queen.Item{{Data: []byte("a1"), Partition: "A"}, {Data: []byte("a2"), Partition: "A"}})
+		tx.Push("q", []queen.Item{{Data: []byte("b1"), Partition: "B"}})
+		tx.Push("dq", []queen.Item{{Data: []byte("d1"), Partition: "D"}})
+		tx.Push("q", []queen.Item{{Data: []byte("a3"), Partition: "A"}})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, queen.Item{Data: []byte("a4"), Partition: "A"}, queen.Item{Data: []byte("c1"), Partition: "C"},
+		queen.Item{Data: []byte("c2"), Partition: "C"}, queen.Item{Data: []byte("e1"), Partition: "E"})
+	push(t, q, queen.Item{Data: []byte("a5"), Partition: "A"}, queen.Item{Data: []byte("b2"), Partition: "B"},
+		queen.Item{Data: []byte("c3"), Partition: "C"}, queen.Item{Data: []byte("e2"), Partition: "E"})
+	push(t, dq, queen.Item{Data: []byte("d2"), Partition: "D"})
+	want := map[string][]string{"A": {"a1", "a2", "a3", "a4", "a5"}, "B": {"b1", "b2"}, "C": {"c1", "c2", "c3"},
+		"D": {"d1", "d2"}, "E": {"e1", "e2"}}
+	for part, w := range want {
+		var got []string
+		for _, fr := range storedFrames(t, c, part) { // fails on a gap
+			got = append(got, string(fr.Payload))
+		}
+		if strings.Join(got, ",") != strings.Join(w, ",") {
+			t.Errorf("partition %s stored %v, want %v", part, got, w)
+		}
+		var last int64
+		err := c.Pool().QueryRow(ctx, "SELECT last_offset FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+			" WHERE name = $1", part).Scan(&last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last != int64(len(w)-1) {
+			t.Errorf("partition %s: last offset %d, want %d", part, last, len(w)-1)
+		}
+	}
+}
+
 // longSchema is a fresh schema name of the longest valid length, 63 bytes,
 // dropped when the test ends.
 func longSchema(t *testing.T) string {

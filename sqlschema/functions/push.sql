@@ -226,6 +226,12 @@ DECLARE
     nu      integer := 0;
     v_cpid  bigint;
     v_clast bigint;
+    -- Partitions this call created with their offsets allocated (ascending),
+    -- and per segment whether its partition is one of them.
+    n_ids   bigint[] := '{}';
+    v_pre   boolean[];
+    v_cpre  boolean;
+    j       integer := 1;
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -253,11 +259,52 @@ BEGIN
         SELECT DISTINCT t, q FROM unnest(p_tenants, p_queues) AS u(t, q)
         ORDER BY t, q
         ON CONFLICT DO NOTHING;
-        -- Resolved here; add_partitions adds none to a queue deleted since
-        -- (the resolve below then reports QN001).
-        PERFORM {{schema}}.add_partitions(array_agg(qq.id), array_agg(u.p))
-        FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
-        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+        IF EXISTS (SELECT 1 FROM unnest(p_flags) AS f(fl) WHERE (f.fl & 2) <> 0) THEN
+            -- A keyed segment: its queue's lane count is settled below,
+            -- under the queue row's lock. Resolved here; add_partitions adds
+            -- none to a queue deleted since (the resolve below then reports
+            -- QN001).
+            PERFORM {{schema}}.add_partitions(array_agg(qq.id), array_agg(u.p))
+            FROM unnest(p_tenants, p_queues, p_partitions) AS u(t, q, p)
+            JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+        ELSE
+            -- add_partitions' insert, but a new partition whose segments
+            -- all go to the set-based allocator below (judged on the queue
+            -- settings read here, which the allocator then keeps to) is
+            -- created with their offsets already allocated: the allocator
+            -- writes them from offset 0 and does not update the row. An
+            -- update of a row inserted by the same transaction cost a
+            -- first-touch segment about as much again as a later one (the
+            -- row's foreign key is checked again, as for any row inserted
+            -- by the updating transaction). Nobody else sees the row before
+            -- commit; a partition some other bundle created meanwhile
+            -- conflicts and takes the usual path.
+            WITH l AS MATERIALIZED (
+                SELECT qq.id, qq.tenant, qq.name, qq.dedup_window_ms, qq.encryption
+                FROM {{schema}}.queues qq
+                WHERE qq.id IN (SELECT q3.id FROM unnest(p_tenants, p_queues) AS u(t, q)
+                                JOIN {{schema}}.queues q3 ON q3.tenant = u.t AND q3.name = u.q)
+                ORDER BY qq.id
+                FOR KEY SHARE
+            ), g AS (
+                SELECT l.id AS qid, u.p, sum(u.c) AS tot,
+                       bool_and(l.dedup_window_ms = 0 AND (NOT l.encryption OR (u.fl & 1) <> 0)
+                                AND coalesce(p_lanes[u.o], 0) = 0 AND u.c > 0) AS fast
+                FROM unnest(p_tenants, p_queues, p_partitions, p_counts, p_flags)
+                     WITH ORDINALITY AS u(t, q, p, c, fl, o)
+                JOIN l ON l.tenant = u.t AND l.name = u.q
+                GROUP BY l.id, u.p
+            ), ins AS (
+                INSERT INTO {{schema}}.partitions (queue_id, name, last_offset)
+                SELECT g.qid, g.p, CASE WHEN g.fast THEN g.tot - 1 ELSE -1 END
+                FROM g
+                ORDER BY g.qid, g.p
+                ON CONFLICT DO NOTHING
+                RETURNING id, last_offset
+            )
+            SELECT coalesce(array_agg(ins.id ORDER BY ins.id) FILTER (WHERE ins.last_offset >= 0), '{}')
+            INTO n_ids FROM ins;
+        END IF;
     END IF;
 
     -- A segment with keyed messages (flag 2) marks its queue keyed, which
@@ -302,6 +349,10 @@ BEGIN
         v_lanes[rec.o] := rec.lanes;
         -- Read under the row lock: nothing else moves it before commit.
         v_last[rec.o] := rec.last_offset;
+        WHILE j <= cardinality(n_ids) AND n_ids[j] < rec.id LOOP
+            j := j + 1;
+        END LOOP;
+        v_pre[rec.o] := j <= cardinality(n_ids) AND n_ids[j] = rec.id;
     END LOOP;
     IF coalesce(cardinality(v_order), 0) <> n THEN
         -- A partition purged between provisioning and the lock: the client
@@ -312,36 +363,48 @@ BEGIN
     v_now := clock_timestamp();
 
     FOREACH i IN ARRAY v_order LOOP
-        IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
-        ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
-            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
-        ELSIF v_win[i] > 0 THEN
-            r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
-                                     p_blobs[i], v_win[i], v_now);
-            r.ord := i;
-            v_res[i] := r;
-        ELSE
-            -- push_one's stride check, for the set-based path below.
-            IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
-                RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
-                    octet_length(p_hashes[i]), p_counts[i];
+        -- A partition created above was judged there: the allocator's.
+        IF NOT v_pre[i] THEN
+            IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
+                v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+                CONTINUE;
+            ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
+                v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+                CONTINUE;
+            ELSIF v_win[i] > 0 THEN
+                r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                         p_blobs[i], v_win[i], v_now);
+                r.ord := i;
+                v_res[i] := r;
+                CONTINUE;
             END IF;
-            -- Offsets follow from the last offset read under the lock. A
-            -- partition listed twice (Client.Tx) takes consecutive ranges
-            -- in input order, which is v_order's within one partition.
-            IF v_pids[i] IS DISTINCT FROM v_cpid THEN
-                v_cpid := v_pids[i];
+        END IF;
+        -- The set-based allocator's: push_one's stride check first.
+        IF p_counts[i] IS NULL OR p_counts[i] <= 0 OR octet_length(p_hashes[i]) <> 16 * p_counts[i] THEN
+            RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+                octet_length(p_hashes[i]), p_counts[i];
+        END IF;
+        -- Offsets follow from the last offset read under the lock. A
+        -- partition listed twice (Client.Tx) takes consecutive ranges
+        -- in input order, which is v_order's within one partition.
+        IF v_pids[i] IS DISTINCT FROM v_cpid THEN
+            v_cpid := v_pids[i];
+            v_cpre := v_pre[i];
+            IF v_cpre THEN
+                v_clast := -1; -- created above with these offsets
+            ELSE
                 v_clast := v_last[i];
                 nu := nu + 1;
                 u_pid[nu] := v_cpid;
             END IF;
-            nf := nf + 1;
-            f_ord[nf] := i;
-            f_pid[nf] := v_cpid;
-            f_base[nf] := v_clast + 1;
-            v_clast := v_clast + p_counts[i];
-            f_end[nf] := v_clast;
+        END IF;
+        nf := nf + 1;
+        f_ord[nf] := i;
+        f_pid[nf] := v_cpid;
+        f_base[nf] := v_clast + 1;
+        v_clast := v_clast + p_counts[i];
+        f_end[nf] := v_clast;
+        IF NOT v_cpre THEN
             u_last[nu] := v_clast;
         END IF;
     END LOOP;
@@ -354,21 +417,23 @@ BEGIN
     -- with the segments was a nested loop, quadratic, under this
     -- function's settings). It is push_one's allocation; keep the two in
     -- step.
-    IF nf = 1 THEN
+    IF nf = 1 AND nu = 1 THEN
         -- One segment: push_one's single statement is cheaper.
         i := f_ord[1];
         r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                  p_blobs[i], 0, v_now);
         r.ord := i;
         v_res[i] := r;
-    ELSIF nf > 1 THEN
-        UPDATE {{schema}}.partitions p SET
-            last_offset   = u.last,
-            last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
-                                 THEN v_now ELSE p.last_write_at END,
-            pending       = true
-        FROM unnest(u_pid, u_last) AS u(id, last)
-        WHERE p.id = u.id;
+    ELSIF nf > 0 THEN
+        IF nu > 0 THEN
+            UPDATE {{schema}}.partitions p SET
+                last_offset   = u.last,
+                last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                     THEN v_now ELSE p.last_write_at END,
+                pending       = true
+            FROM unnest(u_pid, u_last) AS u(id, last)
+            WHERE p.id = u.id;
+        END IF;
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
         SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0
         FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
