@@ -222,7 +222,8 @@ func TestTxInterleavedPartitionsAndWindows(t *testing.T) {
 // creates them. One transaction pushes to new partitions, one of them
 // listed twice and one of a queue with a dedup window (not allocated
 // there); one plain push then spreads over new and known partitions; a
-// last round pushes to all of them again. Every partition is gapless from
+// last round pushes to all of them again; one transaction pushes twice to
+// the same two new partitions. Every partition is gapless from
 // offset 0, in push order, with its last offset on its last message.
 func TestFirstTouchBundleOffsets(t *testing.T) {
 	c := open(t)
@@ -243,8 +244,22 @@ func TestFirstTouchBundleOffsets(t *testing.T) {
 	push(t, q, queen.Item{Data: []byte("a5"), Partition: "A"}, queen.Item{Data: []byte("b2"), Partition: "B"},
 		queen.Item{Data: []byte("c3"), Partition: "C"}, queen.Item{Data: []byte("e2"), Partition: "E"})
 	push(t, dq, queen.Item{Data: []byte("d2"), Partition: "D"})
+	// Two bundles in one transaction: the second finds the partitions the
+	// first created (and allocated) before commit.
+	err = pgx.BeginFunc(ctx, c.Pool(), func(tx pgx.Tx) error {
+		for _, n := range []string{"1", "2"} {
+			if _, err := q.PushTx(ctx, tx, []queen.Item{{Data: []byte("f" + n), Partition: "F"},
+				{Data: []byte("g" + n), Partition: "G"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string][]string{"A": {"a1", "a2", "a3", "a4", "a5"}, "B": {"b1", "b2"}, "C": {"c1", "c2", "c3"},
-		"D": {"d1", "d2"}, "E": {"e1", "e2"}}
+		"D": {"d1", "d2"}, "E": {"e1", "e2"}, "F": {"f1", "f2"}, "G": {"g1", "g2"}}
 	for part, w := range want {
 		var got []string
 		for _, fr := range storedFrames(t, c, part) { // fails on a gap
