@@ -11,27 +11,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // tracedClient is a client whose pool records the goroutine each statement
 // starts on.
 func tracedClient(t *testing.T, mod ...func(*queen.Config)) (*queen.Client, *goroutineTracer) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &goroutineTracer{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the client's Close, registered later
+	pool := tracedPool(t, tr)
 	mod = append([]func(*queen.Config){manual, func(c *queen.Config) { c.Pool = pool }}, mod...)
 	return open(t, mod...), tr
 }

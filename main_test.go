@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/e03140bc/queen"
@@ -66,3 +68,21 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// tracedPool is a pool on the test's database whose connections report
+// every statement to tr. It closes after the test's client (a cleanup
+// registered before the client's runs after it).
+func tracedPool(t *testing.T, tr pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

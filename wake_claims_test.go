@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // claimTracer counts the claims (pop_v2) a pool runs and, while armed,
@@ -74,17 +72,8 @@ func (c *claimTracer) arm() {
 
 func claimTracedClient(t *testing.T) (*queen.Client, *claimTracer) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &claimTracer{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the client's Close, registered later
+	pool := tracedPool(t, tr)
 	// No rescan within the test: only wakes make Consume claim.
 	return open(t, manual, queen.PopRescan(time.Hour), func(c *queen.Config) { c.Pool = pool }), tr
 }
