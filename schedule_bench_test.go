@@ -443,6 +443,7 @@ func BenchmarkScheduledMoveCPU(b *testing.B) {
 	tbl := pgx.Identifier{c.Schema(), "scheduled"}.Sanitize()
 	step := span / time.Duration(n)
 	var client, server float64
+	var wal walStats
 	for b.Loop() {
 		b.StopTimer()
 		far := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -469,6 +470,10 @@ func BenchmarkScheduledMoveCPU(b *testing.B) {
 		time.Sleep(time.Until(t0))
 		b.StartTimer()
 		p0, s0 := processCPU(), serverCPU(cl.Pid())
+		w0, err := readWAL(ctx, c.Pool())
+		if err != nil {
+			b.Fatal(err)
+		}
 		for {
 			var left int
 			if err := c.Pool().QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+tbl+
@@ -485,11 +490,33 @@ func BenchmarkScheduledMoveCPU(b *testing.B) {
 		}
 		client += processCPU() - p0
 		server += serverCPU(cl.Pid()) - s0
+		w1, err := readWAL(ctx, c.Pool())
+		if err != nil {
+			b.Fatal(err)
+		}
+		wal.bytes += w1.bytes - w0.bytes
+		wal.fpi += w1.fpi - w0.fpi
+		wal.records += w1.records - w0.records
 	}
 	moved := float64(b.N * n)
+	b.ReportMetric(wal.bytes/moved, "wal_B/msg")
+	b.ReportMetric(wal.fpi/moved, "wal_fpi/msg")
+	b.ReportMetric(wal.records/moved, "wal_records/msg")
 	b.ReportMetric(client/moved*1e6, "client_cpu_µs/msg")
 	b.ReportMetric(server/moved*1e6, "server_cpu_µs/msg")
 	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
 		b.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
 	}
+}
+
+// walStats is pg_stat_wal's counters: what a moved message writes to the
+// WAL, which it shares with every commit on the server.
+type walStats struct{ bytes, fpi, records float64 }
+
+func readWAL(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (walStats, error) {
+	var w walStats
+	err := q.QueryRow(ctx, "SELECT wal_bytes::float8, wal_fpi::float8, wal_records::float8 FROM pg_stat_wal").Scan(&w.bytes, &w.fpi, &w.records)
+	return w, err
 }
