@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -410,5 +411,71 @@ func TestClaimPastRetentionBeyondReach(t *testing.T) {
 	got := pop(t, q, queen.PopOptions{Batch: 10})
 	if len(got) != 1 || string(got[0].Data) != "new" {
 		t.Fatalf("popped %q, want the message retention left", datas(got))
+	}
+}
+
+// While key a's head waits a long backoff, a message of another key above
+// it that cannot be decoded is dead-lettered at once, as one at the head
+// would be, and the keys after it flow: it is not left for the lease to
+// run out, nor claimed again and again until a's wait ends.
+func TestKeyWaitUndecodableAboveTheHead(t *testing.T) {
+	c := open(t)
+	const wait = time.Hour
+	q := configure(t, c, "ku", queen.QueueOptions{RetryLimit: 5, DeadLetter: true,
+		RetryBackoff: queen.RetryBackoff{Min: wait, Max: wait}})
+	pushKeyed(t, q, "p", "a", "b")                                        // offsets 0 and 1
+	push(t, q, queen.Item{Partition: "p", Key: "b", Data: []byte("b:2")}) // offset 2, corrupted below
+	push(t, q, queen.Item{Partition: "p", Key: "c", Data: []byte("c:3")}) // offset 3
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	if tag, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+`.segments x SET blob = '\x01deadbeef' FROM `+s+
+		`.partitions p WHERE p.id = x.partition_id AND p.name = 'p' AND x.base_offset = 2`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("corrupting the segment: %v, %v", tag, err)
+	}
+	var mu sync.Mutex
+	handled := map[int64]int{}
+	before := c.Stats().Claims
+	err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10}, KeyConcurrency: 3, SoftStop: slack},
+		func(_ context.Context, m *queen.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled[m.Offset]++
+			if m.Offset == 0 {
+				return errors.New("down")
+			}
+			return nil
+		}, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return handled[0] == 1 && handled[1] == 1 && handled[3] == 1
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(handled)
+	mu.Unlock()
+	if got != "map[0:1 1:1 3:1]" {
+		t.Fatalf("handled %s, want each of 0, 1 and 3 once", got)
+	}
+	// The dead letter is written within moments, not after the wait.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		dl, err := q.DeadLetters(ctxT(t), queen.DeadLetterQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dl) == 1 && dl[0].Offset == 2 && strings.Contains(dl[0].Reason, "undecodable") {
+			break
+		}
+		if len(dl) > 1 || time.Now().After(deadline) {
+			t.Fatalf("dead letters %+v, want offset 2 of p only", dl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := c.Stats().Claims - before; n > 30 {
+		t.Errorf("%d claims for four messages: the undecodable one was claimed in a loop", n)
+	}
+	if msgs := pop(t, q, queen.PopOptions{Partition: "p", Batch: 100}); len(msgs) != 0 {
+		t.Fatalf("Pop delivered %d messages (first %s@%d) while a@0 waits", len(msgs), msgs[0].Key, msgs[0].Offset)
 	}
 }

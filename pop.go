@@ -464,7 +464,10 @@ func (q *Queue) giveBack(ctx context.Context, o *PopOptions, parts []*popPart) {
 // earlier messages unseen, so only the lease's head can go at once: the
 // undecodable messages there are dead-lettered, the decoded run after them
 // is delivered, and the lease is cut before the next undecodable message,
-// which a later claim then finds at its head.
+// which a later claim then finds at its head. A keyed claim above a
+// waiting message has no such head until the wait ends: there every
+// undecodable message goes at once, settled out of order (pop_dead_letter),
+// and nothing is cut.
 func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *popPart) []*Message {
 	e := q.c.e
 	dead, deliver := p.dead, p.msgs
@@ -472,6 +475,8 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 	var cut *int64
 	if !o.AutoAck {
 		leaseID = &p.lease
+	}
+	if !o.AutoAck && len(p.waits) == 0 {
 		firstOK := int64(math.MaxInt64)
 		if len(p.msgs) > 0 {
 			firstOK = p.msgs[0].Offset

@@ -749,14 +749,19 @@ $$;
 -- What a pop claimed but cannot hand over: messages Go cannot decompress,
 -- parse or decrypt (a corrupt segment, a message sealed with another key).
 -- They go to the dead-letter store with their reasons instead of failing
--- every claim that meets them. Under a lease (p_lease) they must be the
--- lease's head (consecutive; any offsets between the cursor and the first
--- were taken by retention), and the cursor moves past them; the lease is
--- cut to end at p_end (the message before the next undecodable one, which
--- a later claim then finds at its head) and released once nothing of it is
--- left. Returns false, writing nothing, if the lease is no
--- longer held. With AutoAck (p_lease NULL) the claim already moved the
--- cursor: only the dead letters are written.
+-- every claim that meets them. Under a lease (p_lease) they must lie in the
+-- lease's range. At its head (every offset from the cursor to the last of
+-- them is one of them or settled) the cursor moves past them; above a gap
+-- (a key's waiting head or another lane's message in flight, per-key
+-- Consume) they are settled out of order as a keyed ack is, since
+-- committing through them would complete the gap unseen. The lease is cut
+-- to end at p_end (the message before the next undecodable one, which a
+-- later claim then finds at its head) and released once nothing of it is
+-- left; a cut lease saw no further than p_end, so a parking of the
+-- partition (idle_seen) ends as soon as anything lies past it. Returns
+-- false, writing nothing, if the lease is no longer held. With AutoAck
+-- (p_lease NULL) the claim already moved the cursor: only the dead letters
+-- are written.
 CREATE OR REPLACE FUNCTION {{schema}}.pop_dead_letter(
     p_pid      bigint,
     p_group    text,
@@ -781,6 +786,7 @@ DECLARE
     v_p    record;
     v_comm bigint;
     v_end  bigint;
+    v_set  bigint[];
     v_now  timestamptz := clock_timestamp();
 BEGIN
     SELECT p.name, p.queue_id INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
@@ -799,25 +805,27 @@ BEGIN
         FROM {{schema}}.consumers c
         WHERE c.partition_id = p_pid AND c.group_name = p_group
         FOR UPDATE;
-        -- The run must be the lease's head: every offset from the cursor
-        -- to its last is in it or was settled out of order (per-key
-        -- parallel Consume), so committing through it completes nothing
-        -- unseen.
         IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] > v_c.batch_end
-                          OR EXISTS (SELECT 1 FROM generate_series(v_c.committed + 1, p_offs[n]) AS g(o)
-                                     WHERE g.o <> ALL (p_offs)
-                                       AND g.o <> ALL (coalesce(v_c.settled, '{}'::bigint[]))))) THEN
+           OR (n > 0 AND (p_offs[1] <= v_c.committed OR p_offs[n] > v_c.batch_end)) THEN
             RETURN false;
         END IF;
-        v_comm := {{schema}}.settled_advance(CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END, v_c.settled);
+        v_set := v_c.settled;
+        IF n > 0 AND EXISTS (SELECT 1 FROM generate_series(v_c.committed + 1, p_offs[n]) AS g(o)
+                             WHERE g.o <> ALL (p_offs) AND g.o <> ALL (coalesce(v_c.settled, '{}'::bigint[]))) THEN
+            -- Above a gap: settled out of order.
+            v_set := ARRAY(SELECT DISTINCT u.o FROM unnest(coalesce(v_c.settled, '{}'::bigint[]) || p_offs) AS u(o)
+                           ORDER BY u.o);
+            v_comm := {{schema}}.settled_advance(v_c.committed, v_set);
+        ELSE
+            v_comm := {{schema}}.settled_advance(CASE WHEN n > 0 THEN p_offs[n] ELSE v_c.committed END, v_set);
+        END IF;
         v_end := least(v_c.batch_end, coalesce(p_end, v_c.batch_end));
         UPDATE {{schema}}.consumers SET
             committed        = v_comm,
             attempts         = CASE WHEN v_comm > committed THEN {{schema}}.fail_at(fail_offs, fail_counts, v_comm + 1)
                                     ELSE attempts END,
-            settled          = CASE WHEN settled IS NULL THEN NULL
-                                    ELSE {{schema}}.offsets_above(settled, v_comm) END,
+            settled          = CASE WHEN v_set IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(v_set, v_comm) END,
             fail_offs        = CASE WHEN fail_offs IS NULL THEN NULL
                                     ELSE {{schema}}.offsets_above(fail_offs, v_comm + 1) END,
             fail_counts      = CASE WHEN fail_offs IS NULL THEN NULL
@@ -827,6 +835,8 @@ BEGIN
             (batch_end, lease_id, lease_owner, lease_expires_at)
                              = (SELECT * FROM {{schema}}.lease_after(v_comm >= v_end, v_end, lease_id, lease_owner,
                                                                      lease_expires_at)),
+            idle_seen        = CASE WHEN v_end < batch_end THEN least(coalesce(idle_seen, v_end), v_end)
+                                    ELSE idle_seen END,
             updated_at       = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
     END IF;
