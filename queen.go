@@ -47,6 +47,13 @@ type Config struct {
 	// Schema holds every table and function. Defaults to "queen". Two clients
 	// with different schemas in one database are fully independent.
 	Schema string
+	// Citus, experimental, makes Open convert Schema to the Citus layout
+	// after migrating it (sqlschema.Distribute: per-partition tables
+	// distributed by partition id, per-queue tables reference tables);
+	// DatabaseURL or Pool must reach a Citus coordinator. Not every call
+	// works on that layout yet: see README, "On Citus". Defaults to false:
+	// the tables stay local, as on PostgreSQL.
+	Citus bool
 	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
 	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
 	// Defaults to a directory under os.TempDir() named after the user, the
@@ -391,6 +398,11 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if _, err := sqlschema.Migrate(ctx, e.pool, cfg.Schema); err != nil {
 		return fail(err)
+	}
+	if cfg.Citus {
+		if err := sqlschema.Distribute(ctx, e.pool, cfg.Schema); err != nil {
+			return fail(err)
+		}
 	}
 	e.sql = stmt.New(cfg.Schema)
 	e.csql = stmt.NewConsume(cfg.Schema)

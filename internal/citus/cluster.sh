@@ -47,6 +47,9 @@ max_wal_size = 4GB
 checkpoint_timeout = 15min
 wal_level = logical
 citus.shard_count = 32
+# No background 2PC recovery: it prunes pg_dist_transaction, where TestOnCitus
+# counts two-phase commits. After a crash run recover_prepared_transactions().
+citus.recover_2pc_interval = -1
 CONF
     fi
     as_owner "$bin/pg_ctl" -D "$d" -l "$d/log" -w start >/dev/null

@@ -1,0 +1,284 @@
+package queen_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/pgtest"
+	"github.com/e03140bc/queen/sqlschema"
+)
+
+// citusURL is $QUEEN_TEST_CITUS_URL, a Citus coordinator with workers
+// (internal/citus/cluster.sh starts one); the test skips without it, also
+// in CI.
+func citusURL(t *testing.T) string {
+	u := os.Getenv("QUEEN_TEST_CITUS_URL")
+	if u == "" {
+		t.Skip("QUEEN_TEST_CITUS_URL not set (internal/citus/cluster.sh start DIR prints one)")
+	}
+	return u
+}
+
+// openCitus opens a client on a fresh schema of the coordinator at url,
+// dropped when the test ends, with Config.Citus set to citus, and a pool on
+// the coordinator.
+func openCitus(t *testing.T, url string, citus bool) (*queen.Client, *pgxpool.Pool, string) {
+	t.Helper()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	schema := "qc_" + hex.EncodeToString(b[:])
+	pool, err := pgxpool.New(ctxT(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+		pool.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Citus: citus,
+		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c, pool, schema
+}
+
+// twoPhase counts the two-phase commits the coordinator has recorded in
+// pg_dist_transaction (one row per worker of each; the gid without its
+// connection suffix names the transaction). Exact only while background
+// recovery, which prunes the table, is off (cluster.sh turns it off); the
+// test skips its 2PC assertions otherwise.
+func twoPhase(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(ctxT(t), `SELECT count(DISTINCT regexp_replace(gid, '_[0-9]+$', ''))
+		FROM pg_dist_transaction`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// countable skips t unless 2PC recovery is off on the coordinator.
+func countable(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var iv string
+	if err := pool.QueryRow(ctxT(t), "SHOW citus.recover_2pc_interval").Scan(&iv); err != nil {
+		t.Fatal(err)
+	}
+	if iv != "-1" {
+		t.Skipf("citus.recover_2pc_interval is %s: two-phase commits cannot be counted (cluster.sh sets -1)", iv)
+	}
+}
+
+// TestOnCitus runs against a Citus coordinator with workers
+// ($QUEEN_TEST_CITUS_URL). Coordinator: the deployment supported today,
+// tables local to the coordinator: push, consume and keyed lanes work and
+// take no two-phase commit. Layout: Config.Citus distributes the schema.
+// Routing: on that layout, what the client-side grouping by shard relies
+// on: a transaction that writes one partition's rows (its allocator row,
+// segments, cursor) commits on one worker without 2PC, one that spans
+// partitions on two workers takes 2PC.
+func TestOnCitus(t *testing.T) {
+	url := citusURL(t)
+
+	t.Run("Coordinator", func(t *testing.T) {
+		c, pool, _ := openCitus(t, url, false)
+		countable(t, pool)
+		before := twoPhase(t, pool)
+		q := c.Queue("plain")
+		const parts, per = 8, 50
+		for p := range parts {
+			pushN(t, q, fmt.Sprintf("p%d", p), "", per)
+		}
+		keyed := c.Queue("keyed")
+		items := make([]queen.Item, 0, 200)
+		for i := range 200 {
+			items = append(items, queen.Item{Key: fmt.Sprintf("k%d", i%10), Data: []byte(strconv.Itoa(i / 10))})
+		}
+		res := push(t, keyed, items...)
+		lanes := map[string]string{}
+		for i, r := range res {
+			k := items[i].Key
+			if l, ok := lanes[k]; ok && l != r.Partition {
+				t.Fatalf("key %s went to lanes %s and %s", k, l, r.Partition)
+			}
+			lanes[k] = r.Partition
+		}
+		var mu sync.Mutex
+		next := map[string]int{}
+		n := 0
+		err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 20, Wait: 100 * time.Millisecond}, Concurrency: 4},
+			func(_ context.Context, m *queen.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.Offset != int64(next[m.Partition]) {
+					t.Errorf("partition %s: offset %d handled, want %d", m.Partition, m.Offset, next[m.Partition])
+				}
+				next[m.Partition]++
+				n++
+				return nil
+			}, func() bool { mu.Lock(); defer mu.Unlock(); return n >= parts*per })
+		if err != nil || n != parts*per {
+			t.Fatalf("Consume = %v after %d of %d", err, n, parts*per)
+		}
+		keyNext := map[string]int{}
+		n = 0
+		err = consumeUntil(t, keyed, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Wait: 100 * time.Millisecond}, Concurrency: 4, KeyConcurrency: 2},
+			func(_ context.Context, m *queen.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if want := strconv.Itoa(keyNext[m.Key]); string(m.Data) != want {
+					t.Errorf("key %s: %s handled, want %s", m.Key, m.Data, want)
+				}
+				keyNext[m.Key]++
+				n++
+				return nil
+			}, func() bool { mu.Lock(); defer mu.Unlock(); return n >= len(items) })
+		if err != nil || n != len(items) {
+			t.Fatalf("keyed Consume = %v after %d of %d", err, n, len(items))
+		}
+		if d := twoPhase(t, pool) - before; d != 0 {
+			t.Fatalf("%d two-phase commits for %d pushes and pops on coordinator-local tables, want 0", d, parts*per+len(items))
+		}
+	})
+
+	t.Run("Layout", func(t *testing.T) {
+		_, pool, schema := openCitus(t, url, true)
+		ok, err := sqlschema.Distributed(ctxT(t), pool, schema)
+		if err != nil || !ok {
+			t.Fatalf("Distributed = %v, %v; want true", ok, err)
+		}
+		rows, err := pool.Query(ctxT(t), `SELECT c.relname, p.partmethod::text,
+				coalesce(column_to_column_name(p.logicalrelid, p.partkey), ''),
+				p.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = $2::regclass)
+			FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid
+			WHERE c.relnamespace = $1::regnamespace`, pgx.Identifier{schema}.Sanitize(), pgx.Identifier{schema, "partitions"}.Sanitize())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for rows.Next() {
+			var rel, method, col string
+			var coloc bool
+			if err := rows.Scan(&rel, &method, &col, &coloc); err != nil {
+				t.Fatal(err)
+			}
+			got[rel] = fmt.Sprintf("%s %s %v", method, col, coloc)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sqlschema.CitusReference {
+			if got[r] != "n  false" {
+				t.Errorf("%s: %q, want a reference table", r, got[r])
+			}
+		}
+		for i, d := range sqlschema.CitusDistributed {
+			want := "h partition_id true"
+			if i == 0 {
+				want = "h id true"
+			}
+			if got[d] != want {
+				t.Errorf("%s: %q, want hash-distributed, co-located with partitions (%q)", d, got[d], want)
+			}
+		}
+		if len(got) != len(sqlschema.CitusReference)+len(sqlschema.CitusDistributed) {
+			t.Errorf("Citus tables %v", got)
+		}
+		if err := sqlschema.Distribute(ctxT(t), pool, schema); err != nil {
+			t.Fatalf("Distribute again: %v", err)
+		}
+	})
+
+	t.Run("Routing", func(t *testing.T) {
+		_, pool, schema := openCitus(t, url, true)
+		countable(t, pool)
+		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+		var qid int64
+		if err := pool.QueryRow(ctxT(t), "INSERT INTO "+tbl("queues")+" (tenant, name) VALUES ($1, 'r') RETURNING id",
+			queen.DefaultTenant).Scan(&qid); err != nil {
+			t.Fatal(err)
+		}
+		// Partitions until two live on different workers.
+		byNode := map[int]int64{}
+		for i := 0; len(byNode) < 2 && i < 64; i++ {
+			var pid int64
+			var node int
+			err := pool.QueryRow(ctxT(t), "INSERT INTO "+tbl("partitions")+" (queue_id, name) VALUES ($1, $2) RETURNING id",
+				qid, fmt.Sprint("p", i)).Scan(&pid)
+			if err == nil {
+				err = pool.QueryRow(ctxT(t), `SELECT pl.groupid FROM pg_dist_placement pl
+					WHERE pl.shardid = get_shard_id_for_distribution_column($1::regclass, $2::bigint)`, tbl("partitions"), pid).Scan(&node)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			byNode[node] = pid
+		}
+		if len(byNode) < 2 {
+			t.Fatalf("partitions on %d workers, want 2", len(byNode))
+		}
+		var pids []int64
+		for _, pid := range byNode {
+			pids = append(pids, pid)
+		}
+		// One partition's push and cursor, as push_one and a claim write them.
+		write := func(tx pgx.Tx, pid int64) error {
+			var last int64
+			if err := tx.QueryRow(ctxT(t), "UPDATE "+tbl("partitions")+" SET last_offset = last_offset + 1, pending = true WHERE id = $1 RETURNING last_offset",
+				pid).Scan(&last); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctxT(t), "INSERT INTO "+tbl("segments")+" (partition_id, base_offset, end_offset, created_at, blob) VALUES ($1, $2, $2, now(), '\\x00')",
+				pid, last); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctxT(t), "INSERT INTO "+tbl("consumers")+" (partition_id, group_name) VALUES ($1, '') ON CONFLICT (partition_id, group_name) DO UPDATE SET committed = excluded.committed",
+				pid)
+			return err
+		}
+		run := func(pids ...int64) int64 {
+			before := twoPhase(t, pool)
+			err := pgx.BeginFunc(ctxT(t), pool, func(tx pgx.Tx) error {
+				for _, pid := range pids {
+					if err := write(tx, pid); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return twoPhase(t, pool) - before
+		}
+		if d := run(pids[0]); d != 0 {
+			t.Errorf("one partition's writes took %d two-phase commits, want 0", d)
+		}
+		if d := run(pids[0], pids[1]); d != 1 {
+			t.Errorf("writes to partitions on two workers took %d two-phase commits, want 1", d)
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package sqlschema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNoCitus is returned by [Distribute] for a database without the citus
+// extension.
+var ErrNoCitus = errors.New("queen: the citus extension is not installed in this database")
+
+// The Citus layout (see DESIGN.md, "On Citus"): the per-partition tables
+// are distributed by partition id and co-located with partitions, so every
+// row of one partition lives on one worker; the per-queue and per-schema
+// tables are reference tables (a copy on every node); the two version
+// tables stay on the coordinator.
+var (
+	// CitusDistributed are the tables distributed by partition id, in the
+	// order they are distributed (partitions first: the others co-locate
+	// with it).
+	CitusDistributed = []string{"partitions", "segments", "txns", "consumers", "backlog"}
+	// CitusReference are the tables replicated to every node.
+	CitusReference = []string{"queues", "subscriptions", "dead_letters", "paused_groups",
+		"scheduled", "members", "samples", "settings", "samples_clock"}
+)
+
+// queueFKs are the foreign keys to queues, dropped while the tables are
+// converted and added back after: Citus converts a local table that
+// references a reference table into a "Citus local" table, which it then
+// refuses to distribute (identity columns).
+var queueFKs = []string{"partitions", "subscriptions", "dead_letters", "paused_groups",
+	"scheduled", "members", "samples"}
+
+// distributeSQL are the statements that convert a migrated schema to the
+// Citus layout, run in one transaction. The unique (queue_id, name) of
+// partitions cannot stay: Citus enforces only constraints that include the
+// distribution column; a plain index keeps the name lookups keyed.
+func distributeSQL(schema string) []string {
+	// Sequential: the later statements change tables distributed earlier in
+	// the same transaction, which Citus refuses after a parallel one.
+	s := []string{"SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"}
+	for _, t := range queueFKs {
+		s = append(s, fmt.Sprintf("ALTER TABLE {{schema}}.%s DROP CONSTRAINT %s_queue_id_fkey", t, t))
+	}
+	s = append(s, "ALTER TABLE {{schema}}.partitions DROP CONSTRAINT partitions_queue_name_key",
+		"CREATE INDEX partitions_queue_name_idx ON {{schema}}.partitions (queue_id, name)",
+		"SELECT create_distributed_table('{{schema}}.partitions', 'id')")
+	for _, t := range CitusDistributed[1:] {
+		s = append(s, fmt.Sprintf("SELECT create_distributed_table('{{schema}}.%s', 'partition_id', colocate_with => '{{schema}}.partitions')", t))
+	}
+	for _, t := range CitusReference {
+		s = append(s, fmt.Sprintf("SELECT create_reference_table('{{schema}}.%s')", t))
+	}
+	for _, t := range queueFKs {
+		s = append(s, fmt.Sprintf("ALTER TABLE {{schema}}.%s ADD CONSTRAINT %s_queue_id_fkey "+
+			"FOREIGN KEY (queue_id) REFERENCES {{schema}}.queues (id) ON DELETE CASCADE", t, t))
+	}
+	for i := range s {
+		s[i] = render(s[i], schema)
+	}
+	return s
+}
+
+// Distribute converts schema, migrated by [Migrate], to the Citus layout:
+// partition-keyed tables distributed by partition id and co-located,
+// per-queue and per-schema tables reference tables. pool must reach the
+// Citus coordinator. It is idempotent (a schema already distributed is left
+// as it is) and serialized with Migrate by the same advisory lock. It fails
+// with ErrNoCitus where the citus extension is missing.
+//
+// Experimental: the function layer does not run on the distributed layout
+// yet (README, "On Citus", lists what fails).
+func Distribute(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := ValidSchema(schema); err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlschema: acquire: %w", err)
+	}
+	defer conn.Release()
+	var citus bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&citus); err != nil {
+		return fmt.Errorf("sqlschema: distribute: %w", err)
+	}
+	if !citus {
+		return ErrNoCitus
+	}
+	key := lockKey(schema)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return fmt.Errorf("sqlschema: advisory lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
+			_ = conn.Conn().Close(context.Background())
+		}
+	}()
+	done, err := Distributed(ctx, pool, schema)
+	if err != nil || done {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlschema: distribute: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, q := range distributeSQL(schema) {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("sqlschema: distribute: %s: %w", q, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sqlschema: distribute: %w", err)
+	}
+	return nil
+}
+
+// Distributed reports whether schema has the Citus layout (its partitions
+// table is distributed). False on a database without Citus.
+func Distributed(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	if err := ValidSchema(schema); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL`).Scan(&ok)
+	if err != nil || !ok {
+		return false, err
+	}
+	err = pool.QueryRow(ctx, render(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+		WHERE logicalrelid = to_regclass('{{schema}}.partitions'))`, schema)).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("sqlschema: distributed: %w", err)
+	}
+	return ok, nil
+}
