@@ -78,6 +78,7 @@ type opts struct {
 	offsets           []string
 	partitions        []string
 	force             bool
+	citus             bool
 }
 
 // env is one run's context.

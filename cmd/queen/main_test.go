@@ -262,6 +262,7 @@ func TestSchemaCommands(t *testing.T) {
 		{"status-before-migrate", []string{"status", "orders"}},
 		{"migrate-up", []string{"migrate-up"}},
 		{"migrate-up-again", []string{"migrate-up", "--json"}},
+		{"migrate-up-citus-missing", []string{"migrate-up", "--citus"}},
 		{"validate-ok", []string{"validate"}},
 		{"queues-none", []string{"queues"}},
 		{"queues-none-json", []string{"queues", "--json"}},

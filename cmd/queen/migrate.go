@@ -15,7 +15,11 @@ var cmdMigrateUp = &command{
 	long: `Creates the schema if needed and applies every migration it lacks, each in its own
 transaction, under an advisory lock (any number of processes may run it at once).
 queen.Open does the same; this command is for deployments that migrate before
-they roll out.`,
+they roll out. --citus then converts the schema to the Citus layout, as
+Config.Citus does (experimental: see the README, "On Citus").`,
+	flags: func(fs *flag.FlagSet, o *opts) {
+		fs.BoolVar(&o.citus, "citus", false, "then distribute the schema's tables across the Citus workers (idempotent)")
+	},
 	run: func(e *env, _ *flag.FlagSet, pos []string) int {
 		if code, ok := e.args(pos, 0); !ok {
 			return code
@@ -35,6 +39,14 @@ they roll out.`,
 			}
 			return e.fail(err)
 		}
+		if e.o.citus {
+			if err := sqlschema.Distribute(e.ctx, p, e.schema()); err != nil {
+				if errors.Is(err, sqlschema.ErrNoCitus) {
+					return e.errorf(exitError, "%v: --citus needs a Citus coordinator", err)
+				}
+				return e.fail(err)
+			}
+		}
 		if applied == nil {
 			applied = []int{}
 		}
@@ -43,7 +55,11 @@ they roll out.`,
 				Schema  string `json:"schema"`
 				Applied []int  `json:"applied"`
 				Version int    `json:"version"`
-			}{e.schema(), applied, sqlschema.Latest()})
+				Citus   bool   `json:"citus,omitempty"`
+			}{e.schema(), applied, sqlschema.Latest(), e.o.citus})
+		}
+		if e.o.citus {
+			defer fmt.Fprintf(e.stdout, "schema %q is distributed across the Citus workers\n", e.schema())
 		}
 		if len(applied) == 0 {
 			fmt.Fprintf(e.stdout, "schema %q is up to date at version %d\n", e.schema(), sqlschema.Latest())
