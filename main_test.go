@@ -43,6 +43,9 @@ func open(t testing.TB, mod ...func(*queen.Config)) *queen.Client {
 		Schema:      pgtest.Schema(t),
 		Logger:      pgtest.Logger(t),
 		SpoolDir:    t.TempDir(),
+		// With QUEEN_TEST_DATABASE_URL at a Citus coordinator: the suite on
+		// the distributed layout (DESIGN.md, "On Citus", lists what fails).
+		Citus: os.Getenv("QUEEN_TEST_CITUS_DISTRIBUTE") != "",
 	}
 	for _, f := range mod {
 		f(&cfg)
