@@ -108,9 +108,17 @@ func TestOnCitus(t *testing.T) {
 		countable(t, pool)
 		before := twoPhase(t, pool)
 		q := c.Queue("plain")
-		const parts, per = 8, 50
-		for p := range parts {
-			pushN(t, q, fmt.Sprintf("p%d", p), "", per)
+		// 100,000 pushes and pops: the measure the issue names.
+		const parts, per = 100, 1000
+		batch := make([]queen.Item, 0, 1000)
+		for i := range per {
+			for p := range parts {
+				batch = append(batch, queen.Item{Partition: fmt.Sprintf("p%02d", p), Data: []byte(strconv.Itoa(i))})
+				if len(batch) == cap(batch) {
+					push(t, q, batch...)
+					batch = batch[:0]
+				}
+			}
 		}
 		keyed := c.Queue("keyed")
 		items := make([]queen.Item, 0, 200)
@@ -129,7 +137,7 @@ func TestOnCitus(t *testing.T) {
 		var mu sync.Mutex
 		next := map[string]int{}
 		n := 0
-		err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 20, Wait: 100 * time.Millisecond}, Concurrency: 4},
+		err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 1000, Wait: 100 * time.Millisecond}, Concurrency: 4},
 			func(_ context.Context, m *queen.Message) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -159,7 +167,9 @@ func TestOnCitus(t *testing.T) {
 		if err != nil || n != len(items) {
 			t.Fatalf("keyed Consume = %v after %d of %d", err, n, len(items))
 		}
-		if d := twoPhase(t, pool) - before; d != 0 {
+		d := twoPhase(t, pool) - before
+		t.Logf("%d two-phase commits for %d pushes and pops", d, parts*per+len(items))
+		if d != 0 {
 			t.Fatalf("%d two-phase commits for %d pushes and pops on coordinator-local tables, want 0", d, parts*per+len(items))
 		}
 	})
