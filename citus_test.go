@@ -222,6 +222,17 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 
+	// What already works on the distributed layout.
+	t.Run("DistributedConfigure", func(t *testing.T) {
+		c, _, _ := openCitus(t, url, true)
+		q := c.Queue("conf")
+		for _, lt := range []time.Duration{time.Minute, 2 * time.Minute} { // insert, then update
+			if err := q.Configure(ctxT(t), queen.QueueOptions{LeaseTime: lt}); err != nil {
+				t.Fatalf("Configure(LeaseTime %s): %v", lt, err)
+			}
+		}
+	})
+
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
 		countable(t, pool)

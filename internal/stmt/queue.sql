@@ -18,7 +18,8 @@ ON CONFLICT (tenant, name) DO UPDATE SET
     completed_retention_ms = EXCLUDED.completed_retention_ms, failure_policy = EXCLUDED.failure_policy,
     lanes = EXCLUDED.lanes, dead_letter_retention_ms = EXCLUDED.dead_letter_retention_ms,
     retry_backoff_min_ms = EXCLUDED.retry_backoff_min_ms, retry_backoff_max_ms = EXCLUDED.retry_backoff_max_ms,
-    updated_at = now()
+    -- The column default, now(): Citus refuses a function call here.
+    updated_at = EXCLUDED.updated_at
 WHERE NOT (q.keyed AND q.lanes <> EXCLUDED.lanes)
 RETURNING 1
 
