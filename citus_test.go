@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -100,6 +101,20 @@ func countable(t *testing.T, pool *pgxpool.Pool) {
 // on: a transaction that writes one partition's rows (its allocator row,
 // segments, cursor) commits on one worker without 2PC, one that spans
 // partitions on two workers takes 2PC.
+// On plain PostgreSQL, Config.Citus makes Open fail with ErrNoCitus (and
+// the schema stays usable without it).
+func TestOpenCitusWithoutCitus(t *testing.T) {
+	url, schema := pgtest.URL(t), pgtest.Schema(t)
+	_, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
+		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
+	if !errors.Is(err, queen.ErrNoCitus) {
+		t.Fatalf("Open with Citus on PostgreSQL = %v, want ErrNoCitus", err)
+	}
+	c := open(t, func(c *queen.Config) { c.Schema, c.Citus = schema, false })
+	pushN(t, c.Queue("q"), "", "m", 1)
+	wantData(t, pop(t, c.Queue("q"), queen.PopOptions{}), "m0")
+}
+
 func TestOnCitus(t *testing.T) {
 	url := citusURL(t)
 

@@ -23,6 +23,9 @@ var (
 	ErrLeaseLost = errs.ErrLeaseLost
 	// ErrSchemaTooNew means the database was migrated by a newer release.
 	ErrSchemaTooNew = sqlschema.ErrSchemaTooNew
+	// ErrNoCitus is returned by Open with Config.Citus on a database
+	// without the citus extension.
+	ErrNoCitus = sqlschema.ErrNoCitus
 	// ErrTooLarge is returned for a transaction id or payload over its limit
 	// (MaxTransactionIDLen, MaxPayloadSize), or an Item.DeliverAt more than
 	// MaxDeliverAhead ahead.
