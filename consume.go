@@ -406,7 +406,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 	return func() {
 		// Not e.settle: a Consume stopped by Close settles while it closes.
 		ctx := context.Background()
-		nb := b.ahead.wait()
+		rows := b.ahead.claimedRows()
 		acks := func() int {
 			// A message the handler settled itself was counted then.
 			n := 0
@@ -417,15 +417,30 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 			}
 			return n
 		}
-		if whole && nb != nil && c.mayClaimAhead(nb, alone) {
-			// The ack and the next claim in one round trip.
-			nb2, acked := c.claimAhead(nb, op.ok)
+		if whole && c.full(rows) && c.mayClaimAheadOf(b, alone) {
+			// The ack and the next claim in one round trip, while the
+			// batch claimed ahead is still being decoded.
+			rows2, acked := c.claimAhead(b, op.ok)
+			nb, dead := b.ahead.wait()
 			if acked {
 				c.dm.settledOp(ctx, &op, acks(), 0, stApplied)
-				nb.ahead = claimed(nb2)
-				b.next = nb
+				if dead >= 0 {
+					// What was just claimed lies past a message that
+					// cannot be delivered: let go with the cut.
+					b.next = c.cutAhead(b, nb, dead)
+					return
+				}
+				if nb != nil {
+					nb.ahead = c.decodeAheadAsync(nb, rows2)
+					b.next = nb
+				}
 				return
 			}
+		}
+		nb, dead := b.ahead.wait()
+		if whole && dead >= 0 {
+			// Else the settle lets the lease go, past dead too.
+			nb = c.cutAhead(b, nb, dead)
 		}
 		st, err := e.settleFused(ctx, []settleOp{op})
 		if err == nil {

@@ -25,27 +25,42 @@ type consumeBatch struct {
 	keeps bool
 }
 
-// aheadClaim is a claim ahead in flight; b is set (nil: nothing claimed)
-// before done is closed.
+// aheadClaim is a claim ahead in flight: its statement, then the decode
+// of its rows. rows is set before claimed is closed, b and dead before done
+// is closed.
 type aheadClaim struct {
-	done chan struct{}
-	b    *consumeBatch
+	claimed chan struct{}
+	rows    []stmt.PopRow // nil: nothing claimed
+	done    chan struct{}
+	b       *consumeBatch // the messages before dead; nil: none
+	// dead is the first offset of the claim that cannot be decoded (or
+	// opened): the lease is still to be cut before it (cutAhead). -1: none.
+	dead int64
 }
 
-// claimed is an aheadClaim already done, holding b.
-func claimed(b *consumeBatch) *aheadClaim {
-	a := &aheadClaim{done: make(chan struct{}), b: b}
-	close(a.done)
-	return a
+// newAhead is an aheadClaim not yet claimed.
+func newAhead() *aheadClaim {
+	return &aheadClaim{claimed: make(chan struct{}), done: make(chan struct{}), dead: -1}
 }
 
-// wait returns the claim's batch once it is done (nil: none).
-func (a *aheadClaim) wait() *consumeBatch {
+// claimedRows returns the claim's rows once its statement is done (nil:
+// none).
+func (a *aheadClaim) claimedRows() []stmt.PopRow {
 	if a == nil {
 		return nil
 	}
+	<-a.claimed
+	return a.rows
+}
+
+// wait returns the claim's batch and its first undecodable offset (-1:
+// none) once it is decoded.
+func (a *aheadClaim) wait() (*consumeBatch, int64) {
+	if a == nil {
+		return nil, -1
+	}
 	<-a.done
-	return a.b
+	return a.b, a.dead
 }
 
 // mayClaimAhead reports whether Consume claims the batch after b of its
@@ -61,16 +76,45 @@ func (a *aheadClaim) wait() *consumeBatch {
 // partition of the queue is ready). Not against a previous release's statements
 // (stmt.Use), which lack pop_ahead.
 func (c *consumer) mayClaimAhead(b *consumeBatch, alone func() bool) bool {
-	return c.q.c.e.csql.PopAhead != "" && !c.po.AutoAck && c.keyConc <= 1 && c.po.Batch > 1 && len(b.msgs) == c.po.Batch && b.msgs[0].leaseDur > 0 &&
+	return len(b.msgs) == c.po.Batch && c.mayClaimAheadOf(b, alone)
+}
+
+// mayClaimAheadOf is mayClaimAhead for a batch whose size is known to be
+// Batch: one claimed ahead, of which only the rows may be in yet (full).
+func (c *consumer) mayClaimAheadOf(b *consumeBatch, alone func() bool) bool {
+	return c.q.c.e.csql.PopAhead != "" && !c.po.AutoAck && c.keyConc <= 1 && c.po.Batch > 1 && b.msgs[0].leaseDur > 0 &&
 		c.stop.Err() == nil && alone()
 }
 
-// startAhead claims the batch after b in the background (see claimAhead).
+// full reports whether rows, a claim ahead, took Batch messages.
+func (c *consumer) full(rows []stmt.PopRow) bool {
+	return len(rows) > 0 && rows[0].Last-rows[0].First+1 == int64(c.po.Batch)
+}
+
+// startAhead claims the batch after b in the background (see claimAhead)
+// and decodes it.
 func (c *consumer) startAhead(b *consumeBatch) *aheadClaim {
-	a := &aheadClaim{done: make(chan struct{})}
+	a := newAhead()
 	go func() {
-		defer close(a.done)
-		a.b, _ = c.claimAhead(b, -1)
+		a.rows, _ = c.claimAhead(b, -1)
+		close(a.claimed)
+		a.b, a.dead = c.decodeAhead(b, a.rows)
+		close(a.done)
+	}()
+	return a
+}
+
+// decodeAheadAsync decodes rows, claimed after b under its lease, in the
+// background: the decode then overlaps the handlers of the batch in hand
+// and the round trip of the next claim, instead of running between an ack
+// and the next handler.
+func (c *consumer) decodeAheadAsync(b *consumeBatch, rows []stmt.PopRow) *aheadClaim {
+	a := newAhead()
+	a.rows = rows
+	close(a.claimed)
+	go func() {
+		a.b, a.dead = c.decodeAhead(b, rows)
+		close(a.done)
 	}()
 	return a
 }
@@ -78,58 +122,96 @@ func (c *consumer) startAhead(b *consumeBatch) *aheadClaim {
 // claimAhead claims, under b's lease, up to Batch messages after the
 // lease's last offset (pop_ahead); with through >= 0 it first acks through
 // that offset in the same statement, and acked reports whether it did. It
-// returns nil when nothing was claimed: the lease is not live any more,
-// nothing is retained past it, the queue or cursor is of a kind pop_ahead
-// leaves alone, or what it claimed cannot be decoded (then the lease is
-// cut back before it). A claim that fails is logged and claims nothing (an
-// ack it carried may have committed or not: acked is false).
-func (c *consumer) claimAhead(b *consumeBatch, through int64) (nb *consumeBatch, acked bool) {
+// returns the claim's rows, undecoded (see decodeAhead), and raises the
+// lease's end to the one the claim set. No rows: nothing was claimed (the
+// lease is not live any more, nothing is retained past it, or the queue or
+// cursor is of a kind pop_ahead leaves alone). A claim that fails is logged
+// and claims nothing (an ack it carried may have committed or not: acked
+// is false).
+func (c *consumer) claimAhead(b *consumeBatch, through int64) (rows []stmt.PopRow, acked bool) {
 	q := c.q
 	e := q.c.e
 	m := b.msgs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
 	defer cancel()
-	d := &popDecoder{q: q, o: &c.po, dm: m.dm}
 	err := stmt.PopAhead(ctx, e.csql, e.pool, stmt.PopAheadParams{
 		Lease: m.leaseOf(), Through: through, Max: c.po.Batch, LeaseTime: m.leaseDur,
-	}, d.row)
+	}, func(r *stmt.PopRow) error {
+		// The row is reused, the slices in it are not: a copy keeps them.
+		rows = append(rows, *r)
+		return nil
+	})
 	if err != nil {
 		e.log.Warn("queen: consume: claim ahead failed", "queue", q.name, "partition", m.Partition, "err", err)
 		return nil, false
 	}
-	if len(d.parts) == 0 {
+	if len(rows) == 0 {
 		return nil, false
+	}
+	if r := rows[0]; r.LeaseExpires != nil {
+		// Committed: the lease lasts this long whatever the decode finds.
+		raiseExp(b.leaseEnd(), r.LeaseExpires.UnixNano())
+	}
+	return rows, true
+}
+
+// decodeAhead turns the rows of a claim ahead of b (claimAhead) into the
+// batch that follows b: its messages before the first it cannot decode or
+// open, whose offset it returns as dead (-1: none). The lease still covers
+// dead and what follows: cutAhead cuts it back. nil: no message before
+// dead, or no rows.
+func (c *consumer) decodeAhead(b *consumeBatch, rows []stmt.PopRow) (nb *consumeBatch, dead int64) {
+	if len(rows) == 0 {
+		return nil, -1
+	}
+	d := &popDecoder{q: c.q, o: &c.po, dm: b.msgs[0].dm}
+	for i := range rows {
+		_ = d.row(&rows[i]) // never fails: what does not decode is in p.dead
+	}
+	if len(d.parts) == 0 {
+		return nil, -1
 	}
 	p := d.parts[0]
 	msgs := p.msgs
+	dead = -1
 	if len(p.dead) > 0 {
-		// Undecodable, or sealed with a key this client lacks: the lease
-		// is cut before the first such message, which the next claim then
-		// finds at its head (and dead-letters, or gives back), and only
-		// what comes before it is delivered.
-		cut := p.dead[0].m.Offset - 1
+		// Undecodable, or sealed with a key this client lacks: only what
+		// comes before the first such message is delivered.
+		dead = p.dead[0].m.Offset
 		k := 0
-		for k < len(msgs) && msgs[k].Offset <= cut {
+		for k < len(msgs) && msgs[k].Offset < dead {
 			k++
 		}
 		msgs = msgs[:k]
-		dctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-		ok, err := stmt.PopDeadLetter(dctx, e.csql, e.pool, stmt.PopDeadLetterParams{
-			Partition: p.pid, Group: c.po.Group, Lease: &p.lease, Cut: &cut})
-		cancel()
-		if err != nil || !ok {
-			// The cut did not apply: the lease now ends at its expiry.
-			e.log.Warn("queen: consume: could not shorten a lease before an undecodable message", "queue", q.name,
-				"partition", p.name, "group", c.po.Group, "err", err)
-			msgs = nil
-		}
 	}
 	if len(msgs) == 0 {
-		return nil, true
+		return nil, dead
 	}
 	c.logClaim([][]*Message{msgs})
-	raiseExp(b.leaseEnd(), msgs[0].LeaseExpiresAt.UnixNano())
-	return &consumeBatch{msgs: msgs, exp: b.leaseEnd()}, true
+	return &consumeBatch{msgs: msgs, exp: b.leaseEnd()}, dead
+}
+
+// cutAhead cuts the lease b holds back to end before dead, a message of
+// the batch claimed ahead (nb, what comes before it) that cannot be decoded
+// or opened: the next claim finds it at its head and dead-letters it (or
+// gives it back), and whatever was claimed past it under the lease is let
+// go. It returns nb, or nil when the cut did not apply (the lease then ends
+// at its expiry, and nothing of it is delivered).
+func (c *consumer) cutAhead(b, nb *consumeBatch, dead int64) *consumeBatch {
+	q := c.q
+	e := q.c.e
+	m := b.msgs[0]
+	cut := dead - 1
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+	ok, err := stmt.PopDeadLetter(ctx, e.csql, e.pool, stmt.PopDeadLetterParams{
+		Partition: m.pid, Group: c.po.Group, Lease: &m.lease, Cut: &cut})
+	cancel()
+	if err != nil || !ok {
+		e.log.Warn("queen: consume: could not shorten a lease before an undecodable message", "queue", q.name,
+			"partition", m.Partition, "group", c.po.Group, "err", err)
+		return nil
+	}
+	return nb
 }
 
 // raiseExp moves the lease end exp to at, if later, unless the lease was

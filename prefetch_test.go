@@ -469,6 +469,53 @@ func TestConsumeUndecodableClaimedAhead(t *testing.T) {
 	}
 }
 
+// A message that cannot be opened in a batch claimed by the fused ack and
+// claim (the third batch on), found while that statement already claimed
+// the batch after it: the messages before it are handled, the lease is cut
+// before it, what was claimed past it is let go, and the next claim
+// dead-letters it; the rest follows in order, none handled twice.
+func TestConsumeUndecodableClaimedByFusedAck(t *testing.T) {
+	for _, bad := range []int64{10, 12, 14} {
+		t.Run(fmt.Sprint(bad), func(t *testing.T) {
+			c, claims := openClaimLog(t, withKey(testKey(1)))
+			q := configure(t, c, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+			for i := range 25 {
+				push(t, q, queen.Item{Partition: "p", Data: []byte(fmt.Sprintf("m%d", i))})
+			}
+			pid, blob := segmentBlob(t, c, queen.DefaultTenant, "q", "p", bad)
+			f := onlyFrame(t, blob)
+			f.Payload[len(f.Payload)-1] ^= 1
+			setSegmentBlob(t, c, pid, bad, segment.Compress(nil, frame.Append(nil, &f)))
+			var h handledLog
+			err := consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 5}},
+				func(_ context.Context, m *queen.Message) error { h.add(m); return nil },
+				func() bool { return len(h.all()) >= 24 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := range int64(25) {
+				if i != bad {
+					want = append(want, fmt.Sprintf("m%d", i))
+				}
+			}
+			if got := h.datas(); !slices.Equal(got, want) {
+				t.Fatalf("handled %v, want %v", got, want)
+			}
+			// With nothing before it (10), the third batch is not
+			// delivered: the next claim starts past the dead letter.
+			cl := claims.all()
+			if len(cl) < 3 || (bad > 10 && (cl[2].first != 10 || cl[2].lease != cl[0].lease)) ||
+				(bad == 10 && (cl[2].first != 11 || cl[2].lease == cl[0].lease)) {
+				t.Fatalf("claims %+v: want the third (10..) claimed under the first's lease", cl)
+			}
+			if dl := deadLetters(t, q); len(dl) != 1 || dl[0].Offset != bad {
+				t.Fatalf("dead letters %+v, want offset %d", dl, bad)
+			}
+		})
+	}
+}
+
 // While another partition of the queue is ready a partition is not kept:
 // two deep partitions and one worker claim nothing ahead (each batch has a
 // lease of its own), so they take turns as without claims ahead instead of
