@@ -286,7 +286,7 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 	dm := d.dm
 	pname := r.PartitionName
 	if d.p == nil || d.p.pid != r.PartitionID {
-		p := &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1}
+		p := &popPart{pid: r.PartitionID, name: r.PartitionName, settled: r.Settled, head: -1, short: -1}
 		if r.Lease != nil {
 			p.lease = *r.Lease
 			p.leaseID = p.lease.String()
@@ -340,12 +340,38 @@ func (d *popDecoder) row(r *stmt.PopRow) error {
 		}
 		return m
 	}
+	var frames []byte
+	cached := false
+	if r.Blob == nil {
+		// Left out by pop_ahead: sent to this holder before, cached
+		// then, or else read again.
+		if frames, cached = e.segs.cached(r.PartitionID, base, end, r.Last); !cached {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+			blob, err := stmt.SegmentBlob(ctx, e.csql, e.pool, r.PartitionID, base)
+			cancel()
+			if err != nil {
+				// Not the message's fault: it is not delivered now,
+				// and not dead-lettered (see popPart.short).
+				e.log.Warn("queen: consume: could not read a segment again", "queue", q.name,
+					"partition", pname, "base", base, "err", err)
+				if p.short < 0 || lo < p.short {
+					p.short = lo
+				}
+				return nil
+			}
+			r.Blob = blob
+		}
+	}
 	bp, _ := frameBufs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
 	}
 	defer frameBufs.Put(bp)
-	frames, owned, err := e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, *bp)
+	owned := false
+	var err error
+	if !cached {
+		frames, owned, err = e.segs.frames(r.PartitionID, base, end, r.Last, r.Blob, *bp)
+	}
 	if err != nil {
 		p.undecodable(msg, lo, hi, err)
 		return nil
@@ -394,6 +420,10 @@ type popPart struct {
 	head    int64 // the claim's first offset (giveBack)
 	msgs    []*Message
 	dead    []deadMsg // in offset order
+	// short is the first offset not decoded for want of its segment's
+	// blob (a claim ahead's segment read again failed): those messages
+	// are fine, only not delivered now. -1: none.
+	short int64
 	// The cursor's out-of-order state at the claim: settled offsets above
 	// it (sorted; skipped) and failures stored per offset (Attempt).
 	settled []int64

@@ -7,3 +7,12 @@ import "time"
 func PopRescan(d time.Duration) func(*Config) {
 	return func(c *Config) { c.testKnobs().popRescan = d }
 }
+
+// ForgetSegments empties c's cache of decompressed segments.
+func (c *Client) ForgetSegments() {
+	s := &c.e.segs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.m)
+	s.bytes = 0
+}

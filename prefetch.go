@@ -157,7 +157,8 @@ func (c *consumer) claimAhead(b *consumeBatch, through int64) (rows []stmt.PopRo
 
 // decodeAhead turns the rows of a claim ahead of b (claimAhead) into the
 // batch that follows b: its messages before the first it cannot decode or
-// open, whose offset it returns as dead (-1: none). The lease still covers
+// open (or whose segment it could not read again, popPart.short), whose
+// offset it returns as dead (-1: none). The lease still covers
 // dead and what follows: cutAhead cuts it back. nil: no message before
 // dead, or no rows.
 func (c *consumer) decodeAhead(b *consumeBatch, rows []stmt.PopRow) (nb *consumeBatch, dead int64) {
@@ -173,11 +174,13 @@ func (c *consumer) decodeAhead(b *consumeBatch, rows []stmt.PopRow) (nb *consume
 	}
 	p := d.parts[0]
 	msgs := p.msgs
-	dead = -1
-	if len(p.dead) > 0 {
-		// Undecodable, or sealed with a key this client lacks: only what
-		// comes before the first such message is delivered.
+	dead = p.short // not dead, but it can wait for the next claim as well
+	if len(p.dead) > 0 && (dead < 0 || p.dead[0].m.Offset < dead) {
+		// Undecodable, or sealed with a key this client lacks.
 		dead = p.dead[0].m.Offset
+	}
+	if dead >= 0 {
+		// Only what comes before it is delivered.
 		k := 0
 		for k < len(msgs) && msgs[k].Offset < dead {
 			k++

@@ -85,3 +85,20 @@ func (c *segCache) frames(pid, base, end, last int64, blob, scratch []byte) (fra
 	c.bytes += v.size()
 	return raw, false, nil
 }
+
+// cached returns the packed frames of segment (pid, base) the cache holds,
+// for a pop that reads it through offset last of end and was not sent its
+// blob (pop_ahead leaves out a segment the lease's holder was sent before:
+// the lease vouches that it is the one cached). ok is false when the cache
+// does not hold it. Like a shared result of frames, read-only.
+func (c *segCache) cached(pid, base, end, last int64) (frames []byte, ok bool) {
+	k := cachedSeg{pid, base}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	if ok && last >= end {
+		delete(c.m, k)
+		c.bytes -= v.size()
+	}
+	return v.raw, ok
+}

@@ -6,6 +6,8 @@ type Consume struct {
 	Pop string
 	// PopAhead claims ahead under a held lease (see PopAhead).
 	PopAhead string
+	// SegmentBlob reads one segment's blob (see SegmentBlob).
+	SegmentBlob string
 	// PopDeadLetter dead-letters messages a pop claimed but cannot decode
 	// (see PopDeadLetter).
 	PopDeadLetter string

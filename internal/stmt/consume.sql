@@ -15,6 +15,9 @@ SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first
     wait_offs, wait_at
 FROM {{schema}}.pop_ahead($1::int8, $2::text, $3::uuid, $4::int8, $5::int4, $6::int8)
 
+-- name: SegmentBlob
+SELECT s.blob FROM {{schema}}.segments s WHERE s.partition_id = $1::int8 AND s.base_offset = $2::int8
+
 -- name: PopDeadLetter
 SELECT {{schema}}.pop_dead_letter($1::int8, $2::text, $3::uuid, $4::int8, $5::int8[], $6::uuid[],
     $7::text[], $8::int4[], $9::bytea[], $10::timestamptz[], $11::text[], $12::text[], $13::bytea[])

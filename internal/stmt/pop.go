@@ -63,7 +63,8 @@ type PopRow struct {
 	DeliveredMax int64
 	Base, End    int64
 	// CreatedAt is when the segment was pushed; Blob is the segment as
-	// stored (internal/segment).
+	// stored (internal/segment), nil from PopAhead for a segment the
+	// lease's holder was sent before (see SegmentBlob).
 	CreatedAt time.Time
 	Blob      []byte
 	// Failures are the failures a segment the skip policy re-enqueued
@@ -107,6 +108,16 @@ func PopAhead(ctx context.Context, c *Consume, q Querier, in PopAheadParams, eac
 		return err
 	}
 	return scanPopRows(rows, each)
+}
+
+// SegmentBlob runs c.SegmentBlob on q: the stored blob of partition pid's
+// segment at base, or pgx.ErrNoRows when there is none (retention took it).
+// A claim ahead leaves out the blob of a segment its lease's holder was sent
+// before (PopRow.Blob nil); a holder that no longer has it reads it here.
+func SegmentBlob(ctx context.Context, c *Consume, q Querier, pid, base int64) ([]byte, error) {
+	var blob []byte
+	err := scanPrefix(ctx, q, c.SegmentBlob, []any{pid, base}, &blob)
+	return blob, err
 }
 
 // Pop runs c.Pop for in on q and calls each for every row, in row order,

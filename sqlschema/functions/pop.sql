@@ -648,7 +648,8 @@ $$;
 -- of partition p_pid (Consume's prefetch, see DESIGN.md): the next up to
 -- p_max messages after the lease's batch_end join the same lease, which is
 -- renewed to end p_lease_ms from now (<= 0: the queue's lease time) and
--- covers both batches; the rows are pop's, for those messages. With p_ok
+-- covers both batches; the rows are pop's, for those messages (but for the
+-- blob of a segment this holder was sent before, see below). With p_ok
 -- >= 0 it first acks through p_ok (an in-order ack, as settle's, in the
 -- same statement): the ack that would end the lease at batch_end keeps it
 -- for the batch claimed here. Nothing is written and no row returned when
@@ -728,10 +729,15 @@ BEGIN
     v_exp := greatest(v_c.lease_expires_at, v_now + v_ms * interval '1 millisecond');
 
     -- The segments first, the cursor write only if some segment was read
-    -- (as in pop: retention may have taken them since).
+    -- (as in pop: retention may have taken them since). A segment that
+    -- starts at or before batch_end holds the lease's last offset: the
+    -- claim that took it under this lease sent it to this holder already,
+    -- so its blob is not read and sent again (NULL; the client decompressed
+    -- it then, and fetches it by itself if it no longer has it).
     RETURN QUERY
     SELECT p_pid, v_c.name, p_lease, v_exp, v_ms, v_first, v_last, v_deliv, v_c.delivered_max,
-           s.base_offset, s.end_offset, s.created_at, s.blob, s.failures,
+           s.base_offset, s.end_offset, s.created_at,
+           CASE WHEN s.base_offset <= v_c.batch_end THEN NULL ELSE s.blob END, s.failures,
            NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
     FROM {{schema}}.segments s
     WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
