@@ -33,8 +33,9 @@ type aheadClaim struct {
 	rows    []stmt.PopRow // nil: nothing claimed
 	done    chan struct{}
 	b       *consumeBatch // the messages before dead; nil: none
-	// dead is the first offset of the claim that cannot be decoded (or
-	// opened): the lease is still to be cut before it (cutAhead). -1: none.
+	// dead is the first offset of the claim that cannot be decoded or
+	// opened, or whose segment could not be read again (popPart.short):
+	// the lease is still to be cut before it (cutAhead). -1: none.
 	dead int64
 }
 
@@ -196,9 +197,9 @@ func (c *consumer) decodeAhead(b *consumeBatch, rows []stmt.PopRow) (nb *consume
 
 // cutAhead cuts the lease b holds back to end before dead, a message of
 // the batch claimed ahead (nb, what comes before it) that cannot be decoded
-// or opened: the next claim finds it at its head and dead-letters it (or
-// gives it back), and whatever was claimed past it under the lease is let
-// go. It returns nb, or nil when the cut did not apply (the lease then ends
+// or opened (or was not read, see decodeAhead): the next claim finds it at
+// its head and dead-letters it (or gives it back, or delivers it), and
+// whatever was claimed past it under the lease is let go. It returns nb, or nil when the cut did not apply (the lease then ends
 // at its expiry, and nothing of it is delivered).
 func (c *consumer) cutAhead(b, nb *consumeBatch, dead int64) *consumeBatch {
 	q := c.q
