@@ -12,8 +12,10 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ var lc struct {
 	partitions int
 	lanes      bool
 	pgque      string // PgQue's single-file install, to run it beside queen
+	profile    string // -cpuprofile: each queen load and drain is profiled to it, the phase inserted before the extension
 }
 
 func init() {
@@ -116,6 +119,7 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 	if dataDir == "" {
 		_ = base.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir)
 	}
+	lc.profile = cfg.cpuProfile
 	cond := startConditions(dataDir)
 	total := int64(lc.keys) * int64(lc.events)
 	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
@@ -202,7 +206,12 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 	// are pushed in order by one loader.
 	keys := partNames(lc.keys)
 	var pushed atomic.Int64
+	stopProfile, err := lcProfile("load", run)
+	if err != nil {
+		return out, err
+	}
 	load, err := lcMeasure(postmaster, total, func() error {
+		defer stopProfile()
 		lctx, cancel := context.WithTimeout(ctx, lc.maxTime)
 		defer cancel()
 		var wg sync.WaitGroup
@@ -261,7 +270,12 @@ func lcOnce(ctx context.Context, base *pgxpool.Pool, url string, postmaster, run
 	var overlaps atomic.Int64
 	var violations atomic.Int64
 	var handled int64
+	stopProfile, err = lcProfile("drain", run)
+	if err != nil {
+		return out, err
+	}
 	drain, err := lcMeasure(postmaster, total, func() error {
+		defer stopProfile()
 		var err error
 		handled, err = lcDrain(ctx, q, "main", total, func(m *queen.Message) {
 			k, j, ok := lcParse(m.Data)
@@ -343,6 +357,33 @@ func lcDrain(ctx context.Context, q *queen.Queue, group string, want int64, fn f
 		return n, fmt.Errorf("%d of %d messages within %s", n, want, lc.maxTime)
 	}
 	return handled.Load(), ctx.Err()
+}
+
+// lcProfile starts a CPU profile of one phase of run when -cpuprofile is
+// set, and returns what stops it.
+func lcProfile(phase string, run int) (func(), error) {
+	if lc.profile == "" {
+		return func() {}, nil
+	}
+	ext := filepath.Ext(lc.profile)
+	f, err := os.Create(fmt.Sprintf("%s.lifecycle-%s-%d%s", strings.TrimSuffix(lc.profile, ext), phase, run, ext))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		// The allocations since the program started, sampled: for the
+		// first run's load, about that load's.
+		if a, err := os.Create(fmt.Sprintf("%s.lifecycle-%s-%d.allocs%s", strings.TrimSuffix(lc.profile, ext), phase, run, ext)); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}, nil
 }
 
 // lcMeasure runs fn and returns its rate over msgs and CPU per million.
