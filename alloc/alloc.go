@@ -15,12 +15,15 @@ package alloc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Segment flags, sent per segment.
@@ -149,11 +152,13 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 		return out, nil
 	}
 	// NULL costs a bundle without keyed lanes nothing to encode.
-	var lanes []int32
+	var lanes array[int32]
 	if b.anyLanes {
 		lanes = b.lanes
 	}
-	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known, lanes)
+	rows, err := q.Query(ctx, sql, array[string](b.queues), array[string](b.partitions), array[int32](b.counts),
+		array[[]byte](b.hashes), array[int64](b.verified), array[[]byte](b.blobs), array[[16]byte](b.tenants),
+		array[int32](b.flags), b.Known, lanes)
 	if err != nil {
 		return out, err
 	}
@@ -215,28 +220,24 @@ func scanVerdicts(rows pgx.Rows, n int, out []Verdict) ([]Verdict, error) {
 // scanRows reads push_result rows, which must come in input order, into out.
 func scanRows(rows pgx.Rows, out []Verdict) ([]Verdict, error) {
 	defer rows.Close()
+	fast, loc := rawVerdicts(rows)
 	for rows.Next() {
 		var (
-			ord     int32
-			v       Verdict
-			pid     *int64 // NULL when NeedsBundle
-			base    *int64
-			created *time.Time
+			ord int32
+			v   Verdict
+			ok  bool
 		)
-		if err := rows.Scan(&ord, &v.Status, &pid, &base, &created, &v.DupIdx, &v.DupOff); err != nil {
-			return out, fmt.Errorf("%w: %w", ErrBadResult, err)
+		if fast {
+			ord, v, ok = decodeVerdict(rows.RawValues(), loc)
+		}
+		if !ok {
+			var err error
+			if ord, v, err = scanVerdict(rows); err != nil {
+				return out, err
+			}
 		}
 		if int(ord) != len(out)+1 {
 			return out, fmt.Errorf("%w: result %d out of order", ErrBadResult, ord)
-		}
-		if pid != nil {
-			v.PartitionID = *pid
-		}
-		if base != nil {
-			v.BaseOffset = *base
-		}
-		if created != nil {
-			v.CreatedAt = *created
 		}
 		if v.Status == Duplicate && (len(v.DupIdx) == 0 || len(v.DupIdx) != len(v.DupOff)) {
 			return out, fmt.Errorf("%w: duplicate without aligned offsets", ErrBadResult)
@@ -244,6 +245,101 @@ func scanRows(rows pgx.Rows, out []Verdict) ([]Verdict, error) {
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// scanVerdict scans the current push_result row with pgx.
+func scanVerdict(rows pgx.Rows) (int32, Verdict, error) {
+	var (
+		ord     int32
+		v       Verdict
+		pid     *int64 // NULL when NeedsBundle
+		base    *int64
+		created *time.Time
+	)
+	if err := rows.Scan(&ord, &v.Status, &pid, &base, &created, &v.DupIdx, &v.DupOff); err != nil {
+		return 0, v, fmt.Errorf("%w: %w", ErrBadResult, err)
+	}
+	if pid != nil {
+		v.PartitionID = *pid
+	}
+	if base != nil {
+		v.BaseOffset = *base
+	}
+	if created != nil {
+		v.CreatedAt = *created
+	}
+	return ord, v, nil
+}
+
+// verdictOIDs are push_result's column types: int4, int2, int8, int8,
+// timestamptz, int4[], int8[].
+var verdictOIDs = [7]uint32{23, 21, 20, 20, 1184, 1007, 1016}
+
+// rawVerdicts reports whether rows come in the binary format with
+// push_result's column types, so decodeVerdict can read them without pgx's
+// scan plans and their allocations (a bundle answers a row per segment),
+// and the location pgx would give created_at (nil: local).
+func rawVerdicts(rows pgx.Rows) (bool, *time.Location) {
+	fds := rows.FieldDescriptions()
+	if len(fds) != len(verdictOIDs) {
+		return false, nil
+	}
+	for i, fd := range fds {
+		if fd.Format != pgtype.BinaryFormatCode || fd.DataTypeOID != verdictOIDs[i] {
+			return false, nil
+		}
+	}
+	var loc *time.Location
+	if c := rows.Conn(); c != nil {
+		if t, ok := c.TypeMap().TypeForOID(pgtype.TimestamptzOID); ok {
+			tc, ok := t.Codec.(*pgtype.TimestamptzCodec)
+			if !ok {
+				return false, nil
+			}
+			loc = tc.ScanLocation
+		}
+	}
+	return true, loc
+}
+
+// y2kUnixMicros is PostgreSQL's epoch, 2000-01-01 UTC, in Unix microseconds.
+const y2kUnixMicros = 946_684_800 * 1_000_000
+
+// decodeVerdict reads a push_result row in the binary format. ok is false
+// for a row it leaves to pgx: one with duplicate offsets (the rare path), or
+// anything unexpected.
+func decodeVerdict(raw [][]byte, loc *time.Location) (ord int32, v Verdict, ok bool) {
+	if len(raw) != len(verdictOIDs) || len(raw[0]) != 4 || len(raw[1]) != 2 || raw[5] != nil || raw[6] != nil {
+		return 0, v, false
+	}
+	ord = int32(binary.BigEndian.Uint32(raw[0]))
+	v.Status = Status(int16(binary.BigEndian.Uint16(raw[1])))
+	for i, dst := range [2]*int64{&v.PartitionID, &v.BaseOffset} {
+		switch len(raw[2+i]) {
+		case 8:
+			*dst = int64(binary.BigEndian.Uint64(raw[2+i]))
+		case 0:
+			if raw[2+i] != nil {
+				return 0, v, false
+			}
+		default:
+			return 0, v, false
+		}
+	}
+	if c := raw[4]; c != nil {
+		if len(c) != 8 {
+			return 0, v, false
+		}
+		us := int64(binary.BigEndian.Uint64(c))
+		if us == math.MaxInt64 || us == math.MinInt64 { // ±infinity
+			return 0, v, false
+		}
+		v.CreatedAt = time.UnixMicro(y2kUnixMicros + us)
+		if loc != nil {
+			v.CreatedAt = v.CreatedAt.In(loc)
+		}
+	}
+	return ord, v, true
 }
 
 // CoveringSegment is a stored segment found by SegmentAt.
