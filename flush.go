@@ -110,6 +110,7 @@ type segPlan struct {
 	batch  *fusion.Batch[partitionKey, *pushItem]
 	frames []*pushItem // leaders in frame order
 	n      int         // the segment holds batch.Items[:n]; the rest waits
+	key    uint64      // batch.Key.Hash(), for knownParts
 }
 
 // defaultMaxBundleBytes bounds the frame bytes of one push_bundle call.
@@ -372,7 +373,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 		Flags:     flags,
 		Lanes:     lanes,
 	})
-	return segPlan{batch: b, frames: frames, n: n}
+	return segPlan{batch: b, frames: frames, n: n, key: b.Key.Hash()}
 }
 
 type segKey struct {
@@ -513,10 +514,14 @@ func callerGone(ctx context.Context) bool {
 }
 
 // knownParts remembers partitions this client has committed to, so bundles
-// made only of them skip the database's provisioning check.
+// made only of them skip the database's provisioning check. It holds their
+// keys' hashes: a set without pointers, which the garbage collector does not
+// scan, and whose lookups compare no strings. Two keys with one hash cost at
+// most a retry: a bundle wrongly claimed known fails with QN001, writing
+// nothing, and is sent again with provisioning (see pushLive).
 type knownParts struct {
 	mu sync.RWMutex
-	m  map[partitionKey]struct{}
+	m  map[uint64]struct{}
 }
 
 // knownMax bounds the memory: past it the set starts over.
@@ -526,7 +531,7 @@ func (k *knownParts) all(segs []segPlan) bool {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for _, sp := range segs {
-		if _, ok := k.m[sp.batch.Key]; !ok {
+		if _, ok := k.m[sp.key]; !ok {
 			return false
 		}
 	}
@@ -537,10 +542,10 @@ func (k *knownParts) add(segs []segPlan) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil || len(k.m) >= knownMax {
-		k.m = make(map[partitionKey]struct{})
+		k.m = make(map[uint64]struct{})
 	}
 	for _, sp := range segs {
-		k.m[sp.batch.Key] = struct{}{}
+		k.m[sp.key] = struct{}{}
 	}
 }
 
@@ -548,7 +553,7 @@ func (k *knownParts) forget(segs []segPlan) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, sp := range segs {
-		delete(k.m, sp.batch.Key)
+		delete(k.m, sp.key)
 	}
 }
 

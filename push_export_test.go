@@ -70,3 +70,10 @@ func SpoolAppendDelay(d time.Duration) (opt func(*Config), appends func() int64)
 		}
 	}, n.Load
 }
+
+// ClaimKnown makes c's engine take the partition as one it has written to,
+// as a hash collision with such a partition would.
+func ClaimKnown(c *Client, queue, partition string) {
+	k := partitionKey{Tenant: c.tenant, Queue: queue, Partition: partition}
+	c.e.push.known.add([]segPlan{{key: k.Hash()}})
+}
