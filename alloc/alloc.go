@@ -23,6 +23,7 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -113,6 +114,11 @@ type Bundle struct {
 	flags    []int32
 	lanes    []int32
 	anyLanes bool // some segment has Lanes != 0; else the array is sent as NULL
+
+	// buf and params are the encoded arguments of the binary path (see
+	// pushRaw), kept across calls.
+	buf    []byte
+	params [10][]byte
 }
 
 // Reset empties b, keeping its capacity. It drops references to blobs.
@@ -151,14 +157,15 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 	if n == 0 {
 		return out, nil
 	}
+	if c := rawConn(q); c != nil {
+		return b.pushRaw(ctx, c, sql, b.anyLanes, out)
+	}
 	// NULL costs a bundle without keyed lanes nothing to encode.
-	var lanes array[int32]
+	var lanes []int32
 	if b.anyLanes {
 		lanes = b.lanes
 	}
-	rows, err := q.Query(ctx, sql, array[string](b.queues), array[string](b.partitions), array[int32](b.counts),
-		array[[]byte](b.hashes), array[int64](b.verified), array[[]byte](b.blobs), array[[16]byte](b.tenants),
-		array[int32](b.flags), b.Known, lanes)
+	rows, err := q.Query(ctx, sql, b.queues, b.partitions, b.counts, b.hashes, b.verified, b.blobs, b.tenants, b.flags, b.Known, lanes)
 	if err != nil {
 		return out, err
 	}
@@ -220,15 +227,23 @@ func scanVerdicts(rows pgx.Rows, n int, out []Verdict) ([]Verdict, error) {
 // scanRows reads push_result rows, which must come in input order, into out.
 func scanRows(rows pgx.Rows, out []Verdict) ([]Verdict, error) {
 	defer rows.Close()
-	fast, loc := rawVerdicts(rows)
+	fast := binaryVerdicts(rows.FieldDescriptions())
+	var (
+		m   *pgtype.Map
+		loc *time.Location
+	)
+	if c := rows.Conn(); c != nil && fast {
+		m = c.TypeMap()
+		loc = scanLocation(m)
+	}
 	for rows.Next() {
 		var (
 			ord int32
 			v   Verdict
 			ok  bool
 		)
-		if fast {
-			ord, v, ok = decodeVerdict(rows.RawValues(), loc)
+		if m != nil {
+			ord, v, ok = decodeVerdict(rows.RawValues(), loc, m)
 		}
 		if !ok {
 			var err error
@@ -236,15 +251,24 @@ func scanRows(rows pgx.Rows, out []Verdict) ([]Verdict, error) {
 				return out, err
 			}
 		}
-		if int(ord) != len(out)+1 {
-			return out, fmt.Errorf("%w: result %d out of order", ErrBadResult, ord)
+		var err error
+		if out, err = checkVerdict(out, ord, v); err != nil {
+			return out, err
 		}
-		if v.Status == Duplicate && (len(v.DupIdx) == 0 || len(v.DupIdx) != len(v.DupOff)) {
-			return out, fmt.Errorf("%w: duplicate without aligned offsets", ErrBadResult)
-		}
-		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// checkVerdict appends v, the result ord, to out if it is the next in input
+// order and well formed.
+func checkVerdict(out []Verdict, ord int32, v Verdict) ([]Verdict, error) {
+	if int(ord) != len(out)+1 {
+		return out, fmt.Errorf("%w: result %d out of order", ErrBadResult, ord)
+	}
+	if v.Status == Duplicate && (len(v.DupIdx) == 0 || len(v.DupIdx) != len(v.DupOff)) {
+		return out, fmt.Errorf("%w: duplicate without aligned offsets", ErrBadResult)
+	}
+	return append(out, v), nil
 }
 
 // scanVerdict scans the current push_result row with pgx.
@@ -275,53 +299,49 @@ func scanVerdict(rows pgx.Rows) (int32, Verdict, error) {
 // timestamptz, int4[], int8[].
 var verdictOIDs = [7]uint32{23, 21, 20, 20, 1184, 1007, 1016}
 
-// rawVerdicts reports whether rows come in the binary format with
-// push_result's column types, so decodeVerdict can read them without pgx's
-// scan plans and their allocations (a bundle answers a row per segment),
-// and the location pgx would give created_at (nil: local).
-func rawVerdicts(rows pgx.Rows) (bool, *time.Location) {
-	fds := rows.FieldDescriptions()
+// binaryVerdicts reports whether rows with these fields come in the binary
+// format with push_result's column types, so decodeVerdict can read them
+// without pgx's scan plans and their allocations (a bundle answers a row per
+// segment).
+func binaryVerdicts(fds []pgconn.FieldDescription) bool {
 	if len(fds) != len(verdictOIDs) {
-		return false, nil
+		return false
 	}
 	for i, fd := range fds {
 		if fd.Format != pgtype.BinaryFormatCode || fd.DataTypeOID != verdictOIDs[i] {
-			return false, nil
+			return false
 		}
 	}
-	var loc *time.Location
-	if c := rows.Conn(); c != nil {
-		if t, ok := c.TypeMap().TypeForOID(pgtype.TimestamptzOID); ok {
-			tc, ok := t.Codec.(*pgtype.TimestamptzCodec)
-			if !ok {
-				return false, nil
-			}
-			loc = tc.ScanLocation
+	return true
+}
+
+// scanLocation is the location pgx gives timestamptz values scanned with m
+// (nil: local).
+func scanLocation(m *pgtype.Map) *time.Location {
+	if t, ok := m.TypeForOID(pgtype.TimestamptzOID); ok {
+		if tc, ok := t.Codec.(*pgtype.TimestamptzCodec); ok {
+			return tc.ScanLocation
 		}
 	}
-	return true, loc
+	return nil
 }
 
 // y2kUnixMicros is PostgreSQL's epoch, 2000-01-01 UTC, in Unix microseconds.
 const y2kUnixMicros = 946_684_800 * 1_000_000
 
-// decodeVerdict reads a push_result row in the binary format. ok is false
-// for a row it leaves to pgx: one with duplicate offsets (the rare path), or
-// anything unexpected.
-func decodeVerdict(raw [][]byte, loc *time.Location) (ord int32, v Verdict, ok bool) {
-	if len(raw) != len(verdictOIDs) || len(raw[0]) != 4 || len(raw[1]) != 2 || raw[5] != nil || raw[6] != nil {
+// decodeVerdict reads a push_result row in the binary format; m scans the
+// duplicate offsets (the rare path). ok is false for anything unexpected.
+func decodeVerdict(raw [][]byte, loc *time.Location, m *pgtype.Map) (ord int32, v Verdict, ok bool) {
+	if len(raw) != len(verdictOIDs) || len(raw[0]) != 4 || len(raw[1]) != 2 {
 		return 0, v, false
 	}
 	ord = int32(binary.BigEndian.Uint32(raw[0]))
 	v.Status = Status(int16(binary.BigEndian.Uint16(raw[1])))
 	for i, dst := range [2]*int64{&v.PartitionID, &v.BaseOffset} {
-		switch len(raw[2+i]) {
-		case 8:
-			*dst = int64(binary.BigEndian.Uint64(raw[2+i]))
-		case 0:
-			if raw[2+i] != nil {
-				return 0, v, false
-			}
+		switch c := raw[2+i]; {
+		case c == nil: // NULL
+		case len(c) == 8:
+			*dst = int64(binary.BigEndian.Uint64(c))
 		default:
 			return 0, v, false
 		}
@@ -338,6 +358,12 @@ func decodeVerdict(raw [][]byte, loc *time.Location) (ord int32, v Verdict, ok b
 		if loc != nil {
 			v.CreatedAt = v.CreatedAt.In(loc)
 		}
+	}
+	if raw[5] != nil && m.Scan(verdictOIDs[5], pgtype.BinaryFormatCode, raw[5], &v.DupIdx) != nil {
+		return 0, v, false
+	}
+	if raw[6] != nil && m.Scan(verdictOIDs[6], pgtype.BinaryFormatCode, raw[6], &v.DupOff) != nil {
+		return 0, v, false
 	}
 	return ord, v, true
 }

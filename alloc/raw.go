@@ -1,0 +1,204 @@
+package alloc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The binary path: on a connection in pgx's default exec mode
+// (QueryExecModeCacheStatement) without a query tracer, Push encodes
+// push_bundle's arguments itself, into a buffer the Bundle keeps, and runs
+// its own prepared statement. pgx's builder encodes every argument into a
+// buffer it grows by a quarter at a time and shrinks again after each query,
+// which allocates about five times the arguments (a bundle's are its frames,
+// some 100 KiB) on every call; that garbage was most of what the push path
+// allocated. A traced connection keeps pgx's path, so the tracer sees the
+// statement and its arguments; so does any other exec mode.
+
+// bundleParamOIDs are push_bundle's parameter types: text[], text[],
+// int4[], bytea[], int8[], bytea[], uuid[], int4[], bool, int4[].
+var bundleParamOIDs = [10]uint32{1009, 1009, 1007, 1001, 1016, 1001, 2951, 1007, 16, 1007}
+
+// binaryFormats are ten binary format codes, for the parameters and the
+// seven result columns.
+var binaryFormats = []int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+
+// maxKeptBuf bounds the encoding buffer a Bundle keeps for its next call.
+const maxKeptBuf = 4 << 20
+
+// conner is a querier on one connection: a pool's connection or a
+// transaction.
+type conner interface{ Conn() *pgx.Conn }
+
+// rawConn is q's connection when the binary path may run on it.
+func rawConn(q Querier) *pgx.Conn {
+	cq, ok := q.(conner)
+	if !ok {
+		return nil
+	}
+	c := cq.Conn()
+	if c == nil || c.IsClosed() {
+		return nil
+	}
+	cfg := c.Config()
+	if cfg.Tracer != nil || cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	return c
+}
+
+// pushRaw is Push on c through the binary path.
+func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes bool, out []Verdict) ([]Verdict, error) {
+	sd, err := c.Prepare(ctx, sql, sql) // once per connection; pgx keeps it
+	if err != nil {
+		return out, err
+	}
+	if len(sd.ParamOIDs) != len(bundleParamOIDs) || len(sd.Fields) != len(verdictOIDs) {
+		return out, fmt.Errorf("%w: push_bundle takes %d parameters and answers %d columns", ErrBadResult, len(sd.ParamOIDs), len(sd.Fields))
+	}
+	for i, oid := range sd.ParamOIDs {
+		if oid != bundleParamOIDs[i] {
+			return out, fmt.Errorf("%w: push_bundle parameter %d has type %d", ErrBadResult, i+1, oid)
+		}
+	}
+	b.encode(lanes)
+	rr := c.PgConn().ExecStatement(ctx, sd, b.params[:], binaryFormats, binaryFormats[:len(verdictOIDs)])
+	m := c.TypeMap()
+	loc := scanLocation(m)
+	for rr.NextRow() {
+		if err == nil {
+			out, err = appendVerdict(out, rr.Values(), loc, m)
+		}
+	}
+	if _, cerr := rr.Close(); cerr != nil {
+		err = cerr
+		var pgErr *pgconn.PgError
+		if errors.As(cerr, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "0A000") {
+			// The statement is gone (DISCARD ALL) or its result type
+			// changed: prepare it again next time, as pgx does its own.
+			_ = c.Deallocate(ctx, sql)
+		}
+	}
+	b.params = [10][]byte{}
+	if cap(b.buf) > maxKeptBuf {
+		b.buf = nil
+	}
+	if err == nil && len(out) != b.Len() {
+		err = fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), b.Len())
+	}
+	return out, err
+}
+
+// appendVerdict decodes one binary push_result row and appends it to out.
+func appendVerdict(out []Verdict, raw [][]byte, loc *time.Location, m *pgtype.Map) ([]Verdict, error) {
+	ord, v, ok := decodeVerdict(raw, loc, m)
+	if !ok {
+		return out, fmt.Errorf("%w: undecodable row", ErrBadResult)
+	}
+	return checkVerdict(out, ord, v)
+}
+
+// encode writes the bundle's arguments into b.buf and points b.params at
+// them; lanes false sends the lane counts as NULL.
+func (b *Bundle) encode(lanes bool) {
+	n := len(b.queues)
+	size := 10 * 20 // array headers
+	for i := range n {
+		size += len(b.queues[i]) + len(b.partitions[i]) + len(b.hashes[i]) + len(b.blobs[i]) + 9*4 + 4 + 8 + 16 + 4 + 4
+	}
+	buf := b.buf[:0]
+	if cap(buf) < size {
+		buf = make([]byte, 0, size+size/4)
+	}
+	var ends [10]int
+	buf = appendArray(buf, 25, n, func(buf []byte, i int) []byte { return appendText(buf, b.queues[i]) })
+	ends[0] = len(buf)
+	buf = appendArray(buf, 25, n, func(buf []byte, i int) []byte { return appendText(buf, b.partitions[i]) })
+	ends[1] = len(buf)
+	buf = appendArray(buf, 23, n, func(buf []byte, i int) []byte { return appendInt4(buf, b.counts[i]) })
+	ends[2] = len(buf)
+	buf = appendArray(buf, 17, n, func(buf []byte, i int) []byte { return appendElem(buf, b.hashes[i], false) })
+	ends[3] = len(buf)
+	buf = appendArray(buf, 20, n, func(buf []byte, i int) []byte {
+		return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(buf, 8), uint64(b.verified[i]))
+	})
+	ends[4] = len(buf)
+	buf = appendArray(buf, 17, n, func(buf []byte, i int) []byte { return appendElem(buf, b.blobs[i], false) })
+	ends[5] = len(buf)
+	buf = appendArray(buf, 2950, n, func(buf []byte, i int) []byte { return appendElem(buf, b.tenants[i][:], true) })
+	ends[6] = len(buf)
+	buf = appendArray(buf, 23, n, func(buf []byte, i int) []byte { return appendInt4(buf, b.flags[i]) })
+	ends[7] = len(buf)
+	if b.Known {
+		buf = append(buf, 1)
+	} else {
+		buf = append(buf, 0)
+	}
+	ends[8] = len(buf)
+	if lanes {
+		buf = appendArray(buf, 23, n, func(buf []byte, i int) []byte { return appendInt4(buf, b.lanes[i]) })
+	}
+	ends[9] = len(buf)
+	start := 0
+	for i, end := range ends {
+		b.params[i] = buf[start:end:end]
+		start = end
+	}
+	if !lanes {
+		b.params[9] = nil // NULL
+	}
+	b.buf = buf
+}
+
+// appendArray appends a one-dimensional binary array of n elements of
+// type oid, each written by elem (its length word and bytes). The null
+// flag is set when any element is NULL.
+func appendArray(buf []byte, oid uint32, n int, elem func([]byte, int) []byte) []byte {
+	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
+	nulls := len(buf)
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	buf = binary.BigEndian.AppendUint32(buf, oid)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	buf = binary.BigEndian.AppendUint32(buf, 1) // lower bound
+	for i := range n {
+		buf = elem(buf, i)
+	}
+	// A NULL element is a length of -1: find one only if some element
+	// could be one (bytea, where a nil slice is NULL, as pgx binds it).
+	if oid == 17 {
+		for i, p := 0, nulls+16; i < n; i++ {
+			l := int32(binary.BigEndian.Uint32(buf[p:]))
+			if l < 0 {
+				binary.BigEndian.PutUint32(buf[nulls:], 1)
+				break
+			}
+			p += 4 + int(l)
+		}
+	}
+	return buf
+}
+
+// appendElem appends one element; a nil v is NULL unless notNull.
+func appendElem(buf, v []byte, notNull bool) []byte {
+	if v == nil && !notNull {
+		return binary.BigEndian.AppendUint32(buf, ^uint32(0))
+	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
+	return append(buf, v...)
+}
+
+func appendText(buf []byte, s string) []byte {
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
+	return append(buf, s...)
+}
+
+func appendInt4(buf []byte, v int32) []byte {
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(buf, 4), uint32(v))
+}
