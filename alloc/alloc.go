@@ -326,6 +326,17 @@ func scanLocation(m *pgtype.Map) *time.Location {
 	return nil
 }
 
+// int8Col reads a binary int8 column; NULL is 0.
+func int8Col(c []byte) (int64, bool) {
+	switch {
+	case c == nil:
+		return 0, true
+	case len(c) == 8:
+		return int64(binary.BigEndian.Uint64(c)), true
+	}
+	return 0, false
+}
+
 // y2kUnixMicros is PostgreSQL's epoch, 2000-01-01 UTC, in Unix microseconds.
 const y2kUnixMicros = 946_684_800 * 1_000_000
 
@@ -337,14 +348,11 @@ func decodeVerdict(raw [][]byte, loc *time.Location, m *pgtype.Map) (ord int32, 
 	}
 	ord = int32(binary.BigEndian.Uint32(raw[0]))
 	v.Status = Status(int16(binary.BigEndian.Uint16(raw[1])))
-	for i, dst := range [2]*int64{&v.PartitionID, &v.BaseOffset} {
-		switch c := raw[2+i]; {
-		case c == nil: // NULL
-		case len(c) == 8:
-			*dst = int64(binary.BigEndian.Uint64(c))
-		default:
-			return 0, v, false
-		}
+	var pidOK, baseOK bool
+	v.PartitionID, pidOK = int8Col(raw[2])
+	v.BaseOffset, baseOK = int8Col(raw[3])
+	if !pidOK || !baseOK {
+		return 0, v, false
 	}
 	if c := raw[4]; c != nil {
 		if len(c) != 8 {
@@ -359,13 +367,21 @@ func decodeVerdict(raw [][]byte, loc *time.Location, m *pgtype.Map) (ord int32, 
 			v.CreatedAt = v.CreatedAt.In(loc)
 		}
 	}
-	if raw[5] != nil && m.Scan(verdictOIDs[5], pgtype.BinaryFormatCode, raw[5], &v.DupIdx) != nil {
-		return 0, v, false
-	}
-	if raw[6] != nil && m.Scan(verdictOIDs[6], pgtype.BinaryFormatCode, raw[6], &v.DupOff) != nil {
-		return 0, v, false
+	if raw[5] != nil || raw[6] != nil {
+		if v.DupIdx, v.DupOff, ok = scanDups(m, raw[5], raw[6]); !ok {
+			return 0, v, false
+		}
 	}
 	return ord, v, true
+}
+
+// scanDups scans a duplicate's binary dup_idx and dup_off with m.
+func scanDups(m *pgtype.Map, idxCol, offCol []byte) (idx []int32, off []int64, ok bool) {
+	if m.Scan(verdictOIDs[5], pgtype.BinaryFormatCode, idxCol, &idx) != nil ||
+		m.Scan(verdictOIDs[6], pgtype.BinaryFormatCode, offCol, &off) != nil {
+		return nil, nil, false
+	}
+	return idx, off, true
 }
 
 // CoveringSegment is a stored segment found by SegmentAt.
