@@ -17,6 +17,7 @@ import (
 	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/internal/segment"
 	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
 )
 
 // pusher owns the fusion engine and turns its bundles into push_bundle calls.
@@ -248,9 +249,6 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 				}
 				sp.batch.Retry = retry
 			}
-			if live {
-				e.wake.Pushed(sp.batch.Key.Tenant, sp.batch.Key.Queue, sp.batch.Key.Partition)
-			}
 		case alloc.Duplicate:
 			if segCache == nil {
 				segCache = make(map[segKey]alloc.CoveringSegment)
@@ -310,6 +308,18 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		}
 	}
 	if live {
+		// Consumers of the stored segments' partitions, under one lock.
+		e.wake.PushedAll(func(yield func(wake.QueueKey, string) bool) {
+			for i := range s.segs {
+				if s.verdicts[i].Status != alloc.Queued {
+					continue
+				}
+				k := s.segs[i].batch.Key
+				if !yield(wake.QueueKey{Tenant: k.Tenant, Queue: k.Queue}, k.Partition) {
+					return
+				}
+			}
+		})
 		p.summary(len(s.segs), sent)
 	}
 	return nil

@@ -158,7 +158,9 @@ func (b *Bundle) Push(ctx context.Context, q Querier, sql string, out []Verdict)
 		return out, nil
 	}
 	if c := rawConn(q); c != nil {
-		return b.pushRaw(ctx, c, sql, b.anyLanes, out)
+		if out, raw, err := b.pushRaw(ctx, c, sql, b.anyLanes, out); raw {
+			return out, err
+		}
 	}
 	// NULL costs a bundle without keyed lanes nothing to encode.
 	var lanes []int32

@@ -54,18 +54,25 @@ func rawConn(q Querier) *pgx.Conn {
 	return c
 }
 
-// pushRaw is Push on c through the binary path.
-func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes bool, out []Verdict) ([]Verdict, error) {
+// pushRaw is Push on c through the binary path. raw is false, and nothing
+// was sent, when sql's parameters or columns are not push_bundle's: then
+// the caller runs it through pgx.
+func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes bool, out []Verdict) (_ []Verdict, raw bool, err error) {
 	sd, err := c.Prepare(ctx, sql, sql) // once per connection; pgx keeps it
 	if err != nil {
-		return out, err
+		return out, true, err
 	}
 	if len(sd.ParamOIDs) != len(bundleParamOIDs) || len(sd.Fields) != len(verdictOIDs) {
-		return out, fmt.Errorf("%w: push_bundle takes %d parameters and answers %d columns", ErrBadResult, len(sd.ParamOIDs), len(sd.Fields))
+		return out, false, nil
 	}
 	for i, oid := range sd.ParamOIDs {
 		if oid != bundleParamOIDs[i] {
-			return out, fmt.Errorf("%w: push_bundle parameter %d has type %d", ErrBadResult, i+1, oid)
+			return out, false, nil
+		}
+	}
+	for i, f := range sd.Fields {
+		if f.DataTypeOID != verdictOIDs[i] {
+			return out, false, nil
 		}
 	}
 	b.encode(lanes)
@@ -93,7 +100,7 @@ func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes boo
 	if err == nil && len(out) != b.Len() {
 		err = fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), b.Len())
 	}
-	return out, err
+	return out, true, err
 }
 
 // appendVerdict decodes one binary push_result row and appends it to out.

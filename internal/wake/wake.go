@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"iter"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -140,6 +141,30 @@ func New(ctx context.Context, cfg Config) *Hub {
 // goroutine.
 func (h *Hub) Pushed(tenant uuid.UUID, queue, partition string) {
 	h.record(QueueKey{tenant, queue}, partition, true)
+}
+
+// PushedAll is Pushed for each queue and partition of seq (a bundle's
+// segments), under one lock.
+func (h *Hub) PushedAll(seq iter.Seq2[QueueKey, string]) {
+	h.mu.Lock()
+	first := len(h.toSend) == 0 && h.dueSend.IsZero()
+	var last QueueKey
+	n := 0
+	for qk, partition := range seq {
+		h.wakeLocked(qk, partition, true)
+		if n == 0 || qk != last {
+			h.toSend[qk] = struct{}{}
+			last = qk
+		}
+		n++
+	}
+	h.mu.Unlock()
+	if first && n > 0 {
+		select {
+		case h.send <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Woken wakes the queue's consumers, here and (by the next NOTIFY) in

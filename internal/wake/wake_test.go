@@ -3,6 +3,8 @@ package wake
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,5 +76,42 @@ func TestOwnNotificationNotRedelivered(t *testing.T) {
 	a.Remote(QueueKey{tenant, "q"}.Line())
 	if !drained(wa) {
 		t.Error("a notification without a sender woke no waiter")
+	}
+}
+
+// PushedAll is Pushed for each of a bundle's partitions: each queue's
+// waiters get their partitions as hints, and one notification names every
+// queue.
+func TestPushedAll(t *testing.T) {
+	h, s := newHub(t)
+	tenant := uuid.Must(uuid.NewV4())
+	wq, wr := h.Subscribe(tenant, "q"), h.Subscribe(tenant, "r")
+	h.PushedAll(func(yield func(QueueKey, string) bool) {
+		for _, p := range []struct{ q, part string }{{"q", "a"}, {"q", "b"}, {"r", "c"}, {"q", "a"}} {
+			if !yield(QueueKey{tenant, p.q}, p.part) {
+				return
+			}
+		}
+	})
+	if !drained(wq) || !drained(wr) {
+		t.Fatal("a queue's waiter was not woken")
+	}
+	hints := wq.TakeHints()
+	slices.Sort(hints)
+	if !slices.Equal(hints, []string{"a", "b"}) || !slices.Equal(wr.TakeHints(), []string{"c"}) {
+		t.Fatalf("hints %v and %v", hints, wr.TakeHints())
+	}
+	<-s.got
+	s.mu.Lock()
+	payload := s.payloads[0]
+	s.mu.Unlock()
+	for _, q := range []string{"q", "r"} {
+		if !strings.Contains(payload, QueueKey{tenant, q}.Line()) {
+			t.Errorf("notification %q does not name queue %s", payload, q)
+		}
+	}
+	h.PushedAll(func(func(QueueKey, string) bool) {}) // nothing pushed: no wake, no notification
+	if drained(wq) || drained(wr) {
+		t.Error("an empty bundle woke a waiter")
 	}
 }
