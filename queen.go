@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -42,7 +43,10 @@ type Config struct {
 	// with it without quoting it, as it may hold a password.
 	DatabaseURL string
 	// Pool is a pool the caller owns. Close never closes it. When nil, Open
-	// creates a pool from DatabaseURL and Close closes it.
+	// creates a pool from DatabaseURL and Close closes it. Either way its
+	// connections must describe statements (pgx's default_query_exec_mode
+	// cache_statement, the default, cache_describe or describe_exec): Open
+	// refuses exec and simple_protocol.
 	Pool *pgxpool.Pool
 	// Schema holds every table and function. Defaults to "queen". Two clients
 	// with different schemas in one database are fully independent.
@@ -392,6 +396,14 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			e.pool.Close()
 		}
 		return nil, err
+	}
+	switch m := e.pool.Config().ConnConfig.DefaultQueryExecMode; m {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		// The statements bind arrays whose types pgx learns from the
+		// statement's description: without one a push cannot be sent at
+		// all, and would be spooled for a replay that fails alike.
+		return fail(fmt.Errorf("queen: default_query_exec_mode %v is not supported: queen's statements need the server's "+
+			"description of their parameters (use cache_statement, the default, cache_describe or describe_exec)", m))
 	}
 	if err := e.pool.Ping(ctx); err != nil {
 		return fail(fmt.Errorf("queen: ping: %w", err))
