@@ -88,6 +88,10 @@ func TestCheckMisuseClean(t *testing.T) {
 	// A push during an outage, and an invalid one the server refused.
 	h.misuseCall(Event{Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t8"}}}, 0, Fail, "queen: push: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
 	h.misuseCall(Event{Op: OpPush, Kind: "pushtx", Queue: "q", Items: []Item{{"p", "t9"}}, Invalid: true}, 0, Fail, "ERROR: invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)")
+	// A child process killed during an invalid push: the call has no
+	// completion, which says nothing about how it would have ended.
+	h.r.Invoke(Event{Proc: "child-1", Op: OpPush, Kind: "tx", Queue: "q", Items: []Item{{"s0", "t10"}}, Invalid: true, T: h.tick()})
+	h.r.Invoke(Event{Proc: "child-1", Op: OpCall, Kind: "close", Deadline: h.t + int64(time.Second), T: h.tick()})
 	for _, v := range Check(h.r.Events(), st(Stored{"q", "p", 0, "id1", "t1", 0, false}), 0) {
 		t.Error(v)
 	}

@@ -509,12 +509,12 @@ func (c *checker) paused(ops []*Op) {
 func (c *checker) rejected(ops []*Op) {
 	for _, o := range ops {
 		switch {
-		case o.Inv.Invalid && o.Phase() != Fail && !panicked(o): // a panic is misuse's to report
+		// A call without a completion was cut short by its process's
+		// death (a killed child): how it would have ended is unknown.
+		case o.Inv.Invalid && o.Done != nil && o.Phase() != Fail && !panicked(o): // a panic is misuse's to report
 			res := "succeeded"
-			if o.Done != nil && o.Done.Err != "" {
+			if o.Done.Err != "" {
 				res = "failed with " + fmt.Sprintf("%q", o.Done.Err)
-			} else if o.Done == nil {
-				res = "never returned"
 			}
 			c.where = Violation{Queue: o.Inv.Queue, Group: o.Inv.Group}
 			c.report("invalid-accepted", fmt.Sprintf("queue %q: %s %s given invalid input %s, not with its validation error", o.Inv.Queue, o.Inv.Op, o.Inv.Kind, res), o.evidence()...)
