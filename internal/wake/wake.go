@@ -145,27 +145,7 @@ func (h *Hub) Pushed(tenant uuid.UUID, queue, partition string) {
 
 // PushedAll is Pushed for each queue and partition of seq (a bundle's
 // segments), under one lock.
-func (h *Hub) PushedAll(seq iter.Seq2[QueueKey, string]) {
-	h.mu.Lock()
-	first := len(h.toSend) == 0 && h.dueSend.IsZero()
-	var last QueueKey
-	n := 0
-	for qk, partition := range seq {
-		h.wakeLocked(qk, partition, true)
-		if n == 0 || qk != last {
-			h.toSend[qk] = struct{}{}
-			last = qk
-		}
-		n++
-	}
-	h.mu.Unlock()
-	if first && n > 0 {
-		select {
-		case h.send <- struct{}{}:
-		default:
-		}
-	}
-}
+func (h *Hub) PushedAll(seq iter.Seq2[QueueKey, string]) { h.recordAll(seq, true) }
 
 // Woken wakes the queue's consumers, here and (by the next NOTIFY) in
 // other processes, without partition hints: something other than a push
@@ -193,12 +173,26 @@ func (h *Hub) Scheduled(due time.Time) {
 
 // record wakes the local waiters of qk and queues it for the next NOTIFY.
 func (h *Hub) record(qk QueueKey, partition string, hint bool) {
+	h.recordAll(func(yield func(QueueKey, string) bool) { yield(qk, partition) }, hint)
+}
+
+// recordAll is record for each queue and partition of seq, under one lock;
+// a run of one queue marks it to send once.
+func (h *Hub) recordAll(seq iter.Seq2[QueueKey, string], hint bool) {
 	h.mu.Lock()
-	h.wakeLocked(qk, partition, hint)
 	first := len(h.toSend) == 0 && h.dueSend.IsZero()
-	h.toSend[qk] = struct{}{}
+	var last QueueKey
+	n := 0
+	for qk, partition := range seq {
+		h.wakeLocked(qk, partition, hint)
+		if n == 0 || qk != last {
+			h.toSend[qk] = struct{}{}
+			last = qk
+		}
+		n++
+	}
 	h.mu.Unlock()
-	if first {
+	if first && n > 0 {
 		select {
 		case h.send <- struct{}{}:
 		default:
