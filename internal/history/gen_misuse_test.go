@@ -67,6 +67,7 @@ func (m *misuser) maybe(ctx context.Context) {
 		w.badURL(ctx, m.rng)
 	}
 	w.subMsLease(ctx, m.rng)
+	w.undescribedURL(ctx)
 	if !m.expensive || w.proc != "main-0" {
 		return
 	}
@@ -177,6 +178,33 @@ func (w *worker) badURL(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	// Any error refuses it: the check is what the error shows.
+	w.rec.Done(inv, history.Fail, history.Event{Err: err.Error()})
+}
+
+// undescribedURL opens a client on the run's database with connections
+// that do not describe statements (pgx's exec or simple_protocol mode):
+// Open must refuse it, as a push there could not be sent.
+func (w *worker) undescribedURL(ctx context.Context) {
+	mode := [2]string{"exec", "simple_protocol"}[w.idx%2]
+	u, err := url.Parse(w.r.url())
+	if err != nil {
+		return
+	}
+	qv := u.Query()
+	qv.Set("default_query_exec_mode", mode)
+	u.RawQuery = qv.Encode()
+	cfg := queen.Config{DatabaseURL: u.String(), Schema: w.r.schema, StatementTimeout: statementTimeout, Logger: quiet,
+		SpoolDir: filepath.Join(os.TempDir(), "queen-misuse-never-made")}
+	inv := w.rec.Invoke(history.Event{Proc: w.proc, Op: history.OpCall, Kind: "open-" + mode, Invalid: true})
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := queen.Open(octx, cfg)
+	if err == nil {
+		w.rec.Done(inv, history.OK, history.Event{})
+		_ = c.Close(octx)
+		return
+	}
+	// Refused, or the database did not answer: not accepted either way.
 	w.rec.Done(inv, history.Fail, history.Event{Err: err.Error()})
 }
 
