@@ -14,7 +14,9 @@ import (
 
 // TestHistoryOnCitus runs the checker's CI seeds, faults included, against
 // a Citus coordinator with two workers: the deployment supported today,
-// queen's tables local to the coordinator. It starts its own three nodes
+// queen's tables local to the coordinator. Besides the checker's faults,
+// the nemesis stops a worker (immediate) and starts it again, at least
+// once a seed. It starts its own three nodes
 // (the restart fault restarts the coordinator, which a cluster named by
 // URL would not allow), so it runs when QUEEN_TEST_CITUS_URL is set, as
 // the other Citus tests do, and the local server has Citus installed.
@@ -58,10 +60,15 @@ func TestHistoryOnCitus(t *testing.T) {
 		fmt.Sprintf("SELECT citus_add_node('127.0.0.1', %d)", w2.Port))
 	for _, seed := range ciSeeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			st := (&run{t: t, seed: seed, cl: coord, dur: defaultDuration, children: 1}).main()
+			r := &run{t: t, seed: seed, cl: coord, workers: []*pgcluster.Cluster{w1, w2}, dur: defaultDuration, children: 1}
+			st := r.main()
 			if st.faults == 0 {
 				t.Errorf("no fault injected")
 			}
+			if r.workerDown.Load() == 0 {
+				t.Errorf("no worker stopped")
+			}
+			t.Logf("workers stopped and restarted: %d", r.workerDown.Load())
 		})
 	}
 }

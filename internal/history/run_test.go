@@ -177,10 +177,13 @@ type run struct {
 	// maintMu: every generator's maintenance window holds it shared,
 	// staleflag's round alone, so no other window's end (which turns the
 	// mode off for all) excuses what that round must judge.
-	maintMu  sync.RWMutex
-	t        *testing.T
-	seed     uint64
-	cl       *pgcluster.Cluster
+	maintMu sync.RWMutex
+	t       *testing.T
+	seed    uint64
+	cl      *pgcluster.Cluster
+	// workers: a Citus coordinator's worker nodes (cl is the
+	// coordinator); the nemesis stops and restarts them too.
+	workers  []*pgcluster.Cluster
 	dur      time.Duration
 	children int
 	from     time.Time // the SubscribeFrom group's start
@@ -191,6 +194,7 @@ type run struct {
 	dir    string
 
 	faults     atomic.Int64
+	workerDown atomic.Int64 // "stop-worker" faults injected
 	destroyMu  sync.Mutex
 	destroyed  []history.Stored // messages of segments the nemesis corrupted
 	plaintext  atomic.Int64     // plaintext-at-rest findings
@@ -1062,9 +1066,15 @@ func (n *nemesis) loop(ctx context.Context) {
 		if n.r.gen["storm"] {
 			kinds = append(kinds, "storm")
 		}
+		if len(n.r.workers) > 0 {
+			kinds = append(kinds, "stop-worker")
+		}
 		kind := kinds[n.rng.IntN(len(kinds))]
 		if n.r.gen["storm"] && !stormed && time.Since(start) > n.r.dur/4 {
 			kind = "storm" // at least once a run: its race is rare
+		}
+		if len(n.r.workers) > 0 && n.r.workerDown.Load() == 0 {
+			kind = "stop-worker" // at least once a run: the first, as faults are few
 		}
 		stormed = stormed || kind == "storm"
 		own()
@@ -1094,6 +1104,16 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		n.outage()
 		sleep(300)
 		return n.r.cl.Start(context.Background())
+	case "stop-worker":
+		// A Citus worker down and back: the coordinator's own tables
+		// must not depend on it.
+		w := n.r.workers[n.rng.IntN(len(n.r.workers))]
+		if err := w.Stop("immediate"); err != nil {
+			return err
+		}
+		n.r.workerDown.Add(1)
+		sleep(300)
+		return w.Start(context.Background())
 	case "terminate":
 		conn, err := pgx.Connect(ctx, n.r.url())
 		if err != nil {
