@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen/alloc"
 	"github.com/e03140bc/queen/dedup"
@@ -182,6 +183,14 @@ func (q *Queue) schedule(ctx context.Context, items []Item) ([]PushResult, error
 	}
 }
 
+// isPassedByMove reports schedule_items' SQLSTATE QN004: a move passed
+// an item's due time while the call waited for it, and nothing was
+// written.
+func isPassedByMove(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "QN004"
+}
+
 // failAll fails every item with err.
 func failAll(res []PushResult, items []Item, err error) []PushResult {
 	err = fmt.Errorf("queen: schedule (scheduled items are not spooled): %w", err)
@@ -240,6 +249,12 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 		idx = append(idx, i)
 	}
 	rows, err := stmt.Schedule(ctx, e.sql, e.pool, p)
+	for try := 0; err != nil && isPassedByMove(err) && try < 3; try++ {
+		// A move passed an item while the call waited for it; nothing was
+		// written. Called again, the call takes the lock that lets it
+		// write such items (see schedule_items).
+		rows, err = stmt.Schedule(ctx, e.sql, e.pool, p)
+	}
 	if err != nil {
 		return false, err
 	}

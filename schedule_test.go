@@ -341,7 +341,7 @@ func TestScheduledEncryptedQueue(t *testing.T) {
 	}
 	var blob []byte
 	var flags int
-	if err := c.Pool().QueryRow(ctxT(t), "SELECT blob, flags FROM "+pgx.Identifier{c.Schema(), "scheduled"}.Sanitize()).
+	if err := c.Pool().QueryRow(ctxT(t), "SELECT blob, flags FROM "+pgx.Identifier{c.Schema(), "scheduled_gen"}.Sanitize()).
 		Scan(&blob, &flags); err != nil {
 		t.Fatal(err)
 	}
@@ -438,11 +438,12 @@ func TestScheduledNotifiesOtherClients(t *testing.T) {
 func TestScheduledGoWithTheQueue(t *testing.T) {
 	c := open(t)
 	q := c.Queue("q")
-	scheduleItems(t, q, time.Now().Add(time.Hour), "g", "p", "p")
+	scheduleItems(t, q, time.Now().Add(30*time.Minute), "g", "p", "p") // in a generation
+	scheduleItems(t, q, time.Now().Add(2*time.Hour), "f", "p")         // in scheduled
 	if err := q.Delete(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if n := countRows(t, c, "scheduled"); n != 0 {
+	if n := countRows(t, c, "scheduled") + countRows(t, c, "scheduled_gen"); n != 0 {
 		t.Fatalf("%d scheduled rows after the delete", n)
 	}
 }
@@ -520,9 +521,13 @@ func TestMoveScheduledNextDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := pgtest.Pool(t)
-	tbl := pgx.Identifier{schema, "scheduled"}.Sanitize()
-	if _, err := pool.Exec(ctx, "UPDATE "+tbl+" SET due_at = now() - interval '1 second' WHERE due_at < now() + interval '90 minutes'"); err != nil {
-		t.Fatal(err)
+	// Both tables: those due within the hour are in a generation, the one
+	// due in two hours in scheduled.
+	for _, tbl := range []string{"scheduled", "scheduled_gen"} {
+		if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, tbl}.Sanitize()+
+			" SET due_at = now() - interval '1 second' WHERE due_at < now() + interval '90 minutes'"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	move := func(limit int) (moved int32, nextIn int64) {
 		t.Helper()

@@ -14,11 +14,15 @@ SELECT {{schema}}.cancel_scheduled($1, $2, $3)
 
 -- name: ScheduledStatus
 -- The queue's scheduled messages: how many, and the earliest due (held
--- ones included: they are there until cancelled); then how many failed
--- messages' retry copies wait there (failures > 0), which the first two
--- leave out.
-SELECT count(*) FILTER (WHERE s.failures = 0), min(s.due_at) FILTER (WHERE s.failures = 0),
-       count(*) FILTER (WHERE s.failures > 0)
-FROM {{schema}}.scheduled s
-JOIN {{schema}}.queues q ON q.id = s.queue_id
-WHERE q.tenant = $1 AND q.name = $2
+-- ones included: they are there until cancelled), in both tables (a
+-- generation's rows above the watermark, read in the same snapshot);
+-- then how many failed messages' retry copies wait in scheduled
+-- (failures > 0), which the first two leave out.
+WITH q AS (SELECT q.id FROM {{schema}}.queues q WHERE q.tenant = $1 AND q.name = $2),
+r AS (SELECT count(*) FILTER (WHERE s.failures = 0) AS n, min(s.due_at) FILTER (WHERE s.failures = 0) AS due,
+             count(*) FILTER (WHERE s.failures > 0) AS retries
+      FROM {{schema}}.scheduled s WHERE s.queue_id IN (SELECT q.id FROM q)),
+g AS (SELECT count(*) AS n, min(x.due_at) AS due
+      FROM {{schema}}.scheduled_gen x CROSS JOIN {{schema}}.scheduled_state st
+      WHERE x.queue_id IN (SELECT q.id FROM q) AND ROW(x.due_at, x.id) > ROW(st.wm_due, st.wm_id))
+SELECT r.n + g.n, least(r.due, g.due), r.retries FROM r CROSS JOIN g

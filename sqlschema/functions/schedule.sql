@@ -19,6 +19,20 @@
 -- encryption and lane checks are all-or-nothing: the client reads the
 -- settings again and prepares the whole call anew. The transaction ids'
 -- hashes must be distinct (the client folds repeats within a call).
+--
+-- Where a row goes (see migration 015): an item due after the watermark
+-- and within the hour goes to the current generation; one due later, or
+-- at or before the watermark (it came due while this waited: a move past
+-- it has committed, and will not read the generations below its
+-- watermark again), to the per-row table scheduled. The state row is
+-- held FOR SHARE, so no move runs until this commits; a call that may
+-- write scheduled holds it FOR NO KEY UPDATE instead, alone among
+-- schedules: dedup spans both tables, and two schedules writing the same
+-- hash to different tables would not see each other. Which lock a call
+-- takes is decided before it is taken, by the clock: an item due within
+-- a second may be passed by the watermark while this waits for the lock.
+-- If one is passed all the same (the wait was longer), this raises QN004
+-- having written nothing, and the client calls again.
 CREATE OR REPLACE FUNCTION {{schema}}.schedule_items(
     p_tenant     uuid,
     p_queue      text,
@@ -32,11 +46,17 @@ CREATE OR REPLACE FUNCTION {{schema}}.schedule_items(
 ) RETURNS TABLE (ord integer, status integer, dup_id uuid)
 LANGUAGE plpgsql AS $$
 DECLARE
-    n       integer := coalesce(cardinality(p_partitions), 0);
-    v_qid   bigint;
-    v_enc   boolean;
-    v_lanes integer;
-    v_new   bytea[];
+    n        integer := coalesce(cardinality(p_partitions), 0);
+    v_now    timestamptz := clock_timestamp();
+    v_far    timestamptz;
+    v_excl   boolean;
+    v_wm_due timestamptz;
+    v_wm_id  bigint;
+    v_gen    integer;
+    v_qid    bigint;
+    v_enc    boolean;
+    v_lanes  integer;
+    v_new    bytea[];
 BEGIN
     IF coalesce(cardinality(p_due), 0) <> n OR coalesce(cardinality(p_hashes), 0) <> n
        OR coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_flags), 0) <> n
@@ -45,6 +65,20 @@ BEGIN
     END IF;
     IF n = 0 THEN
         RETURN;
+    END IF;
+    -- Generations hold what is due within the hour: a generation is
+    -- freed only once its last row moved, so far rows would pin it.
+    v_far := v_now + interval '1 hour';
+    v_excl := EXISTS (SELECT 1 FROM unnest(p_due) AS d(t) WHERE d.t <= v_now + interval '1 second' OR d.t >= v_far);
+    IF v_excl THEN
+        SELECT s.wm_due, s.wm_id, s.cur_gen INTO v_wm_due, v_wm_id, v_gen
+        FROM {{schema}}.scheduled_state s FOR NO KEY UPDATE;
+    ELSE
+        SELECT s.wm_due, s.wm_id, s.cur_gen INTO v_wm_due, v_wm_id, v_gen
+        FROM {{schema}}.scheduled_state s FOR SHARE;
+        IF EXISTS (SELECT 1 FROM unnest(p_due) AS d(t) WHERE d.t <= v_wm_due) THEN
+            RAISE EXCEPTION 'queen: a move passed a scheduled item while it waited; retried' USING ERRCODE = 'QN004';
+        END IF;
     END IF;
     INSERT INTO {{schema}}.queues (tenant, name) VALUES (p_tenant, p_queue) ON CONFLICT DO NOTHING;
     -- As push_bundle: only while unset, so the row is written once.
@@ -67,26 +101,49 @@ BEGIN
         RETURN QUERY SELECT 0, 3, NULL::uuid;
         RETURN;
     END IF;
-    -- A hash already scheduled (committed, or by a transaction this waits
-    -- for) is not inserted: a duplicate. Only users' scheduled rows count
-    -- (failures 0): a failed message's retry copy waiting there is not
-    -- one (see scheduled_queue_hash_idx).
+    -- A hash scheduled already (committed before the state row was
+    -- locked, in either table: a user's row of scheduled, failures 0, or
+    -- a generation row above the watermark) is a duplicate; so is one a
+    -- schedule in flight writes to the same table, which the insert's
+    -- conflict waits for. A failed message's retry copy waiting in
+    -- scheduled is not one (see scheduled_queue_hash_idx).
     WITH ins AS (
+        INSERT INTO {{schema}}.scheduled_gen AS g (gen, id, queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
+        SELECT v_gen, nextval('{{schema}}.scheduled_id_seq'), v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
+        FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
+        WHERE u.d > v_wm_due AND u.d < v_far
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled s WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0)
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled_gen o
+                          WHERE o.queue_id = v_qid AND o.hash = u.h AND o.gen <> v_gen
+                            AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id))
+        -- A row of this generation with the hash that has moved is reused.
+        ON CONFLICT (queue_id, hash, gen) DO UPDATE
+        SET id = EXCLUDED.id, partition_name = EXCLUDED.partition_name, due_at = EXCLUDED.due_at,
+            message_id = EXCLUDED.message_id, flags = EXCLUDED.flags, lanes = EXCLUDED.lanes, blob = EXCLUDED.blob
+        WHERE ROW(g.due_at, g.id) <= ROW(v_wm_due, v_wm_id)
+        RETURNING g.hash
+    ), ins_row AS (
         INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
         SELECT v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
         FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
+        WHERE v_excl AND NOT (u.d > v_wm_due AND u.d < v_far)
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled_gen o
+                          WHERE o.queue_id = v_qid AND o.hash = u.h AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id))
         ON CONFLICT (queue_id, hash) WHERE failures = 0 DO NOTHING
         RETURNING hash
     )
-    SELECT coalesce(array_agg(ins.hash), '{}') INTO v_new FROM ins;
+    SELECT coalesce(array_agg(a.hash), '{}') INTO v_new FROM (SELECT hash FROM ins UNION ALL SELECT hash FROM ins_row) a;
     -- A later statement, so the rows of duplicates committed while the
     -- insert waited are in its snapshot.
     RETURN QUERY
     SELECT u.o::integer,
            CASE WHEN nw.h IS NULL THEN 1 ELSE 0 END,
            CASE WHEN nw.h IS NULL THEN
-               (SELECT s.message_id FROM {{schema}}.scheduled s
-                WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0)
+               coalesce((SELECT s.message_id FROM {{schema}}.scheduled s
+                         WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0),
+                        (SELECT o.message_id FROM {{schema}}.scheduled_gen o
+                         WHERE o.queue_id = v_qid AND o.hash = u.h AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id)
+                         LIMIT 1))
            END
     FROM unnest(p_hashes) WITH ORDINALITY AS u(h, o)
     LEFT JOIN unnest(v_new) AS nw(h) ON nw.h = u.h
@@ -108,16 +165,26 @@ $$;
 -- one could reach a partition first; serialized, every partition takes
 -- its messages in due order (ties by schedule order).
 --
--- Exactly once: the rows are deleted and appended in the caller's one
--- transaction, and the DELETE decides. The pick reads without locking (a
--- row lock per message cost about a third of a move); a cancel (a DELETE)
--- that reaches a picked row first makes this DELETE wait for it and then
--- skip the row (cancelled, not moved), and one that comes later waits for
--- this to commit and finds the row gone (delivered, not cancelled).
+-- Two sources, merged in (due_at, id) order: the generations' rows above
+-- the watermark, read and left in place, and the per-row table's rows,
+-- deleted. The state row is held FOR UPDATE first, so every schedule and
+-- cancel has committed (they hold it FOR SHARE) and none starts until this
+-- does: every generation row at or below the new watermark is in what this
+-- reads. The watermark goes to the last row taken, or, when the pick took
+-- every due row, to the clock read after the lock (a schedule due by then
+-- writes scheduled, see schedule_items).
+--
+-- Exactly once: a generation row is taken by the move that raises the
+-- watermark past it, once, and a cancel runs before or after that move,
+-- whole; a per-row row is deleted and appended in the caller's one
+-- transaction, and the DELETE decides. A crash or a cancelled statement
+-- undoes all of it, watermark included.
 -- The queues are key-shared first, SKIP LOCKED, in id order: the lock order
 -- is queues, then partitions (push_bundle), and a queue being deleted (its
 -- row held FOR UPDATE) is skipped rather than waited for while this holds
--- rows its delete cascades to.
+-- rows its delete cascades to. Its generation rows must stay above the
+-- watermark (the delete may roll back), so the move then stops before
+-- the first of them and looks again soon.
 --
 -- The rows of a partition of a queue without a dedup window go in one
 -- segment (their frames concatenated after the raw codec byte, their
@@ -126,11 +193,15 @@ $$;
 -- would drop or refuse more than it should (a window or encryption set by
 -- a Configure racing this) raises, rolling the move back for the next try.
 --
--- Cost is per row (pick, delete, concatenate) plus per segment
--- (push_bundle), so a mover that lets due rows gather moves them cheaper.
--- Sequential scans are off: the delete by an id array stays a lookup per
--- row whatever the statistics (a scan and hash join was planned for 5000
--- rows of 200,000 and took ten times as long).
+-- Then the generations: the current one is closed after five minutes (its
+-- last row recorded) if a free one can take its place, and a closed one
+-- whose last row is at or below the watermark is truncated. A truncate
+-- that would wait (a reader of the generations, such as a Status, holds
+-- the table) is left for a later move rather than holding every schedule
+-- behind this.
+--
+-- Sequential scans are off: the per-row table's delete by a range stays
+-- an index walk whatever the statistics.
 CREATE OR REPLACE FUNCTION {{schema}}.move_scheduled(
     p_limit          integer,
     p_max_bytes      bigint,
@@ -146,11 +217,16 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_now     timestamptz := clock_timestamp();
+    v_now     timestamptz;
+    v_wm_due  timestamptz;
+    v_wm_id   bigint;
+    v_cur     integer;
     v_qids    bigint[];
     v_winq    bigint[];
     v_cut_due timestamptz;
     v_cut_id  bigint;
+    v_skip_due timestamptz;
+    v_skip_id bigint;
     v_candq   bigint[];
     v_encq    bigint[];
     v_left    timestamptz;
@@ -163,6 +239,9 @@ DECLARE
     v_lanes   integer[];
     v_blobs   bytea[];
     v_fails   integer[];
+    v_held    integer;
+    v_g       integer;
+    v_lt      text;
     n         integer;
     r         {{schema}}.push_result;
 BEGIN
@@ -177,11 +256,13 @@ BEGIN
         next_in_ms := 0;
         RETURN;
     END IF;
-    -- One walk of the due index, one row past the limit: where the move
-    -- stops (the last row within p_limit and p_max_bytes, earliest due
-    -- first), the queues before it, and, when the limits cut, the first
-    -- row left (its due time answers next_in_ms without walking the index
-    -- again past the rows just deleted).
+    SELECT s.wm_due, s.wm_id, s.cur_gen INTO v_wm_due, v_wm_id, v_cur
+    FROM {{schema}}.scheduled_state s FOR UPDATE;
+    v_now := greatest(clock_timestamp(), v_wm_due);
+    -- One walk of both sources' due indexes, one row past the limit: where
+    -- the move stops (the last row within p_limit and p_max_bytes, earliest
+    -- due first), the queues before it, and, when the limits cut, the
+    -- first row left (its due time answers next_in_ms).
     SELECT max(v.due_at) FILTER (WHERE v.last), max(v.id) FILTER (WHERE v.last),
            coalesce(array_agg(DISTINCT v.queue_id) FILTER (WHERE v.take), '{}'),
            min(v.due_at) FILTER (WHERE NOT v.take)
@@ -191,9 +272,14 @@ BEGIN
                        row_number() OVER (ORDER BY p.due_at, p.id) <= p_limit
                        AND (sum(p.len) OVER (ORDER BY p.due_at, p.id) <= p_max_bytes
                             OR row_number() OVER (ORDER BY p.due_at, p.id) = 1) AS take
-                FROM (SELECT x.id, x.queue_id, x.due_at, octet_length(x.blob) AS len
-                      FROM {{schema}}.scheduled x
-                      WHERE x.due_at <= v_now AND NOT x.held
+                FROM (SELECT x.id, x.queue_id, x.due_at, x.len
+                      FROM (SELECT g.id, g.queue_id, g.due_at, octet_length(g.blob) AS len
+                            FROM {{schema}}.scheduled_gen g
+                            WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id) AND g.due_at <= v_now
+                            UNION ALL
+                            SELECT s.id, s.queue_id, s.due_at, octet_length(s.blob)
+                            FROM {{schema}}.scheduled s
+                            WHERE s.due_at <= v_now AND NOT s.held) x
                       ORDER BY x.due_at, x.id LIMIT p_limit + 1) p) w) v;
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.id) FILTER (WHERE l.dedup_window_ms > 0), '{}'),
            coalesce(array_agg(l.id) FILTER (WHERE l.encryption), '{}')
@@ -204,12 +290,32 @@ BEGIN
           FOR KEY SHARE SKIP LOCKED) l;
     IF cardinality(v_qids) < cardinality(v_candq) THEN
         -- A queue being deleted: its rows stay for the cascade, due now
-        -- (looked at again soon, in case it is not deleted after all).
+        -- (looked at again soon, in case it is not deleted after all). The
+        -- move stops before its first generation row.
         v_left := v_now;
+        SELECT g.due_at, g.id INTO v_skip_due, v_skip_id
+        FROM {{schema}}.scheduled_gen g
+        WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id) AND ROW(g.due_at, g.id) <= ROW(v_cut_due, v_cut_id)
+          AND g.queue_id = ANY (v_candq) AND NOT g.queue_id = ANY (v_qids)
+        ORDER BY g.due_at, g.id LIMIT 1;
+        IF FOUND THEN
+            SELECT x.due_at, x.id INTO v_cut_due, v_cut_id
+            FROM (SELECT g.due_at, g.id FROM {{schema}}.scheduled_gen g
+                  WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id) AND ROW(g.due_at, g.id) < ROW(v_skip_due, v_skip_id)
+                  UNION ALL
+                  SELECT s.due_at, s.id FROM {{schema}}.scheduled s
+                  WHERE NOT s.held AND ROW(s.due_at, s.id) < ROW(v_skip_due, v_skip_id)) x
+            ORDER BY x.due_at DESC, x.id DESC LIMIT 1;
+            IF NOT FOUND THEN
+                v_cut_due := NULL;
+                v_cut_id := NULL;
+            END IF;
+        END IF;
     END IF;
-    IF cardinality(v_qids) > 0 THEN
+    IF cardinality(v_qids) > 0 AND v_cut_due IS NOT NULL THEN
         -- Plaintext for a queue made encrypted since it was scheduled is
         -- held, not moved: nothing plaintext lands in an encrypted queue.
+        -- A generation's is copied to scheduled, held there.
         IF cardinality(v_encq) > 0 THEN
             WITH h AS (
                 UPDATE {{schema}}.scheduled s SET held = true
@@ -218,25 +324,43 @@ BEGIN
                 RETURNING 1
             )
             SELECT count(*) INTO held FROM h;
+            WITH h AS (
+                INSERT INTO {{schema}}.scheduled (id, queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob, held)
+                OVERRIDING SYSTEM VALUE
+                SELECT g.id, g.queue_id, g.partition_name, g.due_at, g.hash, g.message_id, g.flags, g.lanes, g.blob, true
+                FROM {{schema}}.scheduled_gen g
+                WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id) AND ROW(g.due_at, g.id) <= ROW(v_cut_due, v_cut_id)
+                  AND g.queue_id = ANY (v_encq) AND (g.flags & 1) = 0
+                RETURNING 1
+            )
+            SELECT count(*) INTO v_held FROM h;
+            held := held + v_held;
         END IF;
         -- Grouped by queue id, named after: a join per segment, not per row.
         WITH d AS (
             DELETE FROM {{schema}}.scheduled s
             WHERE ROW(s.due_at, s.id) <= ROW(v_cut_due, v_cut_id) AND NOT s.held AND s.queue_id = ANY (v_qids)
             RETURNING s.id, s.queue_id, s.partition_name, s.due_at, s.hash, s.flags, s.lanes, s.blob, s.failures
+        ), a AS (
+            SELECT d.id, d.queue_id, d.partition_name, d.due_at, d.hash, d.flags, d.lanes, d.blob, d.failures FROM d
+            UNION ALL
+            SELECT g.id, g.queue_id, g.partition_name, g.due_at, g.hash, g.flags, g.lanes, g.blob, 0
+            FROM {{schema}}.scheduled_gen g
+            WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id) AND ROW(g.due_at, g.id) <= ROW(v_cut_due, v_cut_id)
+              AND g.queue_id = ANY (v_qids) AND NOT (g.queue_id = ANY (v_encq) AND (g.flags & 1) = 0)
         ), g AS (
-            SELECT d.queue_id, d.partition_name, min(d.due_at) AS due, min(d.id) AS first_id,
+            SELECT a.queue_id, a.partition_name, min(a.due_at) AS due, min(a.id) AS first_id,
                    count(*)::integer AS cnt,
-                   '\x00'::bytea || string_agg(substring(d.blob FROM 2), ''::bytea ORDER BY d.due_at, d.id) AS blob,
-                   string_agg(d.hash, ''::bytea ORDER BY d.due_at, d.id) AS hashes,
-                   (bit_and(d.flags) & 1) | (bit_or(d.flags) & 2) AS flags,
-                   CASE WHEN count(DISTINCT nullif(d.lanes, 0)) > 1 THEN -1
-                        ELSE coalesce(max(nullif(d.lanes, 0)), 0) END AS lanes,
-                   max(d.failures) AS failures
-            FROM d
+                   '\x00'::bytea || string_agg(substring(a.blob FROM 2), ''::bytea ORDER BY a.due_at, a.id) AS blob,
+                   string_agg(a.hash, ''::bytea ORDER BY a.due_at, a.id) AS hashes,
+                   (bit_and(a.flags) & 1) | (bit_or(a.flags) & 2) AS flags,
+                   CASE WHEN count(DISTINCT nullif(a.lanes, 0)) > 1 THEN -1
+                        ELSE coalesce(max(nullif(a.lanes, 0)), 0) END AS lanes,
+                   max(a.failures) AS failures
+            FROM a
             -- A retry copy is a segment of its own: it carries its failures.
-            GROUP BY d.queue_id, d.partition_name,
-                     CASE WHEN d.queue_id = ANY (v_winq) OR d.failures > 0 THEN d.id END
+            GROUP BY a.queue_id, a.partition_name,
+                     CASE WHEN a.queue_id = ANY (v_winq) OR a.failures > 0 THEN a.id END
         )
         SELECT array_agg(q.tenant ORDER BY g.due, g.first_id), array_agg(q.name ORDER BY g.due, g.first_id),
                array_agg(g.partition_name ORDER BY g.due, g.first_id), array_agg(g.cnt ORDER BY g.due, g.first_id),
@@ -278,27 +402,76 @@ BEGIN
             END LOOP;
         END IF;
     END IF;
+    -- The watermark: past every due row when the pick took them all, else
+    -- to the last row taken (never down: a late row of scheduled may sort
+    -- below it).
+    IF v_left IS NULL THEN
+        v_cut_due := v_now;
+        v_cut_id := 9223372036854775807;
+    END IF;
+    IF v_cut_due IS NOT NULL AND ROW(v_cut_due, v_cut_id) > ROW(v_wm_due, v_wm_id) THEN
+        v_wm_due := v_cut_due;
+        v_wm_id := v_cut_id;
+        UPDATE {{schema}}.scheduled_state SET wm_due = v_wm_due, wm_id = v_wm_id;
+    END IF;
+    -- Free the closed generations the watermark passed, then close the
+    -- current one if it is old and a free one can take its place.
+    FOR v_g IN SELECT s.gen FROM {{schema}}.scheduled_gens s
+               WHERE s.closed AND (s.last_due IS NULL OR ROW(s.last_due, s.last_id) <= ROW(v_wm_due, v_wm_id))
+               ORDER BY s.gen
+    LOOP
+        v_lt := current_setting('lock_timeout');
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            EXECUTE 'TRUNCATE {{schema}}.scheduled_g' || v_g;
+            UPDATE {{schema}}.scheduled_gens SET opened = NULL, closed = false, last_due = NULL, last_id = NULL
+            WHERE gen = v_g;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+        PERFORM set_config('lock_timeout', v_lt, true);
+    END LOOP;
+    SELECT s.gen INTO v_g FROM {{schema}}.scheduled_gens s WHERE s.opened IS NULL ORDER BY s.gen LIMIT 1;
+    IF FOUND AND (SELECT s.opened FROM {{schema}}.scheduled_gens s WHERE s.gen = v_cur) <= v_now - interval '5 minutes' THEN
+        UPDATE {{schema}}.scheduled_gens s SET closed = true, last_due = l.due_at, last_id = l.id
+        FROM (SELECT NULL::timestamptz AS due_at, NULL::bigint AS id) z
+        LEFT JOIN LATERAL (SELECT g.due_at, g.id FROM {{schema}}.scheduled_gen g WHERE g.gen = v_cur
+                           ORDER BY g.due_at DESC, g.id DESC LIMIT 1) l ON true
+        WHERE s.gen = v_cur;
+        UPDATE {{schema}}.scheduled_gens SET opened = v_now WHERE gen = v_g;
+        UPDATE {{schema}}.scheduled_state SET cur_gen = v_g;
+    END IF;
     IF v_left IS NOT NULL THEN
         next_in_ms := ceil(extract(epoch FROM (v_left - clock_timestamp())) * 1000)::bigint;
     ELSE
-        -- Past the rows due at the pick: what is due before it is either
-        -- moved now or is a queue's being deleted, and a schedule
-        -- committed since is told to movers by its own notification.
-        SELECT ceil(extract(epoch FROM (min(s.due_at) - clock_timestamp())) * 1000)::bigint INTO next_in_ms
-        FROM {{schema}}.scheduled s WHERE NOT s.held AND s.due_at > v_now;
+        -- Past the rows due at the pick: a schedule committed since is
+        -- told to movers by its own notification.
+        SELECT ceil(extract(epoch FROM (min(x.due_at) - clock_timestamp())) * 1000)::bigint INTO next_in_ms
+        FROM (SELECT min(s.due_at) AS due_at FROM {{schema}}.scheduled s WHERE NOT s.held AND s.due_at > v_now
+              UNION ALL
+              SELECT min(g.due_at) FROM {{schema}}.scheduled_gen g WHERE ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id)) x;
     END IF;
 END
 $$;
 
 -- Deletes the scheduled messages of a queue with these transaction id
--- hashes and returns how many. A row a mover holds is waited for, and is
--- then gone: delivered, not cancelled. A failed message's retry copy
--- (failures > 0) is not a user's schedule and is left alone, unless held:
--- plaintext of a queue made encrypted during its wait, which nothing but
--- a cancel removes.
+-- hashes and returns how many. It holds the state row FOR SHARE, so a
+-- move runs wholly before it (a message it moved is delivered, not
+-- cancelled: its generation row is at or below the watermark, its
+-- per-row row gone) or wholly after (a cancelled message is not there to
+-- move). A failed message's retry copy (failures > 0) is not a user's
+-- schedule and is left alone, unless held: plaintext of a queue made
+-- encrypted during its wait, which nothing but a cancel removes.
 CREATE OR REPLACE FUNCTION {{schema}}.cancel_scheduled(p_tenant uuid, p_queue text, p_hashes bytea[])
 RETURNS bigint
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_wm_due timestamptz;
+    v_wm_id  bigint;
+    v_n      bigint;
+    v_m      bigint;
+BEGIN
+    SELECT s.wm_due, s.wm_id INTO v_wm_due, v_wm_id FROM {{schema}}.scheduled_state s FOR SHARE;
     WITH d AS (
         DELETE FROM {{schema}}.scheduled s
         USING {{schema}}.queues q
@@ -306,5 +479,15 @@ LANGUAGE sql AS $$
           AND (s.failures = 0 OR s.held)
         RETURNING 1
     )
-    SELECT count(*) FROM d
+    SELECT count(*) INTO v_n FROM d;
+    WITH d AS (
+        DELETE FROM {{schema}}.scheduled_gen g
+        USING {{schema}}.queues q
+        WHERE q.tenant = p_tenant AND q.name = p_queue AND g.queue_id = q.id AND g.hash = ANY (p_hashes)
+          AND ROW(g.due_at, g.id) > ROW(v_wm_due, v_wm_id)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_m FROM d;
+    RETURN v_n + v_m;
+END
 $$;
