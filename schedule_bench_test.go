@@ -530,11 +530,13 @@ func execSched(ctx context.Context, c *queen.Client, query string, args ...any) 
 
 // scheduledLeft sets left to 0 when no message waits to be moved (none
 // above the watermark in the generations, none not held in scheduled),
-// else to 1 or 2, through the due indexes (a count(*) would scan).
+// else to 1 or 2, through the due indexes (a count(*) would scan; so
+// would a join with the state row: its watermark is a parameter here).
 func scheduledLeft(ctx context.Context, c *queen.Client, left *int) error {
 	id := func(t string) string { return pgx.Identifier{c.Schema(), t}.Sanitize() }
 	return c.Pool().QueryRow(ctx, "SELECT (SELECT count(*) FROM (SELECT 1 FROM "+id("scheduled")+
 		" WHERE NOT held ORDER BY due_at, id LIMIT 1) x) + (SELECT count(*) FROM (SELECT 1 FROM "+id("scheduled_gen")+
-		" g, "+id("scheduled_state")+" st WHERE ROW(g.due_at, g.id) > ROW(st.wm_due, st.wm_id) ORDER BY g.due_at, g.id LIMIT 1) y)").
+		" g WHERE ROW(g.due_at, g.id) > ROW((SELECT wm_due FROM "+id("scheduled_state")+"), (SELECT wm_id FROM "+id("scheduled_state")+
+		")) ORDER BY g.due_at, g.id LIMIT 1) y)").
 		Scan(left)
 }

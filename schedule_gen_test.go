@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/pgtest"
@@ -30,6 +31,20 @@ func holdState(t *testing.T, c *queen.Client) pgx.Tx {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// unmoved sets the watermark back to its start: for tests that make
+// generation rows due by an UPDATE, after the moves of a client that
+// moved none of them (its moves set the watermark to their clock, and
+// rows made due before it would count as moved).
+func unmoved(t *testing.T, pool interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema string) {
+	t.Helper()
+	if _, err := pool.Exec(ctxT(t), "UPDATE "+pgx.Identifier{schema, "scheduled_state"}.Sanitize()+
+		" SET wm_due = '-infinity', wm_id = 0"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A schedule that waits for a move which raises the watermark past its
@@ -169,6 +184,7 @@ func TestMoveRolledBackMovesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := pgtest.Pool(t)
+	unmoved(t, pool, schema)
 	id := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	if _, err := pool.Exec(ctx, "UPDATE "+id("scheduled_gen")+" SET due_at = now() - interval '1 second'"); err != nil {
 		t.Fatal(err)

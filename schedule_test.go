@@ -521,6 +521,7 @@ func TestMoveScheduledNextDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := pgtest.Pool(t)
+	unmoved(t, pool, schema)
 	// Both tables: those due within the hour are in a generation, the one
 	// due in two hours in scheduled.
 	for _, tbl := range []string{"scheduled", "scheduled_gen"} {
