@@ -201,6 +201,9 @@ type consumer struct {
 	cancelWork context.CancelFunc
 	cleanup    func()
 	finished   chan struct{} // closed when Consume has settled and returns
+	// lingering is the partitions whose drained lease a worker keeps
+	// (linger): wakes naming only these start no claim.
+	lingering lingerSet
 }
 
 // consumeSet is the client's running Consume calls, which Close stops.
@@ -398,7 +401,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 		// claimed ahead too once that claim is done.
 		return func() { b.ahead.wait() }
 	}
-	b.keeps = whole && b.ahead != nil
+	b.keeps = whole && (b.ahead != nil || c.mayLinger(b, alone))
 	released := 0 // what an interrupt hands back: the message and the unstarted rest
 	if op.act == actInterrupt {
 		released = len(msgs) - (lastOK + 1)
@@ -434,6 +437,14 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 					nb.ahead = c.decodeAheadAsync(nb, rows2)
 					b.next = nb
 				}
+				return
+			}
+		}
+		if whole && c.mayLinger(b, alone) {
+			// The ack keeps the lease; the worker then takes the
+			// partition's next messages under it as they are pushed.
+			if nb, settled := c.lingerAck(b, op.ok, acks); settled {
+				b.next = nb
 				return
 			}
 		}
