@@ -79,18 +79,40 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 	defer e.wake.Unsubscribe(w)
 	c.lingering.add(m.Partition)
 	defer c.lingering.remove(m.Partition)
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-	st, logEnd, err := stmt.LingerAck(ctx, e.csql, e.pool, m.leaseOf(), through)
-	cancel()
-	switch {
-	case err != nil:
+	var (
+		st     int
+		logEnd int64
+		err    error
+		failed bool // an attempt failed: it may have committed
+	)
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+		st, logEnd, err = stmt.LingerAck(ctx, e.csql, e.pool, m.leaseOf(), through)
+		cancel()
+		if err == nil {
+			break
+		}
 		e.log.Warn("queen: consume: ack keeping the lease failed", "queue", q.name, "partition", m.Partition, "err", err)
-		return nil, false
+		// A connection lost to a server restart fails once: a settle
+		// then would find the lease, whose claim the restart may have
+		// lost, unreleased until it expires. Retried while it lasts.
+		failed = true
+		wait := min(m.leaseDur/10, time.Second)
+		if try == 5 || e.isClosed() || time.Now().Add(wait).UnixNano() >= b.leaseEnd().Load() {
+			return nil, false
+		}
+		time.Sleep(wait)
+	}
+	if failed && st == int(stBelowCursor) {
+		// A failed attempt committed: the lease is kept.
+		st, logEnd = int(stApplied), through+1 // unknown: look at once
+	}
+	switch {
 	case st == int(stLeaseLost):
 		// Lost, or let go by linger_ack (a crash lost the claim of b):
 		// b comes back, as after any lost lease.
 		c.dm.leaseLost(context.Background())
-		e.log.Warn("queen: consume: settle failed; the batch will be redelivered after its lease",
+		e.log.Warn("queen: consume: the ack found the lease lost; the batch will be redelivered",
 			"queue", q.name, "partition", m.Partition, "err", ErrLeaseLost)
 		return nil, true
 	case st != int(stApplied):
