@@ -99,6 +99,16 @@ type ConsumeOptions struct {
 // partition of the queue is ready or more partitions are in hand than
 // Concurrency: ready partitions take turns batch by batch.
 //
+// A worker that handled a batch whole keeps its lease over the drained
+// partition (under the same conditions as claims ahead): the ack leaves
+// the lease in place, and what is pushed to the partition next is taken
+// under it by one statement that does not wait for a WAL flush, without a
+// claim. The lease lingers until Consume stops (it is let go before
+// Consume returns), the group is paused, another partition of the queue
+// is ready, or half the lease is left with nothing pushed; meanwhile no
+// other consumer of the group gets the partition. A server crash may
+// lose what that statement took, which is then delivered again.
+//
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes
 // back after the queue's RetryBackoff, or after the wait a RetryAfter error
