@@ -175,7 +175,7 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 		more = false
 		var rows []stmt.PopRow
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-		over, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), c.po.Batch, func(r *stmt.PopRow) error {
+		over, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), c.po.Batch, m.leaseDur, func(r *stmt.PopRow) error {
 			rows = append(rows, *r) // the row is reused, its slices are not
 			return nil
 		})
@@ -220,7 +220,7 @@ func (c *consumer) letGo(b *consumeBatch) {
 	m := b.msgs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
 	defer cancel()
-	if _, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), 0, func(*stmt.PopRow) error { return nil }); err != nil {
+	if _, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), 0, 0, func(*stmt.PopRow) error { return nil }); err != nil {
 		e.log.Warn("queen: consume: could not let a lingering lease go; it ends at its expiry", "queue", c.q.name,
 			"partition", m.Partition, "err", err)
 	}

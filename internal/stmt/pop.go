@@ -115,9 +115,10 @@ func PopAhead(ctx context.Context, c *Consume, q Querier, in PopAheadParams, eac
 // commits without waiting for its WAL flush and leaves the lease's end as
 // it is. It calls each for every row, as Pop does; over reports a row
 // saying the linger is over (the lease let go, or not live). n < 1 lets
-// the lease go.
-func PopLinger(ctx context.Context, c *Consume, q Querier, l Lease, n int, each func(*PopRow) error) (over bool, err error) {
-	rows, err := q.Query(ctx, c.PopLinger, l.Partition, l.Group, l.ID, n)
+// the lease go. leaseTime is the lease's length the rows report (<= 0:
+// the queue's lease time).
+func PopLinger(ctx context.Context, c *Consume, q Querier, l Lease, n int, leaseTime time.Duration, each func(*PopRow) error) (over bool, err error) {
+	rows, err := q.Query(ctx, c.PopLinger, l.Partition, l.Group, l.ID, n, leaseTime.Milliseconds())
 	if err != nil {
 		return false, err
 	}

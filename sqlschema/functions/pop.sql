@@ -835,7 +835,8 @@ END
 $$;
 
 -- The claim under a lingering lease (linger_ack): the next up to p_max
--- messages after batch_end join lease p_lease, which must be drained
+-- messages after batch_end join lease p_lease (of p_lease_ms, <= 0: the
+-- queue's lease time, as the rows say), which must be drained
 -- (committed = batch_end: nothing of it is in flight). Its transaction
 -- commits with synchronous_commit off, so the holder does not wait for the
 -- WAL flush: a crash may lose the claim (batch_end, deliveries), whose
@@ -849,7 +850,8 @@ $$;
 -- decline (the group is paused, another partition of the queue is ready,
 -- the queue delays or windows its messages, out-of-order cursor state);
 -- or p_max < 1, the holder letting go.
-CREATE OR REPLACE FUNCTION {{schema}}.pop_linger(p_pid bigint, p_group text, p_lease uuid, p_max integer)
+CREATE OR REPLACE FUNCTION {{schema}}.pop_linger(p_pid bigint, p_group text, p_lease uuid, p_max integer,
+                                               p_lease_ms bigint)
 RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -904,7 +906,8 @@ BEGIN
     -- A segment that starts at or before batch_end was sent to this holder
     -- under this lease (as in pop_ahead): its blob is not sent again.
     RETURN QUERY
-    SELECT p_pid, v_c.name, p_lease, v_c.lease_expires_at, v_c.lease_time_ms, v_first, v_last,
+    SELECT p_pid, v_c.name, p_lease, v_c.lease_expires_at,
+           CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END, v_first, v_last,
            greatest(v_c.deliveries, 1), v_c.delivered_max,
            s.base_offset, s.end_offset, s.created_at,
            CASE WHEN s.base_offset <= v_c.batch_end THEN NULL ELSE s.blob END, s.failures,
