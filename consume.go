@@ -214,6 +214,9 @@ type consumer struct {
 	// lingering is the partitions whose drained lease a worker keeps
 	// (linger): wakes naming only these start no claim.
 	lingering lingerSet
+	// lingerAfter is when (Unix ns) batches may linger again (see
+	// lingerBackoff).
+	lingerAfter atomic.Int64
 }
 
 // consumeSet is the client's running Consume calls, which Close stops.

@@ -51,15 +51,27 @@ func (s *lingerSet) covers(hints []string) bool {
 	return true
 }
 
+// lingerLetGo is linger_ack's status for an ack applied that let the
+// lease go, as settle's would: the partition may not be kept (another is
+// ready, the group is paused, ...).
+const lingerLetGo = 3
+
+// lingerBackoff is how long a Consume tries no linger after linger_ack
+// let a lease go because other partitions were ready.
+const lingerBackoff = 100 * time.Millisecond
+
 // mayLinger reports whether the lease of b, handled whole, may be kept
 // over its drained partition (linger_ack, then pop_linger): in-order
 // Consume with a lease (not AutoAck nor KeyConcurrency above 1), no batch
 // claimed ahead, not stopping, and no more partitions in hand than workers
-// (alone). Not against a previous release's statements (stmt.Use).
+// (alone), and not for lingerBackoff after a linger_ack found other
+// partitions ready. Not against a previous release's statements
+// (stmt.Use).
 func (c *consumer) mayLinger(b *consumeBatch, alone func() bool) bool {
 	e := c.q.c.e
 	return e.csql.PopLinger != "" && !e.cfg.test.noLinger && !c.po.AutoAck && c.keyConc <= 1 && b.ahead == nil &&
-		b.msgs[0].leaseDur > 0 && c.stop.Err() == nil && c.caller.Err() == nil && alone()
+		b.msgs[0].leaseDur > 0 && c.stop.Err() == nil && c.caller.Err() == nil &&
+		time.Now().UnixNano() >= c.lingerAfter.Load() && alone()
 }
 
 // lingerAck acks b, handled whole through its last offset, keeping its
@@ -114,6 +126,12 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 		c.dm.leaseLost(context.Background())
 		e.log.Warn("queen: consume: the ack found the lease lost; the batch will be redelivered",
 			"queue", q.name, "partition", m.Partition, "err", ErrLeaseLost)
+		return nil, true
+	case st == lingerLetGo:
+		// Others are ready: for a while, batches settle through ack
+		// fusion, which shares commits between workers.
+		c.lingerAfter.Store(time.Now().Add(lingerBackoff).UnixNano())
+		c.dm.settled(context.Background(), outcomeAck, acks())
 		return nil, true
 	case st != int(stApplied):
 		return nil, false

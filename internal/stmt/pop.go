@@ -135,8 +135,9 @@ func PopLinger(ctx context.Context, c *Consume, q Querier, l Lease, n int, lease
 // LingerAck runs c.LingerAck: the ack of a lease's whole batch through ok
 // that keeps the lease (linger_ack() in sqlschema/functions/pop.sql).
 // status is 0 (applied; logEnd is the partition's last offset), 1 (at or
-// below the cursor), 2 (the lease is not live) or -1 (declined: nothing
-// written, settle as usual).
+// below the cursor), 2 (the lease is not live), 3 (applied, the lease let
+// go as a settle's ack would) or -1 (declined: nothing written, settle as
+// usual).
 func LingerAck(ctx context.Context, c *Consume, q Querier, l Lease, ok int64) (status int, logEnd int64, err error) {
 	var end *int64
 	err = scanPrefix(ctx, q, c.LingerAck, []any{l.Partition, l.Group, l.ID, ok}, &status, &end)

@@ -760,12 +760,12 @@ $$;
 -- message never comes back. The lease's end is not changed. Status: 0
 -- applied (log_end: the partition's last offset then), 1 p_ok at or below
 -- the cursor, 2 the lease is not live, or p_ok passes batch_end (then the
--- lease is let go: see below), -1
--- declined, nothing written, the caller settles as usual (which lets the
--- lease go): p_ok is not batch_end, the cursor holds out-of-order state,
--- the queue delays or windows its messages, the group is paused, or
--- another partition of the queue is in the ready set or the group's
--- backlog (ready partitions take turns, as with pop_ahead). A partition
+-- lease is let go: see below), 3 applied, the lease let go as settle's
+-- ack would (where pop_ahead declines: the queue delays or windows its
+-- messages, the group is paused, or another partition of the queue is in
+-- the ready set or the group's backlog, so ready partitions take turns),
+-- -1 declined, nothing written, the caller settles as usual: p_ok is not
+-- batch_end, or the cursor holds out-of-order state. A partition
 -- drained by the ack leaves the ready set (clear_pending, which never
 -- waits): no claim of this group does it while the lease lingers.
 CREATE OR REPLACE FUNCTION {{schema}}.linger_ack(p_pid bigint, p_group text, p_lease uuid, p_ok bigint,
@@ -807,25 +807,31 @@ BEGIN
         status := 2;
         RETURN;
     END IF;
-    status := -1;
-    IF p_ok <> v_c.batch_end OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
-       OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0 THEN
+    IF p_ok <> v_c.batch_end OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL THEN
+        status := -1;
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group) THEN
-        RETURN;
-    END IF;
-    IF EXISTS (SELECT 1 FROM {{schema}}.partitions p
-               WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
+    status := 0;
+    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
+       OR EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group)
+       OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                  WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
        OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
                   WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
                     AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+        status := 3;
+    END IF;
+    -- The ack as settle_v2's in-order ack through batch_end writes it, but
+    -- for the lease, kept unless status 3.
+    UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
+        deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, retry_at = NULL,
+        (batch_end, lease_id, lease_owner, lease_expires_at)
+            = (SELECT * FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at)),
+        updated_at = v_now
+    WHERE partition_id = p_pid AND group_name = p_group;
+    IF status = 3 THEN
         RETURN;
     END IF;
-    UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
-        deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, updated_at = v_now
-    WHERE partition_id = p_pid AND group_name = p_group;
-    status := 0;
     log_end := v_c.last_offset;
     IF v_c.pending AND p_ok >= v_c.last_offset THEN
         -- Last: its locks are tried, never waited for.
