@@ -99,6 +99,16 @@ type ConsumeOptions struct {
 // partition of the queue is ready or more partitions are in hand than
 // Concurrency: ready partitions take turns batch by batch.
 //
+// A worker that handled a batch whole keeps its lease over the drained
+// partition (under the same conditions as claims ahead): the ack leaves
+// the lease in place, and what is pushed to the partition next is taken
+// under it by one statement that does not wait for a WAL flush, without a
+// claim. The lease lingers until Consume stops (it is let go before
+// Consume returns), the group is paused, another partition of the queue
+// is ready, or half the lease is left with nothing pushed; meanwhile no
+// other consumer of the group gets the partition. A server crash may
+// lose what that statement took, which is then delivered again.
+//
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes
 // back after the queue's RetryBackoff, or after the wait a RetryAfter error
@@ -201,6 +211,12 @@ type consumer struct {
 	cancelWork context.CancelFunc
 	cleanup    func()
 	finished   chan struct{} // closed when Consume has settled and returns
+	// lingering is the partitions whose drained lease a worker keeps
+	// (linger): wakes naming only these start no claim.
+	lingering lingerSet
+	// lingerAfter is when (Unix ns) batches may linger again (see
+	// lingerBackoff).
+	lingerAfter atomic.Int64
 }
 
 // consumeSet is the client's running Consume calls, which Close stops.
@@ -398,7 +414,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 		// claimed ahead too once that claim is done.
 		return func() { b.ahead.wait() }
 	}
-	b.keeps = whole && b.ahead != nil
+	b.keeps = whole && (b.ahead != nil || c.mayLinger(b, alone))
 	released := 0 // what an interrupt hands back: the message and the unstarted rest
 	if op.act == actInterrupt {
 		released = len(msgs) - (lastOK + 1)
@@ -434,6 +450,14 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 					nb.ahead = c.decodeAheadAsync(nb, rows2)
 					b.next = nb
 				}
+				return
+			}
+		}
+		if whole && c.mayLinger(b, alone) {
+			// The ack keeps the lease; the worker then takes the
+			// partition's next messages under it as they are pushed.
+			if nb, settled := c.lingerAck(b, op.ok, acks); settled {
+				b.next = nb
 				return
 			}
 		}

@@ -48,6 +48,7 @@ func (c *consumer) dispatch(n int) error {
 		Keeps:     func(b *consumeBatch) bool { return b.keeps },
 		Partition: func(b *consumeBatch) int64 { return b.msgs[0].pid },
 		Wake:      w,
+		Lingers:   c.lingering.covers,
 		Rescan:    e.cfg.test.popRescan,
 		// AutoAck batches hold no lease: two claims in flight could take
 		// consecutive batches of one partition and hand them reversed.

@@ -115,7 +115,7 @@ func TestIsolatedPopRunsOnCallersGoroutine(t *testing.T) {
 // handler.
 func TestConsumeIsolatedClaimAndSettleRunInline(t *testing.T) {
 	ctx := ctxT(t)
-	c, tr := tracedClient(t)
+	c, tr := tracedClient(t, queen.NoLinger) // a lingering lease is acked by linger_ack, not the ack engine
 	q := c.Queue("q")
 	push(t, q, queen.Item{Partition: "p"}) // creates the queue
 	const n = 5

@@ -8,6 +8,10 @@ func PopRescan(d time.Duration) func(*Config) {
 	return func(c *Config) { c.testKnobs().popRescan = d }
 }
 
+// NoLinger keeps c's Consume calls from keeping drained leases: an option
+// for Open in tests of the claim and settle paths.
+func NoLinger(c *Config) { c.testKnobs().noLinger = true }
+
 // ForgetSegments empties c's cache of decompressed segments.
 func (c *Client) ForgetSegments() {
 	s := &c.e.segs

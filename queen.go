@@ -139,6 +139,9 @@ type testConfig struct {
 	// sampleInterval is SampleInterval for this client (what its
 	// maintenance takes and its Queue.Samples reads).
 	sampleInterval time.Duration
+	// noLinger keeps Consume from keeping drained leases (linger): for
+	// tests of the claim and settle paths that the linger bypasses.
+	noLinger bool
 }
 
 // schedulePollOr is t's schedulePoll, or d when unset.

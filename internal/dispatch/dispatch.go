@@ -48,6 +48,10 @@ type Config[B any] struct {
 		C() <-chan struct{}
 		TakeHints() []string
 	}
+	// Lingers, if set, reports whether every partition a wake names
+	// (hints, never empty) is kept by a worker that takes what is pushed
+	// to it by itself: such a wake starts no claim.
+	Lingers func(hints []string) bool
 	// Rescan is how often the loop claims without a wake.
 	Rescan time.Duration
 	// Failed is told of a failed claim. A non-nil return ends the loop
@@ -261,7 +265,11 @@ func Run[B any](stop context.Context, cfg Config[B]) error {
 			retry, want = nil, true
 		case <-stop.Done():
 		case <-cfg.Wake.C():
-			hints = append(hints, cfg.Wake.TakeHints()...)
+			h := cfg.Wake.TakeHints()
+			if len(h) > 0 && cfg.Lingers != nil && cfg.Lingers(h) {
+				continue
+			}
+			hints = append(hints, h...)
 			want = true
 		case <-freed:
 			want = true

@@ -6,6 +6,10 @@ type Consume struct {
 	Pop string
 	// PopAhead claims ahead under a held lease (see PopAhead).
 	PopAhead string
+	// PopLinger claims under a lingering lease, LingerAck acks a batch
+	// keeping its lease (see PopLinger, LingerAck).
+	PopLinger string
+	LingerAck string
 	// SegmentBlob reads one segment's blob (see SegmentBlob).
 	SegmentBlob string
 	// PopDeadLetter dead-letters messages a pop claimed but cannot decode

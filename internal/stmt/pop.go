@@ -110,6 +110,43 @@ func PopAhead(ctx context.Context, c *Consume, q Querier, in PopAheadParams, eac
 	return scanPopRows(rows, each)
 }
 
+// PopLinger runs c.PopLinger: the claim of up to n messages under a
+// lingering lease (pop_linger() in sqlschema/functions/pop.sql), which
+// commits without waiting for its WAL flush and leaves the lease's end as
+// it is. It calls each for every row, as Pop does; over reports a row
+// saying the linger is over (the lease let go, or not live). n < 1 lets
+// the lease go. leaseTime is the lease's length the rows report (<= 0:
+// the queue's lease time).
+func PopLinger(ctx context.Context, c *Consume, q Querier, l Lease, n int, leaseTime time.Duration, each func(*PopRow) error) (over bool, err error) {
+	rows, err := q.Query(ctx, c.PopLinger, l.Partition, l.Group, l.ID, n, leaseTime.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	err = scanPopRows(rows, func(r *PopRow) error {
+		if r.Lease == nil {
+			over = true
+			return nil
+		}
+		return each(r)
+	})
+	return over, err
+}
+
+// LingerAck runs c.LingerAck: the ack of a lease's whole batch through ok
+// that keeps the lease (linger_ack() in sqlschema/functions/pop.sql).
+// status is 0 (applied; logEnd is the partition's last offset), 1 (at or
+// below the cursor), 2 (the lease is not live), 3 (applied, the lease let
+// go as a settle's ack would) or -1 (declined: nothing written, settle as
+// usual).
+func LingerAck(ctx context.Context, c *Consume, q Querier, l Lease, ok int64) (status int, logEnd int64, err error) {
+	var end *int64
+	err = scanPrefix(ctx, q, c.LingerAck, []any{l.Partition, l.Group, l.ID, ok}, &status, &end)
+	if end != nil {
+		logEnd = *end
+	}
+	return status, logEnd, err
+}
+
 // SegmentBlob runs c.SegmentBlob on q: the stored blob of partition pid's
 // segment at base, or pgx.ErrNoRows when there is none (retention took it).
 // A claim ahead leaves out the blob of a segment its lease's holder was sent

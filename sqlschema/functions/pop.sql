@@ -752,6 +752,193 @@ BEGIN
 END
 $$;
 
+-- The lingering lease (Consume, see DESIGN.md "The lingering lease"): the
+-- holder of lease p_lease on group p_group's cursor of partition p_pid
+-- acks its batch through p_ok, its batch_end, and keeps the lease over the
+-- drained partition, so the next messages are taken under it by
+-- pop_linger instead of a claim. A durable commit, as settle's: an acked
+-- message never comes back. The lease's end is not changed. Status: 0
+-- applied (log_end: the partition's last offset then), 1 p_ok at or below
+-- the cursor, 2 the lease is not live, or p_ok passes batch_end (then the
+-- lease is let go: see below), 3 applied, the lease let go as settle's
+-- ack would (where pop_ahead declines: the queue delays or windows its
+-- messages, the group is paused, or another partition of the queue is in
+-- the ready set or the group's backlog, so ready partitions take turns),
+-- -1 declined, nothing written, the caller settles as usual: p_ok is not
+-- batch_end, or the cursor holds out-of-order state. A partition
+-- drained by the ack leaves the ready set (clear_pending, which never
+-- waits): no claim of this group does it while the lease lingers.
+CREATE OR REPLACE FUNCTION {{schema}}.linger_ack(p_pid bigint, p_group text, p_lease uuid, p_ok bigint,
+                                               OUT status integer, OUT log_end bigint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_c   record;
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.delivered_max,
+           cc.settled, cc.fail_offs, cc.wait_offs, p.last_offset, p.queue_id, p.pending,
+           qq.delayed_processing_ms, qq.window_buffer_ms
+    INTO v_c
+    FROM {{schema}}.consumers cc
+    JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+    JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    FOR UPDATE OF cc;
+    IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now THEN
+        status := 2;
+        RETURN;
+    END IF;
+    IF p_ok <= v_c.committed THEN
+        status := 1;
+        RETURN;
+    END IF;
+    IF p_ok > v_c.batch_end THEN
+        -- Not claimed under this lease as far as the server knows: a crash
+        -- lost pop_linger's asynchronous commit. The holder lets the lease
+        -- go, and the messages are delivered again at once.
+        UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
+            lease_expires_at = NULL, updated_at = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+        status := 2;
+        RETURN;
+    END IF;
+    IF p_ok <> v_c.batch_end OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL THEN
+        status := -1;
+        RETURN;
+    END IF;
+    status := 0;
+    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
+       OR EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group)
+       OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                  WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
+                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+        status := 3;
+    END IF;
+    -- The ack as settle_v2's in-order ack through batch_end writes it, but
+    -- for the lease, kept unless status 3.
+    UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
+        deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, retry_at = NULL,
+        (batch_end, lease_id, lease_owner, lease_expires_at)
+            = (SELECT * FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at)),
+        updated_at = v_now
+    WHERE partition_id = p_pid AND group_name = p_group;
+    IF status = 3 THEN
+        RETURN;
+    END IF;
+    log_end := v_c.last_offset;
+    IF v_c.pending AND p_ok >= v_c.last_offset THEN
+        -- Last: its locks are tried, never waited for.
+        PERFORM {{schema}}.clear_pending(p_pid, p_group);
+    END IF;
+END
+$$;
+
+-- The claim under a lingering lease (linger_ack): the next up to p_max
+-- messages after batch_end join lease p_lease (of p_lease_ms, <= 0: the
+-- queue's lease time, as the rows say), which must be drained
+-- (committed = batch_end: nothing of it is in flight). Its transaction
+-- commits with synchronous_commit off, so the holder does not wait for the
+-- WAL flush: a crash may lose the claim (batch_end, deliveries), whose
+-- messages are then delivered again under a later lease (at least once).
+-- The lease's end is not changed (the rows carry the durable one): only a
+-- durable renewal moves it, so the holder never believes its lease lasts
+-- longer than any server state a crash could leave. No row: nothing to
+-- take, nothing written. One row with a NULL lease_id: the linger is
+-- over, the lease let go (in the same asynchronous commit) or not live:
+-- it is not p_lease's, not live, or not drained; or pop_ahead's reasons to
+-- decline (the group is paused, another partition of the queue is ready,
+-- the queue delays or windows its messages, out-of-order cursor state);
+-- or p_max < 1, the holder letting go.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_linger(p_pid bigint, p_group text, p_lease uuid, p_max integer,
+                                               p_lease_ms bigint)
+RETURNS SETOF {{schema}}.pop_row
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_c     record;
+    v_now   timestamptz := clock_timestamp();
+    v_first bigint;
+    v_last  bigint;
+    v_lo    bigint;
+    v_end   record;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
+           cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+    INTO v_c
+    FROM {{schema}}.consumers cc
+    JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+    JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    FOR UPDATE OF cc;
+    IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
+       OR v_c.batch_end IS DISTINCT FROM v_c.committed THEN
+        RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
+        RETURN;
+    END IF;
+    IF p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
+       OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
+       OR EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group)
+       OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                  WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
+       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
+                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+        UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
+            lease_expires_at = NULL, updated_at = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+        RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
+        RETURN;
+    END IF;
+    v_first := greatest(v_c.batch_end + 1, v_c.log_start);
+    v_last := least(v_c.last_offset, v_first + p_max - 1);
+    IF v_last < v_first THEN
+        RETURN;
+    END IF;
+    v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
+                      WHERE s.partition_id = p_pid AND s.base_offset <= v_first), v_first);
+    -- A segment that starts at or before batch_end was sent to this holder
+    -- under this lease (as in pop_ahead): its blob is not sent again.
+    RETURN QUERY
+    SELECT p_pid, v_c.name, p_lease, v_c.lease_expires_at,
+           CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END, v_first, v_last,
+           greatest(v_c.deliveries, 1), v_c.delivered_max,
+           s.base_offset, s.end_offset, s.created_at,
+           CASE WHEN s.base_offset <= v_c.batch_end THEN NULL ELSE s.blob END, s.failures,
+           NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
+    FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
+    ORDER BY s.base_offset;
+    IF FOUND THEN
+        UPDATE {{schema}}.consumers SET committed = greatest(committed, v_first - 1),
+            deliveries = greatest(deliveries, 1), delivered_max = greatest(delivered_max, v_last),
+            batch_end = v_last, updated_at = v_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+END
+$$;
+
+-- pop_linger's row saying the linger is over: no lease, no offsets.
+CREATE OR REPLACE FUNCTION {{schema}}.linger_over(p_pid bigint, p_name text)
+RETURNS SETOF {{schema}}.pop_row
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_pid, coalesce(p_name, ''), NULL::uuid, NULL::timestamptz, 0::bigint, -1::bigint, -1::bigint, 0, -1::bigint,
+           -1::bigint, -1::bigint, 'epoch'::timestamptz, NULL::bytea, 0,
+           NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
+$$;
+
 -- What a pop claimed but cannot hand over: messages Go cannot decompress,
 -- parse or decrypt (a corrupt segment, a message sealed with another key).
 -- They go to the dead-letter store with their reasons instead of failing

@@ -1,0 +1,245 @@
+package queen
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/e03140bc/queen/internal/stmt"
+	"github.com/e03140bc/queen/internal/wake"
+)
+
+// lingerSet is the partitions whose lease a Consume call keeps while they
+// are drained (see consumer.linger): a wake naming only these needs no
+// claim, the lingering worker takes what was pushed.
+type lingerSet struct {
+	mu sync.Mutex
+	m  map[string]int // partition name: lingering workers (at most one)
+}
+
+func (s *lingerSet) add(p string) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[string]int{}
+	}
+	s.m[p]++
+	s.mu.Unlock()
+}
+
+func (s *lingerSet) remove(p string) {
+	s.mu.Lock()
+	if s.m[p]--; s.m[p] <= 0 {
+		delete(s.m, p)
+	}
+	s.mu.Unlock()
+}
+
+// covers reports whether every partition of hints lingers here (false for
+// none: a wake without hints may be for any partition).
+func (s *lingerSet) covers(hints []string) bool {
+	if len(hints) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hints {
+		if s.m[h] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lingerLetGo is linger_ack's status for an ack applied that let the
+// lease go, as settle's would: the partition may not be kept (another is
+// ready, the group is paused, ...).
+const lingerLetGo = 3
+
+// lingerBackoff is how long a Consume tries no linger after linger_ack
+// let a lease go because other partitions were ready.
+const lingerBackoff = 100 * time.Millisecond
+
+// mayLinger reports whether the lease of b, handled whole, may be kept
+// over its drained partition (linger_ack, then pop_linger): in-order
+// Consume with a lease (not AutoAck nor KeyConcurrency above 1), no batch
+// claimed ahead, not stopping, and no more partitions in hand than workers
+// (alone), and not for lingerBackoff after a linger_ack found other
+// partitions ready. Not against a previous release's statements
+// (stmt.Use).
+func (c *consumer) mayLinger(b *consumeBatch, alone func() bool) bool {
+	e := c.q.c.e
+	return e.csql.PopLinger != "" && !e.cfg.test.noLinger && !c.po.AutoAck && c.keyConc <= 1 && b.ahead == nil &&
+		b.msgs[0].leaseDur > 0 && c.stop.Err() == nil && c.caller.Err() == nil &&
+		time.Now().UnixNano() >= c.lingerAfter.Load() && alone()
+}
+
+// lingerAck acks b, handled whole through its last offset, keeping its
+// lease (linger_ack), and then lingers (see linger); acks counts the
+// messages the ack settles (for the metrics). It returns the batch
+// to run next under the lease (nil: none, the lease let go or lost), and
+// whether b is settled: false when the ack was declined or its outcome is
+// unknown, and the caller settles as usual.
+func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (next *consumeBatch, settled bool) {
+	q := c.q
+	e := q.c.e
+	m := b.msgs[0]
+	// Subscribed and marked before the ack: a push that commits after the
+	// ack's snapshot wakes the linger, and the fetch loop claims nothing
+	// for it meanwhile.
+	w := e.wake.Subscribe(q.c.tenant, q.name)
+	defer e.wake.Unsubscribe(w)
+	c.lingering.add(m.Partition)
+	defer c.lingering.remove(m.Partition)
+	var (
+		st     int
+		logEnd int64
+		err    error
+		failed bool // an attempt failed: it may have committed
+	)
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+		st, logEnd, err = stmt.LingerAck(ctx, e.csql, e.pool, m.leaseOf(), through)
+		cancel()
+		if err == nil {
+			break
+		}
+		e.log.Warn("queen: consume: ack keeping the lease failed", "queue", q.name, "partition", m.Partition, "err", err)
+		// A connection lost to a server restart fails once: a settle
+		// then would find the lease, whose claim the restart may have
+		// lost, unreleased until it expires. Retried while it lasts.
+		failed = true
+		wait := min(m.leaseDur/10, time.Second)
+		if try == 5 || e.isClosed() || time.Now().Add(wait).UnixNano() >= b.leaseEnd().Load() {
+			return nil, false
+		}
+		time.Sleep(wait)
+	}
+	if failed && st == int(stBelowCursor) {
+		// A failed attempt committed: the lease is kept.
+		st, logEnd = int(stApplied), through+1 // unknown: look at once
+	}
+	switch {
+	case st == int(stLeaseLost):
+		// Lost, or let go by linger_ack (a crash lost the claim of b):
+		// b comes back, as after any lost lease.
+		c.dm.leaseLost(context.Background())
+		e.log.Warn("queen: consume: the ack found the lease lost; the batch will be redelivered",
+			"queue", q.name, "partition", m.Partition, "err", ErrLeaseLost)
+		return nil, true
+	case st == lingerLetGo:
+		// Others are ready: for a while, batches settle through ack
+		// fusion, which shares commits between workers.
+		c.lingerAfter.Store(time.Now().Add(lingerBackoff).UnixNano())
+		c.dm.settled(context.Background(), outcomeAck, acks())
+		return nil, true
+	case st != int(stApplied):
+		return nil, false
+	}
+	c.dm.settled(context.Background(), outcomeAck, acks())
+	return c.linger(b, w, logEnd > through), true
+}
+
+// linger keeps b's lease over its drained partition and takes what is
+// pushed to it under that lease (pop_linger, committed without waiting for
+// the WAL flush) at each wake that may concern it; more says the partition
+// had more already. It returns the batch taken, or nil once the linger is
+// over: Consume stops, pop_linger let the lease go (the group is paused,
+// another partition is ready, ...), or half the lease is left with
+// nothing taken. The lease's end moves only by durable renewals (those of
+// the batches handled under it), so an idle linger lasts at most half a
+// LeaseTime and needs no renewal.
+func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBatch {
+	q := c.q
+	e := q.c.e
+	m := b.msgs[0]
+	exp := b.leaseEnd()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if !more {
+			end := exp.Load()
+			if end == 0 {
+				return nil
+			}
+			left := time.Until(time.Unix(0, end).Add(-m.leaseDur / 2))
+			if left <= 0 {
+				c.letGo(b)
+				return nil
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+			} else {
+				timer.Reset(left)
+			}
+			select {
+			case <-c.stop.Done():
+				c.letGo(b)
+				return nil
+			case <-timer.C:
+				c.letGo(b)
+				return nil
+			case <-w.C():
+				if h := w.TakeHints(); len(h) > 0 && !slices.Contains(h, m.Partition) {
+					// Another partition's push: the fetch loop claims it.
+					continue
+				}
+			}
+		}
+		more = false
+		var rows []stmt.PopRow
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+		over, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), c.po.Batch, m.leaseDur, func(r *stmt.PopRow) error {
+			rows = append(rows, *r) // the row is reused, its slices are not
+			return nil
+		})
+		cancel()
+		if err != nil {
+			// The server may be restarting: the lease outlives that, and
+			// the fetch loop could not claim the partition before it ends.
+			e.log.Warn("queen: consume: claim under a lingering lease failed", "queue", q.name, "partition", m.Partition, "err", err)
+			if e.isClosed() {
+				return nil
+			}
+			select {
+			case <-c.stop.Done():
+				c.letGo(b)
+				return nil
+			case <-time.After(min(m.leaseDur/10, time.Second)):
+			}
+			more = true
+			continue
+		}
+		if over {
+			return nil
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		nb, dead := c.decodeAhead(b, rows)
+		if dead >= 0 {
+			return c.cutAhead(b, nb, dead)
+		}
+		if nb == nil {
+			c.letGo(b)
+		}
+		return nb
+	}
+}
+
+// letGo releases b's lingering lease (pop_linger with nothing to take). A
+// failure is logged: the lease then ends at its expiry.
+func (c *consumer) letGo(b *consumeBatch) {
+	e := c.q.c.e
+	m := b.msgs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), 0, 0, func(*stmt.PopRow) error { return nil }); err != nil {
+		e.log.Warn("queen: consume: could not let a lingering lease go; it ends at its expiry", "queue", c.q.name,
+			"partition", m.Partition, "err", err)
+	}
+}
