@@ -78,7 +78,7 @@ func distributeSQL(schema string) []string {
 // as it is) and serialized with Migrate by the same advisory lock. It fails
 // with ErrNoCitus where the citus extension is missing.
 //
-// Experimental: the function layer does not run on the distributed layout
+// Experimental: pushes run on the distributed layout, consuming does not
 // yet (README, "On Citus", lists what fails).
 func Distribute(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := ValidSchema(schema); err != nil {

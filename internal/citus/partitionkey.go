@@ -7,10 +7,11 @@ import (
 
 // PartitionKey is the id the function layer's partition_key gives
 // partition name of the queue with id queueID at probe 0 or 1 (probe 1
-// only when another partition held the first: a 63-bit collision): the
-// first 63 bits of sha256(queue id, probe, name), the two numbers as
-// big-endian 8 and 4 bytes, 0 taken as 1. With it a client knows a
-// partition's shard from its queue and name (see Shards.Of).
+// only when another partition held the first: a collision): the first 8
+// bytes of sha256(queue id, probe, name), the two numbers big-endian, 8
+// and 4 bytes, read as a big-endian int64 with its sign bit cleared and its
+// lowest bit set (positive). With it a client knows a partition's shard
+// from its queue and name (see Shards.Of).
 func PartitionKey(queueID int64, name string, probe int32) int64 {
 	h := sha256.New()
 	var b [12]byte
@@ -19,6 +20,5 @@ func PartitionKey(queueID int64, name string, probe int32) int64 {
 	h.Write(b[:])
 	h.Write([]byte(name))
 	var sum [sha256.Size]byte
-	id := int64(binary.BigEndian.Uint64(h.Sum(sum[:0])) &^ (1 << 63))
-	return max(id, 1)
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0]))&^(1<<63) | 1)
 }
