@@ -479,7 +479,9 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
-    IF (SELECT st.routed FROM {{schema}}.settings st) THEN
+    -- By its key: a sequential scan, denied here, costs a plan enough to be
+    -- JIT-compiled on every call (40-90 ms).
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
         RETURN QUERY SELECT * FROM {{schema}}.push_routed(p_queues, p_partitions, p_counts, p_hashes, p_verified,
                                                           p_blobs, p_tenants, p_flags, p_known, p_lanes);
         RETURN;
