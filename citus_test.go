@@ -102,6 +102,7 @@ func countable(t *testing.T, pool *pgxpool.Pool) {
 // ($QUEEN_TEST_CITUS_URL). Coordinator: the deployment supported today,
 // tables local to the coordinator: push, consume and keyed lanes work and
 // take no two-phase commit. Layout: Config.Citus distributes the schema.
+// DistributedPush: pushes on that layout, without 2PC within one worker.
 // Routing: on that layout, what the client-side grouping by shard relies
 // on: a transaction that writes one partition's rows (its allocator row,
 // segments, cursor) commits on one worker without 2PC, one that spans
