@@ -1,14 +1,22 @@
 package queen_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen"
 	"github.com/e03140bc/queen/internal/citus"
+	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // partitionIDs returns the ids of partition name of queue qname.
@@ -212,5 +220,64 @@ func TestPushRoutedMatchesSetBased(t *testing.T) {
 	}
 	if len(r1) < 10 {
 		t.Fatalf("only %d partitions", len(r1))
+	}
+}
+
+// No statement the push functions run is planned at a cost that
+// PostgreSQL's default jit_above_cost (100,000) would JIT-compile on every
+// call: push_bundle denies sequential scans, and a statement left with one
+// (its cost then carries the penalty) cost 40-90 ms a call. auto_explain
+// reports every nested statement's plan.
+func TestPushPlansBelowJITCost(t *testing.T) {
+	c := open(t)
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "a", Data: []byte("1")}, queen.Item{Partition: "b", Data: []byte("2")})
+	cfg, err := pgx.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		plans = append(plans, n.Message)
+	}
+	conn, err := pgx.ConnectConfig(ctxT(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice"} {
+		if _, err := conn.Exec(ctxT(t), s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	fn := func(n string) string { return pgx.Identifier{c.Schema(), n}.Sanitize() }
+	h := func(b byte) []byte { return bytes.Repeat([]byte{b}, 16) }
+	tenant := queen.DefaultTenant
+	for _, known := range []bool{false, true} {
+		if _, err := conn.Exec(ctxT(t), `SELECT * FROM `+fn("push_bundle")+`($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			[]string{"q", "q", "q"}, []string{"a", "b", "new"}, []int32{1, 1, 1}, [][]byte{h(1), h(2), h(3)},
+			[]int64{-1, -1, -1}, [][]byte{{0}, {0}, {0}}, []uuid.UUID{tenant, tenant, tenant}, []int32{0, 0, 0}, known); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctxT(t), `SELECT * FROM `+fn("push_segment")+`($1, 'q', 'a', 1, $2, '\x00', 0, 0)`, tenant, h(4)); err != nil {
+		t.Fatal(err)
+	}
+	cost := regexp.MustCompile(`cost=[0-9.]+\.\.([0-9.]+)`)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(plans) < 10 {
+		t.Fatalf("%d plans reported, want the nested statements'", len(plans))
+	}
+	for _, p := range plans {
+		if m := cost.FindStringSubmatch(p); m != nil {
+			if v, _ := strconv.ParseFloat(m[1], 64); v >= 100000 {
+				t.Errorf("a push statement planned at cost %s (JIT-compiled at the default settings):\n%s", m[1], p)
+			}
+		}
 	}
 }
