@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
+	"github.com/e03140bc/queen/internal/citus"
 	"github.com/e03140bc/queen/internal/pgtest"
 	"github.com/e03140bc/queen/sqlschema"
 )
@@ -34,7 +35,7 @@ func citusURL(t *testing.T) string {
 // openCitus opens a client on a fresh schema of the coordinator at url,
 // dropped when the test ends, with Config.Citus set to citus, and a pool on
 // the coordinator.
-func openCitus(t *testing.T, url string, citus bool) (*queen.Client, *pgxpool.Pool, string) {
+func openCitus(t *testing.T, url string, citus bool, mod ...func(*queen.Config)) (*queen.Client, *pgxpool.Pool, string) {
 	t.Helper()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -53,8 +54,12 @@ func openCitus(t *testing.T, url string, citus bool) (*queen.Client, *pgxpool.Po
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Citus: citus,
-		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
+	cfg := queen.Config{DatabaseURL: url, Schema: schema, Citus: citus,
+		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	c, err := queen.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -97,6 +102,7 @@ func countable(t *testing.T, pool *pgxpool.Pool) {
 // ($QUEEN_TEST_CITUS_URL). Coordinator: the deployment supported today,
 // tables local to the coordinator: push, consume and keyed lanes work and
 // take no two-phase commit. Layout: Config.Citus distributes the schema.
+// DistributedPush: pushes on that layout, without 2PC within one worker.
 // Routing: on that layout, what the client-side grouping by shard relies
 // on: a transaction that writes one partition's rows (its allocator row,
 // segments, cursor) commits on one worker without 2PC, one that spans
@@ -248,6 +254,161 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 
+	// Push on the layout: after a partition's creation (a queue row and
+	// key-share locks on the reference table: two-phase commits), isolated
+	// pushes (push_segment), bundles over partitions of one worker
+	// (push_bundle's routed form) and a dedup window's probe commit on one
+	// worker without 2PC; a bundle over both workers takes one until the
+	// client routes by worker (plan, step 2). First pushes of one new
+	// partition from several clients at once create one row: the primary
+	// key on the derived id stands for the unique (queue_id, name).
+	t.Run("DistributedPush", func(t *testing.T) {
+		// No maintenance: its passes write reference tables (and do not
+		// run on the layout yet).
+		noMaint := func(c *queen.Config) { c.Maintenance.Interval = -1 }
+		c, pool, schema := openCitus(t, url, true, noMaint)
+		countable(t, pool)
+		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+		shards, err := citus.Load(ctxT(t), pool, tbl("partitions"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := c.Queue("dp")
+		w := c.Queue("dw")
+		if err := w.Configure(ctxT(t), queen.QueueOptions{DedupWindow: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		start := twoPhase(t, pool)
+		push(t, q, queen.Item{Partition: "seed", Data: []byte("s")})
+		var qid int64
+		if err := pool.QueryRow(ctxT(t), "SELECT id FROM "+tbl("queues")+" WHERE name = 'dp'").Scan(&qid); err != nil {
+			t.Fatal(err)
+		}
+		// Eight partition names on each worker group, by the client's
+		// own reckoning of their ids.
+		byGroup := map[int32][]string{}
+		for i := 0; len(byGroup) < 2 || len(byGroup[shards[0].Group]) < 8 || len(byGroup[shards[len(shards)-1].Group]) < 8; i++ {
+			name := fmt.Sprint("k", i)
+			sh, ok := shards.Of(citus.PartitionKey(qid, name, 0))
+			if !ok {
+				t.Fatalf("no shard for %s", name)
+			}
+			byGroup[sh.Group] = append(byGroup[sh.Group], name)
+		}
+		one, other := byGroup[shards[0].Group][:8], byGroup[shards[len(shards)-1].Group][:8]
+		items := func(names []string, per int) []queen.Item {
+			var out []queen.Item
+			for i := range per {
+				for _, n := range names {
+					out = append(out, queen.Item{Partition: n, Data: []byte(strconv.Itoa(i))})
+				}
+			}
+			return out
+		}
+		push(t, q, items(one, 1)...)
+		push(t, q, items(other, 1)...)
+		push(t, w, queen.Item{Partition: one[0], TransactionID: "t0", Data: []byte("w")})
+		created := twoPhase(t, pool) - start
+
+		before := twoPhase(t, pool)
+		const isolated, bundles = 100, 50
+		for i := range isolated {
+			push(t, q, queen.Item{Partition: one[i%2], Data: []byte(strconv.Itoa(i))})
+		}
+		for range bundles / 2 {
+			push(t, q, items(one, 4)...)
+			push(t, q, items(other, 4)...)
+		}
+		for i := range 20 {
+			push(t, w, queen.Item{Partition: one[0], TransactionID: fmt.Sprint("t", i+1), Data: []byte("w")})
+		}
+		res, err := w.Push(ctxT(t), []queen.Item{{Partition: one[0], TransactionID: "t3", Data: []byte("again")}})
+		if err != nil || res[0].Status != queen.Duplicate {
+			t.Fatalf("a repeated transaction id: %+v, %v; want a duplicate", res, err)
+		}
+		d := twoPhase(t, pool) - before
+		t.Logf("two-phase commits: %d creating the queues and 17 partitions; %d for %d isolated pushes, %d bundles of 8 partitions of one worker, 21 pushes with a dedup window",
+			created, d, isolated, bundles)
+		if d != 0 {
+			t.Errorf("%d two-phase commits for pushes of one worker's partitions, want 0", d)
+		}
+		// One transaction over both workers (PushTx: one bundle).
+		before = twoPhase(t, pool)
+		if err := pgx.BeginFunc(ctxT(t), pool, func(tx pgx.Tx) error {
+			_, err := q.PushTx(ctxT(t), tx, append(items(one[:1], 1), items(other[:1], 1)...))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if d := twoPhase(t, pool) - before; d != 1 {
+			t.Errorf("a bundle over both workers: %d two-phase commits, want 1", d)
+		}
+
+		// Every message in its partition, offsets from 0 without a gap.
+		want := map[string]int64{"seed": 1}
+		for _, n := range append(append([]string{}, one...), other...) {
+			want[n] = 1 + bundles/2*4
+		}
+		want[one[0]] += isolated / 2
+		want[one[1]] += isolated / 2
+		want[one[0]]++
+		want[other[0]]++
+		rows, err := pool.Query(ctxT(t), `SELECT p.name, p.last_offset, coalesce(sum(s.end_offset - s.base_offset + 1), 0), coalesce(min(s.base_offset), 0)
+			FROM `+tbl("partitions")+` p LEFT JOIN `+tbl("segments")+` s ON s.partition_id = p.id
+			WHERE p.queue_id = $1 GROUP BY p.id, p.name, p.last_offset`, qid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var name string
+			var last, msgs, first int64
+			if err := rows.Scan(&name, &last, &msgs, &first); err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if msgs != want[name] || last != msgs-1 || first != 0 {
+				t.Errorf("partition %s: %d messages, last offset %d, first %d; want %d from 0", name, msgs, last, first, want[name])
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(want) {
+			t.Errorf("%d partitions, want %d", n, len(want))
+		}
+
+		// Several clients' first pushes of one new partition.
+		var wg sync.WaitGroup
+		for i := range 4 {
+			cfg := queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
+				Logger: pgtest.Logger(t), SpoolDir: t.TempDir()}
+			noMaint(&cfg)
+			cl, err := queen.Open(ctxT(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close(context.Background())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := cl.Queue("race").Push(ctxT(t), []queen.Item{{Partition: "new", Data: []byte(strconv.Itoa(i))}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		var parts, msgs int
+		if err := pool.QueryRow(ctxT(t), `SELECT count(DISTINCT p.id), count(s.*) FROM `+tbl("partitions")+` p
+			JOIN `+tbl("queues")+` q ON q.id = p.queue_id LEFT JOIN `+tbl("segments")+` s ON s.partition_id = p.id
+			WHERE q.name = 'race'`).Scan(&parts, &msgs); err != nil {
+			t.Fatal(err)
+		}
+		if parts != 1 || msgs != 4 {
+			t.Errorf("four first pushes of one partition: %d partitions, %d segments; want 1, 4", parts, msgs)
+		}
+	})
+
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
 		countable(t, pool)
@@ -262,7 +423,7 @@ func TestOnCitus(t *testing.T) {
 		for i := 0; len(byNode) < 2 && i < 64; i++ {
 			var pid int64
 			var node int
-			err := pool.QueryRow(ctxT(t), "INSERT INTO "+tbl("partitions")+" (queue_id, name) VALUES ($1, $2) RETURNING id",
+			err := pool.QueryRow(ctxT(t), "INSERT INTO "+tbl("partitions")+" (id, queue_id, name) VALUES ("+tbl("partition_key")+"($1, $2, 0), $1, $2) RETURNING id",
 				qid, fmt.Sprint("p", i)).Scan(&pid)
 			if err == nil {
 				err = pool.QueryRow(ctxT(t), `SELECT pl.groupid FROM pg_dist_placement pl

@@ -467,7 +467,9 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		// one plain statement; with one, or settings unknown, the
 		// single-segment function, half push_bundle's server time. Either
 		// may leave it to push_bundle, which gives every other verdict.
-		if s.segs[0].frames[0].noWindow {
+		// On the Citus layout only the function runs: AppendSegment reads
+		// the time in DML, which Citus refuses on a distributed table.
+		if s.segs[0].frames[0].noWindow && !e.cfg.Citus {
 			v, err = stmt.AppendSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)
 		} else {
 			v, err = stmt.PushSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)

@@ -61,8 +61,8 @@ func addPartitionsUnanalyzed(t testing.TB, c *queen.Client, qid int64, from, to 
 WITH b AS (
     SELECT * FROM unnest($2::text[], $3::bytea[]) AS b(name, blob)
 ), p AS (
-    INSERT INTO `+s+`.partitions (queue_id, name, last_offset, pending)
-    SELECT $1, b.name, 0, $4 FROM b
+    INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset, pending)
+    SELECT `+s+`.partition_key($1, b.name, 0), $1, b.name, 0, $4 FROM b
     RETURNING id, name
 )
 INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob)

@@ -212,7 +212,7 @@ func BenchmarkTakeSamples(b *testing.B) {
 			ctx := ctxT(b)
 			for _, sql := range []string{
 				`INSERT INTO ` + s + `.queues (tenant, name) SELECT '00000000-0000-0000-0000-000000000000', 'q' || i FROM generate_series(1, $1) i`,
-				`INSERT INTO ` + s + `.partitions (queue_id, name, last_offset) SELECT q.id, 'p' || k, 1000 FROM ` + s + `.queues q, generate_series(1, 4) k`,
+				`INSERT INTO ` + s + `.partitions (id, queue_id, name, last_offset) SELECT ` + s + `.partition_key(q.id, 'p' || k, 0), q.id, 'p' || k, 1000 FROM ` + s + `.queues q, generate_series(1, 4) k`,
 				`INSERT INTO ` + s + `.subscriptions (queue_id, group_name, mode) SELECT id, '', 'all' FROM ` + s + `.queues`,
 				`INSERT INTO ` + s + `.consumers (partition_id, group_name, committed) SELECT id, '', 500 FROM ` + s + `.partitions`,
 			} {

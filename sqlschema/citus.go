@@ -37,7 +37,12 @@ var queueFKs = []string{"partitions", "subscriptions", "dead_letters", "paused_g
 // distributeSQL are the statements that convert a migrated schema to the
 // Citus layout, run in one transaction. The unique (queue_id, name) of
 // partitions cannot stay: Citus enforces only constraints that include the
-// distribution column; a plain index keeps the name lookups keyed.
+// distribution column. The primary key takes its place: a partition's id
+// is derived from (queue_id, name) (migration 016), so two creators of one
+// partition insert the same key, and every creator goes through
+// add_partition, which looks at both of the name's ids before inserting.
+// A plain index keeps the lookups by name of partitions created before 016
+// keyed.
 func distributeSQL(schema string) []string {
 	// Sequential: the later statements change tables distributed earlier in
 	// the same transaction, which Citus refuses after a parallel one.
@@ -54,6 +59,8 @@ func distributeSQL(schema string) []string {
 	for _, t := range CitusReference {
 		s = append(s, fmt.Sprintf("SELECT create_reference_table('{{schema}}.%s')", t))
 	}
+	// The function layer's statements go one partition at a time from now.
+	s = append(s, "UPDATE {{schema}}.settings SET routed = true")
 	for _, t := range queueFKs {
 		s = append(s, fmt.Sprintf("ALTER TABLE {{schema}}.%s ADD CONSTRAINT %s_queue_id_fkey "+
 			"FOREIGN KEY (queue_id) REFERENCES {{schema}}.queues (id) ON DELETE CASCADE", t, t))
@@ -71,7 +78,7 @@ func distributeSQL(schema string) []string {
 // as it is) and serialized with Migrate by the same advisory lock. It fails
 // with ErrNoCitus where the citus extension is missing.
 //
-// Experimental: the function layer does not run on the distributed layout
+// Experimental: pushes run on the distributed layout, consuming does not
 // yet (README, "On Citus", lists what fails).
 func Distribute(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := ValidSchema(schema); err != nil {

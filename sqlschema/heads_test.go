@@ -36,7 +36,7 @@ func TestHeadTrimSteps(t *testing.T) {
 		var pid int64
 		if err := pool.QueryRow(ctx, `WITH q AS (
     INSERT INTO `+s+`.queues (tenant, name, retention_ms) VALUES (gen_random_uuid(), 'q', $1) RETURNING id)
-INSERT INTO `+s+`.partitions (queue_id, name, last_offset) SELECT id, 'p', $2 FROM q RETURNING id`,
+INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', $2 FROM q RETURNING id`,
 			hour, rows[len(rows)-1].end).Scan(&pid); err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestHeadTrimPlan(t *testing.T) {
 	// A few partitions with a backlog each, analyzed, as a live schema.
 	if _, err := pool.Exec(ctx, `WITH q AS (
     INSERT INTO `+s+`.queues (tenant, name, retention_ms) VALUES (gen_random_uuid(), 'q', 1) RETURNING id)
-INSERT INTO `+s+`.partitions (queue_id, name, last_offset) SELECT id, 'p' || g, 999 FROM q, generate_series(1, 20) g`); err != nil {
+INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p' || g, 0), id, 'p' || g, 999 FROM q, generate_series(1, 20) g`); err != nil {
 		t.Fatal(err)
 	}
 	for _, ins := range []string{

@@ -128,8 +128,8 @@ WHERE `+s+`.lag_unsettled(x.last, x.comm, x.start, x.settled) IS DISTINCT FROM
     INSERT INTO `+s+`.queues (tenant, name, failure_policy, retry_backoff_min_ms, retry_backoff_max_ms)
     VALUES (gen_random_uuid(), 'skip', 'skip', 0, 0), (gen_random_uuid(), 'pause', 'pause', 0, 0),
            (gen_random_uuid(), 'back', 'skip', 300, 300) RETURNING id, name)
-INSERT INTO `+s+`.partitions (queue_id, name)
-SELECT id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = 'a'`); err != nil {
+INSERT INTO `+s+`.partitions (id, queue_id, name)
+SELECT `+s+`.partition_key(id, p, 0), id, p FROM q, (VALUES ('a'), ('b')) v(p) WHERE q.name = 'skip' OR v.p = 'a'`); err != nil {
 			t.Fatal(err)
 		}
 		part := func(q, p string) int64 {

@@ -2,6 +2,7 @@ package citus_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -91,5 +92,49 @@ func TestShardsMatchCitus(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Fatalf("ids on %d worker groups, want every worker", len(seen))
+	}
+}
+
+// PartitionKey is the function layer's partition_key, for both probes,
+// names in and beyond ASCII, and queue ids of every size.
+func TestPartitionKeyMatchesSQL(t *testing.T) {
+	pool, schema := pgtest.Migrated(t)
+	type c struct {
+		qid   int64
+		name  string
+		probe int32
+	}
+	var cs []c
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []string{"", "Default", "lane-7", "p", "ключ", "日本語", "a\tb", "k99999"} {
+		for _, q := range []int64{1, 2, 42, math.MaxInt64, r.Int64()} {
+			cs = append(cs, c{q, n, 0}, c{q, n, 1})
+		}
+	}
+	for range 500 {
+		cs = append(cs, c{r.Int64N(1 << 20), fmt.Sprint("k", r.Uint64()), int32(r.IntN(2))})
+	}
+	var qids []int64
+	var names []string
+	var probes []int32
+	for _, x := range cs {
+		qids, names, probes = append(qids, x.qid), append(names, x.name), append(probes, x.probe)
+	}
+	var want []int64
+	if err := pool.QueryRow(ctxT(t), `SELECT array_agg(`+pgx.Identifier{schema}.Sanitize()+`.partition_key(q, n, p) ORDER BY o)
+		FROM unnest($1::bigint[], $2::text[], $3::int4[]) WITH ORDINALITY AS u(q, n, p, o)`, qids, names, probes).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range cs {
+		got := citus.PartitionKey(x.qid, x.name, x.probe)
+		if got != want[i] {
+			t.Fatalf("PartitionKey(%d, %q, %d) = %d, partition_key says %d", x.qid, x.name, x.probe, got, want[i])
+		}
+		if got <= 0 {
+			t.Fatalf("PartitionKey(%d, %q, %d) = %d, want positive", x.qid, x.name, x.probe, got)
+		}
+	}
+	if citus.PartitionKey(1, "p", 0) == citus.PartitionKey(1, "p", 1) || citus.PartitionKey(1, "p", 0) == citus.PartitionKey(2, "p", 0) {
+		t.Fatal("the probe and the queue id do not change the key")
 	}
 }

@@ -244,8 +244,8 @@ func (b *boundsRun) addPartitions(q string, prefix string, from, to int) {
 WITH b AS (
     SELECT * FROM unnest($2::text[], $3::bytea[]) AS b(name, blob)
 ), p AS (
-    INSERT INTO {{s}}.partitions (queue_id, name, last_offset)
-    SELECT q.id, b.name, 0 FROM b, {{s}}.queues q WHERE q.name = $1
+    INSERT INTO {{s}}.partitions (id, queue_id, name, last_offset)
+    SELECT {{s}}.partition_key(q.id, b.name, 0), q.id, b.name, 0 FROM b, {{s}}.queues q WHERE q.name = $1
     RETURNING id, name
 )
 INSERT INTO {{s}}.segments (partition_id, base_offset, end_offset, created_at, blob)

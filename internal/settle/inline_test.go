@@ -39,7 +39,7 @@ func leases(t *testing.T, parts, per int) (*stmt.Consume, stmt.Querier, []stmt.L
 	out := make([]stmt.Lease, parts)
 	for p := range parts {
 		name := fmt.Sprint("p", p)
-		if _, err := pool.Exec(ctx, "INSERT INTO "+tbl("partitions")+" (queue_id, name) VALUES ($1, $2)", qid, name); err != nil {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+tbl("partitions")+" (id, queue_id, name) VALUES ("+tbl("partition_key")+"($1, $2, 0), $1, $2)", qid, name); err != nil {
 			t.Fatal(err)
 		}
 		for range per {

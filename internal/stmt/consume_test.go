@@ -27,7 +27,7 @@ func TestConsumeStatements(t *testing.T) {
 	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	tenant := uuid.Must(uuid.NewV4())
 	if _, err := pool.Exec(ctx, "WITH q AS (INSERT INTO "+tbl("queues")+" (tenant, name) VALUES ($1, 'q') RETURNING id) "+
-		"INSERT INTO "+tbl("partitions")+" (queue_id, name) SELECT id, 'p' FROM q", tenant); err != nil {
+		"INSERT INTO "+tbl("partitions")+" (id, queue_id, name) SELECT "+tbl("partition_key")+"(id, 'p', 0), id, 'p' FROM q", tenant); err != nil {
 		t.Fatal(err)
 	}
 	f := frame.Frame{ID: uuid.Must(uuid.NewV4()), TransactionID: "t1", Key: "k", Payload: []byte("hello")}

@@ -19,7 +19,7 @@ func TestMaintenanceStatements(t *testing.T) {
 	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	var pid int64
 	if err := pool.QueryRow(ctx, "WITH q AS (INSERT INTO "+tbl("queues")+" (tenant, name) VALUES ($1, 'q') RETURNING id) "+
-		"INSERT INTO "+tbl("partitions")+" (queue_id, name, last_write_at) SELECT id, 'p', now() - interval '1 hour' FROM q RETURNING id",
+		"INSERT INTO "+tbl("partitions")+" (id, queue_id, name, last_write_at) SELECT "+tbl("partition_key")+"(id, 'p', 0), id, 'p', now() - interval '1 hour' FROM q RETURNING id",
 		uuid.Must(uuid.NewV4())).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestStatusCodesFromFunctions(t *testing.T) {
 		out  *int64
 	}{{"plain", false, &pid}, {"enc", true, &encPid}} {
 		if err := pool.QueryRow(ctx, "WITH q AS (INSERT INTO "+tbl("queues")+" (tenant, name, encryption, lanes) VALUES ($1, $2, $3, 4) RETURNING id) "+
-			"INSERT INTO "+tbl("partitions")+" (queue_id, name) SELECT id, 'p' FROM q RETURNING id", tenant, q.name, q.enc).Scan(q.out); err != nil {
+			"INSERT INTO "+tbl("partitions")+" (id, queue_id, name) SELECT "+tbl("partition_key")+"(id, 'p', 0), id, 'p' FROM q RETURNING id", tenant, q.name, q.enc).Scan(q.out); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 		win   int64
 	}{{"plain", false, false, 0}, {"enc", true, false, 0}, {"keyed", false, true, 0}, {"dedup", false, false, 60000}} {
 		if _, err := pool.Exec(ctx, "WITH q AS (INSERT INTO "+tbl("queues")+" (tenant, name, encryption, lanes, keyed, dedup_window_ms) VALUES ($1, $2, $3, 4, $4, $5) RETURNING id) "+
-			"INSERT INTO "+tbl("partitions")+" (queue_id, name) SELECT id, p FROM q, unnest(ARRAY['a', 'b']) AS p", tenant, q.name, q.enc, q.keyed, q.win); err != nil {
+			"INSERT INTO "+tbl("partitions")+" (id, queue_id, name) SELECT "+tbl("partition_key")+"(id, p, 0), id, p FROM q, unnest(ARRAY['a', 'b']) AS p", tenant, q.name, q.enc, q.keyed, q.win); err != nil {
 			t.Fatal(err)
 		}
 	}

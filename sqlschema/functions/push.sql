@@ -36,18 +36,30 @@ SET enable_seqscan = on
 SET enable_hashjoin = on
 SET enable_mergejoin = on
 AS $$
+DECLARE
+    v_base bigint[];
+    v_end  bigint[];
+    v_hs   bytea[];
 BEGIN
+    -- The window's hash rows first, by partition (one shard on the Citus
+    -- layout, which plans no join of them with parameters), then the join.
+    SELECT array_agg(t.base_offset), array_agg(t.end_offset), array_agg(t.hashes)
+    INTO v_base, v_end, v_hs
+    FROM {{schema}}.txns t
+    WHERE t.partition_id = p_pid
+      AND t.end_offset > GREATEST(p_verified, p_txns_from - 1)
+      AND t.base_offset <= p_last
+      AND t.created_at > p_now - p_window_ms * interval '1 millisecond';
+    IF v_base IS NULL THEN
+        RETURN;
+    END IF;
     WITH inc AS (
         SELECT k, substring(p_hashes FROM k * 16 + 1 FOR 16) AS h
         FROM generate_series(0, p_count - 1) AS k
     ), st AS (
-        SELECT t.base_offset + j AS off, substring(t.hashes FROM j * 16 + 1 FOR 16) AS h
-        FROM {{schema}}.txns t
-        CROSS JOIN LATERAL generate_series(0, (t.end_offset - t.base_offset)::integer) AS j
-        WHERE t.partition_id = p_pid
-          AND t.end_offset > GREATEST(p_verified, p_txns_from - 1)
-          AND t.base_offset <= p_last
-          AND t.created_at > p_now - p_window_ms * interval '1 millisecond'
+        SELECT x.b + j AS off, substring(x.hs FROM j * 16 + 1 FOR 16) AS h
+        FROM unnest(v_base, v_end, v_hs) AS x(b, e, hs)
+        CROSS JOIN LATERAL generate_series(0, (x.e - x.b)::integer) AS j
     ), d AS (
         SELECT inc.k, min(st.off) AS off FROM inc JOIN st USING (h) GROUP BY inc.k
     )
@@ -105,31 +117,31 @@ BEGIN
         END IF;
     END IF;
 
-    -- One statement allocates, marks the partition ready and writes both
-    -- rows. pending = true changes nothing (so stays HOT) unless the
-    -- partition had been drained. RETURNING runs once the row is updated,
-    -- so after its lock.
-    WITH u AS (
-        UPDATE {{schema}}.partitions SET
-            last_offset   = last_offset + p_count,
-            last_write_at = CASE WHEN coalesce(p_now, clock_timestamp()) - last_write_at > interval '1 second'
-                                 THEN coalesce(p_now, clock_timestamp()) ELSE last_write_at END,
-            pending       = true
-        WHERE id = p_pid
-        RETURNING last_offset, coalesce(p_now, clock_timestamp()) AS at
-    ), s AS (
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, u.at, p_blob, p_failures FROM u
-    ), t AS (
-        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT p_pid, u.last_offset - p_count + 1, u.last_offset, u.at, p_hashes FROM u
-    )
-    SELECT u.last_offset, u.at INTO v_last, r.created_at FROM u;
-    IF v_last IS NULL THEN
+    -- The allocation marks the partition ready (pending = true changes
+    -- nothing, so stays HOT, unless the partition had been drained) and
+    -- takes the row lock; the segment's time is read after it, then both
+    -- rows are written. Three statements, not one with the time read in
+    -- it: Citus runs no volatile function in DML on a distributed table.
+    -- last_write_at only needs the second, so a time read before the lock
+    -- does for it.
+    r.created_at := coalesce(p_now, clock_timestamp());
+    UPDATE {{schema}}.partitions SET
+        last_offset   = last_offset + p_count,
+        last_write_at = CASE WHEN r.created_at - last_write_at > interval '1 second'
+                             THEN r.created_at ELSE last_write_at END,
+        pending       = true
+    WHERE id = p_pid
+    RETURNING last_offset INTO v_last;
+    IF NOT FOUND THEN
         r.status := 4;
         r.created_at := NULL;
         RETURN r;
     END IF;
+    r.created_at := coalesce(p_now, clock_timestamp()); -- the row is held now
+    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
+    VALUES (p_pid, v_last - p_count + 1, v_last, r.created_at, p_blob, p_failures);
+    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+    VALUES (p_pid, v_last - p_count + 1, v_last, r.created_at, p_hashes);
 
     r.status := 0;
     r.base_offset := v_last - p_count + 1;
@@ -137,28 +149,250 @@ BEGIN
 END
 $$;
 
--- Adds partitions p_names[i] to queues p_qids[i] where missing: the one
--- place partition rows are created. The queue rows are key-shared (in id
--- order, as a foreign key check would) in the statement that inserts, and
--- only the rows locked get partitions: a queue deleted meanwhile is waited
--- out and skipped, where the partition's foreign key check would fail raw
--- (a queue re-created since has another id). A queue locked here cannot be
--- deleted until the caller commits.
+-- A partition's id (migration 016): the first 8 bytes of
+-- sha256(queue id, probe, name) (queue id and probe big-endian, 8 and 4
+-- bytes, the name in UTF-8) as a big-endian bigint, its sign bit cleared
+-- and its lowest bit set (positive, 62 bits of hash; no branch, so the
+-- planner inlines the function: half its cost). internal/citus's
+-- PartitionKey computes the same on the client. Derived from the queue's
+-- id, not its name: a queue deleted and created again has a new id, so
+-- nothing still naming the old queue's partitions (rows a delete has not
+-- reached yet, a lease being settled, a client's cached ids) can meet the
+-- new queue's. sha256 because the server derives ids too (a partition
+-- created by a scheduled move, a dead-letter requeue or the previous
+-- release's push_bundle) and PostgreSQL has it built in, as Go does: no
+-- hash ported to keep bit-exact on either side.
+CREATE OR REPLACE FUNCTION {{schema}}.partition_key(p_qid bigint, p_name text, p_probe integer)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT ('x' || encode(substr(sha256(int8send(p_qid) || int4send(p_probe) || convert_to(p_name, 'UTF8')), 1, 8),
+                          'hex'))::bit(64)::bigint & 9223372036854775807 | 1
+$$;
+
+-- The id of partition p_name of queue p_qid, or NULL: at its derived id,
+-- else at its second probe (the first was taken when it was created; both
+-- are looked at, since that one may have been purged since), else by name
+-- (a partition created before migration 016). Each lookup by id is routed
+-- to one shard on the Citus layout; only a partition not found at either
+-- probe pays the lookup by name, which runs on every shard there.
+CREATE OR REPLACE FUNCTION {{schema}}.partition_of(p_qid bigint, p_name text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF p_qid IS NULL OR p_name IS NULL THEN
+        RETURN NULL;
+    END IF;
+    FOR k IN 0 .. 1 LOOP
+        v_id := {{schema}}.partition_key(p_qid, p_name, k);
+        PERFORM FROM {{schema}}.partitions p WHERE p.id = v_id AND p.queue_id = p_qid AND p.name = p_name;
+        IF FOUND THEN
+            RETURN v_id;
+        END IF;
+    END LOOP;
+    -- Literals, not parameters: Citus plans no statement over every shard
+    -- with a PL/pgSQL parameter in it.
+    EXECUTE format('SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = %s AND p.name = %L', p_qid, p_name)
+    INTO v_id;
+    RETURN v_id;
+END
+$$;
+
+-- Creates partition p_name of queue p_qid, its last offset p_last, unless
+-- it exists: its id, and whether this call created it. The one place a
+-- partition row is inserted. At its derived id, or at the second probe if
+-- another partition holds that (a 63-bit collision); the primary key
+-- decides between concurrent creators, so one partition gets one row on
+-- the Citus layout too, where (queue_id, name) is not a constraint. The
+-- caller holds the queue row (key share): its foreign key.
+CREATE OR REPLACE FUNCTION {{schema}}.add_partition(p_qid bigint, p_name text, p_last bigint,
+                                                    OUT id bigint, OUT created boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q bigint;
+    v_n text;
+BEGIN
+    created := false;
+    id := {{schema}}.partition_of(p_qid, p_name);
+    IF id IS NOT NULL THEN
+        RETURN;
+    END IF;
+    FOR k IN 0 .. 1 LOOP
+        id := {{schema}}.partition_key(p_qid, p_name, k);
+        -- No conflict target: on PostgreSQL the unique (queue_id, name)
+        -- also holds, and a creator that lost to it finds the row below.
+        INSERT INTO {{schema}}.partitions (id, queue_id, name, last_offset)
+        VALUES (id, p_qid, p_name, p_last)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            created := true;
+            RETURN;
+        END IF;
+        -- A statement of its own: it sees the row a concurrent creator
+        -- committed while the insert waited for it.
+        SELECT p.queue_id, p.name INTO v_q, v_n FROM {{schema}}.partitions p WHERE p.id = add_partition.id;
+        IF v_q = p_qid AND v_n = p_name THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    id := {{schema}}.partition_of(p_qid, p_name);
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'queen: partition % of queue %: both of its ids are taken', quote_literal(p_name), p_qid;
+    END IF;
+END
+$$;
+
+-- Adds partitions p_names[i] to queues p_qids[i] where missing. The queue
+-- rows are key-shared (in id order, as a foreign key check would) first,
+-- and only the rows locked get partitions: a queue deleted meanwhile is
+-- waited out and skipped, where the partition's foreign key check would
+-- fail raw (a queue re-created since has another id). A queue locked here
+-- cannot be deleted until the caller commits. Partitions are created in
+-- (queue, name) order, as every creator does, so overlapping creators
+-- never wait on each other in a cycle. PL/pgSQL: Citus runs no SQL
+-- function with parameters over a distributed table.
 CREATE OR REPLACE FUNCTION {{schema}}.add_partitions(p_qids bigint[], p_names text[])
 RETURNS void
-LANGUAGE sql AS $$
-    WITH l AS MATERIALIZED (
-        SELECT qq.id FROM {{schema}}.queues qq
-        WHERE qq.id = ANY (p_qids)
-        ORDER BY qq.id
-        FOR KEY SHARE
-    )
-    INSERT INTO {{schema}}.partitions (queue_id, name)
-    SELECT DISTINCT u.qid, u.nm
-    FROM unnest(p_qids, p_names) AS u(qid, nm)
-    JOIN l ON l.id = u.qid
-    ORDER BY u.qid, u.nm
-    ON CONFLICT DO NOTHING
+LANGUAGE plpgsql AS $$
+DECLARE
+    rec record;
+BEGIN
+    FOR rec IN
+        WITH l AS MATERIALIZED (
+            SELECT qq.id FROM {{schema}}.queues qq
+            WHERE qq.id = ANY (p_qids)
+            ORDER BY qq.id
+            FOR KEY SHARE
+        )
+        SELECT DISTINCT u.qid, u.nm
+        FROM unnest(p_qids, p_names) AS u(qid, nm)
+        JOIN l ON l.id = u.qid
+        ORDER BY u.qid, u.nm
+    LOOP
+        PERFORM {{schema}}.add_partition(rec.qid, rec.nm, -1);
+    END LOOP;
+END
+$$;
+
+-- push_bundle on the routed layout (settings.routed: Citus, partitions
+-- distributed by id), one partition per statement so that each is routed
+-- to the one shard that holds it: a bundle whose partitions all live on
+-- one worker commits there without a two-phase commit. Same arguments,
+-- verdicts and locks as push_bundle's set-based form, which it keeps in
+-- step with: queues created, partitions created in
+-- (queue, name) order, queues marked keyed in id order, then partition
+-- rows locked in ascending id, the time read, and every segment allocated
+-- by push_one under those locks (so a partition's segments take
+-- consecutive offsets in input order, as the set-based allocator gives).
+-- What it does not do: a partition it creates is inserted unallocated and
+-- then updated (the set form's first-touch shortcut is for PostgreSQL).
+CREATE OR REPLACE FUNCTION {{schema}}.push_routed(
+    p_queues     text[],
+    p_partitions text[],
+    p_counts     integer[],
+    p_hashes     bytea[],
+    p_verified   bigint[],
+    p_blobs      bytea[],
+    p_tenants    uuid[],
+    p_flags      integer[],
+    p_known      boolean,
+    p_lanes      integer[]
+) RETURNS SETOF {{schema}}.push_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    n       integer := cardinality(p_queues);
+    v_qids  bigint[];
+    v_pids  bigint[];
+    v_win   bigint[];
+    v_enc   boolean[];
+    v_lanes integer[];
+    v_res   {{schema}}.push_result[];
+    v_now   timestamptz;
+    rec     record;
+    r       {{schema}}.push_result;
+    i       integer;
+BEGIN
+    -- Queues (a reference table: read where the call runs).
+    SELECT array_agg(qq.id ORDER BY u.o) INTO v_qids
+    FROM unnest(p_tenants, p_queues) WITH ORDINALITY AS u(t, q, o)
+    LEFT JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+    IF array_position(v_qids, NULL) IS NOT NULL THEN
+        FOR rec IN SELECT DISTINCT u.t, u.q FROM unnest(p_tenants, p_queues) AS u(t, q) ORDER BY u.t, u.q LOOP
+            INSERT INTO {{schema}}.queues (tenant, name) VALUES (rec.t, rec.q) ON CONFLICT DO NOTHING;
+        END LOOP;
+        SELECT array_agg(qq.id ORDER BY u.o) INTO v_qids
+        FROM unnest(p_tenants, p_queues) WITH ORDINALITY AS u(t, q, o)
+        LEFT JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+    END IF;
+
+    -- Partitions, in (queue, name) order: each found by its derived id (one
+    -- shard), else created. The queue rows are not key-shared ahead, as
+    -- add_partitions does: on Citus that locks the reference table on every
+    -- node, and concurrent pushes deadlocked across nodes. The partition's
+    -- foreign key takes the lock; a queue deleted in between fails the
+    -- insert (23503) rather than being skipped.
+    FOR rec IN
+        SELECT DISTINCT u.qid, u.p FROM unnest(v_qids, p_partitions) AS u(qid, p)
+        WHERE u.qid IS NOT NULL ORDER BY u.qid, u.p
+    LOOP
+        IF NOT p_known AND {{schema}}.partition_of(rec.qid, rec.p) IS NULL THEN
+            IF EXISTS (SELECT 1 FROM {{schema}}.queues qq WHERE qq.id = rec.qid) THEN
+                PERFORM {{schema}}.add_partition(rec.qid, rec.p, -1);
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- First keyed segments mark their queues keyed, in id order, before
+    -- any partition lock (push_bundle's rule).
+    FOR rec IN
+        SELECT DISTINCT u.qid FROM unnest(v_qids, p_flags) AS u(qid, fl)
+        JOIN {{schema}}.queues qq ON qq.id = u.qid
+        WHERE (u.fl & 2) <> 0 AND NOT qq.keyed ORDER BY u.qid
+    LOOP
+        UPDATE {{schema}}.queues SET keyed = true WHERE id = rec.qid AND NOT keyed;
+    END LOOP;
+
+    -- Settings, read after the keyed marks; partitions resolved again.
+    SELECT array_agg(qq.dedup_window_ms ORDER BY u.o), array_agg(qq.encryption ORDER BY u.o),
+           array_agg(qq.lanes ORDER BY u.o)
+    INTO v_win, v_enc, v_lanes
+    FROM unnest(v_qids) WITH ORDINALITY AS u(qid, o)
+    LEFT JOIN {{schema}}.queues qq ON qq.id = u.qid;
+    FOR i IN 1 .. n LOOP
+        v_pids[i] := {{schema}}.partition_of(v_qids[i], p_partitions[i]);
+    END LOOP;
+
+    -- Lock in ascending id, one shard each.
+    FOR rec IN SELECT DISTINCT u.pid FROM unnest(v_pids[1:n]) AS u(pid) ORDER BY u.pid LOOP
+        PERFORM FROM {{schema}}.partitions p WHERE p.id = rec.pid FOR NO KEY UPDATE;
+        IF rec.pid IS NULL OR NOT FOUND THEN
+            RAISE EXCEPTION 'queen: push_bundle could not resolve every partition' USING ERRCODE = 'QN001';
+        END IF;
+    END LOOP;
+    v_now := clock_timestamp();
+
+    FOR rec IN SELECT u.o::integer AS o FROM unnest(v_pids[1:n]) WITH ORDINALITY AS u(pid, o) ORDER BY u.pid, u.o LOOP
+        i := rec.o;
+        IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
+            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
+            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+        ELSE
+            r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
+                                     p_blobs[i], v_win[i], v_now);
+            r.ord := i;
+            v_res[i] := r;
+        END IF;
+    END LOOP;
+
+    FOR i IN 1 .. n LOOP
+        IF v_res[i].ord IS DISTINCT FROM i THEN
+            RAISE EXCEPTION 'queen: push_bundle has no result for segment %', i;
+        END IF;
+        RETURN NEXT v_res[i];
+    END LOOP;
+END
 $$;
 
 -- push_bundle, with its two partition lookups written so the
@@ -245,6 +479,13 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
+    -- By its key: a sequential scan, denied here, costs a plan enough to be
+    -- JIT-compiled on every call (40-90 ms).
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        RETURN QUERY SELECT * FROM {{schema}}.push_routed(p_queues, p_partitions, p_counts, p_hashes, p_verified,
+                                                          p_blobs, p_tenants, p_flags, p_known, p_lanes);
+        RETURN;
+    END IF;
 
     -- Provisioning skip: only insert when something is missing. Inserts are
     -- ordered on their unique keys so overlapping bundles never convoy.
@@ -279,14 +520,15 @@ BEGIN
             -- by the updating transaction). Nobody else sees the row before
             -- commit; a partition some other bundle created meanwhile
             -- conflicts and takes the usual path.
-            WITH l AS MATERIALIZED (
-                SELECT qq.id, qq.tenant, qq.name, qq.dedup_window_ms, qq.encryption
-                FROM {{schema}}.queues qq
-                WHERE qq.id IN (SELECT q3.id FROM unnest(p_tenants, p_queues) AS u(t, q)
-                                JOIN {{schema}}.queues q3 ON q3.tenant = u.t AND q3.name = u.q)
-                ORDER BY qq.id
-                FOR KEY SHARE
-            ), g AS (
+            FOR rec IN
+                WITH l AS MATERIALIZED (
+                    SELECT qq.id, qq.tenant, qq.name, qq.dedup_window_ms, qq.encryption
+                    FROM {{schema}}.queues qq
+                    WHERE qq.id IN (SELECT q3.id FROM unnest(p_tenants, p_queues) AS u(t, q)
+                                    JOIN {{schema}}.queues q3 ON q3.tenant = u.t AND q3.name = u.q)
+                    ORDER BY qq.id
+                    FOR KEY SHARE
+                )
                 SELECT l.id AS qid, u.p, sum(u.c) AS tot,
                        bool_and(l.dedup_window_ms = 0 AND (NOT l.encryption OR (u.fl & 1) <> 0)
                                 AND coalesce(p_lanes[u.o], 0) = 0 AND u.c > 0) AS fast
@@ -294,16 +536,17 @@ BEGIN
                      WITH ORDINALITY AS u(t, q, p, c, fl, o)
                 JOIN l ON l.tenant = u.t AND l.name = u.q
                 GROUP BY l.id, u.p
-            ), ins AS (
-                INSERT INTO {{schema}}.partitions (queue_id, name, last_offset)
-                SELECT g.qid, g.p, CASE WHEN g.fast THEN g.tot - 1 ELSE -1 END
-                FROM g
-                ORDER BY g.qid, g.p
-                ON CONFLICT DO NOTHING
-                RETURNING id, last_offset
-            )
-            SELECT coalesce(array_agg(ins.id ORDER BY ins.id) FILTER (WHERE ins.last_offset >= 0), '{}')
-            INTO n_ids FROM ins;
+                ORDER BY l.id, u.p
+            LOOP
+                SELECT a.id, a.created AND rec.fast INTO v_cpid, v_cpre
+                FROM {{schema}}.add_partition(rec.qid, rec.p, CASE WHEN rec.fast THEN rec.tot - 1 ELSE -1 END) a;
+                IF v_cpre THEN
+                    n_ids := n_ids || v_cpid;
+                END IF;
+            END LOOP;
+            n_ids := ARRAY(SELECT x FROM unnest(n_ids) AS x ORDER BY x);
+            v_cpid := NULL;
+            v_cpre := NULL;
         END IF;
     END IF;
 
@@ -479,6 +722,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.push_segment(
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_qid   bigint;
     v_pid   bigint;
     v_win   bigint;
     v_enc   boolean;
@@ -486,14 +730,17 @@ DECLARE
     v_keyed boolean;
     r       {{schema}}.push_result;
 BEGIN
-    -- Written like push_bundle's resolve (a subquery with both keys), for
-    -- the same reason: no plan can walk the queue's partitions.
-    SELECT (SELECT p2.id FROM {{schema}}.partitions p2
-            WHERE p2.queue_id = qq.id AND p2.name = p_partition),
-           qq.dedup_window_ms, qq.encryption, qq.lanes, qq.keyed
-    INTO v_pid, v_win, v_enc, v_lanes, v_keyed
+    SELECT qq.id, qq.dedup_window_ms, qq.encryption, qq.lanes, qq.keyed
+    INTO v_qid, v_win, v_enc, v_lanes, v_keyed
     FROM {{schema}}.queues qq
     WHERE qq.tenant = p_tenant AND qq.name = p_queue;
+    -- By its derived id (one shard on the Citus layout), else the other
+    -- places partition_of looks.
+    v_pid := {{schema}}.partition_key(v_qid, p_partition, 0);
+    PERFORM FROM {{schema}}.partitions p WHERE p.id = v_pid AND p.queue_id = v_qid AND p.name = p_partition;
+    IF NOT FOUND THEN
+        v_pid := {{schema}}.partition_of(v_qid, p_partition);
+    END IF;
 
     r.ord := 1;
     IF v_pid IS NULL OR ((p_flags & 2) <> 0 AND NOT v_keyed) THEN
@@ -517,14 +764,19 @@ END
 $$;
 
 -- The segment covering offset p_off of partition p_pid, if retention kept it.
+-- PL/pgSQL: Citus runs no SQL function with parameters over a distributed
+-- table.
 CREATE OR REPLACE FUNCTION {{schema}}.segment_at(p_pid bigint, p_off bigint)
 RETURNS TABLE (base_offset bigint, end_offset bigint, created_at timestamptz, blob bytea)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT c.base_offset, c.end_offset, c.created_at, c.blob
     FROM (SELECT s.base_offset, s.end_offset, s.created_at, s.blob
           FROM {{schema}}.segments s
           WHERE s.partition_id = p_pid AND s.base_offset <= p_off
           ORDER BY s.base_offset DESC
           LIMIT 1) c
-    WHERE c.end_offset >= p_off
+    WHERE c.end_offset >= p_off;
+END
 $$;
