@@ -105,9 +105,11 @@ type ConsumeOptions struct {
 // under it by one statement that does not wait for a WAL flush, without a
 // claim. The lease lingers until Consume stops (it is let go before
 // Consume returns), the group is paused, another partition of the queue
-// is ready, or half the lease is left with nothing pushed; meanwhile no
-// other consumer of the group gets the partition. A server crash may
-// lose what that statement took, which is then delivered again.
+// is ready, or 5 seconds pass with nothing pushed; meanwhile no other
+// consumer of the group gets the partition. A process that dies then
+// holds it for at most 10 seconds (the ack brings the lease's end in to
+// that), not LeaseTime. A server crash may lose what that statement took,
+// which is then delivered again.
 //
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes
@@ -365,7 +367,7 @@ func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func(
 	}
 	hold, hctx := c.newHold()
 	defer hold.end()
-	stopRenew := q.renew(msgs[0], exp, nil, hold)
+	stopRenew := q.renewFrom(msgs[0], exp, nil, hold, b.renewSpan)
 	lastOK := -1
 	op := settleOp{m: msgs[0], ok: -1, act: actNone}
 	for i, m := range msgs {
@@ -547,15 +549,25 @@ func (c *consumer) call(ctx context.Context, m *Message, exp *atomic.Int64, hold
 // after each renewal. With hold, it gives up once no handler has started
 // for MaxHold: it cancels the handlers' context and lets the lease end.
 func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func(), hold *holdWatch) (stop func()) {
+	return q.renewFrom(m, exp, onRenew, hold, 0)
+}
+
+// renewFrom is renew for a lease whose length until its first renewal is
+// span (0: the lease time), as a lingering lease's (see lingerKeep): it is
+// first renewed when half of span is left.
+func (q *Queue) renewFrom(m *Message, exp *atomic.Int64, onRenew func(), hold *holdWatch, span time.Duration) (stop func()) {
 	d := m.leaseDur
 	if d <= 0 {
 		return func() {}
+	}
+	if span <= 0 || span > d {
+		span = d
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			at := time.Unix(0, exp.Load()).Add(-d / 2)
+			at := time.Unix(0, exp.Load()).Add(-span / 2)
 			next := at
 			if hold != nil && hold.deadline().Before(next) {
 				next = hold.deadline()
@@ -581,6 +593,7 @@ func (q *Queue) renew(m *Message, exp *atomic.Int64, onRenew func(), hold *holdW
 			cancel()
 			if err == nil {
 				exp.Store(end.UnixNano())
+				span = d
 				if onRenew != nil {
 					onRenew()
 				}

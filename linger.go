@@ -56,6 +56,16 @@ func (s *lingerSet) covers(hints []string) bool {
 // ready, the group is paused, ...).
 const lingerLetGo = 3
 
+// lingerKeep bounds how long a lingering lease lasts past its ack:
+// linger_ack brings the lease's end in to at most this far ahead (a
+// process that dies while it lingers holds the partition that long, not a
+// whole LeaseTime), and an idle linger ends when half of it is left. A
+// batch taken under it is renewed from then on as any other.
+const lingerKeep = 10 * time.Second
+
+// keepFor is how long a lease of duration d lingers past its ack.
+func keepFor(d time.Duration) time.Duration { return min(d, lingerKeep) }
+
 // lingerBackoff is how long a Consume tries no linger after linger_ack
 // let a lease go because other partitions were ready.
 const lingerBackoff = 100 * time.Millisecond
@@ -94,12 +104,17 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 	var (
 		st     int
 		logEnd int64
+		end    time.Time
 		err    error
 		failed bool // an attempt failed: it may have committed
 	)
+	// The ack brings the lease's end in (lingerKeep): believed first, so
+	// that the belief never exceeds the server's, whatever attempt commits.
+	keep := keepFor(m.leaseDur)
+	lowerExp(b.leaseEnd(), time.Now().Add(keep).UnixNano())
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-		st, logEnd, err = stmt.LingerAck(ctx, e.csql, e.pool, m.leaseOf(), through)
+		st, logEnd, end, err = stmt.LingerAck(ctx, e.csql, e.pool, m.leaseOf(), through, keep)
 		cancel()
 		if err == nil {
 			break
@@ -136,6 +151,9 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 	case st != int(stApplied):
 		return nil, false
 	}
+	if !end.IsZero() {
+		lowerExp(b.leaseEnd(), end.UnixNano()) // a server clock behind this one
+	}
 	c.dm.settled(context.Background(), outcomeAck, acks())
 	return c.linger(b, w, logEnd > through), true
 }
@@ -145,10 +163,10 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 // the WAL flush) at each wake that may concern it; more says the partition
 // had more already. It returns the batch taken, or nil once the linger is
 // over: Consume stops, pop_linger let the lease go (the group is paused,
-// another partition is ready, ...), or half the lease is left with
-// nothing taken. The lease's end moves only by durable renewals (those of
-// the batches handled under it), so an idle linger lasts at most half a
-// LeaseTime and needs no renewal.
+// another partition is ready, ...), or half of lingerKeep is left with
+// nothing taken. The lease's end moves only by durable statements (the
+// ack that brought it in, the renewals of the batches handled under it),
+// so an idle linger needs no renewal.
 func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBatch {
 	q := c.q
 	e := q.c.e
@@ -166,7 +184,7 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 			if end == 0 {
 				return nil
 			}
-			left := time.Until(time.Unix(0, end).Add(-m.leaseDur / 2))
+			left := time.Until(time.Unix(0, end).Add(-keepFor(m.leaseDur) / 2))
 			if left <= 0 {
 				c.letGo(b)
 				return nil
@@ -222,10 +240,13 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 		}
 		nb, dead := c.decodeAhead(b, rows)
 		if dead >= 0 {
-			return c.cutAhead(b, nb, dead)
-		}
-		if nb == nil {
+			nb = c.cutAhead(b, nb, dead)
+		} else if nb == nil {
 			c.letGo(b)
+		}
+		if nb != nil {
+			// The lease ends within lingerKeep: renewed from half of that.
+			nb.renewSpan = keepFor(m.leaseDur)
 		}
 		return nb
 	}

@@ -3,6 +3,7 @@ package queen
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/e03140bc/queen/internal/stmt"
 )
@@ -23,6 +24,11 @@ type consumeBatch struct {
 	// keeps is set once the handlers are done: handled whole with a
 	// batch claimed ahead, so next is likely set (dispatch.Config.Keeps).
 	keeps bool
+	// renewSpan is the lease's length as its renewer reckons it until
+	// the first renewal, when shorter than the lease time: a batch taken
+	// under a lingering lease, whose end linger_ack brought in. 0: the
+	// lease time.
+	renewSpan time.Duration
 }
 
 // aheadClaim is a claim ahead in flight: its statement, then the decode
@@ -224,6 +230,16 @@ func raiseExp(exp *atomic.Int64, at int64) {
 	for {
 		cur := exp.Load()
 		if cur == 0 || cur >= at || exp.CompareAndSwap(cur, at) {
+			return
+		}
+	}
+}
+
+// lowerExp lowers exp to at, unless the lease is lost (0) or ends sooner.
+func lowerExp(exp *atomic.Int64, at int64) {
+	for {
+		cur := exp.Load()
+		if cur == 0 || cur <= at || exp.CompareAndSwap(cur, at) {
 			return
 		}
 	}

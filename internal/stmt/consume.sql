@@ -22,7 +22,7 @@ SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first
 FROM {{schema}}.pop_linger($1::int8, $2::text, $3::uuid, $4::int4, $5::int8)
 
 -- name: LingerAck
-SELECT status, log_end FROM {{schema}}.linger_ack($1::int8, $2::text, $3::uuid, $4::int8)
+SELECT status, log_end, lease_end FROM {{schema}}.linger_ack($1::int8, $2::text, $3::uuid, $4::int8, $5::int8)
 
 -- name: SegmentBlob
 SELECT s.blob FROM {{schema}}.segments s WHERE s.partition_id = $1::int8 AND s.base_offset = $2::int8

@@ -137,14 +137,19 @@ func PopLinger(ctx context.Context, c *Consume, q Querier, l Lease, n int, lease
 // status is 0 (applied; logEnd is the partition's last offset), 1 (at or
 // below the cursor), 2 (the lease is not live), 3 (applied, the lease let
 // go as a settle's ack would) or -1 (declined: nothing written, settle as
-// usual).
-func LingerAck(ctx context.Context, c *Consume, q Querier, l Lease, ok int64) (status int, logEnd int64, err error) {
+// usual). A kept lease ends at most keep from now: leaseEnd is its end
+// (zero when not kept).
+func LingerAck(ctx context.Context, c *Consume, q Querier, l Lease, ok int64, keep time.Duration) (status int, logEnd int64, leaseEnd time.Time, err error) {
 	var end *int64
-	err = scanPrefix(ctx, q, c.LingerAck, []any{l.Partition, l.Group, l.ID, ok}, &status, &end)
+	var lend *time.Time
+	err = scanPrefix(ctx, q, c.LingerAck, []any{l.Partition, l.Group, l.ID, ok, keep.Milliseconds()}, &status, &end, &lend)
 	if end != nil {
 		logEnd = *end
 	}
-	return status, logEnd, err
+	if lend != nil {
+		leaseEnd = *lend
+	}
+	return status, logEnd, leaseEnd, err
 }
 
 // SegmentBlob runs c.SegmentBlob on q: the stored blob of partition pid's

@@ -757,7 +757,10 @@ $$;
 -- acks its batch through p_ok, its batch_end, and keeps the lease over the
 -- drained partition, so the next messages are taken under it by
 -- pop_linger instead of a claim. A durable commit, as settle's: an acked
--- message never comes back. The lease's end is not changed. Status: 0
+-- message never comes back. The lease's end is brought in to at most
+-- p_keep_ms from now (> 0): the batch is acked, nothing is in flight, and
+-- a holder that dies while it lingers holds the partition that long, not
+-- a whole lease time; lease_end is the lease's end then. Status: 0
 -- applied (log_end: the partition's last offset then), 1 p_ok at or below
 -- the cursor, 2 the lease is not live, or p_ok passes batch_end (then the
 -- lease is let go: see below), 3 applied, the lease let go as settle's
@@ -769,7 +772,8 @@ $$;
 -- drained by the ack leaves the ready set (clear_pending, which never
 -- waits): no claim of this group does it while the lease lingers.
 CREATE OR REPLACE FUNCTION {{schema}}.linger_ack(p_pid bigint, p_group text, p_lease uuid, p_ok bigint,
-                                               OUT status integer, OUT log_end bigint)
+                                               p_keep_ms bigint, OUT status integer, OUT log_end bigint,
+                                               OUT lease_end timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -826,9 +830,13 @@ BEGIN
     UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
         deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, retry_at = NULL,
         (batch_end, lease_id, lease_owner, lease_expires_at)
-            = (SELECT * FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at)),
+            = (SELECT l.batch_end, l.lease_id, l.lease_owner,
+                      CASE WHEN status = 3 OR p_keep_ms <= 0 THEN l.lease_expires_at
+                           ELSE least(l.lease_expires_at, v_now + p_keep_ms * interval '1 millisecond') END
+               FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at) AS l),
         updated_at = v_now
-    WHERE partition_id = p_pid AND group_name = p_group;
+    WHERE partition_id = p_pid AND group_name = p_group
+    RETURNING consumers.lease_expires_at INTO lease_end;
     IF status = 3 THEN
         RETURN;
     END IF;
