@@ -125,6 +125,23 @@ LANGUAGE sql IMMUTABLE AS $$
            CASE WHEN p_release THEN NULL ELSE p_lease_expires_at END
 $$;
 
+-- Whether a lease on group p_group's cursor of partition p_pid (of queue
+-- p_qid) gives way at the end of its batch rather than staying on: the
+-- group is paused, or another partition of the queue is in the ready set
+-- or the group's backlog, so ready partitions take turns (the ranges are
+-- pop_window's: only the partial indexes fit). The one rule of pop_ahead,
+-- linger_ack and pop_linger. Plain SQL, so the planner inlines it.
+CREATE OR REPLACE FUNCTION {{schema}}.lease_yields(p_qid bigint, p_group text, p_pid bigint)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = p_qid AND g.group_name = p_group)
+        OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                   WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending AND p.id <> p_pid)
+        OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                   WHERE b.queue_id BETWEEN p_qid AND p_qid
+                     AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid)
+$$;
+
 -- The wait, in ms, before the next attempt after a message's p_n-th
 -- charged failure (QueueOptions.RetryBackoff): uniform over the whole
 -- milliseconds of [p_min, hi], hi = least(p_max, p_min * 2^p_n), for p_u

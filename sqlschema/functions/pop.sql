@@ -698,17 +698,9 @@ BEGIN
        OR (p_ok >= 0 AND (p_ok <= v_c.committed OR p_ok > v_c.batch_end)) THEN
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group) THEN
-        RETURN;
-    END IF;
-    -- Another partition in the ready set or the group's backlog: the
-    -- lease ends with its batch, so partitions rotate as without claims
-    -- ahead (the ranges are pop_window's: only the partial indexes fit).
-    IF EXISTS (SELECT 1 FROM {{schema}}.partitions p
-               WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
-       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
-                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
-                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+    -- Paused, or another partition ready: the lease ends with its batch,
+    -- so partitions rotate as without claims ahead.
+    IF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         RETURN;
     END IF;
     v_first := greatest(v_c.batch_end + 1, v_c.log_start);
@@ -817,12 +809,7 @@ BEGIN
     END IF;
     status := 0;
     IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group)
-       OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
-                  WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
-       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
-                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
-                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         status := 3;
     END IF;
     -- The ack as settle_v2's in-order ack through batch_end writes it, but
@@ -898,12 +885,7 @@ BEGIN
     END IF;
     IF p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
        OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = v_c.queue_id AND g.group_name = p_group)
-       OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
-                  WHERE p.queue_id BETWEEN v_c.queue_id AND v_c.queue_id AND p.pending AND p.id <> p_pid)
-       OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
-                  WHERE b.queue_id BETWEEN v_c.queue_id AND v_c.queue_id
-                    AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid) THEN
+       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
             lease_expires_at = NULL, updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
