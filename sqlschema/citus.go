@@ -25,6 +25,13 @@ var (
 	// CitusReference are the tables replicated to every node.
 	CitusReference = []string{"queues", "subscriptions", "dead_letters", "paused_groups",
 		"scheduled", "members", "samples", "settings", "samples_clock"}
+	// CitusLocal are the tables Citus keeps on the coordinator as "Citus
+	// local" tables: the scheduled generations, a partitioned table
+	// (which Citus does not replicate) with a foreign key to queues. Their
+	// state tables (scheduled_state, scheduled_gens) stay plain tables of
+	// the coordinator: as reference tables every move's lock on the state
+	// row would be a two-phase commit.
+	CitusLocal = []string{"scheduled_gen"}
 )
 
 // queueFKs are the foreign keys to queues, dropped while the tables are
