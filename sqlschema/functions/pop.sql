@@ -36,6 +36,9 @@ BEGIN
         IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
             RETURN false;
         END IF;
+        IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+            PERFORM {{schema}}.mark_behind_routed(p_pid, v_qid);
+        ELSE
         INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
         SELECT s.queue_id, s.group_name, p.id
         FROM {{schema}}.partitions p
@@ -47,6 +50,7 @@ BEGIN
                                                            s.from_time)) < p.last_offset
         ORDER BY s.group_name
         ON CONFLICT DO NOTHING;
+        END IF;
         UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
         v_done := true;
     END IF;
@@ -297,7 +301,7 @@ BEGIN
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
       AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
       AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
@@ -532,7 +536,8 @@ DECLARE
     v_seen    bigint[] := '{}';
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
-    SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
+    SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed INTO v_q
     FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
     IF NOT FOUND THEN
         RETURN;
@@ -562,17 +567,31 @@ BEGIN
     -- second, only if the first claimed less than asked and did not see the
     -- whole ready set, over a wider one.
     FOR v_pass IN 1 .. 2 LOOP
-        IF p_partition IS NULL THEN
+        IF p_partition IS NULL AND v_q.routed THEN
+            v_w := {{schema}}.pop_window_routed(v_q.id, p_group, p_hints, v_pass,
+                                                CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END,
+                                                v_seen);
+            v_pend := v_w.ids;
+            v_full := v_w.is_full;
+        ELSIF p_partition IS NULL THEN
             v_w := {{schema}}.pop_window(v_q.id, p_group, p_hints, v_pass,
                                          CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END, v_seen);
             v_pend := v_w.ids;
             v_full := v_w.is_full;
+        ELSIF v_q.routed THEN
+            v_pend := coalesce(ARRAY[{{schema}}.partition_of(v_q.id, p_partition)], '{}');
+            v_pend := array_remove(v_pend, NULL);
         ELSE
             SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
             FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
         END IF;
-        v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode, p_from,
-                                    v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        IF v_q.routed THEN
+            v_r := {{schema}}.pop_ready_routed(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode,
+                                               p_from, v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        ELSE
+            v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode,
+                                        p_from, v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        END IF;
         v_cand := v_r.cand;
         v_caught := v_caught || v_r.caught;
 
@@ -685,12 +704,13 @@ DECLARE
 BEGIN
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
        OR v_c.batch_end IS NULL OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
@@ -700,7 +720,11 @@ BEGIN
     END IF;
     -- Paused, or another partition ready: the lease ends with its batch,
     -- so partitions rotate as without claims ahead.
-    IF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+    IF v_c.routed THEN
+        IF {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid) THEN
+            RETURN;
+        END IF;
+    ELSIF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         RETURN;
     END IF;
     v_first := greatest(v_c.batch_end + 1, v_c.log_start);
@@ -778,12 +802,13 @@ DECLARE
 BEGIN
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.last_offset, p.queue_id, p.pending,
-           qq.delayed_processing_ms, qq.window_buffer_ms
+           qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now THEN
         status := 2;
@@ -808,8 +833,13 @@ BEGIN
         RETURN;
     END IF;
     status := 0;
-    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0 THEN
+        status := 3;
+    ELSIF v_c.routed THEN
+        IF {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid) THEN
+            status := 3;
+        END IF;
+    ELSIF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         status := 3;
     END IF;
     -- The ack as settle_v2's in-order ack through batch_end writes it, but
@@ -867,25 +897,34 @@ DECLARE
     v_last  bigint;
     v_lo    bigint;
     v_end   record;
+    v_yield boolean;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
        OR v_c.batch_end IS DISTINCT FROM v_c.committed THEN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
-    IF p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
-       OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+    v_yield := p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
+               OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0;
+    -- Each form in a statement of its own: Citus plans no SQL function
+    -- with parameters over a distributed table, even on a branch not taken.
+    IF NOT v_yield AND v_c.routed THEN
+        v_yield := {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid);
+    ELSIF NOT v_yield THEN
+        v_yield := {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid);
+    END IF;
+    IF v_yield THEN
         UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
             lease_expires_at = NULL, updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;

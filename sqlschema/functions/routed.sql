@@ -1,0 +1,321 @@
+-- The consume path's steps on the routed layout (settings.routed: Citus,
+-- partitions distributed by id; see DESIGN.md "On Citus").
+-- Function layer: applied after the migrations by sqlschema.Migrate (see
+-- the package doc); every definition is CREATE OR REPLACE.
+--
+-- Each function here does what its namesake without _routed does, in the
+-- shapes Citus plans: one partition per statement, by id (routed to its
+-- shard); a statement over every shard of a queue EXECUTEd with literals
+-- (Citus plans none with a PL/pgSQL parameter in it); no SQL function with
+-- parameters over a distributed table; no row lock over several shards.
+-- The set-based namesakes stay PostgreSQL's: per-partition statements cost
+-- a pop one statement per partition of its window.
+
+-- seed_offset as PL/pgSQL: Citus runs no SQL function with parameters
+-- that reads a distributed table.
+CREATE OR REPLACE FUNCTION {{schema}}.seed_offset_routed(p_pid bigint, p_log_start bigint, p_created timestamptz,
+                                                       p_mode text, p_since timestamptz, p_from timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    IF p_mode = 'all' OR p_created >= p_since THEN
+        RETURN p_log_start - 1;
+    END IF;
+    SELECT s.end_offset INTO v_end FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid
+      AND s.created_at < CASE WHEN p_mode = 'new' THEN p_since ELSE least(p_from, p_since) END
+    ORDER BY s.base_offset DESC LIMIT 1;
+    RETURN greatest(p_log_start - 1, coalesce(v_end, p_log_start - 1));
+END
+$$;
+
+-- seed_chunk's step: the next 1024 partitions of the queue by name (one
+-- statement over every shard), those the group is behind on locked one
+-- statement each in ascending id, then each given a backlog row unless
+-- pending by then. Done when the read reached the queue's last name: a
+-- first contact over fewer than 1024 partitions is one step, so the pops
+-- after it write no reference row (a two-phase commit each).
+CREATE OR REPLACE FUNCTION {{schema}}.seed_chunk_routed(p_qid bigint, p_group text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v       record;
+    r       record;
+    v_last  text;
+    v_n     integer := 0;
+    v_ids   bigint[] := '{}';
+    v_id    bigint;
+    v_pend  boolean;
+BEGIN
+    SELECT s.mode, s.from_time, s.created_at, s.seed_after INTO v
+    FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+    IF NOT FOUND OR v.seed_after IS NULL THEN
+        RETURN;
+    END IF;
+    FOR r IN EXECUTE format('SELECT p.id, p.name, p.pending, p.last_offset, p.log_start, p.created_at
+                             FROM {{schema}}.partitions p WHERE p.queue_id = %s AND p.name >= %L
+                             ORDER BY p.name LIMIT 1025', p_qid, v.seed_after) LOOP
+        v_n := v_n + 1;
+        v_last := r.name;
+        -- Statements of their own, never a subquery in an expression:
+        -- Citus plans those with parameters over a distributed table.
+        CONTINUE WHEN r.pending OR r.last_offset < r.log_start;
+        PERFORM 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = r.id AND cc.group_name = p_group;
+        CONTINUE WHEN FOUND;
+        IF {{schema}}.seed_offset_routed(r.id, r.log_start, r.created_at, v.mode, v.created_at, v.from_time)
+           < r.last_offset THEN
+            v_ids := v_ids || r.id;
+        END IF;
+    END LOOP;
+    v_ids := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        PERFORM 1 FROM {{schema}}.partitions WHERE id = v_id FOR NO KEY UPDATE;
+    END LOOP;
+    -- A later statement each: a push that set pending meanwhile has
+    -- committed (the row is held now), and the ready set has it.
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT p.pending INTO v_pend FROM {{schema}}.partitions p WHERE p.id = v_id;
+        IF FOUND AND NOT v_pend THEN
+            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (p_qid, p_group, v_id)
+            ON CONFLICT DO NOTHING;
+        END IF;
+    END LOOP;
+    UPDATE {{schema}}.subscriptions SET seed_after = CASE WHEN v_n < 1025 THEN NULL ELSE v_last END
+    WHERE queue_id = p_qid AND group_name = p_group;
+END
+$$;
+
+-- seed_consumers' cursor rows for the partitions p_pids lacking one: each
+-- partition row taken KEY SHARE SKIP LOCKED, one statement each in
+-- ascending id, then its cursor inserted.
+CREATE OR REPLACE FUNCTION {{schema}}.seed_consumers_routed(p_qid bigint, p_group text, p_pids bigint[])
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v     record;
+    v_p   record;
+    v_id  bigint;
+    v_off bigint;
+BEGIN
+    SELECT s.mode, s.from_time, s.created_at INTO v
+    FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    FOREACH v_id IN ARRAY ARRAY(SELECT DISTINCT u.id FROM unnest(p_pids) AS u(id) ORDER BY u.id) LOOP
+        PERFORM 1 FROM {{schema}}.consumers c WHERE c.partition_id = v_id AND c.group_name = p_group;
+        CONTINUE WHEN FOUND;
+        SELECT p.log_start, p.created_at INTO v_p FROM {{schema}}.partitions p
+        WHERE p.id = v_id AND p.queue_id = p_qid
+        FOR KEY SHARE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        v_off := {{schema}}.seed_offset_routed(v_id, v_p.log_start, v_p.created_at, v.mode, v.created_at, v.from_time);
+        INSERT INTO {{schema}}.consumers (partition_id, group_name, committed) VALUES (v_id, p_group, v_off)
+        ON CONFLICT DO NOTHING;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
+-- Up to p_win ids of the set p_from_where ("FROM ... WHERE ...", with
+-- literals, its rows aliased x with an id column) from a random point,
+-- wrapping around, in ascending id; is_full: the set had p_win or more.
+CREATE OR REPLACE FUNCTION {{schema}}.window_routed(p_from_where text, p_win integer,
+                                                  OUT ids bigint[], OUT is_full boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_lo   bigint;
+    v_hi   bigint;
+    v_from bigint;
+    v_more bigint[];
+BEGIN
+    ids := '{}';
+    is_full := false;
+    EXECUTE 'SELECT min(x.id), max(x.id) ' || p_from_where INTO v_lo, v_hi;
+    IF v_lo IS NULL THEN
+        RETURN;
+    END IF;
+    v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
+    EXECUTE format('SELECT ARRAY(SELECT x.id %s AND x.id >= %s ORDER BY x.id LIMIT %s)', p_from_where, v_from, p_win)
+    INTO ids;
+    IF cardinality(ids) < p_win THEN
+        EXECUTE format('SELECT ARRAY(SELECT x.id %s AND x.id < %s ORDER BY x.id LIMIT %s)', p_from_where, v_from,
+                       p_win - cardinality(ids))
+        INTO v_more;
+        ids := ids || v_more;
+    END IF;
+    is_full := cardinality(ids) >= p_win;
+END
+$$;
+
+-- pop_window's ids: hints by derived id (partition_of), then the ready set
+-- and the group's backlog, each read over every shard with literals.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_window_routed(p_qid bigint, p_group text, p_hints text[], p_pass integer,
+                                                      p_win integer, p_seen bigint[], OUT ids bigint[],
+                                                      OUT is_full boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id   bigint;
+    v_h    text;
+    v_pend boolean;
+    v_w    record;
+BEGIN
+    is_full := false;
+    ids := '{}';
+    IF p_pass = 1 AND p_hints IS NOT NULL THEN
+        FOREACH v_h IN ARRAY p_hints LOOP
+            v_id := {{schema}}.partition_of(p_qid, v_h);
+            CONTINUE WHEN v_id IS NULL OR v_id = ANY (ids);
+            SELECT p.pending INTO v_pend FROM {{schema}}.partitions p WHERE p.id = v_id;
+            IF NOT coalesce(v_pend, false) THEN
+                PERFORM 1 FROM {{schema}}.backlog b
+                WHERE b.partition_id = v_id AND b.queue_id = p_qid AND b.group_name = p_group;
+                v_pend := FOUND;
+            END IF;
+            IF v_pend THEN
+                ids := ids || v_id;
+            END IF;
+        END LOOP;
+    END IF;
+    v_w := {{schema}}.window_routed(format('FROM {{schema}}.partitions x WHERE x.queue_id = %s AND x.pending', p_qid),
+                                    p_win);
+    ids := ids || v_w.ids;
+    is_full := v_w.is_full;
+    v_w := {{schema}}.window_routed(format('FROM (SELECT b.partition_id AS id FROM {{schema}}.backlog b
+                                            WHERE b.queue_id = %s AND b.group_name = %L) x WHERE true',
+                                           p_qid, p_group), p_win);
+    ids := ids || v_w.ids;
+    is_full := is_full OR v_w.is_full;
+    IF p_pass = 2 THEN
+        ids := ARRAY(SELECT u.id FROM unnest(ids) AS u(id) WHERE NOT (u.id = ANY (p_seen)));
+    END IF;
+END
+$$;
+
+-- pop_ready: the window read one partition at a time (its row, then the
+-- group's cursor, then, for a windowed or delayed queue, its segments'
+-- times), the order and the flags as pop_ready's.
+CREATE OR REPLACE FUNCTION {{schema}}.pop_ready_routed(p_qid bigint, p_window_ms bigint, p_delay_ms bigint,
+                                                     p_group text, p_mode text, p_from timestamptz, p_ids bigint[],
+                                                     p_hints text[], p_now timestamptz, p_cutoff timestamptz,
+                                                     p_keyed boolean, OUT cand bigint[], OUT caught bigint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seed    integer;
+    v_missing bigint[];
+    v_id      bigint;
+    v_p       record;
+    v_c       record;
+    v_ok      boolean;
+    v_at      timestamptz;
+    v_pids    bigint[];
+    v_hinted  boolean[];
+    v_upd     timestamptz[];
+BEGIN
+    FOR v_seed IN 1 .. 2 LOOP
+        v_missing := '{}';
+        v_pids := '{}';
+        v_hinted := '{}';
+        v_upd := '{}';
+        caught := '{}';
+        FOREACH v_id IN ARRAY ARRAY(SELECT DISTINCT u.id FROM unnest(p_ids) AS u(id)) LOOP
+            SELECT p.name, p.last_offset, p.log_start, p.last_write_at INTO v_p
+            FROM {{schema}}.partitions p WHERE p.id = v_id;
+            CONTINUE WHEN NOT FOUND;
+            SELECT c.committed, c.batch_end, c.lease_expires_at, c.updated_at, c.retry_at, c.idle_until, c.idle_seen,
+                   c.wait_offs, c.wait_at, c.settled
+            INTO v_c
+            FROM {{schema}}.consumers c WHERE c.partition_id = v_id AND c.group_name = p_group;
+            IF NOT FOUND THEN
+                v_missing := v_missing || v_id;
+                CONTINUE;
+            END IF;
+            IF (v_p.last_offset < v_p.log_start OR v_c.committed >= v_p.last_offset)
+               AND v_p.last_write_at < p_now - interval '2 seconds' THEN
+                caught := caught || v_id;
+            END IF;
+            v_ok := v_p.last_offset >= greatest(v_c.committed + 1, v_p.log_start)
+                AND (v_c.batch_end IS NULL OR v_c.lease_expires_at <= p_now)
+                AND (v_c.retry_at IS NULL OR v_c.retry_at <= p_now)
+                AND (v_c.idle_until IS NULL OR v_c.idle_until <= p_now
+                     OR v_p.last_offset > coalesce(v_c.idle_seen, v_p.last_offset))
+                AND (p_keyed OR v_c.wait_offs IS NULL
+                     OR NOT {{schema}}.head_waits(v_c.wait_offs, v_c.wait_at, v_c.committed, v_c.settled, p_now));
+            IF v_ok AND p_window_ms > 0 THEN
+                SELECT s.created_at INTO v_at FROM {{schema}}.segments s WHERE s.partition_id = v_id
+                ORDER BY s.base_offset DESC LIMIT 1;
+                v_ok := coalesce(v_at, '-infinity') <= p_now - p_window_ms * interval '1 millisecond';
+            END IF;
+            IF v_ok AND p_delay_ms > 0 THEN
+                SELECT s.created_at INTO v_at FROM {{schema}}.segments s WHERE s.partition_id = v_id
+                  AND s.base_offset <= greatest(v_c.committed + 1, v_p.log_start)
+                ORDER BY s.base_offset DESC LIMIT 1;
+                v_ok := coalesce(v_at, '-infinity') <= p_cutoff;
+            END IF;
+            IF v_ok THEN
+                v_pids := v_pids || v_id;
+                v_hinted := v_hinted || coalesce(v_p.name = ANY (p_hints), false);
+                v_upd := v_upd || v_c.updated_at;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(v_missing) = 0 OR v_seed = 2;
+        PERFORM {{schema}}.seed_consumers_routed(p_qid, p_group, v_missing);
+    END LOOP;
+    cand := ARRAY(SELECT u.pid FROM unnest(v_pids, v_hinted, v_upd) AS u(pid, hinted, upd)
+                  ORDER BY u.hinted DESC, u.upd, u.pid);
+END
+$$;
+
+-- lease_yields, each read of the queue's partitions with literals.
+CREATE OR REPLACE FUNCTION {{schema}}.lease_yields_routed(p_qid bigint, p_group text, p_pid bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v boolean;
+BEGIN
+    PERFORM 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = p_qid AND g.group_name = p_group;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                                   WHERE p.queue_id = %s AND p.pending AND p.id <> %s)
+                        OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
+                                   WHERE b.queue_id = %s AND b.group_name = %L AND b.partition_id <> %s)',
+                   p_qid, p_pid, p_qid, p_group, p_pid)
+    INTO v;
+    RETURN v;
+END
+$$;
+
+-- clear_pending's marking of a pending partition p_pid of queue p_qid
+-- (whose row the caller holds, and the queue's contact lock): a backlog
+-- row for every subscribed group behind on it, one statement each.
+CREATE OR REPLACE FUNCTION {{schema}}.mark_behind_routed(p_pid bigint, p_qid bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_p    record;
+    s      record;
+    v_comm bigint;
+BEGIN
+    SELECT p.last_offset, p.log_start, p.created_at INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
+    IF NOT FOUND OR v_p.last_offset < v_p.log_start THEN
+        RETURN;
+    END IF;
+    FOR s IN SELECT s.group_name, s.mode, s.created_at, s.from_time FROM {{schema}}.subscriptions s
+             WHERE s.queue_id = p_qid ORDER BY s.group_name LOOP
+        SELECT c.committed INTO v_comm FROM {{schema}}.consumers c
+        WHERE c.partition_id = p_pid AND c.group_name = s.group_name;
+        IF NOT FOUND THEN
+            v_comm := {{schema}}.seed_offset_routed(p_pid, v_p.log_start, v_p.created_at, s.mode, s.created_at,
+                                                   s.from_time);
+        END IF;
+        IF v_comm < v_p.last_offset THEN
+            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (p_qid, s.group_name, p_pid)
+            ON CONFLICT DO NOTHING;
+        END IF;
+    END LOOP;
+END
+$$;
