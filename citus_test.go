@@ -571,6 +571,7 @@ func testDistributedConsume(t *testing.T, url string) {
 		note(m)
 		ack(t, m)
 	}
+	t.Logf("DEBUG first acks: 2pc %d", twoPhase(t, pool)-before)
 	// A failed message is delivered again (not noted the first time).
 	if ms := pop(t, q, queen.PopOptions{Batch: 1}); len(ms) != 1 {
 		t.Fatalf("pop: %d messages, want 1", len(ms))
@@ -578,7 +579,9 @@ func testDistributedConsume(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
+		b0 := twoPhase(t, pool)
 		ms := pop(t, q, queen.PopOptions{Batch: 7, Partitions: 2})
+		t.Logf("DEBUG pop %d: %d msgs, 2pc %d", i, len(ms), twoPhase(t, pool)-b0)
 		var reqs []queen.AckRequest
 		for _, m := range ms {
 			note(m)
@@ -588,6 +591,7 @@ func testDistributedConsume(t *testing.T, url string) {
 				reqs = append(reqs, queen.AckRequest{Message: m})
 			}
 		}
+		t.Logf("DEBUG acks %d: 2pc %d", i, twoPhase(t, pool)-b0)
 		if len(reqs) > 0 {
 			errs, err := q.AckBatch(ctxT(t), reqs)
 			if err == nil {

@@ -798,9 +798,11 @@ SET enable_mergejoin = off
 AS $$
 DECLARE
     v_c   record;
+    v_l   record;
     v_now timestamptz := clock_timestamp();
+    v_keep timestamptz;
 BEGIN
-    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.delivered_max,
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_owner, cc.lease_expires_at, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.last_offset, p.queue_id, p.pending,
            qq.delayed_processing_ms, qq.window_buffer_ms,
            (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
@@ -843,14 +845,18 @@ BEGIN
         status := 3;
     END IF;
     -- The ack as settle_v2's in-order ack through batch_end writes it, but
-    -- for the lease, kept unless status 3.
+    -- for the lease, kept unless status 3. The lease as lease_after says,
+    -- from the row as locked; not a multiple assignment from a subquery,
+    -- which Citus cannot run ("unrecognized paramkind").
+    -- (The time a variable: Citus takes no stable function in a CASE.)
+    v_keep := v_now + p_keep_ms * interval '1 millisecond';
+    SELECT * INTO v_l FROM {{schema}}.lease_after(status = 3, v_c.batch_end, v_c.lease_id, v_c.lease_owner,
+                                                  v_c.lease_expires_at);
     UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
         deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, retry_at = NULL,
-        (batch_end, lease_id, lease_owner, lease_expires_at)
-            = (SELECT l.batch_end, l.lease_id, l.lease_owner,
-                      CASE WHEN status = 3 OR p_keep_ms <= 0 THEN l.lease_expires_at
-                           ELSE least(l.lease_expires_at, v_now + p_keep_ms * interval '1 millisecond') END
-               FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at) AS l),
+        batch_end = v_l.batch_end, lease_id = v_l.lease_id, lease_owner = v_l.lease_owner,
+        lease_expires_at = CASE WHEN status = 3 OR p_keep_ms <= 0 THEN v_l.lease_expires_at
+                                ELSE least(v_l.lease_expires_at, v_keep) END,
         updated_at = v_now
     WHERE partition_id = p_pid AND group_name = p_group
     RETURNING consumers.lease_expires_at INTO lease_end;

@@ -297,25 +297,163 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_p    record;
-    s      record;
+    v_s    record;
     v_comm bigint;
 BEGIN
     SELECT p.last_offset, p.log_start, p.created_at INTO v_p FROM {{schema}}.partitions p WHERE p.id = p_pid;
     IF NOT FOUND OR v_p.last_offset < v_p.log_start THEN
         RETURN;
     END IF;
-    FOR s IN SELECT s.group_name, s.mode, s.created_at, s.from_time FROM {{schema}}.subscriptions s
-             WHERE s.queue_id = p_qid ORDER BY s.group_name LOOP
+    FOR v_s IN SELECT s.group_name, s.mode, s.created_at, s.from_time FROM {{schema}}.subscriptions s
+               WHERE s.queue_id = p_qid ORDER BY s.group_name LOOP
         SELECT c.committed INTO v_comm FROM {{schema}}.consumers c
-        WHERE c.partition_id = p_pid AND c.group_name = s.group_name;
+        WHERE c.partition_id = p_pid AND c.group_name = v_s.group_name;
         IF NOT FOUND THEN
-            v_comm := {{schema}}.seed_offset_routed(p_pid, v_p.log_start, v_p.created_at, s.mode, s.created_at,
-                                                   s.from_time);
+            v_comm := {{schema}}.seed_offset_routed(p_pid, v_p.log_start, v_p.created_at, v_s.mode, v_s.created_at,
+                                                   v_s.from_time);
         END IF;
         IF v_comm < v_p.last_offset THEN
-            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (p_qid, s.group_name, p_pid)
+            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (p_qid, v_s.group_name, p_pid)
             ON CONFLICT DO NOTHING;
         END IF;
     END LOOP;
+END
+$$;
+
+-- lock_skip_failures, one row per statement: each row's queue read by its
+-- partition's id, the queue rows of skip-policy failures with a wait
+-- (route 2) and of dead letters (action 3) taken KEY SHARE one statement
+-- each in ascending id, then the partitions of route 1, likewise. Unlike
+-- lock_skip_failures, a failure that may spend its budget (action 1) does
+-- not take its queue row ahead: on Citus that lock is taken on every node,
+-- a two-phase commit for every Fail. Such a failure's dead letter takes the
+-- row by its foreign key after the cursor row; a Queue.Delete in between
+-- then ends in a deadlock, which PostgreSQL (or Citus's detector across
+-- nodes) breaks by failing one of the two.
+CREATE OR REPLACE FUNCTION {{schema}}.lock_skip_failures_routed(p_pids bigint[], p_act smallint[], p_wait boolean,
+                                                               p_retry_ms bigint[])
+RETURNS smallint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    n       integer := coalesce(cardinality(p_pids), 0);
+    v_route smallint[] := '{}';
+    v_qid   bigint[] := '{}';
+    v_q     record;
+    v_id    bigint;
+    v_lockq bigint[] := '{}';
+    v_lockp bigint[] := '{}';
+    v_gotq  bigint[] := '{}';
+    v_gotp  bigint[] := '{}';
+    i       integer;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        v_qid[i] := NULL;
+        v_route[i] := 0;
+        SELECT p.queue_id INTO v_id FROM {{schema}}.partitions p WHERE p.id = p_pids[i];
+        CONTINUE WHEN NOT FOUND;
+        v_qid[i] := v_id;
+        IF p_act[i] = 1 THEN
+            SELECT qq.failure_policy, qq.retry_backoff_min_ms, qq.retry_backoff_max_ms INTO v_q
+            FROM {{schema}}.queues qq WHERE qq.id = v_id;
+            IF FOUND AND v_q.failure_policy = 'skip' THEN
+                v_route[i] := CASE WHEN {{schema}}.failure_wait_ms(p_retry_ms[i], 1, v_q.retry_backoff_min_ms,
+                                                                   v_q.retry_backoff_max_ms, 0) > 0
+                                   THEN 2 ELSE 1 END;
+            END IF;
+        END IF;
+        IF v_route[i] = 2 OR p_act[i] = 3 THEN
+            v_lockq := v_lockq || v_id;
+        ELSIF v_route[i] = 1 THEN
+            v_lockp := v_lockp || p_pids[i];
+        END IF;
+    END LOOP;
+    IF cardinality(v_lockq) = 0 AND cardinality(v_lockp) = 0 THEN
+        RETURN v_route;
+    END IF;
+    FOREACH v_id IN ARRAY ARRAY(SELECT DISTINCT u.id FROM unnest(v_lockq) AS u(id) ORDER BY u.id) LOOP
+        IF p_wait THEN
+            PERFORM 1 FROM {{schema}}.queues q WHERE q.id = v_id FOR KEY SHARE;
+        ELSE
+            PERFORM 1 FROM {{schema}}.queues q WHERE q.id = v_id FOR KEY SHARE SKIP LOCKED;
+        END IF;
+        IF FOUND THEN
+            v_gotq := v_gotq || v_id;
+        END IF;
+    END LOOP;
+    FOREACH v_id IN ARRAY ARRAY(SELECT DISTINCT u.id FROM unnest(v_lockp) AS u(id) ORDER BY u.id) LOOP
+        IF p_wait THEN
+            PERFORM 1 FROM {{schema}}.partitions p WHERE p.id = v_id FOR NO KEY UPDATE;
+        ELSE
+            PERFORM 1 FROM {{schema}}.partitions p WHERE p.id = v_id FOR NO KEY UPDATE SKIP LOCKED;
+        END IF;
+        IF FOUND THEN
+            v_gotp := v_gotp || v_id;
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. n LOOP
+        v_route[i] := CASE WHEN v_route[i] = 1 AND p_pids[i] = ANY (v_gotp) THEN 1
+                           WHEN v_route[i] = 2 AND v_qid[i] = ANY (v_gotq) THEN 2
+                           ELSE 0 END;
+    END LOOP;
+    RETURN v_route;
+END
+$$;
+
+-- ack_many, one cursor per statement in ascending (partition id, group),
+-- the lock order: as one UPDATE ... FROM unnest it runs on every shard,
+-- and commits with a two-phase commit over every worker.
+CREATE OR REPLACE FUNCTION {{schema}}.ack_many_routed(
+    p_pids   bigint[],
+    p_groups text[],
+    p_leases uuid[],
+    p_ok     bigint[]
+) RETURNS SETOF {{schema}}.settle_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    x      record;
+    v_c    record;
+    v_comm bigint;
+    v_res  {{schema}}.settle_result[];
+BEGIN
+    FOR x IN SELECT u.pid, u.g, u.lease, u.ok, u.ord::integer AS ord
+             FROM unnest(p_pids, p_groups, p_leases, p_ok) WITH ORDINALITY AS u(pid, g, lease, ok, ord)
+             ORDER BY u.pid, u.g LOOP
+        SELECT c.committed, c.batch_end, c.lease_id, c.lease_expires_at, c.settled, c.fail_offs, c.fail_counts,
+               c.delivered_max
+        INTO v_c
+        FROM {{schema}}.consumers c WHERE c.partition_id = x.pid AND c.group_name = x.g
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            v_res[x.ord] := ROW(x.ord, 5, NULL);
+            CONTINUE;
+        ELSIF x.ok <= v_c.committed THEN
+            v_res[x.ord] := ROW(x.ord, 1, v_c.committed);
+            CONTINUE;
+        ELSIF x.ok > v_c.batch_end OR v_c.lease_id IS DISTINCT FROM x.lease OR v_c.lease_expires_at <= v_now THEN
+            v_res[x.ord] := ROW(x.ord, 2, v_c.committed);
+            CONTINUE;
+        END IF;
+        v_comm := CASE WHEN v_c.settled IS NULL THEN x.ok ELSE {{schema}}.settled_advance(x.ok, v_c.settled) END;
+        UPDATE {{schema}}.consumers c SET
+            committed        = v_comm,
+            attempts         = CASE WHEN v_c.settled IS NULL AND v_c.fail_offs IS NULL THEN 0
+                                    ELSE {{schema}}.fail_at(v_c.fail_offs, v_c.fail_counts, v_comm + 1) END,
+            settled          = CASE WHEN v_c.settled IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(v_c.settled, v_comm) END,
+            fail_offs        = CASE WHEN v_c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.offsets_above(v_c.fail_offs, v_comm + 1) END,
+            fail_counts      = CASE WHEN v_c.fail_offs IS NULL THEN NULL
+                                    ELSE {{schema}}.fail_counts_above(v_c.fail_offs, v_c.fail_counts, v_comm + 1) END,
+            deliveries       = CASE WHEN v_comm < v_c.delivered_max THEN 1 ELSE 0 END,
+            batch_end        = CASE WHEN v_comm >= v_c.batch_end THEN NULL ELSE c.batch_end END,
+            lease_id         = CASE WHEN v_comm >= v_c.batch_end THEN NULL ELSE c.lease_id END,
+            lease_owner      = CASE WHEN v_comm >= v_c.batch_end THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN v_comm >= v_c.batch_end THEN NULL ELSE c.lease_expires_at END,
+            updated_at       = v_now
+        WHERE c.partition_id = x.pid AND c.group_name = x.g;
+        v_res[x.ord] := ROW(x.ord, 0, x.ok);
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_res) ORDER BY 1;
 END
 $$;
