@@ -571,10 +571,16 @@ func testDistributedConsume(t *testing.T, url string) {
 		note(m)
 		ack(t, m)
 	}
-	// A failed message is delivered again (not noted the first time).
+	// A failed and a retried message are delivered again (not noted the
+	// first time).
 	if ms := pop(t, q, queen.PopOptions{Batch: 1}); len(ms) != 1 {
 		t.Fatalf("pop: %d messages, want 1", len(ms))
 	} else if err := ms[0].Fail(ctxT(t), errors.New("again")); err != nil {
+		t.Fatal(err)
+	}
+	if ms := pop(t, q, queen.PopOptions{Batch: 1}); len(ms) != 1 {
+		t.Fatalf("pop: %d messages, want 1", len(ms))
+	} else if err := ms[0].Retry(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 20 {

@@ -1072,3 +1072,32 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- Renews lease p_lease on group p_group's cursor of partition p_pid to end
+-- p_ms from now, if it is live: the new end, NULL when not live. p_owner,
+-- a member's lease owner (client '#' member id) or NULL: the renewal is
+-- the member's heartbeat too (member_seen, rate-limited). The time is read
+-- once, before the write: Citus runs no volatile function in an UPDATE of
+-- a distributed table.
+CREATE OR REPLACE FUNCTION {{schema}}.extend_lease(p_pid bigint, p_group text, p_lease uuid, p_ms bigint,
+                                                 p_owner text)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    v_exp  timestamptz := v_now + p_ms * interval '1 millisecond';
+    v_qid  bigint;
+    v_seen boolean;
+BEGIN
+    UPDATE {{schema}}.consumers SET lease_expires_at = v_exp
+    WHERE partition_id = p_pid AND group_name = p_group AND lease_id = p_lease AND lease_expires_at > v_now;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF p_owner IS NOT NULL THEN
+        SELECT p.queue_id INTO v_qid FROM {{schema}}.partitions p WHERE p.id = p_pid;
+        v_seen := {{schema}}.member_seen(v_qid, p_group, p_owner, v_now);
+    END IF;
+    RETURN v_exp;
+END
+$$;
