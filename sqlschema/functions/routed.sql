@@ -121,31 +121,18 @@ $$;
 
 -- Up to p_win ids of the set p_from_where ("FROM ... WHERE ...", with
 -- literals, its rows aliased x with an id column) from a random point,
--- wrapping around, in ascending id; is_full: the set had p_win or more.
+-- wrapping around, in that order; is_full: the set had p_win or more. One
+-- statement over every shard, each shard returning its first p_win in
+-- that order. The point is drawn over the whole id range, not the set's:
+-- partition ids are hashes, uniform over it (see partition_key).
 CREATE OR REPLACE FUNCTION {{schema}}.window_routed(p_from_where text, p_win integer,
                                                   OUT ids bigint[], OUT is_full boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_lo   bigint;
-    v_hi   bigint;
-    v_from bigint;
-    v_more bigint[];
+    v_from bigint := floor(random() * 9223372036854775807::float8)::bigint;
 BEGIN
-    ids := '{}';
-    is_full := false;
-    EXECUTE 'SELECT min(x.id), max(x.id) ' || p_from_where INTO v_lo, v_hi;
-    IF v_lo IS NULL THEN
-        RETURN;
-    END IF;
-    v_from := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
-    EXECUTE format('SELECT ARRAY(SELECT x.id %s AND x.id >= %s ORDER BY x.id LIMIT %s)', p_from_where, v_from, p_win)
+    EXECUTE format('SELECT ARRAY(SELECT x.id %s ORDER BY x.id < %s, x.id LIMIT %s)', p_from_where, v_from, p_win)
     INTO ids;
-    IF cardinality(ids) < p_win THEN
-        EXECUTE format('SELECT ARRAY(SELECT x.id %s AND x.id < %s ORDER BY x.id LIMIT %s)', p_from_where, v_from,
-                       p_win - cardinality(ids))
-        INTO v_more;
-        ids := ids || v_more;
-    END IF;
     is_full := cardinality(ids) >= p_win;
 END
 $$;
