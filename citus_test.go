@@ -517,6 +517,8 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 
+	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
+
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
 		countable(t, pool)
@@ -586,4 +588,212 @@ func TestOnCitus(t *testing.T) {
 			t.Errorf("writes to partitions on two workers took %d two-phase commits, want 1", d)
 		}
 	})
+}
+
+// testDistributedConsume: consuming on the distributed layout (Config.Citus).
+// Pops with acks, a plain Consume and a per-key Consume (KeyConcurrency)
+// over partitions of one worker deliver every message once, in order per
+// partition (per key for the keyed one), with no two-phase commit after
+// the groups' first contacts; a consumer parked in a long poll that never
+// rescans is woken by another client's push on the layout.
+func testDistributedConsume(t *testing.T, url string) {
+	noMaint := func(c *queen.Config) { c.Maintenance.Interval = -1 }
+	c, pool, schema := openCitus(t, url, true, noMaint)
+	countable(t, pool)
+	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+	shards, err := citus.Load(ctxT(t), pool, tbl("partitions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Names of partitions of queue qn on one worker group, by the client's
+	// reckoning of their ids: Configure creates the queue row first.
+	names := func(qn string, n int) []string {
+		if err := c.Queue(qn).Configure(ctxT(t), queen.QueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var qid int64
+		if err := pool.QueryRow(ctxT(t), "SELECT id FROM "+tbl("queues")+" WHERE name = $1", qn).Scan(&qid); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			name := fmt.Sprint("p", i)
+			if sh, ok := shards.Of(citus.PartitionKey(qid, name, 0)); ok && sh.Group == shards[0].Group {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	const per = 60
+	pushAll := func(q *queen.Queue, parts []string, keys int) {
+		var items []queen.Item
+		for i := range per {
+			for _, p := range parts {
+				it := queen.Item{Partition: p, Data: []byte(strconv.Itoa(i))}
+				if keys > 0 {
+					it.Key = fmt.Sprint("k", i%keys)
+				}
+				items = append(items, it)
+			}
+		}
+		for len(items) > 0 {
+			n := min(len(items), 40)
+			push(t, q, items[:n]...)
+			items = items[n:]
+		}
+	}
+
+	// Pops with acks, then a Consume, one group ("") of queue "dc".
+	q := c.Queue("dc")
+	parts := names("dc", 4)
+	pushAll(q, parts[:1], 0)
+	first := pop(t, q, queen.PopOptions{Batch: 5})
+	if len(first) == 0 {
+		t.Fatal("first pop: nothing")
+	}
+	pushAll(q, parts[1:], 0)
+	before := twoPhase(t, pool)
+	seen := map[string][]int{}
+	var mu sync.Mutex
+	got := 0
+	note := func(m *queen.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		v, _ := strconv.Atoi(string(m.Data))
+		seen[m.Partition] = append(seen[m.Partition], v)
+		got++
+	}
+	for _, m := range first {
+		note(m)
+		ack(t, m)
+	}
+	// A failed and a retried message are delivered again (not noted the
+	// first time).
+	if ms := pop(t, q, queen.PopOptions{Batch: 1}); len(ms) != 1 {
+		t.Fatalf("pop: %d messages, want 1", len(ms))
+	} else if err := ms[0].Fail(ctxT(t), errors.New("again")); err != nil {
+		t.Fatal(err)
+	}
+	if ms := pop(t, q, queen.PopOptions{Batch: 1}); len(ms) != 1 {
+		t.Fatalf("pop: %d messages, want 1", len(ms))
+	} else if err := ms[0].Retry(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		ms := pop(t, q, queen.PopOptions{Batch: 7, Partitions: 2})
+		var reqs []queen.AckRequest
+		for _, m := range ms {
+			note(m)
+			if i%2 == 0 {
+				ack(t, m)
+			} else {
+				reqs = append(reqs, queen.AckRequest{Message: m})
+			}
+		}
+		if len(reqs) > 0 {
+			errs, err := q.AckBatch(ctxT(t), reqs)
+			if err == nil {
+				err = errors.Join(errs...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d := twoPhase(t, pool) - before; d != 0 {
+		t.Errorf("%d two-phase commits popping and settling one worker's partitions, want 0", d)
+	}
+	// A Consume is a group member: its joining, its leaving and its
+	// heartbeats (at most one a second carried by its claims or renewals,
+	// and one alone when those carried none lately) write the members
+	// reference table, a two-phase commit each; nothing else may take one.
+	memberWrites := func(start time.Time) int64 { return 2 + 2*int64(time.Since(start)/time.Second+1) }
+	before = twoPhase(t, pool)
+	started := time.Now()
+	total := per * len(parts)
+	err = consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Wait: 100 * time.Millisecond}, Concurrency: 2},
+		func(_ context.Context, m *queen.Message) error {
+			note(m)
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return got >= total })
+	if err != nil || got != total {
+		t.Fatalf("Consume = %v after %d of %d", err, got, total)
+	}
+	for _, p := range parts {
+		for i, v := range seen[p] {
+			if v != i {
+				t.Fatalf("partition %s: handled %v, want each of 0..%d once in order", p, seen[p], per-1)
+			}
+		}
+		if len(seen[p]) != per {
+			t.Fatalf("partition %s: %d handled, want %d", p, len(seen[p]), per)
+		}
+	}
+	if d, most := twoPhase(t, pool)-before, memberWrites(started); d > most {
+		t.Errorf("%d two-phase commits consuming one worker's partitions, want at most %d (member heartbeats)", d, most)
+	} else {
+		t.Logf("Consume: %d two-phase commits (member heartbeats: at most %d)", d, most)
+	}
+
+	// A per-key Consume of queue "dk": one handler at a time per key, in
+	// order per key.
+	k := c.Queue("dk")
+	kparts := names("dk", 2)
+	pushAll(k, kparts, 4)
+	if ms := pop(t, k, queen.PopOptions{Partition: kparts[0], Batch: 1}); len(ms) != 1 {
+		t.Fatalf("first keyed pop: %d messages", len(ms))
+	} else if err := ms[0].Fail(ctxT(t), errors.New("again")); err != nil {
+		t.Fatal(err)
+	}
+	before = twoPhase(t, pool)
+	started = time.Now()
+	keyNext := map[string]int{}
+	got = 0
+	total = per * len(kparts)
+	err = consumeUntil(t, k, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 10, Wait: 100 * time.Millisecond}, Concurrency: 2, KeyConcurrency: 4},
+		func(_ context.Context, m *queen.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			kk := m.Partition + "/" + m.Key
+			if want := strconv.Itoa(keyNext[kk]*4 + int(m.Key[1]-'0')); string(m.Data) != want {
+				t.Errorf("%s: %s handled, want %s", kk, m.Data, want)
+			}
+			keyNext[kk]++
+			got++
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return got >= total })
+	if err != nil || got != total {
+		t.Fatalf("keyed Consume = %v after %d of %d", err, got, total)
+	}
+	if d, most := twoPhase(t, pool)-before, memberWrites(started); d > most {
+		t.Errorf("%d two-phase commits in a per-key Consume of one worker's partitions, want at most %d (member heartbeats)", d, most)
+	} else {
+		t.Logf("per-key Consume: %d two-phase commits (member heartbeats: at most %d)", d, most)
+	}
+
+	// A consumer of another client, parked in a long poll that never
+	// rescans, woken by a push on the layout.
+	waiter, _, _ := openCitus(t, url, true, noMaint, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = schema })
+	wq := waiter.Queue("dc")
+	_ = pop(t, wq, queen.PopOptions{}) // first contact done before; nothing left
+	woke := make(chan []*queen.Message, 1)
+	go func() {
+		ms, err := wq.Pop(ctxT(t), queen.PopOptions{Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		woke <- ms
+	}()
+	time.Sleep(500 * time.Millisecond)
+	pushed := time.Now()
+	push(t, q, queen.Item{Partition: parts[2], Data: []byte("wake")})
+	select {
+	case ms := <-woke:
+		if len(ms) != 1 || string(ms[0].Data) != "wake" {
+			t.Fatalf("woken pop: %q, want [wake]", datas(ms))
+		}
+		t.Logf("woken %v after the push", time.Since(pushed))
+	case <-time.After(20 * time.Second):
+		t.Fatal("a push on the layout did not wake a parked consumer of another client")
+	}
 }

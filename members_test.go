@@ -328,7 +328,7 @@ func (s *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 		kind = "member"
 	case strings.Contains(d.SQL, ".pop_v2("):
 		kind = "pop"
-	case strings.Contains(d.SQL, "SET lease_expires_at"):
+	case strings.Contains(d.SQL, ".extend_lease("):
 		kind = "extend"
 	}
 	s.mu.Lock()

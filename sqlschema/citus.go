@@ -67,7 +67,7 @@ func distributeSQL(schema string) []string {
 		s = append(s, fmt.Sprintf("SELECT create_reference_table('{{schema}}.%s')", t))
 	}
 	// The function layer's statements go one partition at a time from now.
-	s = append(s, "UPDATE {{schema}}.settings SET routed = true")
+	s = append(s, "UPDATE {{schema}}.settings SET routed = true", customPlansSQL)
 	for _, t := range queueFKs {
 		s = append(s, fmt.Sprintf("ALTER TABLE {{schema}}.%s ADD CONSTRAINT %s_queue_id_fkey "+
 			"FOREIGN KEY (queue_id) REFERENCES {{schema}}.queues (id) ON DELETE CASCADE", t, t))

@@ -120,6 +120,27 @@ func wantFunctions(s FunctionsState, ok bool) bool {
 	return s.Revision == FunctionsRevision && s.Hash != functionsHash
 }
 
+// customPlansSQL makes every function of the layer that plans its
+// statements generically (SET plan_cache_mode = force_generic_plan, for
+// PostgreSQL's sake) plan them for their parameters instead, on the routed
+// layout only (settings.routed, set by Distribute): Citus cannot plan a
+// join of distributed tables, even on one shard, without the parameters'
+// values ("could not create distributed plan"). Run after the layer is
+// (re)applied and by Distribute.
+const customPlansSQL = `DO $custom$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+                 WHERE p.pronamespace = '{{schema}}'::regnamespace
+                   AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig) LOOP
+            EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_custom_plan', f);
+        END LOOP;
+    END IF;
+END
+$custom$`
+
 // functionsSQL renders the function layer and its state row as one script.
 func functionsSQL(schema string) string {
 	var b strings.Builder
@@ -129,6 +150,7 @@ func functionsSQL(schema string) string {
 	for _, f := range functionFiles {
 		fmt.Fprintf(&b, "\n-- functions/%s\n%s\n", f.Name, f.SQL(schema))
 	}
+	fmt.Fprintf(&b, "\n%s;\n", render(customPlansSQL, schema))
 	fmt.Fprintf(&b, "\nINSERT INTO %s (id, version, revision, hash) VALUES (true, %d, %d, '%s')\n"+
 		"ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, revision = EXCLUDED.revision,\n"+
 		"    hash = EXCLUDED.hash, applied_at = now();\n",

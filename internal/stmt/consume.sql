@@ -48,19 +48,10 @@ FROM {{schema}}.settle_keyed_v2($1::int8[], $2::text[], $3::uuid[], $4::int8[], 
 
 -- name: Extend
 -- $5, the lease owner of a member (client '#' member id) or NULL: a
--- renewal is the member's heartbeat too (member_seen, rate-limited).
-WITH x AS (
-    UPDATE {{schema}}.consumers
-    SET lease_expires_at = clock_timestamp() + $4::int8 * interval '1 millisecond'
-    WHERE partition_id = $1 AND group_name = $2 AND lease_id = $3 AND lease_expires_at > clock_timestamp()
-    RETURNING lease_expires_at
-)
-SELECT x.lease_expires_at,
-    CASE WHEN $5::text IS NOT NULL THEN
-        {{schema}}.member_seen((SELECT p.queue_id FROM {{schema}}.partitions p WHERE p.id = $1), $2, $5::text,
-                               clock_timestamp())
-    END
-FROM x
+-- renewal is the member's heartbeat too (member_seen, rate-limited). No
+-- row: the lease is not live.
+SELECT e.lease_end FROM {{schema}}.extend_lease($1::int8, $2::text, $3::uuid, $4::int8, $5::text) AS e(lease_end)
+WHERE e.lease_end IS NOT NULL
 
 -- name: MemberBeat
 SELECT {{schema}}.member_beat($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, $7::int4, $8::timestamptz)

@@ -36,6 +36,9 @@ BEGIN
         IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
             RETURN false;
         END IF;
+        IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+            PERFORM {{schema}}.mark_behind_routed(p_pid, v_qid);
+        ELSE
         INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
         SELECT s.queue_id, s.group_name, p.id
         FROM {{schema}}.partitions p
@@ -47,6 +50,7 @@ BEGIN
                                                            s.from_time)) < p.last_offset
         ORDER BY s.group_name
         ON CONFLICT DO NOTHING;
+        END IF;
         UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
         v_done := true;
     END IF;
@@ -297,7 +301,7 @@ BEGIN
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
       AND p.last_offset >= greatest(cc.committed + 1, p.log_start)
       AND (cc.batch_end IS NULL OR cc.lease_expires_at <= p_now)
       AND (cc.retry_at IS NULL OR cc.retry_at <= p_now)
@@ -532,7 +536,8 @@ DECLARE
     v_seen    bigint[] := '{}';
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
-    SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms INTO v_q
+    SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed INTO v_q
     FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_queue;
     IF NOT FOUND THEN
         RETURN;
@@ -562,17 +567,31 @@ BEGIN
     -- second, only if the first claimed less than asked and did not see the
     -- whole ready set, over a wider one.
     FOR v_pass IN 1 .. 2 LOOP
-        IF p_partition IS NULL THEN
+        IF p_partition IS NULL AND v_q.routed THEN
+            v_w := {{schema}}.pop_window_routed(v_q.id, p_group, p_hints, v_pass,
+                                                CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END,
+                                                v_seen);
+            v_pend := v_w.ids;
+            v_full := v_w.is_full;
+        ELSIF p_partition IS NULL THEN
             v_w := {{schema}}.pop_window(v_q.id, p_group, p_hints, v_pass,
                                          CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END, v_seen);
             v_pend := v_w.ids;
             v_full := v_w.is_full;
+        ELSIF v_q.routed THEN
+            v_pend := coalesce(ARRAY[{{schema}}.partition_of(v_q.id, p_partition)], '{}');
+            v_pend := array_remove(v_pend, NULL);
         ELSE
             SELECT coalesce(array_agg(p.id), '{}') INTO v_pend
             FROM {{schema}}.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition;
         END IF;
-        v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode, p_from,
-                                    v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        IF v_q.routed THEN
+            v_r := {{schema}}.pop_ready_routed(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode,
+                                               p_from, v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        ELSE
+            v_r := {{schema}}.pop_ready(v_q.id, v_q.window_buffer_ms, v_q.delayed_processing_ms, p_group, p_mode,
+                                        p_from, v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
+        END IF;
         v_cand := v_r.cand;
         v_caught := v_caught || v_r.caught;
 
@@ -685,12 +704,13 @@ DECLARE
 BEGIN
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
        OR v_c.batch_end IS NULL OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
@@ -700,7 +720,11 @@ BEGIN
     END IF;
     -- Paused, or another partition ready: the lease ends with its batch,
     -- so partitions rotate as without claims ahead.
-    IF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+    IF v_c.routed THEN
+        IF {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid) THEN
+            RETURN;
+        END IF;
+    ELSIF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         RETURN;
     END IF;
     v_first := greatest(v_c.batch_end + 1, v_c.log_start);
@@ -774,16 +798,19 @@ SET enable_mergejoin = off
 AS $$
 DECLARE
     v_c   record;
+    v_l   record;
     v_now timestamptz := clock_timestamp();
+    v_keep timestamptz;
 BEGIN
-    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.delivered_max,
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_owner, cc.lease_expires_at, cc.delivered_max,
            cc.settled, cc.fail_offs, cc.wait_offs, p.last_offset, p.queue_id, p.pending,
-           qq.delayed_processing_ms, qq.window_buffer_ms
+           qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now THEN
         status := 2;
@@ -797,9 +824,10 @@ BEGIN
         -- Not claimed under this lease as far as the server knows: a crash
         -- lost pop_linger's asynchronous commit. The holder lets the lease
         -- go, and the messages are delivered again at once.
-        UPDATE {{schema}}.consumers SET (batch_end, lease_id, lease_owner, lease_expires_at)
-                = (SELECT * FROM {{schema}}.lease_after(true, batch_end, lease_id, lease_owner, lease_expires_at)),
-            updated_at = v_now
+        SELECT * INTO v_l FROM {{schema}}.lease_after(true, v_c.batch_end, v_c.lease_id, v_c.lease_owner,
+                                                      v_c.lease_expires_at);
+        UPDATE {{schema}}.consumers SET batch_end = v_l.batch_end, lease_id = v_l.lease_id,
+            lease_owner = v_l.lease_owner, lease_expires_at = v_l.lease_expires_at, updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
         status := 2;
         RETURN;
@@ -809,19 +837,28 @@ BEGIN
         RETURN;
     END IF;
     status := 0;
-    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+    IF v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0 THEN
+        status := 3;
+    ELSIF v_c.routed THEN
+        IF {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid) THEN
+            status := 3;
+        END IF;
+    ELSIF {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
         status := 3;
     END IF;
     -- The ack as settle_v2's in-order ack through batch_end writes it, but
-    -- for the lease, kept unless status 3.
+    -- for the lease, kept unless status 3. The lease as lease_after says,
+    -- from the row as locked; not a multiple assignment from a subquery,
+    -- which Citus cannot run ("unrecognized paramkind").
+    -- (The time a variable: Citus takes no stable function in a CASE.)
+    v_keep := v_now + p_keep_ms * interval '1 millisecond';
+    SELECT * INTO v_l FROM {{schema}}.lease_after(status = 3, v_c.batch_end, v_c.lease_id, v_c.lease_owner,
+                                                  v_c.lease_expires_at);
     UPDATE {{schema}}.consumers SET committed = p_ok, attempts = 0,
         deliveries = CASE WHEN p_ok < delivered_max THEN 1 ELSE 0 END, retry_at = NULL,
-        (batch_end, lease_id, lease_owner, lease_expires_at)
-            = (SELECT l.batch_end, l.lease_id, l.lease_owner,
-                      CASE WHEN status = 3 OR p_keep_ms <= 0 THEN l.lease_expires_at
-                           ELSE least(l.lease_expires_at, v_now + p_keep_ms * interval '1 millisecond') END
-               FROM {{schema}}.lease_after(status = 3, batch_end, lease_id, lease_owner, lease_expires_at) AS l),
+        batch_end = v_l.batch_end, lease_id = v_l.lease_id, lease_owner = v_l.lease_owner,
+        lease_expires_at = CASE WHEN status = 3 OR p_keep_ms <= 0 THEN v_l.lease_expires_at
+                                ELSE least(v_l.lease_expires_at, v_keep) END,
         updated_at = v_now
     WHERE partition_id = p_pid AND group_name = p_group
     RETURNING consumers.lease_expires_at INTO lease_end;
@@ -868,28 +905,39 @@ DECLARE
     v_last  bigint;
     v_lo    bigint;
     v_end   record;
+    v_yield boolean;
+    v_l     record;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
-           cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+    SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_owner, cc.lease_expires_at, cc.deliveries,
+           cc.delivered_max, cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
+           qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+           (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
     INTO v_c
     FROM {{schema}}.consumers cc
     JOIN {{schema}}.partitions p ON p.id = cc.partition_id
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-    WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+    WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
        OR v_c.batch_end IS DISTINCT FROM v_c.committed THEN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
-    IF p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
-       OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
-       OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
-        UPDATE {{schema}}.consumers SET (batch_end, lease_id, lease_owner, lease_expires_at)
-                = (SELECT * FROM {{schema}}.lease_after(true, batch_end, lease_id, lease_owner, lease_expires_at)),
-            updated_at = v_now
+    v_yield := p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
+               OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0;
+    -- Each form in a statement of its own: Citus plans no SQL function
+    -- with parameters over a distributed table, even on a branch not taken.
+    IF NOT v_yield AND v_c.routed THEN
+        v_yield := {{schema}}.lease_yields_routed(v_c.queue_id, p_group, p_pid);
+    ELSIF NOT v_yield THEN
+        v_yield := {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid);
+    END IF;
+    IF v_yield THEN
+        SELECT * INTO v_l FROM {{schema}}.lease_after(true, v_c.batch_end, v_c.lease_id, v_c.lease_owner,
+                                                      v_c.lease_expires_at);
+        UPDATE {{schema}}.consumers SET batch_end = v_l.batch_end, lease_id = v_l.lease_id,
+            lease_owner = v_l.lease_owner, lease_expires_at = v_l.lease_expires_at, updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
@@ -1027,5 +1075,34 @@ BEGIN
     END IF;
     PERFORM {{schema}}.insert_dead_letters(v_p.queue_id, p_pid, v_p.name, p_group, p_offs, array_fill(0, ARRAY[n]), v_dls);
     RETURN true;
+END
+$$;
+
+-- Renews lease p_lease on group p_group's cursor of partition p_pid to end
+-- p_ms from now, if it is live: the new end, NULL when not live. p_owner,
+-- a member's lease owner (client '#' member id) or NULL: the renewal is
+-- the member's heartbeat too (member_seen, rate-limited). The time is read
+-- once, before the write: Citus runs no volatile function in an UPDATE of
+-- a distributed table.
+CREATE OR REPLACE FUNCTION {{schema}}.extend_lease(p_pid bigint, p_group text, p_lease uuid, p_ms bigint,
+                                                 p_owner text)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    v_exp  timestamptz := v_now + p_ms * interval '1 millisecond';
+    v_qid  bigint;
+    v_seen boolean;
+BEGIN
+    UPDATE {{schema}}.consumers SET lease_expires_at = v_exp
+    WHERE partition_id = p_pid AND group_name = p_group AND lease_id = p_lease AND lease_expires_at > v_now;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF p_owner IS NOT NULL THEN
+        SELECT p.queue_id INTO v_qid FROM {{schema}}.partitions p WHERE p.id = p_pid;
+        v_seen := {{schema}}.member_seen(v_qid, p_group, p_owner, v_now);
+    END IF;
+    RETURN v_exp;
 END
 $$;

@@ -177,7 +177,13 @@ $$;
 -- probe pays the lookup by name, which runs on every shard there.
 CREATE OR REPLACE FUNCTION {{schema}}.partition_of(p_qid bigint, p_name text)
 RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+-- Citus: the lookup over every shard on one connection per worker. After a
+-- parallel one the transaction can no longer write a reference table that
+-- a distributed one references (queues: a first keyed push marks its
+-- queue after looking its new partitions up). A placeholder elsewhere.
+SET citus.multi_shard_modify_mode = 'sequential'
+AS $$
 DECLARE
     v_id bigint;
 BEGIN

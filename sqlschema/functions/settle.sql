@@ -136,6 +136,9 @@ DECLARE
     v_qids  bigint[];
     v_pids  bigint[];
 BEGIN
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        RETURN {{schema}}.lock_skip_failures_routed(p_pids, p_act, p_wait, p_retry_ms);
+    END IF;
     -- Read unlocked: a Configure racing this may change the policy or the
     -- backoff. settle_rows re-reads both under the cursor row lock and
     -- takes a route only if this took its lock.
@@ -341,7 +344,7 @@ BEGIN
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
         JOIN {{schema}}.queues qq ON qq.id = p.queue_id
-        WHERE cc.partition_id = v_l.pid AND cc.group_name = v_l.g
+        WHERE cc.partition_id = v_l.pid AND p.id = v_l.pid AND cc.group_name = v_l.g
         FOR UPDATE OF cc;
         IF NOT FOUND THEN
             FOREACH j IN ARRAY v_l.ords LOOP
@@ -740,6 +743,10 @@ BEGIN
     IF coalesce(cardinality(p_groups), 0) <> n OR coalesce(cardinality(p_leases), 0) <> n
        OR coalesce(cardinality(p_ok), 0) <> n THEN
         RAISE EXCEPTION 'queen: ack_many arrays are not aligned';
+    END IF;
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        RETURN QUERY SELECT * FROM {{schema}}.ack_many_routed(p_pids, p_groups, p_leases, p_ok);
+        RETURN;
     END IF;
     WITH u AS (
         -- With out-of-order settlement stored (settled, fail_offs not NULL)

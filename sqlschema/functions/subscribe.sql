@@ -62,6 +62,10 @@ BEGIN
     IF NOT FOUND OR v.seed_after IS NULL THEN
         RETURN;
     END IF;
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        PERFORM {{schema}}.seed_chunk_routed(p_qid, p_group);
+        RETURN;
+    END IF;
     SELECT count(*), max(c.name),
            array_agg(c.id ORDER BY c.id) FILTER (
                WHERE NOT c.pending AND c.last_offset >= c.log_start AND NOT EXISTS (
@@ -121,7 +125,9 @@ AS $$
 DECLARE
     v record;
 BEGIN
-    IF p_pids IS NOT NULL THEN
+    IF p_pids IS NOT NULL AND (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        RETURN {{schema}}.seed_consumers_routed(p_qid, p_group, p_pids);
+    ELSIF p_pids IS NOT NULL THEN
         SELECT s.mode, s.from_time, s.created_at INTO v
         FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
         IF NOT FOUND THEN
