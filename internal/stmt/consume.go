@@ -29,6 +29,8 @@ type Consume struct {
 	// Status lists every partition of a queue with each group's cursor
 	// and lease (see Status).
 	Status string
+	// StatusRouted is Status on the Citus layout (see Status).
+	StatusRouted string
 	// DeadLetters pages a queue's dead letters by id (see DeadLetters).
 	DeadLetters string
 	// Peek reads segments without a lease or a cursor (see Peek).

@@ -96,7 +96,7 @@ func TestConsumeStatements(t *testing.T) {
 func testReads(t *testing.T, c *stmt.Consume, pool *pgxpool.Pool, schema string, tenant uuid.UUID, f frame.Frame) {
 	ctx := context.Background()
 	ref := stmt.QueueRef{Tenant: tenant, Name: "q"}
-	st, err := stmt.Status(ctx, c, pool, ref)
+	st, err := stmt.Status(ctx, c, pool, ref, false)
 	if err != nil || len(st) != 1 || st[0].Partition != "p" || st[0].Group == nil || *st[0].Group != "g" ||
 		st[0].Committed == nil || *st[0].Committed != st[0].LastOffset || st[0].Lag == nil || *st[0].Lag != 0 || st[0].Paused {
 		t.Fatalf("status: %+v, %v", st, err)

@@ -60,6 +60,26 @@ SELECT {{schema}}.expire_members($1::int8, $2::int4)
 SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
 FROM {{schema}}.consumer_lag GROUP BY tenant, queue, group_name
 
+-- name: LagByGroupRouted
+-- LagByGroup on the Citus layout: the consumer_lag view's rows with
+-- lag_head spelled out as joins (Citus would run the function on the
+-- workers, where its statement over a distributed table fails), as max()
+-- then a join by key (a correlated LIMIT is not pushed down); one
+-- multi-shard read, grouped on the coordinator.
+WITH r AS MATERIALIZED (
+    SELECT q.tenant, q.name AS queue, c.group_name,
+        {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) AS lag_messages, hs.created_at AS head
+    FROM {{schema}}.consumers c
+    JOIN {{schema}}.partitions p ON p.id = c.partition_id
+    JOIN {{schema}}.queues q ON q.id = p.queue_id
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)) hb ON true
+    LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b
+)
+SELECT tenant, queue, group_name, sum(lag_messages)::bigint,
+    coalesce(max(CASE WHEN lag_messages > 0 THEN extract(epoch FROM clock_timestamp() - head) ELSE 0 END), 0)::float8
+FROM r GROUP BY tenant, queue, group_name
+
 -- name: DeadLetterCounts
 -- Every queue, 0 for one without dead letters (through
 -- dead_letters_queue_id_idx).

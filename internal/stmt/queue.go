@@ -44,10 +44,14 @@ type StatusRow struct {
 	RetryAt *time.Time
 }
 
-// Status runs c.Status for queue on q: its rows, by partition name then
-// group.
-func Status(ctx context.Context, c *Consume, q Querier, queue QueueRef) ([]StatusRow, error) {
-	rows, err := q.Query(ctx, c.Status, queue.Tenant, queue.Name)
+// Status runs c.Status for queue on q (c.StatusRouted when routed, on
+// the Citus layout): its rows, by partition name then group.
+func Status(ctx context.Context, c *Consume, q Querier, queue QueueRef, routed bool) ([]StatusRow, error) {
+	sql := c.Status
+	if routed && c.StatusRouted != "" {
+		sql = c.StatusRouted
+	}
+	rows, err := q.Query(ctx, sql, queue.Tenant, queue.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,52 @@ LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.l
 WHERE q.tenant = $1 AND q.name = $2
 ORDER BY p.name, sub.group_name
 
+-- name: StatusRouted
+-- Status on the Citus layout: one multi-shard read, pushed down to every
+-- shard whole (partitions, consumers and segments co-located, queues and
+-- subscriptions reference tables), then the per-row arithmetic on the
+-- coordinator. seed_offset and lag_head are spelled out as joins: Citus
+-- would run those functions on the workers, where their statements over
+-- distributed tables fail; and as max() then a join by key, since a
+-- correlated LIMIT is not pushed down.
+WITH r AS MATERIALIZED (
+    SELECT p.name, p.last_offset, p.log_start, p.last_write_at, sub.group_name, k.committed, c.batch_end,
+        c.lease_owner, c.lease_expires_at, c.attempts, c.settled, c.retry_at, c.wait_offs, c.wait_at,
+        c.committed AS cursor, hs.created_at AS head_created_at,
+        EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
+            AS paused
+    FROM {{schema}}.queues q
+    JOIN {{schema}}.partitions p ON p.queue_id = q.id
+    LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
+    LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    -- seed_offset's segment: the newest created before the group's start.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE c.committed IS NULL AND sub.mode <> 'all' AND p.created_at < sub.created_at
+                         AND s.partition_id = p.id
+                         AND s.created_at < CASE WHEN sub.mode = 'new' THEN sub.created_at
+                                                 ELSE least(sub.from_time, sub.created_at) END) sb ON true
+    LEFT JOIN {{schema}}.segments ss ON ss.partition_id = p.id AND ss.base_offset = sb.b
+    LEFT JOIN LATERAL (SELECT coalesce(c.committed, CASE
+                           WHEN sub.mode = 'all' OR p.created_at >= sub.created_at THEN p.log_start - 1
+                           ELSE greatest(p.log_start - 1, coalesce(ss.end_offset, p.log_start - 1)) END) AS committed) k
+        ON sub.group_name IS NOT NULL
+    -- lag_head's segment: the one holding the first retained offset above the cursor.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)) hb ON true
+    LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b
+    WHERE q.tenant = $1 AND q.name = $2
+)
+SELECT r.name, r.last_offset, r.log_start, r.last_write_at,
+    r.group_name, r.committed, r.batch_end, r.lease_owner, r.lease_expires_at, coalesce(r.attempts, 0),
+    {{schema}}.lag_unsettled(r.last_offset, r.committed, r.log_start, r.settled),
+    r.head_created_at, now(), cardinality(r.settled), r.paused,
+    CASE WHEN r.retry_at > now() THEN r.retry_at
+         WHEN r.wait_offs IS NOT NULL THEN
+             (SELECT min(u.t) FROM unnest({{schema}}.waits_live_at(r.wait_offs, r.wait_at, r.cursor, r.settled,
+                                                                 now())) AS u(t)) END
+FROM r
+ORDER BY r.name, r.group_name
+
 -- name: Peek
 -- The lower bound on base_offset (the segment holding the first offset
 -- wanted) lets the primary key skip the partition's older segments.

@@ -86,14 +86,18 @@ $$;
 -- One page of the dead letters of queue (p_tenant, p_queue) that a
 -- DeadLetterQuery selects, in id order: groups p_groups, partition
 -- p_partition, stored in [p_since, p_until), ids above p_after and in
--- p_ids, at most p_limit (a NULL filter selects all). Listing and
--- requeueing select through it; plain SQL, so it is inlined into each.
+-- p_ids, at most p_limit (a NULL filter selects all). Listing, requeueing
+-- and discarding select through it. PL/pgSQL, not plain SQL: Citus plans
+-- no SQL function with parameters over its tables; a page is at most
+-- p_limit rows, so not being inlined costs little.
 CREATE OR REPLACE FUNCTION {{schema}}.dead_letters_page(p_tenant uuid, p_queue text, p_groups text[],
                                                       p_partition text, p_since timestamptz,
                                                       p_until timestamptz, p_after bigint, p_limit integer,
                                                       p_ids bigint[])
 RETURNS SETOF {{schema}}.dead_letters
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT d.*
     FROM {{schema}}.dead_letters d
     JOIN {{schema}}.queues q ON q.id = d.queue_id
@@ -105,7 +109,37 @@ LANGUAGE sql STABLE AS $$
       AND d.id > p_after
       AND (p_ids IS NULL OR d.id = ANY (p_ids))
     ORDER BY d.id
-    LIMIT p_limit
+    LIMIT p_limit;
+END
+$$;
+
+-- Deletes the page of dead letters dead_letters_page selects with the same
+-- arguments, those up to p_max (NULL: all of it), in one call: all of it
+-- or none. Returns how many it deleted (one a requeue deleted meanwhile is
+-- not counted). The page is read first and deleted by id: a DELETE joining
+-- the page function runs it on every node of the Citus layout, where it
+-- fails.
+CREATE OR REPLACE FUNCTION {{schema}}.discard_dead_letters(p_tenant uuid, p_queue text, p_groups text[],
+                                                         p_partition text, p_since timestamptz,
+                                                         p_until timestamptz, p_after bigint, p_limit integer,
+                                                         p_ids bigint[], p_max bigint)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_n   bigint;
+BEGIN
+    SELECT array_agg(d.id) INTO v_ids
+    FROM {{schema}}.dead_letters_page(p_tenant, p_queue, p_groups, p_partition, p_since, p_until, p_after,
+                                      p_limit, p_ids) d
+    WHERE p_max IS NULL OR d.id <= p_max;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM {{schema}}.dead_letters WHERE id = ANY (v_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
 $$;
 
 -- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
