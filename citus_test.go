@@ -430,7 +430,9 @@ func TestOnCitus(t *testing.T) {
 	// for the lease, as a claim writes it, since consuming is another
 	// slice's. Their two-phase commits are logged: reads take none.
 	t.Run("DistributedOps", func(t *testing.T) {
-		c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+		c, pool, schema := openCitus(t, url, true, func(c *queen.Config) {
+			c.Maintenance.Interval, c.Maintenance.HashFloor, c.Maintenance.IdlePartition = -1, time.Millisecond, time.Hour
+		})
 		countable(t, pool)
 		ctx := ctxT(t)
 		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
@@ -615,6 +617,13 @@ func TestOnCitus(t *testing.T) {
 		if s := smp.Samples[0]; s.Pushed != 19 || len(s.Groups) != 1 || s.Groups[0] != (queen.GroupSample{Group: "g", Consumed: 5, Lag: 14}) {
 			t.Errorf("sample %+v, want 19 pushed, g consumed 5, lag 14", s)
 		}
+		var qs []queen.QueueInfo
+		step("Queues", func() { qs, err = c.Queues(ctx) })
+		if err != nil || len(qs) != 1 || qs[0].Name != "ops" || qs[0].Partitions != 7 || qs[0].Pushed != 19 ||
+			qs[0].Depth != 14 || qs[0].OldestAge <= 0 || qs[0].DeadLetters != 1 || qs[0].LastDeadLetterID != dls[2].ID ||
+			len(qs[0].Groups) != 1 || qs[0].Groups[0].Group != "g" || qs[0].Groups[0].Lag != 14 || qs[0].Groups[0].LagAge <= 0 {
+			t.Errorf("Queues = %+v, %v; want ops: 7 partitions, 19 pushed, depth 14, one dead letter, g lagging 14", qs, err)
+		}
 		if err := q.Configure(ctx, queen.QueueOptions{Retention: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
@@ -684,6 +693,38 @@ func TestOnCitus(t *testing.T) {
 		}
 		if st, err := q.Status(ctx); err != nil || len(st.Partitions) != 0 {
 			t.Errorf("Status of the deleted queue: %+v, %v", st, err)
+		}
+
+		// Trimming: hash rows past the dedup window, then the partition
+		// emptied by retention and idle for longer than IdlePartition.
+		tq := c.Queue("trim")
+		if err := tq.Configure(ctx, queen.QueueOptions{DedupWindow: 50 * time.Millisecond, LeaseTime: time.Millisecond,
+			Retention: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		push(t, tq, queen.Item{Partition: "t", TransactionID: "a"})
+		push(t, tq, queen.Item{Partition: "t", TransactionID: "b"})
+		time.Sleep(150 * time.Millisecond)
+		step("Maintain (retention, hash rows)", func() { rep, err = c.Maintain(ctx) })
+		if err != nil || rep.SegmentsDeleted != 2 || rep.HashRowsDeleted != 2 {
+			t.Fatalf("Maintain = %+v, %v; want 2 segments and 2 hash rows deleted", rep, err)
+		}
+		var tqid int64
+		if err := pool.QueryRow(ctx, "SELECT id FROM "+tbl("queues")+" WHERE name = 'trim'").Scan(&tqid); err != nil {
+			t.Fatal(err)
+		}
+		tpid := citus.PartitionKey(tqid, "t", 0)
+		if _, err := pool.Exec(ctx, "UPDATE "+tbl("partitions")+" SET last_write_at = $2 WHERE id = $1",
+			tpid, time.Now().Add(-2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		step("Maintain (idle partition)", func() { rep, err = c.Maintain(ctx) })
+		if err != nil || rep.PartitionsPurged != 1 {
+			t.Fatalf("Maintain = %+v, %v; want the idle partition purged", rep, err)
+		}
+		var left int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tbl("partitions")+" WHERE id = $1", tpid).Scan(&left); err != nil || left != 0 {
+			t.Errorf("the idle partition: %d rows left, %v", left, err)
 		}
 	})
 

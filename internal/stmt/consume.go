@@ -50,6 +50,8 @@ type Consume struct {
 	// Queues lists every queue of a tenant with its options and counts,
 	// one row per group (see Queues).
 	Queues string
+	// QueuesRouted is Queues on the Citus layout (see Queues).
+	QueuesRouted string
 	// DiscardDeadLetters deletes a page of dead letters (see
 	// DiscardDeadLetters).
 	DiscardDeadLetters string

@@ -111,7 +111,7 @@ func testReads(t *testing.T, c *stmt.Consume, pool *pgxpool.Pool, schema string,
 	if err := stmt.Pause(ctx, c, pool, ref, "g"); err != nil {
 		t.Fatal(err)
 	}
-	qs, err := stmt.Queues(ctx, c, pool, tenant)
+	qs, err := stmt.Queues(ctx, c, pool, tenant, false)
 	if err != nil || len(qs) != 1 || qs[0].Name != "q" || qs[0].Partitions != 1 || qs[0].Pushed != 1 || qs[0].DeadLetters != 1 ||
 		qs[0].Group == nil || *qs[0].Group != "g" || !qs[0].Paused || qs[0].LastDeadLetter == 0 {
 		t.Fatalf("queues: %+v, %v", qs, err)
