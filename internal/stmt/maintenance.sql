@@ -32,25 +32,9 @@ SELECT {{schema}}.purge_txns_step($1, $2, $3)
 SELECT {{schema}}.purge_partition($1, $2)
 
 -- name: DeadLetterRetentionStep
--- The dead letters past their queue's dead_letter_retention_ms, oldest
--- first per queue (dead_letters_queue_created_idx), at most $1 in all; one
--- a requeue or discard holds is left for the next pass.
-WITH due AS (
-    SELECT x.id
-    FROM {{schema}}.queues q
-    CROSS JOIN LATERAL (
-        SELECT d.id FROM {{schema}}.dead_letters d
-        WHERE d.queue_id = q.id
-          AND d.created_at < clock_timestamp() - q.dead_letter_retention_ms * interval '1 millisecond'
-        ORDER BY d.created_at
-        LIMIT $1
-        FOR UPDATE OF d SKIP LOCKED) x
-    WHERE q.dead_letter_retention_ms > 0
-    LIMIT $1
-), del AS (
-    DELETE FROM {{schema}}.dead_letters d USING due WHERE d.id = due.id RETURNING 1
-)
-SELECT count(*)::int8 FROM del
+-- The dead letters past their queue's dead_letter_retention_ms, at most $1
+-- (see dead_letter_retention_step).
+SELECT {{schema}}.dead_letter_retention_step($1::int4)
 
 -- name: ExpireMembers
 -- The rows of members not seen within $1 ms, at most $2.

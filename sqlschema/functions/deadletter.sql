@@ -142,6 +142,46 @@ BEGIN
 END
 $$;
 
+-- Deletes the dead letters past their queue's dead_letter_retention_ms,
+-- oldest first per queue (dead_letters_queue_created_idx), at most p_max
+-- in all; one a requeue or discard holds is left for the next pass.
+-- Returns how many. Reads first: with none due it writes nothing, where a
+-- DELETE of no row would be, on the Citus layout (a reference table), a
+-- two-phase commit over every node, each maintenance pass.
+CREATE OR REPLACE FUNCTION {{schema}}.dead_letter_retention_step(p_max integer)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_n   bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {{schema}}.queues q
+                   WHERE q.dead_letter_retention_ms > 0
+                     AND EXISTS (SELECT 1 FROM {{schema}}.dead_letters d
+                                 WHERE d.queue_id = q.id
+                                   AND d.created_at < v_now - q.dead_letter_retention_ms * interval '1 millisecond')) THEN
+        RETURN 0;
+    END IF;
+    WITH due AS (
+        SELECT x.id
+        FROM {{schema}}.queues q
+        CROSS JOIN LATERAL (
+            SELECT d.id FROM {{schema}}.dead_letters d
+            WHERE d.queue_id = q.id
+              AND d.created_at < v_now - q.dead_letter_retention_ms * interval '1 millisecond'
+            ORDER BY d.created_at
+            LIMIT p_max
+            FOR UPDATE OF d SKIP LOCKED) x
+        WHERE q.dead_letter_retention_ms > 0
+        LIMIT p_max
+    ), del AS (
+        DELETE FROM {{schema}}.dead_letters d USING due WHERE d.id = due.id RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM del;
+    RETURN v_n;
+END
+$$;
+
 -- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
 -- of its partition (by name: a partition forgotten since is created again)
 -- as p_blobs[i], a segment of its own that the client built from the dead

@@ -33,6 +33,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_bucket := floor(extract(epoch FROM v_now) * 1000 / p_width_ms)::bigint;
+    -- Read first: a bucket taken already costs a read, not an UPDATE of
+    -- no row, which on the Citus layout (a reference table) is a
+    -- two-phase commit over every node.
+    IF (SELECT c.bucket FROM {{schema}}.samples_clock c) = v_bucket THEN
+        RETURN 0;
+    END IF;
     -- Row-locked: a second pass in the same bucket waits for the first to
     -- commit, then finds the bucket moved and writes nothing.
     UPDATE {{schema}}.samples_clock SET bucket = v_bucket WHERE bucket <> v_bucket;
