@@ -624,6 +624,26 @@ func TestOnCitus(t *testing.T) {
 			len(qs[0].Groups) != 1 || qs[0].Groups[0].Group != "g" || qs[0].Groups[0].Lag != 14 || qs[0].Groups[0].LagAge <= 0 {
 			t.Errorf("Queues = %+v, %v; want ops: 7 partitions, 19 pushed, depth 14, one dead letter, g lagging 14", qs, err)
 		}
+		// Requeue: the dead letter left on a and one more on b (the other
+		// worker) go back to their partitions' tails.
+		if _, err := pool.Exec(ctx, `SELECT `+tbl("insert_dead_letters")+`($1, $2, $3, 'g', '{1}', '{1}',
+				`+tbl("dead_letter_snapshots")+`('test', 1, NULL, ARRAY[gen_random_uuid()], '{tb}', '{0}', ARRAY['\x0b'::bytea],
+					ARRAY[now()], NULL, NULL, '{rb}'))`, qid, pids[b], b); err != nil {
+			t.Fatal(err)
+		}
+		step("RequeueDeadLetters", func() { n, err = q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{}) })
+		if err != nil || n != 2 {
+			t.Fatalf("RequeueDeadLetters = %d, %v; want 2", n, err)
+		}
+		if left, err := q.DeadLetters(ctx, queen.DeadLetterQuery{}); err != nil || len(left) != 0 {
+			t.Errorf("DeadLetters after the requeue: %d, %v; want none", len(left), err)
+		}
+		st = status()
+		for _, n := range []string{a, b} {
+			if st[n].LastOffset != 3 {
+				t.Errorf("Status of %s after the requeue: last offset %d, want 3", n, st[n].LastOffset)
+			}
+		}
 		if err := q.Configure(ctx, queen.QueueOptions{Retention: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}

@@ -21,14 +21,17 @@ import (
 // deleted queue leaves nothing.
 func TestOpsRoutedMatchSetBased(t *testing.T) {
 	type result struct {
-		Moves   []string
-		Status  []string
-		Samples []queen.GroupSample
-		Pushed  int64
-		Deleted queen.GroupDeleted
+		Moves    []string
+		Status   []string
+		Samples  []queen.GroupSample
+		Pushed   int64
+		Deleted  queen.GroupDeleted
+		Requeued int
 	}
 	run := func(routed bool) result {
 		var r result
+		var err error
+		var set []stmt.StatusRow
 		c := open(t, manual)
 		ctx, pool, schema := ctxT(t), c.Pool(), c.Schema()
 		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
@@ -76,10 +79,26 @@ func TestOpsRoutedMatchSetBased(t *testing.T) {
 			t.Errorf("ResetGroup with a live lease: %v, want ErrGroupActive", err)
 		}
 
+		// Dead letters of a and b, one message of b dead-lettered by two
+		// groups (requeued once), then requeued to their partitions.
+		for _, dl := range []struct{ part, group, id string }{
+			{"a", "all", "0c7f1e7a-0000-4000-8000-00000000000a"}, {"b", "all", "0c7f1e7a-0000-4000-8000-00000000000b"},
+			{"b", "time", "0c7f1e7a-0000-4000-8000-00000000000b"}} {
+			if _, err := pool.Exec(ctx, `SELECT `+tbl("insert_dead_letters")+`(q.id, p.id, p.name, $2, '{1}', '{1}',
+					`+tbl("dead_letter_snapshots")+`('test', 1, NULL, ARRAY[$3::uuid], '{t}', '{0}', ARRAY['\x01'::bytea],
+						ARRAY[now()], NULL, NULL, '{r}'))
+				FROM `+tbl("queues")+` q JOIN `+tbl("partitions")+` p ON p.queue_id = q.id AND p.name = $1`, dl.part, dl.group, dl.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.Requeued, err = q.RequeueDeadLetters(ctx, queen.DeadLetterQuery{}); err != nil || r.Requeued != 2 {
+			t.Fatalf("RequeueDeadLetters = %d, %v; want 2", r.Requeued, err)
+		}
+
 		// The routed statements read what the set-based ones read.
 		cs := stmt.NewConsume(schema)
 		ref := stmt.QueueRef{Tenant: queen.DefaultTenant, Name: "q"}
-		set, err := stmt.Status(ctx, cs, pool, ref, false)
+		set, err = stmt.Status(ctx, cs, pool, ref, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -250,6 +250,9 @@ DECLARE
     v_now  timestamptz;
     v_live boolean;
 BEGIN
+    -- One connection per worker: the reference-table deletes after the
+    -- multi-shard one are refused after a parallel operation.
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
     v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
     v_pids := {{schema}}.lock_partitions_routed(v_qid, p_queue, NULL);
     FOREACH v_pid IN ARRAY v_pids LOOP
@@ -268,8 +271,11 @@ BEGIN
             cursors := cursors + 1;
             leases := leases + v_live::integer;
         END IF;
-        DELETE FROM {{schema}}.backlog b WHERE b.partition_id = v_pid AND b.queue_id = v_qid AND b.group_name = p_group;
     END LOOP;
+    -- Every backlog row of the group, as delete_group deletes them (one of
+    -- a partition created since the list was read too). Literals: Citus
+    -- plans no statement over every shard with a PL/pgSQL parameter in it.
+    EXECUTE format('DELETE FROM {{schema}}.backlog b WHERE b.queue_id = %s AND b.group_name = %L', v_qid, p_group);
     DELETE FROM {{schema}}.subscriptions s WHERE s.queue_id = v_qid AND s.group_name = p_group;
     IF NOT FOUND THEN
         DELETE FROM {{schema}}.paused_groups g WHERE g.queue_id = v_qid AND g.group_name = p_group;
