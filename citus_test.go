@@ -765,6 +765,102 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 
+	t.Run("DistributedPushSpansWorkers", func(t *testing.T) {
+		// Pushes whose items fall on both workers: fusion's bundles mix
+		// partitions of both, and the client splits each by worker, so
+		// none takes a two-phase commit once it knows the queue's id.
+		c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+		countable(t, pool)
+		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+		shards, err := citus.Load(ctxT(t), pool, tbl("partitions"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := c.Queue("span")
+		push(t, q, queen.Item{Partition: "seed", Data: []byte("s")})
+		var qid int64
+		if err := pool.QueryRow(ctxT(t), "SELECT id FROM "+tbl("queues")+" WHERE name = 'span'").Scan(&qid); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for queen.CachedQueueID(c, "span") != qid {
+			if time.Now().After(deadline) {
+				t.Fatalf("the client did not learn the queue's id %d after its first push (has %d)", qid, queen.CachedQueueID(c, "span"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		const per = 24
+		byGroup := map[int32][]string{}
+		for i := 0; len(byGroup[shards[0].Group]) < per || len(byGroup[shards[len(shards)-1].Group]) < per; i++ {
+			name := fmt.Sprint("p", i)
+			sh, _ := shards.Of(citus.PartitionKey(qid, name, 0))
+			byGroup[sh.Group] = append(byGroup[sh.Group], name)
+		}
+		names := append(append([]string{}, byGroup[shards[0].Group][:per]...), byGroup[shards[len(shards)-1].Group][:per]...)
+		// Every partition's first push (partition rows: reference locks).
+		var first []queen.Item
+		for _, n := range names {
+			first = append(first, queen.Item{Partition: n, Data: []byte("0")})
+		}
+		push(t, q, first...)
+
+		before := twoPhase(t, pool)
+		const pushes, callers = 30, 4
+		var wg sync.WaitGroup
+		for g := range callers {
+			wg.Go(func() {
+				for i := range pushes {
+					var items []queen.Item
+					for _, n := range names {
+						items = append(items, queen.Item{Partition: n, Data: []byte(fmt.Sprint(g, "-", i))})
+					}
+					res, err := q.Push(ctxT(t), items)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, r := range res {
+						if r.Status != queen.Queued {
+							t.Errorf("push over both workers: %+v", r)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		d := twoPhase(t, pool) - before
+		t.Logf("two-phase commits: %d for %d pushes of %d partitions over two workers", d, pushes*callers, len(names))
+		if d != 0 {
+			t.Errorf("%d two-phase commits for pushes over two workers' partitions, want 0", d)
+		}
+		// Every message in its partition, offsets from 0 without a gap.
+		rows, err := pool.Query(ctxT(t), `SELECT p.name, p.last_offset, coalesce(sum(s.end_offset - s.base_offset + 1), 0)
+			FROM `+tbl("partitions")+` p LEFT JOIN `+tbl("segments")+` s ON s.partition_id = p.id
+			WHERE p.queue_id = $1 AND p.name <> 'seed' GROUP BY p.id, p.name, p.last_offset`, qid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var name string
+			var last, msgs int64
+			if err := rows.Scan(&name, &last, &msgs); err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if msgs != 1+pushes*callers || last != msgs-1 {
+				t.Errorf("partition %s: %d messages, last offset %d; want %d", name, msgs, last, 1+pushes*callers)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(names) {
+			t.Errorf("%d partitions, want %d", n, len(names))
+		}
+	})
+
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
 		countable(t, pool)

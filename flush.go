@@ -138,7 +138,12 @@ var scratchPool = sync.Pool{New: func() any { return new(flushScratch) }}
 // callerGone).
 func (p *pusher) flush(ctx context.Context, bundle []*fusion.Batch[partitionKey, *pushItem]) error {
 	ctx, end := p.e.startFlush(ctx, bundle)
-	err := p.commit(ctx, p.e.pool, bundle, true)
+	var err error
+	if parts := p.byWorker(bundle); parts != nil {
+		err = p.commitParts(ctx, parts)
+	} else {
+		err = p.commit(ctx, p.e.pool, bundle, true)
+	}
 	end(err)
 	return err
 }

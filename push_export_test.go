@@ -77,3 +77,10 @@ func ClaimKnown(c *Client, queue, partition string) {
 	k := partitionKey{Tenant: c.tenant, Queue: queue, Partition: partition}
 	c.e.push.known.add([]segPlan{{key: k.Hash()}})
 }
+
+// CachedQueueID is the queue's id as the client's settings cache holds it
+// (0: not read, or not created when read).
+func CachedQueueID(c *Client, queue string) int64 {
+	m, _ := c.e.meta.Peek(c.tenant, queue)
+	return m.ID
+}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/e03140bc/queen/internal/citus"
 	"github.com/e03140bc/queen/internal/claimfuse"
 	"github.com/e03140bc/queen/internal/connstr"
 	"github.com/e03140bc/queen/internal/maintain"
@@ -303,9 +304,12 @@ type engine struct {
 	log     *slog.Logger
 	keys    seal.Keyring    // Config.EncryptionKey and DecryptionKeys
 	meta    *settings.Cache // the queue settings a push needs; made with the engine context
-	tracer  trace.Tracer    // nil when Config.TracerProvider is a no-op
-	prop    propagation.TextMapPropagator
-	injects bool // prop writes some field
+	// placement is where the partitions table's shards live on the Citus
+	// layout (Config.Citus), nil elsewhere: bundles split by worker.
+	placement citus.Shards
+	tracer    trace.Tracer // nil when Config.TracerProvider is a no-op
+	prop      propagation.TextMapPropagator
+	injects   bool // prop writes some field
 	// viaGlobal: the provider is OpenTelemetry's global one as it was
 	// before any SDK was installed; spans start once one is.
 	viaGlobal bool
@@ -416,6 +420,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.Citus {
 		if err := sqlschema.Distribute(ctx, e.pool, cfg.Schema); err != nil {
+			return fail(err)
+		}
+		if err := e.loadPlacement(ctx); err != nil {
 			return fail(err)
 		}
 	}

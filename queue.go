@@ -261,7 +261,7 @@ func (e *engine) readQueueMeta(ctx context.Context, tenant uuid.UUID, name strin
 		// the default lanes.
 		return queueMeta{Lanes: DefaultLanes}, nil
 	}
-	return queueMeta{Encryption: r.Encryption, Lanes: r.Lanes, Dedup: r.Dedup}, err
+	return queueMeta{Encryption: r.Encryption, Lanes: r.Lanes, Dedup: r.Dedup, ID: r.ID}, err
 }
 
 func (e *engine) forgetMeta(tenant uuid.UUID, name string) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,14 @@ func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes boo
 		}
 	}
 	b.encode(lanes)
+	size := len(sql) + 256
+	for _, p := range b.params {
+		size += 4 + len(p)
+	}
+	// pgx's write buffer starts each call at 1 KiB and grows by a quarter
+	// at a time: sized at once, a call copies its arguments once instead of
+	// allocating about four times their size on the way.
+	c.PgConn().Frontend().Send(grow(size))
 	rr := c.PgConn().ExecStatement(ctx, sd, b.params[:], binaryFormats, binaryFormats[:len(verdictOIDs)])
 	m := c.TypeMap()
 	loc := scanLocation(m)
@@ -208,4 +217,15 @@ func appendText(buf []byte, s string) []byte {
 
 func appendInt4(buf []byte, v int32) []byte {
 	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(buf, 4), uint32(v))
+}
+
+// grow is a protocol message of no bytes whose encoding makes room for n
+// more in the buffer it is appended to: sent first, it sizes pgx's write
+// buffer for the message that follows.
+type grow int
+
+func (grow) Frontend()           {}
+func (grow) Decode([]byte) error { return nil }
+func (n grow) Encode(dst []byte) ([]byte, error) {
+	return slices.Grow(dst, int(n)), nil
 }

@@ -24,6 +24,7 @@ type Meta struct {
 	Encryption bool
 	Lanes      int32     // the queue's lane count; the default for a queue not created yet
 	Dedup      bool      // the queue has a dedup window
+	ID         int64     // the queue's id; 0 for a queue not created yet
 	Fetched    time.Time // when it was read from the database; zero: never
 }
 
@@ -258,6 +259,22 @@ func (c *Cache) Forget(tenant uuid.UUID, name string) {
 	c.mu.Unlock()
 }
 
+// Peek returns the queue's cached settings without waiting on the
+// database: a stale entry serves while it is refreshed in the background,
+// as in Get; a missing one is not read (ok false).
+func (c *Cache) Peek(tenant uuid.UUID, name string) (m Meta, ok bool) {
+	k := key{tenant, name}
+	if m, ok = c.lookup(k); ok && time.Since(m.Fetched) >= TTL {
+		c.start(k)
+	}
+	return m, ok
+}
+
+// Refresh reads the queue's settings again in the background (or joins the
+// read in flight), the cached entry serving meanwhile: for a caller that
+// knows the queue changed, such as its first push creating it.
+func (c *Cache) Refresh(tenant uuid.UUID, name string) { c.start(key{tenant, name}) }
+
 // Len is the number of cached settings.
 func (c *Cache) Len() int {
 	c.mu.RLock()
@@ -279,7 +296,9 @@ func (c *Cache) Expire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, ent := range c.m {
-		c.m[k] = &entry{meta: Meta{Encryption: ent.meta.Encryption, Lanes: ent.meta.Lanes}}
+		m := ent.meta
+		m.Fetched = time.Time{}
+		c.m[k] = &entry{meta: m}
 	}
 	c.downUntil = time.Time{}
 }

@@ -3,7 +3,7 @@
 -- stmt.Consume it fills); {{schema}} is the quoted schema name.
 
 -- name: QueueMeta
-SELECT encryption, lanes, dedup_window_ms > 0 FROM {{schema}}.queues WHERE tenant = $1 AND name = $2
+SELECT encryption, lanes, dedup_window_ms > 0, id FROM {{schema}}.queues WHERE tenant = $1 AND name = $2
 
 -- name: QueueUpsert
 INSERT INTO {{schema}}.queues AS q (tenant, name, lease_time_ms, retry_limit, dead_letter,

@@ -17,12 +17,16 @@ type QueueMetaRow struct {
 	// Dedup: the queue has a dedup window. A previous release's statement
 	// (see Use) does not read it: it stays false.
 	Dedup bool
+	// ID is the queue's id, from which a client derives its partitions'
+	// ids (internal/citus.PartitionKey). A previous release's statement
+	// does not read it: it stays 0.
+	ID int64
 }
 
 // QueueMeta runs s.QueueMeta for queue on q, or pgx.ErrNoRows when the
 // queue does not exist. Fields m has no column for keep their values.
 func QueueMeta(ctx context.Context, s *Set, q Querier, queue QueueRef, m *QueueMetaRow) error {
-	return scanPrefix(ctx, q, s.QueueMeta, []any{queue.Tenant, queue.Name}, &m.Encryption, &m.Lanes, &m.Dedup)
+	return scanPrefix(ctx, q, s.QueueMeta, []any{queue.Tenant, queue.Name}, &m.Encryption, &m.Lanes, &m.Dedup, &m.ID)
 }
 
 // QueueUpsertParams is the input of QueueUpsert: a queue's options as

@@ -25,9 +25,13 @@ func TestSettingsStatements(t *testing.T) {
 	if ok, err := stmt.QueueUpsert(ctx, s, pool, in); err != nil || !ok {
 		t.Fatalf("upsert: %v, %v", ok, err)
 	}
+	var qid int64
+	if err := pool.QueryRow(ctx, "SELECT id FROM "+pgx.Identifier{schema, "queues"}.Sanitize()+" WHERE name = 'q'").Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
 	var m stmt.QueueMetaRow
-	if err := stmt.QueueMeta(ctx, s, pool, ref, &m); err != nil || m != (stmt.QueueMetaRow{Encryption: true, Lanes: 8, Dedup: true}) {
-		t.Fatalf("meta: %+v, %v", m, err)
+	if err := stmt.QueueMeta(ctx, s, pool, ref, &m); err != nil || m != (stmt.QueueMetaRow{Encryption: true, Lanes: 8, Dedup: true, ID: qid}) {
+		t.Fatalf("meta: %+v, %v; want the queue's id %d", m, err, qid)
 	}
 	keyed, err := stmt.MarkKeyed(ctx, s, pool, ref.Tenant, []string{"q", "missing"})
 	if err != nil || len(keyed) != 1 || keyed[0] != "q" {

@@ -130,16 +130,23 @@ $$;
 -- group is paused, or another partition of the queue is in the ready set
 -- or the group's backlog, so ready partitions take turns (the ranges are
 -- pop_window's: only the partial indexes fit). The one rule of pop_ahead,
--- linger_ack and pop_linger. Plain SQL, so the planner inlines it.
+-- linger_ack and pop_linger. PL/pgSQL, whose plan is kept for the session:
+-- as LANGUAGE sql its EXISTS subqueries kept the planner from inlining it,
+-- and the SQL-function executor parsed and planned it again in every
+-- transaction, most of a pop_linger's server time. STABLE: it reads with
+-- its caller's snapshot, as the SQL function did. No SET clauses (each
+-- would cost a save and restore per call): its callers' hold.
 CREATE OR REPLACE FUNCTION {{schema}}.lease_yields(p_qid bigint, p_group text, p_pid bigint)
 RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = p_qid AND g.group_name = p_group)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM {{schema}}.paused_groups g WHERE g.queue_id = p_qid AND g.group_name = p_group)
         OR EXISTS (SELECT 1 FROM {{schema}}.partitions p
                    WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending AND p.id <> p_pid)
         OR EXISTS (SELECT 1 FROM {{schema}}.backlog b
                    WHERE b.queue_id BETWEEN p_qid AND p_qid
-                     AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid)
+                     AND b.group_name BETWEEN p_group AND p_group AND b.partition_id <> p_pid);
+END
 $$;
 
 -- The wait, in ms, before the next attempt after a message's p_n-th

@@ -797,8 +797,9 @@ BEGIN
         -- Not claimed under this lease as far as the server knows: a crash
         -- lost pop_linger's asynchronous commit. The holder lets the lease
         -- go, and the messages are delivered again at once.
-        UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
-            lease_expires_at = NULL, updated_at = v_now
+        UPDATE {{schema}}.consumers SET (batch_end, lease_id, lease_owner, lease_expires_at)
+                = (SELECT * FROM {{schema}}.lease_after(true, batch_end, lease_id, lease_owner, lease_expires_at)),
+            updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
         status := 2;
         RETURN;
@@ -886,8 +887,9 @@ BEGIN
     IF p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
        OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0
        OR {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
-        UPDATE {{schema}}.consumers SET batch_end = NULL, lease_id = NULL, lease_owner = NULL,
-            lease_expires_at = NULL, updated_at = v_now
+        UPDATE {{schema}}.consumers SET (batch_end, lease_id, lease_owner, lease_expires_at)
+                = (SELECT * FROM {{schema}}.lease_after(true, batch_end, lease_id, lease_owner, lease_expires_at)),
+            updated_at = v_now
         WHERE partition_id = p_pid AND group_name = p_group;
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
