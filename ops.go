@@ -70,7 +70,7 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
-	rows, err := stmt.Queues(ctx, e.csql, e.pool, c.tenant)
+	rows, err := stmt.Queues(ctx, e.csql, e.pool, c.tenant, e.cfg.Citus)
 	if err != nil {
 		return nil, fmt.Errorf("queen: queues: %w", err)
 	}

@@ -67,6 +67,7 @@ func (e *engine) services() []service {
 					Pool: e.pool, SQL: e.sql, Timeout: e.cfg.StatementTimeout, Log: e.log,
 					MeterProvider: e.cfg.MeterProvider, Config: maintain.Config(e.cfg.Maintenance),
 					MemberTTL: e.cfg.test.memberTTL, SampleWidth: e.cfg.test.sampleInterval, SampleSlots: SamplesKept,
+					Routed: e.cfg.Citus,
 				})
 				return err
 			},

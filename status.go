@@ -106,7 +106,7 @@ func (q *Queue) Status(ctx context.Context) (QueueStatus, error) {
 	if err := checkName(nameQueue, q.name); err != nil {
 		return st, err
 	}
-	rows, err := stmt.Status(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
+	rows, err := stmt.Status(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, e.cfg.Citus)
 	if err != nil {
 		return st, fmt.Errorf("queen: status of %q: %w", q.name, err)
 	}

@@ -65,6 +65,9 @@ type Params struct {
 	// either 0: no samples are taken.
 	SampleWidth time.Duration
 	SampleSlots int
+	// Routed: the schema is on the Citus layout (Config.Citus), where the
+	// lag snapshot reads through its routed statement.
+	Routed bool
 }
 
 // Maintainer runs passes on a ticker. Its cursors make successive passes
@@ -78,6 +81,7 @@ type Maintainer struct {
 	ttl     time.Duration   // members' (Params.MemberTTL)
 	width   time.Duration   // the samples ring's bucket (Params.SampleWidth)
 	slots   int             // and its length
+	routed  bool            // Params.Routed
 	ctx     context.Context // ends at close, cutting a pass short
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -109,7 +113,7 @@ func (m *Maintainer) lagStale() time.Duration { return 3 * max(lagEvery, m.cfg.I
 // Close or until ctx ends, and registers the lag gauges with mp.
 func New(ctx context.Context, p Params) (*Maintainer, error) {
 	m := &Maintainer{pool: p.Pool, sql: p.SQL, timeout: p.Timeout, log: p.Log, cfg: p.Config, ttl: p.MemberTTL,
-		width: p.SampleWidth, slots: p.SampleSlots, done: make(chan struct{})}
+		width: p.SampleWidth, slots: p.SampleSlots, routed: p.Routed, done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(ctx)
 	if err := m.registerLagMetrics(p.MeterProvider); err != nil {
 		return nil, err
@@ -271,7 +275,7 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 }
 
 func (m *Maintainer) snapshotLag(ctx context.Context, conn *pgx.Conn) error {
-	lag, err := stmt.LagByGroup(ctx, m.sql, conn)
+	lag, err := stmt.LagByGroup(ctx, m.sql, conn, m.routed)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ type Consume struct {
 	// Status lists every partition of a queue with each group's cursor
 	// and lease (see Status).
 	Status string
+	// StatusRouted is Status on the Citus layout (see Status).
+	StatusRouted string
 	// DeadLetters pages a queue's dead letters by id (see DeadLetters).
 	DeadLetters string
 	// Peek reads segments without a lease or a cursor (see Peek).
@@ -48,6 +50,8 @@ type Consume struct {
 	// Queues lists every queue of a tenant with its options and counts,
 	// one row per group (see Queues).
 	Queues string
+	// QueuesRouted is Queues on the Citus layout (see Queues).
+	QueuesRouted string
 	// DiscardDeadLetters deletes a page of dead letters (see
 	// DiscardDeadLetters).
 	DiscardDeadLetters string

@@ -96,7 +96,7 @@ func TestConsumeStatements(t *testing.T) {
 func testReads(t *testing.T, c *stmt.Consume, pool *pgxpool.Pool, schema string, tenant uuid.UUID, f frame.Frame) {
 	ctx := context.Background()
 	ref := stmt.QueueRef{Tenant: tenant, Name: "q"}
-	st, err := stmt.Status(ctx, c, pool, ref)
+	st, err := stmt.Status(ctx, c, pool, ref, false)
 	if err != nil || len(st) != 1 || st[0].Partition != "p" || st[0].Group == nil || *st[0].Group != "g" ||
 		st[0].Committed == nil || *st[0].Committed != st[0].LastOffset || st[0].Lag == nil || *st[0].Lag != 0 || st[0].Paused {
 		t.Fatalf("status: %+v, %v", st, err)
@@ -111,7 +111,7 @@ func testReads(t *testing.T, c *stmt.Consume, pool *pgxpool.Pool, schema string,
 	if err := stmt.Pause(ctx, c, pool, ref, "g"); err != nil {
 		t.Fatal(err)
 	}
-	qs, err := stmt.Queues(ctx, c, pool, tenant)
+	qs, err := stmt.Queues(ctx, c, pool, tenant, false)
 	if err != nil || len(qs) != 1 || qs[0].Name != "q" || qs[0].Partitions != 1 || qs[0].Pushed != 1 || qs[0].DeadLetters != 1 ||
 		qs[0].Group == nil || *qs[0].Group != "g" || !qs[0].Paused || qs[0].LastDeadLetter == 0 {
 		t.Fatalf("queues: %+v, %v", qs, err)

@@ -24,12 +24,6 @@ SELECT part_name, requeued
 FROM {{schema}}.requeue_dead_letters_v2($1::int8, $2::int8[], $3::bytea[], $4::bytea[], $5::int4[], $6::bytea[])
 
 -- name: DiscardDeadLetters
--- One statement: the page is deleted whole or not at all.
-WITH del AS (
-    DELETE FROM {{schema}}.dead_letters x
-    USING {{schema}}.dead_letters_page($1::uuid, $2::text, $3::text[], $4::text, $5::timestamptz, $6::timestamptz,
-        $7::int8, $8::int4, $9::int8[]) d
-    WHERE x.id = d.id AND ($10::int8 IS NULL OR d.id <= $10::int8)
-    RETURNING 1
-)
-SELECT count(*)::int8 FROM del
+-- One call: the page is deleted whole or not at all.
+SELECT {{schema}}.discard_dead_letters($1::uuid, $2::text, $3::text[], $4::text, $5::timestamptz, $6::timestamptz,
+    $7::int8, $8::int4, $9::int8[], $10::int8)

@@ -117,9 +117,14 @@ type LagRow struct {
 	Seconds  float64 // the age of the oldest unconsumed message
 }
 
-// LagByGroup runs s.LagByGroup on q.
-func LagByGroup(ctx context.Context, s *Set, q Querier) ([]LagRow, error) {
-	rows, err := q.Query(ctx, s.LagByGroup)
+// LagByGroup runs s.LagByGroup on q (s.LagByGroupRouted when routed, on
+// the Citus layout).
+func LagByGroup(ctx context.Context, s *Set, q Querier, routed bool) ([]LagRow, error) {
+	sql := s.LagByGroup
+	if routed && s.LagByGroupRouted != "" {
+		sql = s.LagByGroupRouted
+	}
+	rows, err := q.Query(ctx, sql)
 	if err != nil {
 		return nil, err
 	}

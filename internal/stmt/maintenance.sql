@@ -32,25 +32,9 @@ SELECT {{schema}}.purge_txns_step($1, $2, $3)
 SELECT {{schema}}.purge_partition($1, $2)
 
 -- name: DeadLetterRetentionStep
--- The dead letters past their queue's dead_letter_retention_ms, oldest
--- first per queue (dead_letters_queue_created_idx), at most $1 in all; one
--- a requeue or discard holds is left for the next pass.
-WITH due AS (
-    SELECT x.id
-    FROM {{schema}}.queues q
-    CROSS JOIN LATERAL (
-        SELECT d.id FROM {{schema}}.dead_letters d
-        WHERE d.queue_id = q.id
-          AND d.created_at < clock_timestamp() - q.dead_letter_retention_ms * interval '1 millisecond'
-        ORDER BY d.created_at
-        LIMIT $1
-        FOR UPDATE OF d SKIP LOCKED) x
-    WHERE q.dead_letter_retention_ms > 0
-    LIMIT $1
-), del AS (
-    DELETE FROM {{schema}}.dead_letters d USING due WHERE d.id = due.id RETURNING 1
-)
-SELECT count(*)::int8 FROM del
+-- The dead letters past their queue's dead_letter_retention_ms, at most $1
+-- (see dead_letter_retention_step).
+SELECT {{schema}}.dead_letter_retention_step($1::int4)
 
 -- name: ExpireMembers
 -- The rows of members not seen within $1 ms, at most $2.
@@ -59,6 +43,26 @@ SELECT {{schema}}.expire_members($1::int8, $2::int4)
 -- name: LagByGroup
 SELECT tenant, queue, group_name, sum(lag_messages)::bigint, coalesce(max(lag_seconds), 0)::float8
 FROM {{schema}}.consumer_lag GROUP BY tenant, queue, group_name
+
+-- name: LagByGroupRouted
+-- LagByGroup on the Citus layout: the consumer_lag view's rows with
+-- lag_head spelled out as joins (Citus would run the function on the
+-- workers, where its statement over a distributed table fails), as max()
+-- then a join by key (a correlated LIMIT is not pushed down); one
+-- multi-shard read, grouped on the coordinator.
+WITH r AS MATERIALIZED (
+    SELECT q.tenant, q.name AS queue, c.group_name,
+        {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) AS lag_messages, hs.created_at AS head
+    FROM {{schema}}.consumers c
+    JOIN {{schema}}.partitions p ON p.id = c.partition_id
+    JOIN {{schema}}.queues q ON q.id = p.queue_id
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)) hb ON true
+    LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b
+)
+SELECT tenant, queue, group_name, sum(lag_messages)::bigint,
+    coalesce(max(CASE WHEN lag_messages > 0 THEN extract(epoch FROM clock_timestamp() - head) ELSE 0 END), 0)::float8
+FROM r GROUP BY tenant, queue, group_name
 
 -- name: DeadLetterCounts
 -- Every queue, 0 for one without dead letters (through

@@ -40,7 +40,7 @@ func TestMaintenanceStatements(t *testing.T) {
 	if n, err := stmt.PurgeTxnsStep(ctx, s, pool, pid, due[0].HashKeep, 10); err != nil || n != 0 {
 		t.Fatalf("hash purge step: %d, %v", n, err)
 	}
-	if lag, err := stmt.LagByGroup(ctx, s, pool); err != nil || len(lag) != 0 {
+	if lag, err := stmt.LagByGroup(ctx, s, pool, false); err != nil || len(lag) != 0 {
 		t.Fatalf("lag: %+v, %v", lag, err)
 	}
 	if gone, err := stmt.PurgePartition(ctx, s, pool, pid, time.Minute); err != nil || !gone {

@@ -44,10 +44,14 @@ type StatusRow struct {
 	RetryAt *time.Time
 }
 
-// Status runs c.Status for queue on q: its rows, by partition name then
-// group.
-func Status(ctx context.Context, c *Consume, q Querier, queue QueueRef) ([]StatusRow, error) {
-	rows, err := q.Query(ctx, c.Status, queue.Tenant, queue.Name)
+// Status runs c.Status for queue on q (c.StatusRouted when routed, on
+// the Citus layout): its rows, by partition name then group.
+func Status(ctx context.Context, c *Consume, q Querier, queue QueueRef, routed bool) ([]StatusRow, error) {
+	sql := c.Status
+	if routed && c.StatusRouted != "" {
+		sql = c.StatusRouted
+	}
+	rows, err := q.Query(ctx, sql, queue.Tenant, queue.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -168,10 +172,14 @@ type QueuesRow struct {
 	RetryBackoffMaxMs int64
 }
 
-// Queues runs c.Queues for tenant on q: every queue of the tenant, by
-// name then group.
-func Queues(ctx context.Context, c *Consume, q Querier, tenant uuid.UUID) ([]QueuesRow, error) {
-	rows, err := q.Query(ctx, c.Queues, tenant)
+// Queues runs c.Queues for tenant on q (c.QueuesRouted when routed, on the
+// Citus layout): every queue of the tenant, by name then group.
+func Queues(ctx context.Context, c *Consume, q Querier, tenant uuid.UUID, routed bool) ([]QueuesRow, error) {
+	sql := c.Queues
+	if routed && c.QueuesRouted != "" {
+		sql = c.QueuesRouted
+	}
+	rows, err := q.Query(ctx, sql, tenant)
 	if err != nil {
 		return nil, err
 	}

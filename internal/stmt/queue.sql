@@ -100,6 +100,80 @@ LEFT JOIN dl ON dl.queue_id = q.id
 LEFT JOIN g ON g.queue_id = q.id
 ORDER BY q.name, g.group_name
 
+-- name: QueuesRouted
+-- Queues on the Citus layout: the per (partition, group) rows and the per
+-- partition counts are each one multi-shard read pushed down whole (as in
+-- StatusRouted: seed_offset, lag_head and the oldest segment spelled out
+-- as max() or min() and a join by key), materialized; the rest is read
+-- on the coordinator.
+WITH q AS (
+    SELECT * FROM {{schema}}.queues WHERE tenant = $1
+), pg AS MATERIALIZED (
+    SELECT p.queue_id, p.id AS pid, sub.group_name, l.lag, CASE WHEN l.lag > 0 THEN hs.created_at END AS head
+    FROM {{schema}}.queues q0
+    JOIN {{schema}}.partitions p ON p.queue_id = q0.id
+    JOIN {{schema}}.subscriptions sub ON sub.queue_id = q0.id
+    LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    -- seed_offset's segment: the newest created before the group's start.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE c.committed IS NULL AND sub.mode <> 'all' AND p.created_at < sub.created_at
+                         AND s.partition_id = p.id
+                         AND s.created_at < CASE WHEN sub.mode = 'new' THEN sub.created_at
+                                                 ELSE least(sub.from_time, sub.created_at) END) sb ON true
+    LEFT JOIN {{schema}}.segments ss ON ss.partition_id = p.id AND ss.base_offset = sb.b
+    CROSS JOIN LATERAL (SELECT coalesce(c.committed, CASE
+                           WHEN sub.mode = 'all' OR p.created_at >= sub.created_at THEN p.log_start - 1
+                           ELSE greatest(p.log_start - 1, coalesce(ss.end_offset, p.log_start - 1)) END) AS committed) k
+    CROSS JOIN LATERAL (SELECT {{schema}}.lag_unsettled(p.last_offset, k.committed, p.log_start, c.settled) AS lag) l
+    -- lag_head's segment: the one holding the first retained offset above the cursor.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)) hb ON true
+    LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b
+    WHERE q0.tenant = $1
+), g AS (
+    SELECT sub.queue_id, sub.group_name, coalesce(sum(x.lag), 0)::bigint AS lag, min(x.head) AS head
+    FROM {{schema}}.subscriptions sub
+    JOIN q ON q.id = sub.queue_id
+    LEFT JOIN pg x ON x.queue_id = sub.queue_id AND x.group_name = sub.group_name
+    GROUP BY sub.queue_id, sub.group_name
+    UNION ALL
+    SELECT pz.queue_id, pz.group_name, 0, NULL
+    FROM {{schema}}.paused_groups pz JOIN q ON q.id = pz.queue_id
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.subscriptions sub
+                      WHERE sub.queue_id = pz.queue_id AND sub.group_name = pz.group_name)
+), pd AS (
+    SELECT y.queue_id, sum(y.lag)::bigint AS depth, min(y.head) AS oldest
+    FROM (SELECT x.queue_id, x.pid, max(x.lag) AS lag, min(x.head) AS head FROM pg x GROUP BY x.queue_id, x.pid) y
+    GROUP BY y.queue_id
+), pc AS MATERIALIZED (
+    SELECT p.queue_id, count(*) AS n, sum(greatest(p.last_offset - p.log_start + 1, 0))::bigint AS retained,
+        min(fs.created_at) AS oldest, sum(p.last_offset + 1)::bigint AS pushed
+    FROM {{schema}}.queues q0 JOIN {{schema}}.partitions p ON p.queue_id = q0.id
+    LEFT JOIN LATERAL (SELECT min(s.base_offset) AS b FROM {{schema}}.segments s WHERE s.partition_id = p.id) fb ON true
+    LEFT JOIN {{schema}}.segments fs ON fs.partition_id = p.id AND fs.base_offset = fb.b
+    WHERE q0.tenant = $1
+    GROUP BY p.queue_id
+), dl AS (
+    SELECT d.queue_id, count(*) AS n, max(d.id) AS last
+    FROM q JOIN {{schema}}.dead_letters d ON d.queue_id = q.id
+    GROUP BY d.queue_id
+)
+SELECT q.name, q.tenant, q.lease_time_ms, q.retry_limit, q.dead_letter, q.dedup_window_ms, q.encryption,
+    q.delayed_processing_ms, q.window_buffer_ms, q.retention_ms, q.completed_retention_ms, q.failure_policy, q.lanes,
+    coalesce(pc.n, 0)::bigint,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.depth ELSE coalesce(pc.retained, 0) END,
+    CASE WHEN pd.queue_id IS NOT NULL THEN pd.oldest ELSE pc.oldest END,
+    coalesce(pc.pushed, 0)::bigint, coalesce(dl.n, 0)::bigint,
+    g.group_name, g.lag, g.head,
+    EXISTS (SELECT 1 FROM {{schema}}.paused_groups pz WHERE pz.queue_id = q.id AND pz.group_name = g.group_name),
+    now(), coalesce(dl.last, 0)::bigint, q.dead_letter_retention_ms, q.retry_backoff_min_ms, q.retry_backoff_max_ms
+FROM q
+LEFT JOIN pc ON pc.queue_id = q.id
+LEFT JOIN pd ON pd.queue_id = q.id
+LEFT JOIN dl ON dl.queue_id = q.id
+LEFT JOIN g ON g.queue_id = q.id
+ORDER BY q.name, g.group_name
+
 -- name: Status
 -- A subscribed group has a cursor row on a partition only once one of
 -- its pops met it; until then its position is where that row would
@@ -129,6 +203,52 @@ LEFT JOIN LATERAL (SELECT coalesce(c.committed, {{schema}}.seed_offset(p.id, p.l
     ON sub.group_name IS NOT NULL
 WHERE q.tenant = $1 AND q.name = $2
 ORDER BY p.name, sub.group_name
+
+-- name: StatusRouted
+-- Status on the Citus layout: one multi-shard read, pushed down to every
+-- shard whole (partitions, consumers and segments co-located, queues and
+-- subscriptions reference tables), then the per-row arithmetic on the
+-- coordinator. seed_offset and lag_head are spelled out as joins: Citus
+-- would run those functions on the workers, where their statements over
+-- distributed tables fail; and as max() then a join by key, since a
+-- correlated LIMIT is not pushed down.
+WITH r AS MATERIALIZED (
+    SELECT p.name, p.last_offset, p.log_start, p.last_write_at, sub.group_name, k.committed, c.batch_end,
+        c.lease_owner, c.lease_expires_at, c.attempts, c.settled, c.retry_at, c.wait_offs, c.wait_at,
+        c.committed AS cursor, hs.created_at AS head_created_at,
+        EXISTS (SELECT 1 FROM {{schema}}.paused_groups pg WHERE pg.queue_id = q.id AND pg.group_name = sub.group_name)
+            AS paused
+    FROM {{schema}}.queues q
+    JOIN {{schema}}.partitions p ON p.queue_id = q.id
+    LEFT JOIN {{schema}}.subscriptions sub ON sub.queue_id = q.id
+    LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = sub.group_name
+    -- seed_offset's segment: the newest created before the group's start.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE c.committed IS NULL AND sub.mode <> 'all' AND p.created_at < sub.created_at
+                         AND s.partition_id = p.id
+                         AND s.created_at < CASE WHEN sub.mode = 'new' THEN sub.created_at
+                                                 ELSE least(sub.from_time, sub.created_at) END) sb ON true
+    LEFT JOIN {{schema}}.segments ss ON ss.partition_id = p.id AND ss.base_offset = sb.b
+    LEFT JOIN LATERAL (SELECT coalesce(c.committed, CASE
+                           WHEN sub.mode = 'all' OR p.created_at >= sub.created_at THEN p.log_start - 1
+                           ELSE greatest(p.log_start - 1, coalesce(ss.end_offset, p.log_start - 1)) END) AS committed) k
+        ON sub.group_name IS NOT NULL
+    -- lag_head's segment: the one holding the first retained offset above the cursor.
+    LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                       WHERE s.partition_id = p.id AND s.base_offset <= greatest(k.committed + 1, p.log_start)) hb ON true
+    LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b
+    WHERE q.tenant = $1 AND q.name = $2
+)
+SELECT r.name, r.last_offset, r.log_start, r.last_write_at,
+    r.group_name, r.committed, r.batch_end, r.lease_owner, r.lease_expires_at, coalesce(r.attempts, 0),
+    {{schema}}.lag_unsettled(r.last_offset, r.committed, r.log_start, r.settled),
+    r.head_created_at, now(), cardinality(r.settled), r.paused,
+    CASE WHEN r.retry_at > now() THEN r.retry_at
+         WHEN r.wait_offs IS NOT NULL THEN
+             (SELECT min(u.t) FROM unnest({{schema}}.waits_live_at(r.wait_offs, r.wait_at, r.cursor, r.settled,
+                                                                 now())) AS u(t)) END
+FROM r
+ORDER BY r.name, r.group_name
 
 -- name: Peek
 -- The lower bound on base_offset (the segment holding the first offset

@@ -77,6 +77,8 @@ type Set struct {
 	PurgeTxnsStep     string
 	PurgePartition    string
 	LagByGroup        string
+	// LagByGroupRouted is LagByGroup on the Citus layout (see LagByGroup).
+	LagByGroupRouted string
 	// DeadLetterRetentionStep deletes expired dead letters (see
 	// DeadLetterRetentionStep).
 	DeadLetterRetentionStep string

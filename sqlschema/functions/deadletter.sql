@@ -86,14 +86,18 @@ $$;
 -- One page of the dead letters of queue (p_tenant, p_queue) that a
 -- DeadLetterQuery selects, in id order: groups p_groups, partition
 -- p_partition, stored in [p_since, p_until), ids above p_after and in
--- p_ids, at most p_limit (a NULL filter selects all). Listing and
--- requeueing select through it; plain SQL, so it is inlined into each.
+-- p_ids, at most p_limit (a NULL filter selects all). Listing, requeueing
+-- and discarding select through it. PL/pgSQL, not plain SQL: Citus plans
+-- no SQL function with parameters over its tables; a page is at most
+-- p_limit rows, so not being inlined costs little.
 CREATE OR REPLACE FUNCTION {{schema}}.dead_letters_page(p_tenant uuid, p_queue text, p_groups text[],
                                                       p_partition text, p_since timestamptz,
                                                       p_until timestamptz, p_after bigint, p_limit integer,
                                                       p_ids bigint[])
 RETURNS SETOF {{schema}}.dead_letters
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
     SELECT d.*
     FROM {{schema}}.dead_letters d
     JOIN {{schema}}.queues q ON q.id = d.queue_id
@@ -105,7 +109,77 @@ LANGUAGE sql STABLE AS $$
       AND d.id > p_after
       AND (p_ids IS NULL OR d.id = ANY (p_ids))
     ORDER BY d.id
-    LIMIT p_limit
+    LIMIT p_limit;
+END
+$$;
+
+-- Deletes the page of dead letters dead_letters_page selects with the same
+-- arguments, those up to p_max (NULL: all of it), in one call: all of it
+-- or none. Returns how many it deleted (one a requeue deleted meanwhile is
+-- not counted). The page is read first and deleted by id: a DELETE joining
+-- the page function runs it on every node of the Citus layout, where it
+-- fails.
+CREATE OR REPLACE FUNCTION {{schema}}.discard_dead_letters(p_tenant uuid, p_queue text, p_groups text[],
+                                                         p_partition text, p_since timestamptz,
+                                                         p_until timestamptz, p_after bigint, p_limit integer,
+                                                         p_ids bigint[], p_max bigint)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_n   bigint;
+BEGIN
+    SELECT array_agg(d.id) INTO v_ids
+    FROM {{schema}}.dead_letters_page(p_tenant, p_queue, p_groups, p_partition, p_since, p_until, p_after,
+                                      p_limit, p_ids) d
+    WHERE p_max IS NULL OR d.id <= p_max;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM {{schema}}.dead_letters WHERE id = ANY (v_ids);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- Deletes the dead letters past their queue's dead_letter_retention_ms,
+-- oldest first per queue (dead_letters_queue_created_idx), at most p_max
+-- in all; one a requeue or discard holds is left for the next pass.
+-- Returns how many. Reads first: with none due it writes nothing, where a
+-- DELETE of no row would be, on the Citus layout (a reference table), a
+-- two-phase commit over every node, each maintenance pass.
+CREATE OR REPLACE FUNCTION {{schema}}.dead_letter_retention_step(p_max integer)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_n   bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {{schema}}.queues q
+                   WHERE q.dead_letter_retention_ms > 0
+                     AND EXISTS (SELECT 1 FROM {{schema}}.dead_letters d
+                                 WHERE d.queue_id = q.id
+                                   AND d.created_at < v_now - q.dead_letter_retention_ms * interval '1 millisecond')) THEN
+        RETURN 0;
+    END IF;
+    WITH due AS (
+        SELECT x.id
+        FROM {{schema}}.queues q
+        CROSS JOIN LATERAL (
+            SELECT d.id FROM {{schema}}.dead_letters d
+            WHERE d.queue_id = q.id
+              AND d.created_at < v_now - q.dead_letter_retention_ms * interval '1 millisecond'
+            ORDER BY d.created_at
+            LIMIT p_max
+            FOR UPDATE OF d SKIP LOCKED) x
+        WHERE q.dead_letter_retention_ms > 0
+        LIMIT p_max
+    ), del AS (
+        DELETE FROM {{schema}}.dead_letters d USING due WHERE d.id = due.id RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM del;
+    RETURN v_n;
+END
 $$;
 
 -- Requeues dead letters p_ids of queue p_qid: each goes back to the tail
@@ -144,6 +218,13 @@ DECLARE
     n       integer := coalesce(cardinality(p_ids), 0);
     v_enc   boolean;
     v_names text[];
+    v_name  text;
+    v_pid   bigint;
+    v_lpids bigint[];
+    v_routed boolean := (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true);
+    v_dids  bigint[];
+    v_dnames text[];
+    v_dmsgs uuid[];
     v_pids  bigint[];
     v_now   timestamptz;
     v_bls   bytea[];
@@ -171,29 +252,78 @@ BEGIN
     PERFORM {{schema}}.add_partitions(array_fill(p_qid, ARRAY[cardinality(v_names)]), v_names);
     -- Only partitions locked here take dead letters (one forgotten again
     -- since the insert keeps its dead letters for the next call).
-    SELECT array_agg(l.name) INTO v_names FROM (
-        SELECT p.id, p.name FROM {{schema}}.partitions p
-        WHERE p.queue_id = p_qid AND p.name = ANY (v_names)
-        ORDER BY p.id
-        FOR NO KEY UPDATE) l;
+    IF v_routed THEN
+        -- The Citus layout: by derived id, locked one per statement (each
+        -- routed to its shard) in ascending id.
+        v_lpids := '{}';
+        FOREACH v_name IN ARRAY v_names LOOP
+            v_pid := {{schema}}.partition_of(p_qid, v_name);
+            IF v_pid IS NOT NULL THEN
+                v_lpids := v_lpids || v_pid;
+            END IF;
+        END LOOP;
+        SELECT coalesce(array_agg(DISTINCT u.id ORDER BY u.id), '{}') INTO v_pids FROM unnest(v_lpids) AS u(id);
+        v_lpids := '{}';
+        v_names := '{}';
+        FOREACH v_pid IN ARRAY v_pids LOOP
+            SELECT p.name INTO v_name FROM {{schema}}.partitions p WHERE p.id = v_pid FOR NO KEY UPDATE;
+            IF FOUND THEN
+                v_lpids := v_lpids || v_pid;
+                v_names := v_names || v_name;
+            END IF;
+        END LOOP;
+    ELSE
+        SELECT array_agg(l.id), array_agg(l.name) INTO v_lpids, v_names FROM (
+            SELECT p.id, p.name FROM {{schema}}.partitions p
+            WHERE p.queue_id = p_qid AND p.name = ANY (v_names)
+            ORDER BY p.id
+            FOR NO KEY UPDATE) l;
+    END IF;
     v_now := clock_timestamp(); -- after the row locks: created_at stays monotone
-    WITH x AS (
-        SELECT * FROM unnest(p_ids, p_hashes, p_flags, p_blobs) AS x(id, h, fl, bl)
-    ), del AS (
-        DELETE FROM {{schema}}.dead_letters d
-        USING x
-        WHERE d.id = x.id AND d.queue_id = p_qid AND d.partition_name = ANY (v_names)
-          AND NOT (v_enc AND (coalesce(x.fl, d.flags) & 1) = 0)
-        RETURNING d.id, d.partition_name, d.message_id, x.h, x.bl
-    ), one AS (
-        SELECT DISTINCT ON (p.id, del.message_id) p.id AS pid, p.name, del.*
-        FROM del JOIN {{schema}}.partitions p ON p.queue_id = p_qid AND p.name = del.partition_name
-        ORDER BY p.id, del.message_id, del.id
-    )
-    SELECT array_agg(o.pid ORDER BY o.pid, o.id), array_agg(o.name ORDER BY o.pid, o.id),
-           array_agg(o.bl ORDER BY o.pid, o.id), array_agg(o.h ORDER BY o.pid, o.id)
-    INTO v_pids, v_names, v_bls, v_hs
-    FROM one o;
+    IF v_routed THEN
+        -- The Citus layout plans no DELETE in a CTE here, nor a join with
+        -- partitions (distributed): the dead letters are locked (one a
+        -- requeue or discard deleted meanwhile is gone), read, deleted by
+        -- id, then matched with the partitions locked above by name.
+        PERFORM 1 FROM {{schema}}.dead_letters d
+        WHERE d.id = ANY (p_ids) AND d.queue_id = p_qid AND d.partition_name = ANY (v_names)
+        ORDER BY d.id FOR UPDATE;
+        SELECT array_agg(d.id), array_agg(d.partition_name), array_agg(d.message_id), array_agg(x.h), array_agg(x.bl)
+        INTO v_dids, v_dnames, v_dmsgs, v_hs, v_bls
+        FROM {{schema}}.dead_letters d
+        JOIN unnest(p_ids, p_hashes, p_flags, p_blobs) AS x(id, h, fl, bl) ON x.id = d.id
+        WHERE d.queue_id = p_qid AND d.partition_name = ANY (v_names)
+          AND NOT (v_enc AND (coalesce(x.fl, d.flags) & 1) = 0);
+        DELETE FROM {{schema}}.dead_letters d WHERE d.id = ANY (v_dids);
+        WITH one AS (
+            SELECT DISTINCT ON (p.id, del.message_id) p.id AS pid, p.name, del.*
+            FROM unnest(v_dids, v_dnames, v_dmsgs, v_hs, v_bls) AS del(id, partition_name, message_id, h, bl)
+            JOIN unnest(v_lpids, v_names) AS p(id, name) ON p.name = del.partition_name
+            ORDER BY p.id, del.message_id, del.id
+        )
+        SELECT array_agg(o.pid ORDER BY o.pid, o.id), array_agg(o.name ORDER BY o.pid, o.id),
+               array_agg(o.bl ORDER BY o.pid, o.id), array_agg(o.h ORDER BY o.pid, o.id)
+        INTO v_pids, v_names, v_bls, v_hs
+        FROM one o;
+    ELSE
+        WITH x AS (
+            SELECT * FROM unnest(p_ids, p_hashes, p_flags, p_blobs) AS x(id, h, fl, bl)
+        ), del AS (
+            DELETE FROM {{schema}}.dead_letters d
+            USING x
+            WHERE d.id = x.id AND d.queue_id = p_qid AND d.partition_name = ANY (v_names)
+              AND NOT (v_enc AND (coalesce(x.fl, d.flags) & 1) = 0)
+            RETURNING d.id, d.partition_name, d.message_id, x.h, x.bl
+        ), one AS (
+            SELECT DISTINCT ON (p.id, del.message_id) p.id AS pid, p.name, del.*
+            FROM del JOIN {{schema}}.partitions p ON p.queue_id = p_qid AND p.name = del.partition_name
+            ORDER BY p.id, del.message_id, del.id
+        )
+        SELECT array_agg(o.pid ORDER BY o.pid, o.id), array_agg(o.name ORDER BY o.pid, o.id),
+               array_agg(o.bl ORDER BY o.pid, o.id), array_agg(o.h ORDER BY o.pid, o.id)
+        INTO v_pids, v_names, v_bls, v_hs
+        FROM one o;
+    END IF;
     FOR i IN 1 .. coalesce(cardinality(v_pids), 0) LOOP
         IF v_bls[i] IS NULL THEN
             RAISE EXCEPTION 'queen: requeue_dead_letters_v2: a dead letter without its segment';

@@ -224,6 +224,7 @@ RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     v_qid  bigint;
+    v_pid  bigint;
     v_pids bigint[];
 BEGIN
     SELECT id INTO v_qid FROM {{schema}}.queues
@@ -232,12 +233,35 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
-    FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid
-          ORDER BY p.id FOR UPDATE) l;
-    DELETE FROM {{schema}}.segments WHERE partition_id = ANY (v_pids);
-    DELETE FROM {{schema}}.txns WHERE partition_id = ANY (v_pids);
-    -- Partitions, cursors, subscriptions and dead letters cascade.
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        -- The Citus layout locks no rows of several shards in one
+        -- statement: each partition is locked, and its leaf rows deleted,
+        -- by its id (routed to its shard), in the same ascending order.
+        -- Literals: Citus plans no statement over every shard with a
+        -- PL/pgSQL parameter in it. No partition can be added meanwhile
+        -- (the queue row is held), so the list read first is complete.
+        -- One connection per worker (sequential mode): the queue row's
+        -- delete cascades to shards this transaction has read already,
+        -- which Citus refuses after a parallel read of them.
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+        EXECUTE format('SELECT coalesce(array_agg(p.id ORDER BY p.id), ''{}'') FROM {{schema}}.partitions p
+                        WHERE p.queue_id = %s', v_qid) INTO v_pids;
+        FOREACH v_pid IN ARRAY v_pids LOOP
+            PERFORM 1 FROM {{schema}}.partitions p WHERE p.id = v_pid FOR UPDATE;
+        END LOOP;
+        FOREACH v_pid IN ARRAY v_pids LOOP
+            DELETE FROM {{schema}}.segments WHERE partition_id = v_pid;
+            DELETE FROM {{schema}}.txns WHERE partition_id = v_pid;
+        END LOOP;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
+        FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid
+              ORDER BY p.id FOR UPDATE) l;
+        DELETE FROM {{schema}}.segments WHERE partition_id = ANY (v_pids);
+        DELETE FROM {{schema}}.txns WHERE partition_id = ANY (v_pids);
+    END IF;
+    -- Partitions, cursors, backlog rows, subscriptions and dead letters
+    -- cascade (on the Citus layout, on every worker: a two-phase commit).
     DELETE FROM {{schema}}.queues WHERE id = v_qid;
     RETURN true;
 END

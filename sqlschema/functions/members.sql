@@ -104,6 +104,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
 BEGIN
+    -- Read first: a DELETE of no row is, on the Citus layout (a reference
+    -- table), a two-phase commit over every node, each pass.
+    IF NOT EXISTS (SELECT 1 FROM {{schema}}.members x
+                   WHERE x.last_seen <= clock_timestamp() - p_ttl_ms * interval '1 millisecond') THEN
+        RETURN 0;
+    END IF;
     DELETE FROM {{schema}}.members m
     USING (SELECT x.queue_id, x.group_name, x.member_id FROM {{schema}}.members x
            WHERE x.last_seen <= clock_timestamp() - p_ttl_ms * interval '1 millisecond'

@@ -20,11 +20,25 @@
 -- on them can start or end unseen.
 CREATE OR REPLACE FUNCTION {{schema}}.group_live(p_qid bigint, p_group text)
 RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM {{schema}}.partitions p
-                   JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = p_group
-                   WHERE p.queue_id = p_qid AND c.batch_end IS NOT NULL AND c.lease_expires_at > clock_timestamp())
-        OR EXISTS (SELECT 1 FROM {{schema}}.group_live_members(p_qid, p_group))
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    v_live boolean;
+BEGIN
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        -- Literals: Citus plans no statement over every shard with a
+        -- PL/pgSQL parameter in it.
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                            JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = %L
+                            WHERE p.queue_id = %s AND c.batch_end IS NOT NULL AND c.lease_expires_at > %L::timestamptz)',
+                       p_group, p_qid, v_now) INTO v_live;
+    ELSE
+        v_live := EXISTS (SELECT 1 FROM {{schema}}.partitions p
+                          JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = p_group
+                          WHERE p.queue_id = p_qid AND c.batch_end IS NOT NULL AND c.lease_expires_at > v_now);
+    END IF;
+    RETURN v_live OR EXISTS (SELECT 1 FROM {{schema}}.group_live_members(p_qid, p_group));
+END
 $$;
 
 -- The queue id of (p_tenant, p_queue), its row taken KEY SHARE after the
@@ -45,6 +59,232 @@ BEGIN
         RAISE EXCEPTION 'no queue %', quote_literal(p_queue) USING ERRCODE = 'QN002';
     END IF;
     RETURN v_qid;
+END
+$$;
+
+-- On the Citus layout (settings.routed), one partition per statement, so
+-- that each is routed to its shard: the partitions of queue p_qid named
+-- p_parts (NULL: all of them), ascending ids, each locked FOR NO KEY
+-- UPDATE in that order, as the set-based forms lock them. QN002 for a
+-- name the queue has no partition of. The list of all partitions is read
+-- with literals: Citus plans no statement over every shard with a PL/pgSQL
+-- parameter in it.
+CREATE OR REPLACE FUNCTION {{schema}}.lock_partitions_routed(p_qid bigint, p_queue text, p_parts text[])
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pids bigint[];
+    v_pid  bigint;
+    v_name text;
+BEGIN
+    IF p_parts IS NULL THEN
+        EXECUTE format('SELECT coalesce(array_agg(p.id ORDER BY p.id), ''{}'') FROM {{schema}}.partitions p
+                        WHERE p.queue_id = %s', p_qid) INTO v_pids;
+    ELSE
+        v_pids := '{}';
+        FOREACH v_name IN ARRAY p_parts LOOP
+            v_pid := {{schema}}.partition_of(p_qid, v_name);
+            IF v_pid IS NULL THEN
+                RAISE EXCEPTION 'queue % has no partition %', quote_literal(p_queue), quote_literal(v_name)
+                    USING ERRCODE = 'QN002';
+            END IF;
+            v_pids := v_pids || v_pid;
+        END LOOP;
+        SELECT coalesce(array_agg(DISTINCT u.id ORDER BY u.id), '{}') INTO v_pids FROM unnest(v_pids) AS u(id);
+    END IF;
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        PERFORM 1 FROM {{schema}}.partitions p WHERE p.id = v_pid FOR NO KEY UPDATE;
+    END LOOP;
+    RETURN v_pids;
+END
+$$;
+
+-- seed_offset read one partition at a time: the same rule, a PL/pgSQL
+-- function so that its statement is planned with the partition id as a
+-- parameter (Citus plans no SQL function with parameters over its tables).
+CREATE OR REPLACE FUNCTION {{schema}}.seed_offset_routed(p_pid bigint, p_log_start bigint, p_created timestamptz,
+                                                       p_mode text, p_since timestamptz, p_from timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_end bigint;
+BEGIN
+    IF p_mode = 'all' OR p_created >= p_since THEN
+        RETURN p_log_start - 1;
+    END IF;
+    SELECT s.end_offset INTO v_end FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid
+      AND s.created_at < CASE WHEN p_mode = 'new' THEN p_since ELSE least(p_from, p_since) END
+    ORDER BY s.base_offset DESC LIMIT 1;
+    RETURN greatest(p_log_start - 1, coalesce(v_end, p_log_start - 1));
+END
+$$;
+
+-- reset_group on the Citus layout: the same checks, locks in the same
+-- order and the same writes, one partition per statement (routed to its
+-- shard). Its subscription insert and the lease check run as in
+-- reset_group. Writes to partitions on several workers: a two-phase
+-- commit.
+CREATE OR REPLACE FUNCTION {{schema}}.reset_group_routed(p_tenant uuid, p_queue text, p_group text, p_to text,
+                                                       p_time timestamptz, p_parts text[], p_offs bigint[],
+                                                       p_force boolean)
+RETURNS TABLE (partition_name text, before bigint, after bigint, created boolean, lease_ended boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid     bigint;
+    v_mode    text;
+    v_since   timestamptz;
+    v_from    timestamptz;
+    v_pids    bigint[];
+    v_pid     bigint;
+    v_created bigint[] := '{}';
+    v_now     timestamptz;
+    v_p       record;
+    v_c       record;
+    v_after   bigint;
+    v_name    text;
+    v_names   text[] := '{}';
+    v_before  bigint[] := '{}';
+    v_afters  bigint[] := '{}';
+    v_new     boolean[] := '{}';
+    v_ended   boolean[] := '{}';
+BEGIN
+    v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
+    IF p_parts IS NOT NULL THEN
+        FOREACH v_name IN ARRAY p_parts LOOP
+            IF {{schema}}.partition_of(v_qid, v_name) IS NULL THEN
+                RAISE EXCEPTION 'queue % has no partition %', quote_literal(p_queue), quote_literal(v_name)
+                    USING ERRCODE = 'QN002';
+            END IF;
+        END LOOP;
+    END IF;
+    SELECT s.mode, s.created_at, s.from_time INTO v_mode, v_since, v_from
+    FROM {{schema}}.subscriptions s WHERE s.queue_id = v_qid AND s.group_name = p_group;
+    IF NOT FOUND THEN
+        v_mode := CASE WHEN p_group = '' OR p_to IN ('earliest', 'offsets') THEN 'all'
+                       WHEN p_to = 'latest' THEN 'new' ELSE 'from' END;
+        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0));
+        v_since := clock_timestamp();
+        v_from := CASE WHEN v_mode = 'from' THEN p_time END;
+        INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time, created_at, seed_after)
+        VALUES (v_qid, p_group, v_mode, v_from, v_since,
+                CASE WHEN p_parts IS NULL OR v_mode = 'new' THEN NULL ELSE '' END)
+        ON CONFLICT DO NOTHING;
+        SELECT s.mode, s.created_at, s.from_time INTO v_mode, v_since, v_from
+        FROM {{schema}}.subscriptions s WHERE s.queue_id = v_qid AND s.group_name = p_group;
+    END IF;
+    v_pids := {{schema}}.lock_partitions_routed(v_qid, p_queue, p_parts);
+    IF cardinality(v_pids) = 0 THEN
+        RETURN;
+    END IF;
+    -- Cursors first, where they would start, then every one locked.
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        SELECT p.log_start, p.created_at INTO v_p FROM {{schema}}.partitions p WHERE p.id = v_pid;
+        PERFORM 1 FROM {{schema}}.consumers c WHERE c.partition_id = v_pid AND c.group_name = p_group;
+        IF NOT FOUND THEN
+            INSERT INTO {{schema}}.consumers (partition_id, group_name, committed)
+            VALUES (v_pid, p_group, {{schema}}.seed_offset_routed(v_pid, v_p.log_start, v_p.created_at, v_mode,
+                                                                  v_since, v_from))
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                v_created := v_created || v_pid;
+            END IF;
+        END IF;
+    END LOOP;
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        PERFORM 1 FROM {{schema}}.consumers c WHERE c.partition_id = v_pid AND c.group_name = p_group FOR UPDATE;
+    END LOOP;
+    IF NOT p_force AND {{schema}}.group_live(v_qid, p_group) THEN
+        RAISE EXCEPTION 'group % holds a live lease on queue %', quote_literal(p_group), quote_literal(p_queue) USING ERRCODE = 'QN003';
+    END IF;
+    v_now := clock_timestamp();
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        SELECT p.name, p.log_start, p.last_offset, p.pending INTO v_p FROM {{schema}}.partitions p WHERE p.id = v_pid;
+        SELECT c.committed, (c.batch_end IS NOT NULL AND c.lease_expires_at > v_now) AS live INTO v_c
+        FROM {{schema}}.consumers c WHERE c.partition_id = v_pid AND c.group_name = p_group;
+        IF p_to = 'time' THEN
+            SELECT s.end_offset INTO v_after FROM {{schema}}.segments s
+            WHERE s.partition_id = v_pid AND s.created_at < p_time
+            ORDER BY s.base_offset DESC LIMIT 1;
+            v_after := greatest(v_p.log_start - 1, coalesce(v_after, v_p.log_start - 1));
+        ELSE
+            v_after := CASE p_to
+                WHEN 'earliest' THEN v_p.log_start - 1
+                WHEN 'latest' THEN v_p.last_offset
+                ELSE least(greatest(p_offs[array_position(p_parts, v_p.name)] - 1, v_p.log_start - 1), v_p.last_offset)
+            END;
+        END IF;
+        UPDATE {{schema}}.consumers c
+        SET committed = v_after, settled = NULL, fail_offs = NULL, fail_counts = NULL, attempts = 0,
+            retry_at = NULL, wait_offs = NULL, wait_at = NULL, held_offs = NULL, idle_until = NULL, idle_seen = NULL, deliveries = 0,
+            (batch_end, lease_id, lease_owner, lease_expires_at)
+                = (SELECT * FROM {{schema}}.lease_after(true, c.batch_end, c.lease_id, c.lease_owner,
+                                                       c.lease_expires_at)),
+            updated_at = v_now
+        WHERE c.partition_id = v_pid AND c.group_name = p_group;
+        v_names := v_names || v_p.name;
+        v_before := v_before || v_c.committed;
+        v_afters := v_afters || v_after;
+        v_new := v_new || (v_pid = ANY (v_created));
+        v_ended := v_ended || v_c.live;
+        -- Behind now: into the group's backlog unless in the shared ready set.
+        IF NOT v_p.pending AND v_p.last_offset >= v_p.log_start AND v_after < v_p.last_offset THEN
+            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (v_qid, p_group, v_pid)
+            ON CONFLICT DO NOTHING;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_names, v_before, v_afters, v_new, v_ended) AS r ORDER BY 1;
+END
+$$;
+
+-- delete_group on the Citus layout: the same locks in the same order and
+-- the same deletes, one partition per statement. Writes to partitions on
+-- several workers: a two-phase commit.
+CREATE OR REPLACE FUNCTION {{schema}}.delete_group_routed(p_tenant uuid, p_queue text, p_group text, p_force boolean,
+                                                        OUT cursors integer, OUT leases integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_qid  bigint;
+    v_pids bigint[];
+    v_pid  bigint;
+    v_now  timestamptz;
+    v_live boolean;
+BEGIN
+    -- One connection per worker: the reference-table deletes after the
+    -- multi-shard one are refused after a parallel operation.
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
+    v_pids := {{schema}}.lock_partitions_routed(v_qid, p_queue, NULL);
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        PERFORM 1 FROM {{schema}}.consumers c WHERE c.partition_id = v_pid AND c.group_name = p_group FOR UPDATE;
+    END LOOP;
+    IF NOT p_force AND {{schema}}.group_live(v_qid, p_group) THEN
+        RAISE EXCEPTION 'group % holds a live lease on queue %', quote_literal(p_group), quote_literal(p_queue) USING ERRCODE = 'QN003';
+    END IF;
+    cursors := 0;
+    leases := 0;
+    v_now := clock_timestamp();
+    FOREACH v_pid IN ARRAY v_pids LOOP
+        DELETE FROM {{schema}}.consumers c WHERE c.partition_id = v_pid AND c.group_name = p_group
+        RETURNING (c.batch_end IS NOT NULL AND c.lease_expires_at > v_now) INTO v_live;
+        IF FOUND THEN
+            cursors := cursors + 1;
+            leases := leases + v_live::integer;
+        END IF;
+    END LOOP;
+    -- Every backlog row of the group, as delete_group deletes them (one of
+    -- a partition created since the list was read too). Literals: Citus
+    -- plans no statement over every shard with a PL/pgSQL parameter in it.
+    EXECUTE format('DELETE FROM {{schema}}.backlog b WHERE b.queue_id = %s AND b.group_name = %L', v_qid, p_group);
+    DELETE FROM {{schema}}.subscriptions s WHERE s.queue_id = v_qid AND s.group_name = p_group;
+    IF NOT FOUND THEN
+        DELETE FROM {{schema}}.paused_groups g WHERE g.queue_id = v_qid AND g.group_name = p_group;
+        IF NOT FOUND AND cursors = 0 THEN
+            RAISE EXCEPTION 'queue % has no group %', quote_literal(p_queue), quote_literal(p_group) USING ERRCODE = 'QN002';
+        END IF;
+    ELSE
+        DELETE FROM {{schema}}.paused_groups g WHERE g.queue_id = v_qid AND g.group_name = p_group;
+    END IF;
 END
 $$;
 
@@ -82,6 +322,11 @@ BEGIN
     IF p_to NOT IN ('earliest', 'latest', 'time', 'offsets') OR (p_to = 'time' AND p_time IS NULL)
        OR (p_to = 'offsets' AND (p_parts IS NULL OR cardinality(p_parts) IS DISTINCT FROM cardinality(p_offs))) THEN
         RAISE EXCEPTION 'reset_group: bad target %', quote_literal(p_to) USING ERRCODE = '22023';
+    END IF;
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        RETURN QUERY SELECT * FROM {{schema}}.reset_group_routed(p_tenant, p_queue, p_group, p_to, p_time, p_parts,
+                                                                 p_offs, p_force);
+        RETURN;
     END IF;
     v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
     IF p_parts IS NOT NULL THEN
@@ -190,6 +435,10 @@ DECLARE
     v_qid  bigint;
     v_pids bigint[];
 BEGIN
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        SELECT * INTO cursors, leases FROM {{schema}}.delete_group_routed(p_tenant, p_queue, p_group, p_force);
+        RETURN;
+    END IF;
     v_qid := {{schema}}.offsets_queue(p_tenant, p_queue, p_group);
     SELECT array_agg(x.id ORDER BY x.id) INTO v_pids
     FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid ORDER BY p.id FOR NO KEY UPDATE) x;
@@ -227,20 +476,25 @@ CREATE OR REPLACE FUNCTION {{schema}}.release_lease(p_tenant uuid, p_queue text,
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_qid bigint;
     v_pid bigint;
+    v_now timestamptz;
 BEGIN
-    SELECT p.id INTO v_pid FROM {{schema}}.queues q
-    JOIN {{schema}}.partitions p ON p.queue_id = q.id AND p.name = p_partition
-    WHERE q.tenant = p_tenant AND q.name = p_queue;
-    IF NOT FOUND THEN
+    SELECT q.id INTO v_qid FROM {{schema}}.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
+    -- By derived id (one shard on the Citus layout), not a join by name.
+    v_pid := {{schema}}.partition_of(v_qid, p_partition);
+    IF v_pid IS NULL THEN
         RAISE EXCEPTION 'queue % has no partition %', quote_literal(p_queue), quote_literal(p_partition) USING ERRCODE = 'QN002';
     END IF;
+    -- A variable, not clock_timestamp() in the UPDATE: Citus refuses
+    -- volatile functions in DML on a distributed table.
+    v_now := clock_timestamp();
     UPDATE {{schema}}.consumers c
     SET (batch_end, lease_id, lease_owner, lease_expires_at)
             = (SELECT * FROM {{schema}}.lease_after(true, c.batch_end, c.lease_id, c.lease_owner, c.lease_expires_at)),
-        deliveries = greatest(c.deliveries - 1, 0), updated_at = clock_timestamp()
+        deliveries = greatest(c.deliveries - 1, 0), updated_at = v_now
     WHERE c.partition_id = v_pid AND c.group_name = p_group
-      AND c.batch_end IS NOT NULL AND c.lease_expires_at > clock_timestamp();
+      AND c.batch_end IS NOT NULL AND c.lease_expires_at > v_now;
     RETURN FOUND;
 END
 $$;
