@@ -58,9 +58,11 @@ func TestHistoryOnCitus(t *testing.T) {
 	exec(coord.URL, fmt.Sprintf("SELECT citus_set_coordinator_host('127.0.0.1', %d)", coord.Port),
 		fmt.Sprintf("SELECT citus_add_node('127.0.0.1', %d)", w1.Port),
 		fmt.Sprintf("SELECT citus_add_node('127.0.0.1', %d)", w2.Port))
+	distributed := os.Getenv("QUEEN_TEST_CITUS_DISTRIBUTE") != ""
 	for _, seed := range ciSeeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			r := &run{t: t, seed: seed, cl: coord, workers: []*pgcluster.Cluster{w1, w2}, dur: defaultDuration, children: 1}
+			r := &run{t: t, seed: seed, cl: coord, workers: []*pgcluster.Cluster{w1, w2}, citus: distributed,
+				dur: defaultDuration, children: 1}
 			st := r.main()
 			if st.faults == 0 {
 				t.Errorf("no fault injected")

@@ -183,7 +183,9 @@ type run struct {
 	cl      *pgcluster.Cluster
 	// workers: a Citus coordinator's worker nodes (cl is the
 	// coordinator); the nemesis stops and restarts them too.
-	workers  []*pgcluster.Cluster
+	workers []*pgcluster.Cluster
+	// citus: the clients set Config.Citus (the distributed layout).
+	citus    bool
 	dur      time.Duration
 	children int
 	from     time.Time // the SubscribeFrom group's start
@@ -654,7 +656,7 @@ func (r *run) openCfg(ctx context.Context, cfg queen.Config) *queen.Client {
 
 func (r *run) config(name, spool string) queen.Config {
 	cfg := queen.Config{DatabaseURL: r.url(), Schema: r.schema, SpoolDir: spool, EncryptionKey: r.key,
-		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: r.rec, proc: name})}
+		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: r.rec, proc: name}), Citus: r.citus}
 	if r.key2 != nil {
 		cfg.DecryptionKeys = [][]byte{r.key2}
 	}
@@ -932,7 +934,7 @@ func (c *child) start() {
 	c.r.childFiles = append(c.r.childFiles, hist)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHistoryChild$")
 	cmd.Env = append(os.Environ(), "QUEEN_HISTORY_CHILD="+string(mustJSON(childSpec{
-		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Key2: c.r.key2, Gen: c.r.gen.String(), Proc: proc, History: hist,
+		URL: c.r.url(), Schema: c.r.schema, Spool: c.spool, Key: c.r.key, Key2: c.r.key2, Gen: c.r.gen.String(), Proc: proc, History: hist, Citus: c.r.citus,
 		Seed: c.r.seed*1000 + uint64(c.idx*100+c.inc), Deadline: time.Now().Add(c.r.dur + time.Minute).UnixNano(), From: c.r.from.UnixNano(),
 	})))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -964,6 +966,7 @@ func (c *child) kill() {
 type childSpec struct {
 	URL, Schema, Spool, Proc, History, Gen string
 	Key, Key2                              []byte
+	Citus                                  bool
 	Seed                                   uint64
 	Deadline, From                         int64
 }
@@ -994,7 +997,7 @@ func TestHistoryChild(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, s.Deadline))
 	defer cancel()
 	cfg := queen.Config{DatabaseURL: s.URL, Schema: s.Schema, SpoolDir: s.Spool, EncryptionKey: s.Key,
-		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: rec, proc: s.Proc})}
+		StatementTimeout: statementTimeout, Logger: slog.New(&claimLog{rec: rec, proc: s.Proc}), Citus: s.Citus}
 	if s.Key2 != nil {
 		cfg.DecryptionKeys = [][]byte{s.Key2}
 	}
