@@ -99,27 +99,6 @@ BEGIN
 END
 $$;
 
--- seed_offset read one partition at a time: the same rule, a PL/pgSQL
--- function so that its statement is planned with the partition id as a
--- parameter (Citus plans no SQL function with parameters over its tables).
-CREATE OR REPLACE FUNCTION {{schema}}.seed_offset_routed(p_pid bigint, p_log_start bigint, p_created timestamptz,
-                                                       p_mode text, p_since timestamptz, p_from timestamptz)
-RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_end bigint;
-BEGIN
-    IF p_mode = 'all' OR p_created >= p_since THEN
-        RETURN p_log_start - 1;
-    END IF;
-    SELECT s.end_offset INTO v_end FROM {{schema}}.segments s
-    WHERE s.partition_id = p_pid
-      AND s.created_at < CASE WHEN p_mode = 'new' THEN p_since ELSE least(p_from, p_since) END
-    ORDER BY s.base_offset DESC LIMIT 1;
-    RETURN greatest(p_log_start - 1, coalesce(v_end, p_log_start - 1));
-END
-$$;
-
 -- reset_group on the Citus layout: the same checks, locks in the same
 -- order and the same writes, one partition per statement (routed to its
 -- shard). Its subscription insert and the lease check run as in
