@@ -345,6 +345,23 @@ func (c *consumer) stopErr() error {
 // failure or an interrupt released the lease over both, and a lost lease
 // is lost for both.
 func (c *consumer) handleBatch(b *consumeBatch, alone func() bool) (settle func()) {
+	if !b.covered {
+		return c.handleBatchOf(b, alone)
+	}
+	p := b.msgs[0].Partition
+	s := c.handleBatchOf(b, alone)
+	if s == nil {
+		c.lingering.remove(p)
+		return nil
+	}
+	return func() {
+		defer c.lingering.remove(p)
+		s()
+	}
+}
+
+// handleBatchOf is handleBatch but for a covered batch's partition.
+func (c *consumer) handleBatchOf(b *consumeBatch, alone func() bool) (settle func()) {
 	msgs := b.msgs
 	if c.keyConc > 1 {
 		return c.handleBatchKeyed(msgs)

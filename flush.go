@@ -104,6 +104,10 @@ type flushScratch struct {
 	hashes   []byte
 	hs       []dedup.Hash
 	leaders  []int
+	// take is the lingering worker whose slot pushLive reserved, and ho
+	// the outcome commit hands it on return (see handOff).
+	take *lingerSlot
+	ho   handoff
 }
 
 // segPlan is how one batch became one segment: which items are its frames.
@@ -163,6 +167,15 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 	}()
 	// The arenas back the previous bundle's blobs, which are done with.
 	s.blobs, s.hashes = s.blobs[:0], s.hashes[:0]
+	// Last, after the wake-ups: the worker the push took for hears of the
+	// push while it still lingers (the fetch loop ignores the wake), and
+	// gets an outcome on every path, a panic's included.
+	defer func() {
+		if s.take != nil {
+			s.take.out <- s.ho
+			s.take, s.ho = nil, handoff{}
+		}
+	}()
 
 	var skip map[*fusion.Batch[partitionKey, *pushItem]]bool
 	if live {
@@ -474,10 +487,24 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		// may leave it to push_bundle, which gives every other verdict.
 		// On the Citus layout only the function runs: AppendSegment reads
 		// the time in DML, which Citus refuses on a distributed table.
+		var q alloc.Querier = conn
+		var tq *stmt.TakeQuerier
+		if s.take = e.lingers.reserve(s.segs[0].batch.Key); s.take != nil {
+			// A worker of this client lingers on the partition: the
+			// push takes for it (see handOff).
+			tq = stmt.NewTakeQuerier(e.csql, conn.Conn(), s.take.lease, s.take.max, s.take.leaseDur)
+			q = tq
+			if h := e.cfg.test.takeHook; h != nil {
+				h()
+			}
+		}
 		if s.segs[0].frames[0].noWindow && !e.cfg.Citus {
-			v, err = stmt.AppendSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)
+			v, err = stmt.AppendSegment(ctx, e.sql, q, &s.bundle, s.verdicts)
 		} else {
-			v, err = stmt.PushSegment(ctx, e.sql, conn, &s.bundle, s.verdicts)
+			v, err = stmt.PushSegment(ctx, e.sql, q, &s.bundle, s.verdicts)
+		}
+		if tq != nil {
+			s.ho, err = handOff(tq, err)
 		}
 		if err == nil && v[0].Status == alloc.NeedsBundle {
 			v = nil
@@ -521,6 +548,30 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	}
 	conn.Release()
 	return v, err
+}
+
+// handOff ends tq's pipeline, the push (whose error is err) and the take
+// of a lingering worker's messages in one transaction, and returns the
+// outcome for the worker and the push's error: the pipeline's through its
+// commit, so a push is never reported stored whose commit is unknown. The
+// outcome is known only when the push committed; then rows are what the
+// take took under the worker's lease, or over says the linger is over.
+// push_take fails nothing, so a take never fails a push.
+func handOff(tq *stmt.TakeQuerier, err error) (handoff, error) {
+	var h handoff
+	sent, over, ferr := tq.Finish(func(r *stmt.PopRow) error {
+		h.rows = append(h.rows, *r) // the row is reused, its slices are not
+		return nil
+	})
+	if err == nil && sent {
+		err = ferr
+	}
+	if err == nil && sent {
+		h.known, h.over = true, over
+	} else {
+		h.rows = nil
+	}
+	return h, err
 }
 
 // callerGone reports that ctx is an inline flush's (an idle push run on its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/e03140bc/queen/internal/stmt"
@@ -159,14 +160,16 @@ func (c *consumer) lingerAck(b *consumeBatch, through int64, acks func() int) (n
 }
 
 // linger keeps b's lease over its drained partition and takes what is
-// pushed to it under that lease (pop_linger, committed without waiting for
-// the WAL flush) at each wake that may concern it; more says the partition
-// had more already. It returns the batch taken, or nil once the linger is
-// over: Consume stops, pop_linger let the lease go (the group is paused,
-// another partition is ready, ...), or half of lingerKeep is left with
-// nothing taken. The lease's end moves only by durable statements (the
-// ack that brought it in, the renewals of the batches handled under it),
-// so an idle linger needs no renewal.
+// pushed to it under that lease at each wake that may concern it: by
+// pop_linger (committed without waiting for the WAL flush), or, for a push
+// of this client, in the push's own transaction (push_take, handed over
+// through lingerSlots); more says the partition had more already. It
+// returns the batch taken, or nil once the linger is over: Consume stops,
+// the take let the lease go (the group is paused, another partition is
+// ready, ...), or half of lingerKeep is left with nothing taken. The
+// lease's end moves only by durable statements (the ack that brought it
+// in, the renewals of the batches handled under it), so an idle linger
+// needs no renewal.
 func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBatch {
 	q := c.q
 	e := q.c.e
@@ -178,7 +181,15 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 			timer.Stop()
 		}
 	}()
+	// Not on the Citus layout, where push_take's subtransaction is not
+	// tried, nor against a previous release's statements.
+	var slot *lingerSlot
+	if e.csql.PushTake != "" && !e.cfg.Citus && !e.cfg.test.noHandOff {
+		slot = &lingerSlot{key: partitionKey{Tenant: q.c.tenant, Queue: q.name, Partition: m.Partition},
+			lease: m.leaseOf(), max: c.po.Batch, leaseDur: m.leaseDur, out: make(chan handoff, 1)}
+	}
 	for {
+		var rows []stmt.PopRow
 		if !more {
 			end := exp.Load()
 			if end == 0 {
@@ -194,49 +205,50 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 			} else {
 				timer.Reset(left)
 			}
-			select {
-			case <-c.stop.Done():
+			h, got, stop := c.lingerWait(slot, w, timer, m.Partition)
+			switch {
+			case got && h.known && h.over:
+				return nil
+			case got && h.known && len(h.rows) > 0:
+				// Even when stopping: handleBatch hands them back.
+				rows = h.rows
+			case stop:
 				c.letGo(b)
 				return nil
-			case <-timer.C:
-				c.letGo(b)
-				return nil
-			case <-w.C():
-				if h := w.TakeHints(); len(h) > 0 && !slices.Contains(h, m.Partition) {
-					// Another partition's push: the fetch loop claims it.
-					continue
-				}
 			}
+			// Else a wake, or a push that took nothing or whose outcome
+			// is unknown: pop_linger takes whatever committed.
 		}
 		more = false
-		var rows []stmt.PopRow
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-		over, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), c.po.Batch, m.leaseDur, func(r *stmt.PopRow) error {
-			rows = append(rows, *r) // the row is reused, its slices are not
-			return nil
-		})
-		cancel()
-		if err != nil {
-			// The server may be restarting: the lease outlives that, and
-			// the fetch loop could not claim the partition before it ends.
-			e.log.Warn("queen: consume: claim under a lingering lease failed", "queue", q.name, "partition", m.Partition, "err", err)
-			if e.isClosed() {
+		if rows == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
+			over, err := stmt.PopLinger(ctx, e.csql, e.pool, m.leaseOf(), c.po.Batch, m.leaseDur, func(r *stmt.PopRow) error {
+				rows = append(rows, *r) // the row is reused, its slices are not
+				return nil
+			})
+			cancel()
+			if err != nil {
+				// The server may be restarting: the lease outlives that, and
+				// the fetch loop could not claim the partition before it ends.
+				e.log.Warn("queen: consume: claim under a lingering lease failed", "queue", q.name, "partition", m.Partition, "err", err)
+				if e.isClosed() {
+					return nil
+				}
+				select {
+				case <-c.stop.Done():
+					c.letGo(b)
+					return nil
+				case <-time.After(min(m.leaseDur/10, time.Second)):
+				}
+				more = true
+				continue
+			}
+			if over {
 				return nil
 			}
-			select {
-			case <-c.stop.Done():
-				c.letGo(b)
-				return nil
-			case <-time.After(min(m.leaseDur/10, time.Second)):
+			if len(rows) == 0 {
+				continue
 			}
-			more = true
-			continue
-		}
-		if over {
-			return nil
-		}
-		if len(rows) == 0 {
-			continue
 		}
 		nb, dead := c.decodeAhead(b, rows)
 		if dead >= 0 {
@@ -247,9 +259,44 @@ func (c *consumer) linger(b *consumeBatch, w *wake.Waiter, more bool) *consumeBa
 		if nb != nil {
 			// The lease ends within lingerKeep: renewed from half of that.
 			nb.renewSpan = keepFor(m.leaseDur)
+			nb.covered = true
+			c.lingering.add(m.Partition)
 		}
 		return nb
 	}
+}
+
+// lingerWait waits, slot offered to this client's pushes (if not nil),
+// for a wake that may concern partition part, the timer, a stop (stop:
+// either of these), or a push's hand-off (got). A push that reserved the
+// slot is waited for, whatever ended the wait.
+func (c *consumer) lingerWait(slot *lingerSlot, w *wake.Waiter, timer *time.Timer, part string) (h handoff, got, stop bool) {
+	lingers := &c.q.c.e.lingers
+	var out chan handoff // nil: no slot offered
+	if slot != nil && lingers.add(slot) {
+		out = slot.out
+	}
+wait:
+	for {
+		select {
+		case <-c.stop.Done():
+			stop = true
+		case <-timer.C:
+			stop = true
+		case <-w.C():
+			if h := w.TakeHints(); len(h) > 0 && !slices.Contains(h, part) {
+				// Another partition's push: the fetch loop claims it.
+				continue
+			}
+		case h = <-out:
+			return h, true, false
+		}
+		break wait
+	}
+	if out != nil {
+		h, got = lingers.withdraw(slot)
+	}
+	return h, got, stop
 }
 
 // letGo releases b's lingering lease (pop_linger with nothing to take). A
@@ -263,4 +310,88 @@ func (c *consumer) letGo(b *consumeBatch) {
 		e.log.Warn("queen: consume: could not let a lingering lease go; it ends at its expiry", "queue", c.q.name,
 			"partition", m.Partition, "err", err)
 	}
+}
+
+// lingerSlots is the client's workers lingering on a partition with
+// nothing in hand (linger), by partition: a push of this client to one of
+// them takes the messages under the worker's lease in its own transaction
+// (push_take) and hands them over, saving pop_linger's round trip and
+// commit. At most one worker a partition (a second Consume, of another
+// group, lingers without a slot).
+type lingerSlots struct {
+	n  atomic.Int32 // slots in m: a push reads only this while none lingers
+	mu sync.Mutex
+	m  map[partitionKey]*lingerSlot
+}
+
+// lingerSlot is one lingering worker's offer. A push may take under its
+// lease only once it reserved the slot (removed it from the map, under
+// the mutex), and then always hands the worker an outcome on out; the
+// worker, leaving its wait for any reason (a wake, its timer, a stop),
+// withdraws the slot, or if it finds it reserved, waits for that outcome.
+// So neither gives up on the other while a take may be committing.
+type lingerSlot struct {
+	key      partitionKey
+	lease    stmt.Lease
+	max      int
+	leaseDur time.Duration
+	out      chan handoff // one outcome per reservation
+}
+
+// handoff is a push's outcome for the worker whose slot it reserved.
+type handoff struct {
+	// known: the push committed, and rows (none when push_take took
+	// nothing: the consumer row was busy, or the push stored nothing) and
+	// over (push_take found the linger over, as pop_linger) are what its
+	// take did. Not known: the push failed or its outcome is unknown; a
+	// take may have committed, or not.
+	known bool
+	over  bool
+	rows  []stmt.PopRow
+}
+
+// add offers s; false if another worker lingers on its partition.
+func (ls *lingerSlots) add(s *lingerSlot) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if _, ok := ls.m[s.key]; ok {
+		return false
+	}
+	if ls.m == nil {
+		ls.m = make(map[partitionKey]*lingerSlot)
+	}
+	ls.m[s.key] = s
+	ls.n.Add(1)
+	return true
+}
+
+// withdraw takes s back from the map. If a push reserved it meanwhile, it
+// waits for that push's outcome and returns it (got).
+func (ls *lingerSlots) withdraw(s *lingerSlot) (h handoff, got bool) {
+	ls.mu.Lock()
+	if ls.m[s.key] == s {
+		delete(ls.m, s.key)
+		ls.n.Add(-1)
+		ls.mu.Unlock()
+		return handoff{}, false
+	}
+	ls.mu.Unlock()
+	return <-s.out, true
+}
+
+// reserve takes the slot of the worker lingering on k, if any: the caller
+// must then deliver exactly one outcome on it. Nothing but an atomic load
+// while no worker lingers.
+func (ls *lingerSlots) reserve(k partitionKey) *lingerSlot {
+	if ls.n.Load() == 0 {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	s := ls.m[k]
+	if s != nil {
+		delete(ls.m, k)
+		ls.n.Add(-1)
+	}
+	return s
 }

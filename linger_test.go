@@ -16,7 +16,21 @@ import (
 const (
 	sqlLinger    = ".pop_linger("
 	sqlLingerAck = ".linger_ack("
+	sqlTake      = ".push_take("
 )
+
+// waitSlots waits until n Consume workers of c linger offering their
+// partitions to c's pushes.
+func waitSlots(t *testing.T, c *queen.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for queen.LingerSlots(c) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers offer their lingering partitions, want %d", queen.LingerSlots(c), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // lingerRec is a handled message: its data, lease and the Consume call
 // (by label) that ran it.
@@ -126,10 +140,12 @@ func waitCount(t *testing.T, tr *goroutineTracer, mark int, fn string, n int) {
 	}
 }
 
-// A message pushed to a partition whose lease lingers is taken under that
-// lease by one pop_linger, and its ack keeps the lease (linger_ack): no
-// claim (pop_v2) and no other settle per message, and every message on its
-// first attempt, in order, under the lease of the first.
+// A message pushed by this client to a partition whose lease lingers here
+// is taken under that lease in the push's own transaction (push_take) and
+// handed to the worker, and its ack keeps the lease (linger_ack): no
+// pop_linger, no claim (pop_v2) and no other settle per message, and every
+// message on its first attempt, exactly once, in order, under the lease of
+// the first.
 func TestConsumeLingerOneClaimPerMessage(t *testing.T) {
 	c, tr := tracedClient(t, queen.PopRescan(time.Hour))
 	q := c.Queue("q")
@@ -147,6 +163,7 @@ func TestConsumeLingerOneClaimPerMessage(t *testing.T) {
 	mark := tr.mark()
 	const n = 5
 	for i := 2; i < n+2; i++ {
+		waitSlots(t, c, 1)
 		push(t, q, queen.Item{Partition: "p", Data: fmt.Appendf(nil, "m%d", i)})
 		r := l.next(t, 10*time.Second)
 		if want := fmt.Sprintf("m%d", i); r.data != want || r.lease != first.lease || r.attempt != 1 {
@@ -154,17 +171,26 @@ func TestConsumeLingerOneClaimPerMessage(t *testing.T) {
 		}
 		waitCount(t, tr, mark, sqlLingerAck, i-1)
 	}
+	l.nothing(t, 200*time.Millisecond)
+	var got []string
+	for _, r := range l.all() {
+		got = append(got, r.data)
+	}
+	if want := seq("m", 0, n+2); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
 	counts := map[string]int{}
-	for _, fn := range []string{sqlPop, sqlLinger, sqlLingerAck, sqlSettle, sqlAck} {
+	for _, fn := range []string{sqlPop, sqlLinger, sqlTake, sqlLingerAck, sqlSettle, sqlAck} {
 		counts[fn] = len(tr.since(mark, fn))
 	}
-	if counts[sqlPop] != 0 || counts[sqlLinger] != n || counts[sqlLingerAck] != n || counts[sqlSettle] != 0 || counts[sqlAck] != 0 {
+	if counts[sqlPop] != 0 || counts[sqlLinger] != 0 || counts[sqlTake] != n || counts[sqlLingerAck] != n ||
+		counts[sqlSettle] != 0 || counts[sqlAck] != 0 {
 		tr.mu.Lock()
 		for k := mark; k < len(tr.sql); k++ {
 			t.Logf("statement %d: %.80s", k, strings.Join(strings.Fields(tr.sql[k]), " "))
 		}
 		tr.mu.Unlock()
-		t.Fatalf("statements for %d messages: %v; want %d pop_linger and %d linger_ack, nothing else", n, counts, n, n)
+		t.Fatalf("statements for %d messages: %v; want %d push_take and %d linger_ack, nothing else", n, counts, n, n)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)

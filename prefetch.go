@@ -29,6 +29,11 @@ type consumeBatch struct {
 	// under a lingering lease, whose end linger_ack brought in. 0: the
 	// lease time.
 	renewSpan time.Duration
+	// covered: taken under a lingering lease (linger), the batch keeps its
+	// partition in consumer.lingering until it is settled, so the wake of
+	// the push it holds, if the fetch loop sees it only now, starts no
+	// claim (the lease is this worker's).
+	covered bool
 }
 
 // aheadClaim is a claim ahead in flight: its statement, then the decode

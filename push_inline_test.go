@@ -43,6 +43,19 @@ func (g *goroutineTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pg
 }
 func (g *goroutineTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// The batch's statements (a push with its take, push_take) are recorded
+// as they are read.
+func (g *goroutineTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (g *goroutineTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	g.mu.Lock()
+	g.ids = append(g.ids, goid())
+	g.sql = append(g.sql, d.SQL)
+	g.mu.Unlock()
+}
+func (g *goroutineTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // An idle push commits on the pushing goroutine: its statement starts
 // there, with no hand-off to the fusion engine's goroutines.
 func TestPushIdleRunsOnCallersGoroutine(t *testing.T) {

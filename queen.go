@@ -143,6 +143,12 @@ type testConfig struct {
 	// noLinger keeps Consume from keeping drained leases (linger): for
 	// tests of the claim and settle paths that the linger bypasses.
 	noLinger bool
+	// noHandOff keeps pushes from taking for a lingering worker
+	// (push_take): it takes by pop_linger, as before the hand-off.
+	noHandOff bool
+	// takeHook, if set, runs in a push that reserved a lingering worker,
+	// before its statement: tests race the worker's way out against it.
+	takeHook func()
 }
 
 // schedulePollOr is t's schedulePoll, or d when unset.
@@ -355,6 +361,9 @@ type engine struct {
 	claims   claimfuse.Fusion[*Message]
 	segs     segCache
 	consumes consumeSet // running Consume calls, stopped first by Close
+	// lingers is the workers lingering idle on a partition, to which a
+	// push of this client hands what it takes (see handOff).
+	lingers lingerSlots
 	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
 	// keyed holds the metaKeys of queues seen keyed (markKeyed).
 	keyed sync.Map

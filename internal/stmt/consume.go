@@ -10,6 +10,8 @@ type Consume struct {
 	// keeping its lease (see PopLinger, LingerAck).
 	PopLinger string
 	LingerAck string
+	// PushTake is PopLinger in a push's own transaction (see PushTake).
+	PushTake string
 	// SegmentBlob reads one segment's blob (see SegmentBlob).
 	SegmentBlob string
 	// PopDeadLetter dead-letters messages a pop claimed but cannot decode

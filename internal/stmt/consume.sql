@@ -21,6 +21,12 @@ SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first
     wait_offs, wait_at
 FROM {{schema}}.pop_linger($1::int8, $2::text, $3::uuid, $4::int4, $5::int8)
 
+-- name: PushTake
+SELECT partition_id, partition_name, lease_id, lease_expires_at, lease_ms, first_offset, last_offset,
+    deliveries, delivered_max, base_offset, end_offset, created_at, blob, failures, settled, fail_offs, fail_counts,
+    wait_offs, wait_at
+FROM {{schema}}.push_take($1::int8, $2::text, $3::uuid, $4::int4, $5::int8)
+
 -- name: LingerAck
 SELECT status, log_end, lease_end FROM {{schema}}.linger_ack($1::int8, $2::text, $3::uuid, $4::int8, $5::int8)
 

@@ -60,7 +60,7 @@ var added = map[string]bool{"AppendSegment": true, "MarkKeyed": true, "DiscardDe
 	"CancelScheduled": true, "ScheduledStatus": true, "ExpireMembers": true, "MemberBeat": true, "MemberLeave": true,
 	"Members": true, "ResetGroup": true, "DeleteGroup": true, "ReleaseLease": true,
 	"TakeSamples": true, "Samples": true, "PopAhead": true, "SegmentBlob": true, "NotifyAlone": true,
-	"PopLinger": true, "LingerAck": true, "StatusRouted": true, "LagByGroupRouted": true, "QueuesRouted": true}
+	"PopLinger": true, "LingerAck": true, "PushTake": true, "StatusRouted": true, "LagByGroupRouted": true, "QueuesRouted": true}
 
 // parse reads every *.sql file at the root of fsys and checks that its
 // statements fill exactly the statement fields of Set and Consume, but for

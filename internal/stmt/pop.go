@@ -2,6 +2,7 @@ package stmt
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -269,4 +270,59 @@ func Extend(ctx context.Context, c *Consume, q Querier, l Lease, d time.Duration
 	}
 	err := scanPrefix(ctx, q, c.Extend, prefixArgs(c.Extend, l.Partition, l.Group, l.ID, max(d.Milliseconds(), 1), m), &exp)
 	return exp, err
+}
+
+// TakeQuerier runs one statement of an isolated push (AppendSegment or
+// PushSegment, through alloc) and c.PushTake after it in one pipeline: one
+// implicit transaction, one round trip, one commit at its Sync. push_take
+// never fails (see push_take() in sqlschema/functions/pop.sql), so the push
+// commits or fails as it would alone.
+type TakeQuerier struct {
+	conn *pgx.Conn
+	sql  string
+	args []any
+	br   pgx.BatchResults
+}
+
+// NewTakeQuerier is a TakeQuerier on conn whose take is up to n messages
+// under lingering lease l, the rows reporting leaseTime (as PopLinger).
+func NewTakeQuerier(c *Consume, conn *pgx.Conn, l Lease, n int, leaseTime time.Duration) *TakeQuerier {
+	return &TakeQuerier{conn: conn, sql: c.PushTake, args: []any{l.Partition, l.Group, l.ID, n, leaseTime.Milliseconds()}}
+}
+
+// Query sends sql (the push) and the take, and returns the push's rows.
+// Only its first call sends anything.
+func (t *TakeQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.br != nil {
+		return nil, errors.New("stmt: TakeQuerier runs one statement")
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue(t.sql, t.args...)
+	t.br = t.conn.SendBatch(ctx, b)
+	return t.br.Query()
+}
+
+// Finish reads the take's rows, calling each for every row as PopLinger
+// does, and ends the pipeline. sent is false when Query was never called;
+// err is the pipeline's, through its commit: with an error the push's
+// outcome is not known, whatever its rows said.
+func (t *TakeQuerier) Finish(each func(*PopRow) error) (sent, over bool, err error) {
+	if t.br == nil {
+		return false, false, nil
+	}
+	rows, err := t.br.Query()
+	if err == nil {
+		err = scanPopRows(rows, func(r *PopRow) error {
+			if r.Lease == nil {
+				over = true
+				return nil
+			}
+			return each(r)
+		})
+	}
+	if cerr := t.br.Close(); err == nil {
+		err = cerr
+	}
+	return true, over, err
 }

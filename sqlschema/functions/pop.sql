@@ -970,6 +970,39 @@ BEGIN
 END
 $$;
 
+-- pop_linger in a push's own transaction (the hand-off, see DESIGN.md
+-- "The lingering lease"): a push of the lingering holder's own process to
+-- the partition takes the next messages under lease p_lease in the same
+-- implicit transaction, right after its append, so the take rides the
+-- push's durable commit (pop_linger's asynchronous commit is undone here)
+-- and saves pop_linger's round trip and commit. It must never fail the
+-- push: the consumer row is locked only if no other transaction holds it
+-- (else no row: nothing taken, the holder takes by pop_linger), and any
+-- error, a cancel included, is caught with its subtransaction rolled back
+-- (no row). Never waiting for a lock, it adds no lock order to the push's
+-- lock of its partition row, so no function that locks a consumer row and
+-- then a partition row can deadlock with it. Rows as pop_linger's.
+CREATE OR REPLACE FUNCTION {{schema}}.push_take(p_pid bigint, p_group text, p_lease uuid, p_max integer,
+                                              p_lease_ms bigint)
+RETURNS SETOF {{schema}}.pop_row
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_sync text := current_setting('synchronous_commit');
+BEGIN
+    BEGIN
+        PERFORM 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = p_pid AND cc.group_name = p_group
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND AND p_max > 0 THEN
+            RETURN QUERY SELECT * FROM {{schema}}.pop_linger(p_pid, p_group, p_lease, p_max, p_lease_ms);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        NULL; -- nothing taken: the holder takes by pop_linger
+    END;
+    PERFORM set_config('synchronous_commit', v_sync, true);
+END
+$$;
+
 -- pop_linger's row saying the linger is over: no lease, no offsets.
 CREATE OR REPLACE FUNCTION {{schema}}.linger_over(p_pid bigint, p_name text)
 RETURNS SETOF {{schema}}.pop_row
