@@ -363,8 +363,8 @@ type engine struct {
 	consumes consumeSet // running Consume calls, stopped first by Close
 	// lingers is the workers lingering idle on a partition, to which a
 	// push of this client hands what it takes (see handOff).
-	lingers lingerSlots
-	keyStats keyStats   // running per-key batches (KeyConcurrency > 1)
+	lingers  lingerSlots
+	keyStats keyStats // running per-key batches (KeyConcurrency > 1)
 	// keyed holds the metaKeys of queues seen keyed (markKeyed).
 	keyed sync.Map
 
