@@ -875,8 +875,10 @@ $$;
 
 -- The claim under a lingering lease (linger_ack): the next up to p_max
 -- messages after batch_end join lease p_lease (of p_lease_ms, <= 0: the
--- queue's lease time, as the rows say), which must be drained
--- (committed = batch_end: nothing of it is in flight). Its transaction
+-- queue's lease time, as the rows say), which the holder acked through
+-- (committed = batch_end: nothing of it is in flight); if batch_end is
+-- above committed, what lies between was taken but never reached the
+-- holder, and is taken again (see below). Its transaction
 -- commits with synchronous_commit off, so the holder does not wait for the
 -- WAL flush: a crash may lose the claim (batch_end, deliveries), whose
 -- messages are then delivered again under a later lease (at least once).
@@ -885,7 +887,7 @@ $$;
 -- longer than any server state a crash could leave. No row: nothing to
 -- take, nothing written. One row with a NULL lease_id: the linger is
 -- over, the lease let go (in the same asynchronous commit) or not live:
--- it is not p_lease's, not live, or not drained; or pop_ahead's reasons to
+-- it is not p_lease's or not live; or pop_ahead's reasons to
 -- decline (the group is paused, another partition of the queue is ready,
 -- the queue delays or windows its messages, out-of-order cursor state);
 -- or p_max < 1, the holder letting go.
@@ -920,7 +922,7 @@ BEGIN
     WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
     IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-       OR v_c.batch_end IS DISTINCT FROM v_c.committed THEN
+       OR v_c.batch_end IS NULL OR v_c.batch_end < v_c.committed THEN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
@@ -942,21 +944,32 @@ BEGIN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
-    v_first := greatest(v_c.batch_end + 1, v_c.log_start);
-    v_last := least(v_c.last_offset, v_first + p_max - 1);
+    IF v_c.batch_end > v_c.committed THEN
+        -- Taken under this lease but never handed to the holder, which
+        -- calls this only once it acked all it had: a push_take whose
+        -- push's outcome the pusher could not tell, or a pop_linger whose
+        -- answer was lost. Taken again as it stands, its deliveries
+        -- already counted, rather than left to the lease's expiry.
+        v_first := greatest(v_c.committed + 1, v_c.log_start);
+        v_last := v_c.batch_end;
+    ELSE
+        v_first := greatest(v_c.batch_end + 1, v_c.log_start);
+        v_last := least(v_c.last_offset, v_first + p_max - 1);
+    END IF;
     IF v_last < v_first THEN
         RETURN;
     END IF;
     v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
                       WHERE s.partition_id = p_pid AND s.base_offset <= v_first), v_first);
-    -- A segment that starts at or before batch_end was sent to this holder
-    -- under this lease (as in pop_ahead): its blob is not sent again.
+    -- A segment that starts at or before the cursor (batch_end, unless
+    -- taken again) was sent to this holder under this lease (as in
+    -- pop_ahead): its blob is not sent again.
     RETURN QUERY
     SELECT p_pid, v_c.name, p_lease, v_c.lease_expires_at,
            CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END, v_first, v_last,
            greatest(v_c.deliveries, 1), v_c.delivered_max,
            s.base_offset, s.end_offset, s.created_at,
-           CASE WHEN s.base_offset <= v_c.batch_end THEN NULL ELSE s.blob END, s.failures,
+           CASE WHEN s.base_offset <= v_c.committed THEN NULL ELSE s.blob END, s.failures,
            NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
     FROM {{schema}}.segments s
     WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
