@@ -109,7 +109,10 @@ type ConsumeOptions struct {
 // consumer of the group gets the partition. A process that dies then
 // holds it for at most 10 seconds (the ack brings the lease's end in to
 // that), not LeaseTime. A server crash may lose what that statement took,
-// which is then delivered again.
+// which is then delivered again. A Push of the same client to such a
+// partition (one partition, not in a transaction) takes the message under
+// the lease in its own transaction and hands it to the worker directly:
+// one commit, the push's, durable like any push.
 //
 // A nil from fn acks the message; an error fails it (see Message.Fail) and
 // the rest of its batch is left for redelivery, unhandled: the message comes

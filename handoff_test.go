@@ -71,14 +71,25 @@ func TestConsumeHandOffRacesStop(t *testing.T) {
 	q := c.Queue("q")
 	l := newLingerLog()
 	want := []string{"m0"}
+	n := 0 // the last message's number
 	push(t, q, queen.Item{Partition: "p", Data: []byte("m0")})
 	for i := 1; i <= 20; i++ {
 		stop := startConsume(t, q, queen.ConsumeOptions{}, l.handler("a"))
 		// Well within lingerKeep (10s): a batch taken and then dropped
 		// would come back only when its lease expires.
 		handledOnce(t, l, want, 5*time.Second)
-		waitSlots(t, c, 1)
-		m := fmt.Sprintf("m%d", i)
+		if !waitSlotsFor(c, 1, time.Second) {
+			// The last Consume handled the raced message before its stop
+			// took effect: this one needs a message to linger after.
+			n++
+			m := fmt.Sprintf("m%d", n)
+			want = append(want, m)
+			push(t, q, queen.Item{Partition: "p", Data: []byte(m)})
+			handledOnce(t, l, want, 5*time.Second)
+			waitSlots(t, c, 1)
+		}
+		n++
+		m := fmt.Sprintf("m%d", n)
 		want = append(want, m)
 		// The stop comes while the push holds the worker's slot (the
 		// hook), or, every third time, on its own.
@@ -143,14 +154,25 @@ func TestConsumeHandOffRacesClose(t *testing.T) {
 	l := newLingerLog()
 	want := []string{"m0"}
 	var maybe []string // pushes that failed: stored or not
+	n := 0             // the last message's number
 	for i := 1; i <= 8; i++ {
 		c := open(t, manual, queen.PopRescan(time.Hour), func(cfg *queen.Config) { cfg.Schema = schema },
 			queen.TakeHook(func() { time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) }))
 		q := c.Queue("q")
 		stop := startConsume(t, q, queen.ConsumeOptions{}, l.handler("a"))
 		handledOnceOf(t, l, want, maybe, 20*time.Second)
-		waitSlots(t, c, 1)
-		m := fmt.Sprintf("m%d", i)
+		if !waitSlotsFor(c, 1, time.Second) {
+			// The last message was handled before the Close (or not
+			// stored): this Consume needs one to linger after.
+			n++
+			m := fmt.Sprintf("m%d", n)
+			want = append(want, m)
+			push(t, q, queen.Item{Partition: "p", Data: []byte(m)})
+			handledOnceOf(t, l, want, maybe, 20*time.Second)
+			waitSlots(t, c, 1)
+		}
+		n++
+		m := fmt.Sprintf("m%d", n)
 		var wg sync.WaitGroup
 		var res []queen.PushResult
 		var perr error
