@@ -164,6 +164,12 @@ func main() {
 		}
 		return
 	}
+	if ct.urls != "" { // the Citus workload runs on its own (citus.go)
+		if err := runCitus(ctx, cfg); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if lc.on { // the lifecycle workload runs on its own (lifecycle.go)
 		if err := runLifecycle(ctx, cfg); err != nil {
 			log.Fatal(err)
