@@ -145,13 +145,20 @@ $$;
 -- The ids of p_ids on worker group p_grp (NULL: the first id's), in
 -- p_ids' order, and the others: a claim takes one worker's partitions, so
 -- it commits there with no two-phase commit. The groups are the
--- coordinator's metadata, current after a rebalance.
+-- coordinator's metadata, current after a rebalance. Without Citus (the
+-- routed forms tested on PostgreSQL) every id is in one group, 0.
 CREATE OR REPLACE FUNCTION {{schema}}.worker_split(p_ids bigint[], p_grp integer, OUT grp integer,
                                                  OUT mine bigint[], OUT rest bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_g integer[];
 BEGIN
+    IF to_regclass('pg_catalog.pg_dist_placement') IS NULL THEN
+        grp := 0;
+        mine := p_ids;
+        rest := '{}';
+        RETURN;
+    END IF;
     v_g := ARRAY(SELECT (SELECT min(pl.groupid) FROM pg_catalog.pg_dist_placement pl
                          WHERE pl.shardid = get_shard_id_for_distribution_column('{{schema}}.partitions', u.id))
                  FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord);
