@@ -18,6 +18,7 @@
 //	go run . -quick                  # about 2 minutes
 //	go run .                         # the full run, about 10-15 minutes
 //	go run . -only single,batch -cpuprofile /tmp/cpu.pprof
+//	go run . -citus-url URL2,URL1    # on Citus, two workers vs one (citus.go)
 package main
 
 import (
