@@ -863,6 +863,8 @@ func TestOnCitus(t *testing.T) {
 
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
 
+	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
+
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
 		countable(t, pool)
@@ -1139,5 +1141,187 @@ func testDistributedConsume(t *testing.T, url string) {
 		t.Logf("woken %v after the push", time.Since(pushed))
 	case <-time.After(20 * time.Second):
 		t.Fatal("a push on the layout did not wake a parked consumer of another client")
+	}
+}
+
+// testConsumeSpansWorkers consumes partitions spread over both workers with
+// claims of several partitions (Pop with Partitions > 1, Consume with
+// Concurrency > 1) and settles of several leases (AckBatch, fused acks):
+// after the group's first contact, claims are routed by worker and settles
+// split by worker, so none takes a two-phase commit but a Consume's member
+// writes.
+func testConsumeSpansWorkers(t *testing.T, url string) {
+	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+	countable(t, pool)
+	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+	shards, err := citus.Load(ctxT(t), pool, tbl("partitions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Queue("cs")
+	if err := q.Configure(ctxT(t), queen.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var qid int64
+	if err := pool.QueryRow(ctxT(t), "SELECT id FROM "+tbl("queues")+" WHERE name = 'cs'").Scan(&qid); err != nil {
+		t.Fatal(err)
+	}
+	const perWorker, per = 12, 60
+	byGroup := map[int32][]string{}
+	lo, hi := shards[0].Group, shards[len(shards)-1].Group
+	if lo == hi {
+		t.Skip("one worker group: nothing spans workers")
+	}
+	for i := 0; len(byGroup[lo]) < perWorker || len(byGroup[hi]) < perWorker; i++ {
+		name := fmt.Sprint("p", i)
+		sh, _ := shards.Of(citus.PartitionKey(qid, name, 0))
+		byGroup[sh.Group] = append(byGroup[sh.Group], name)
+	}
+	parts := append(append([]string{}, byGroup[lo][:perWorker]...), byGroup[hi][:perWorker]...)
+	var items []queen.Item
+	for i := range per {
+		for _, p := range parts {
+			items = append(items, queen.Item{Partition: p, Data: []byte(strconv.Itoa(i))})
+		}
+	}
+	push(t, q, items...)
+
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	got := 0
+	note := func(m *queen.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		v, _ := strconv.Atoi(string(m.Data))
+		seen[m.Partition] = append(seen[m.Partition], v)
+		got++
+	}
+	// The group's first contact (its subscription, its cursors) writes
+	// reference tables and every worker's cursors: a 2PC, not counted.
+	for _, m := range pop(t, q, queen.PopOptions{Batch: 1}) {
+		note(m)
+		ack(t, m)
+	}
+	// Settles over both workers: an AckBatch of one lease on each, and
+	// acks of leases on both at once (fused), a failure among them.
+	before := twoPhase(t, pool)
+	for range 3 {
+		var reqs []queen.AckRequest
+		for _, p := range []string{byGroup[lo][0], byGroup[hi][0]} {
+			for _, m := range pop(t, q, queen.PopOptions{Partition: p, Batch: 2}) {
+				note(m)
+				reqs = append(reqs, queen.AckRequest{Message: m})
+			}
+		}
+		errs, err := q.AckBatch(ctxT(t), reqs)
+		if err == nil {
+			err = errors.Join(errs...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, p := range append(append([]string{}, byGroup[lo][1:5]...), byGroup[hi][1:5]...) {
+		wg.Go(func() {
+			for j := range 3 {
+				ms, err := q.Pop(ctxT(t), queen.PopOptions{Partition: p, Batch: 1})
+				if err != nil || len(ms) != 1 {
+					t.Errorf("pop %s: %d messages, %v", p, len(ms), err)
+					return
+				}
+				if i == 0 && j == 2 {
+					err = ms[0].Fail(ctxT(t), errors.New("again")) // delivered again
+				} else {
+					note(ms[0])
+					err = ms[0].Ack(ctxT(t))
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := twoPhase(t, pool) - before
+	t.Logf("settles over both workers: %d two-phase commits", d)
+	if d != 0 {
+		t.Errorf("settles of leases on both workers: %d two-phase commits, want 0", d)
+	}
+
+	// Claims of several partitions each.
+	before = twoPhase(t, pool)
+	claims := 0
+	spanned := 0
+	for range 4 {
+		ms := pop(t, q, queen.PopOptions{Batch: 120, Partitions: 6})
+		if len(ms) == 0 {
+			break
+		}
+		claims++
+		groups := map[int32]bool{}
+		reqs := make([]queen.AckRequest, 0, len(ms))
+		for _, m := range ms {
+			sh, _ := shards.Of(citus.PartitionKey(qid, m.Partition, 0))
+			groups[sh.Group] = true
+			note(m)
+			reqs = append(reqs, queen.AckRequest{Message: m})
+		}
+		if len(groups) > 1 {
+			spanned++
+		}
+		errs, err := q.AckBatch(ctxT(t), reqs)
+		if err == nil {
+			err = errors.Join(errs...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = twoPhase(t, pool) - before
+	t.Logf("Pop (Partitions 6) and AckBatch: %d two-phase commits in %d claims, %d of which spanned workers", d, claims, spanned)
+	if d != 0 || spanned != 0 {
+		t.Errorf("pops of several partitions over two workers: %d two-phase commits and %d claims spanning workers, want 0 and 0", d, spanned)
+	}
+
+	// A Consume with Concurrency > 1 drains the rest: its claims are fused
+	// across its handlers, its acks too. Its member writes (joining,
+	// heartbeats: reference-table writes, a 2PC each) are made no-ops here
+	// so that every 2PC counted is the claims' or the settles'; its
+	// leaving, a delete of its row, is the one left.
+	for _, f := range []string{"member_seen(p_qid bigint, p_group text, p_owner text, p_now timestamptz)",
+		"member_beat(p_tenant uuid, p_queue text, p_group text, p_member text, p_client text, p_host text, p_pid integer, p_started timestamptz)"} {
+		if _, err := pool.Exec(ctxT(t), "CREATE OR REPLACE FUNCTION "+pgx.Identifier{schema}.Sanitize()+"."+f+
+			" RETURNS boolean LANGUAGE sql AS 'SELECT false'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = twoPhase(t, pool)
+	started := time.Now()
+	total := per * len(parts)
+	consumedBefore := got
+	err = consumeUntil(t, q, queen.ConsumeOptions{PopOptions: queen.PopOptions{Batch: 8, Partitions: 3, Wait: 100 * time.Millisecond}, Concurrency: 8},
+		func(_ context.Context, m *queen.Message) error {
+			note(m)
+			return nil
+		}, func() bool { mu.Lock(); defer mu.Unlock(); return got >= total })
+	if err != nil || got != total {
+		t.Fatalf("Consume = %v after %d of %d", err, got, total)
+	}
+	for _, p := range parts {
+		if len(seen[p]) != per {
+			t.Fatalf("partition %s: %d handled, want %d", p, len(seen[p]), per)
+		}
+		for i, v := range seen[p] {
+			if v != i {
+				t.Fatalf("partition %s: handled %v, want each of 0..%d once in order", p, seen[p], per-1)
+			}
+		}
+	}
+	d = twoPhase(t, pool) - before
+	t.Logf("Consume (Concurrency 8) of %d messages in %v: %d two-phase commits (its leaving: 1)", total-consumedBefore,
+		time.Since(started).Round(time.Millisecond), d)
+	if d > 1 {
+		t.Errorf("%d two-phase commits consuming both workers' partitions, want at most 1 (the member's leaving)", d)
 	}
 }

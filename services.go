@@ -91,8 +91,11 @@ func (e *engine) services() []service {
 			stop: func(context.Context) error { e.wake.Close(); return nil }},
 		{name: "ack fusion",
 			start: func(context.Context) error {
-				e.acks = settle.New(e.ctx, settle.Config{Pool: e.pool, SQL: e.csql, Hold: e.cfg.Fusion.Hold,
-					Timeout: e.cfg.StatementTimeout})
+				cfg := settle.Config{Pool: e.pool, SQL: e.csql, Hold: e.cfg.Fusion.Hold, Timeout: e.cfg.StatementTimeout}
+				if e.placement != nil {
+					cfg.Worker = e.workerOfID
+				}
+				e.acks = settle.New(e.ctx, cfg)
 				return nil
 			},
 			stop: func(ctx context.Context) error { return e.acks.Close(ctx) }},

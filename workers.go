@@ -39,6 +39,13 @@ func (e *engine) workerOf(k partitionKey) (int32, bool) {
 	return sh.Group, ok
 }
 
+// workerOfID is the worker group holding partition id pid, by the
+// placement read at Open (settles split by worker, see settle.Config).
+func (e *engine) workerOfID(pid int64) (int32, bool) {
+	sh, ok := e.placement.Of(pid)
+	return sh.Group, ok
+}
+
 // byWorker splits bundle by the worker group of each batch's partition
 // when it spans several, so each part commits in one transaction on one
 // worker (a transaction writing partitions on two workers is a two-phase

@@ -18,6 +18,7 @@
 //	go run . -quick                  # about 2 minutes
 //	go run .                         # the full run, about 10-15 minutes
 //	go run . -only single,batch -cpuprofile /tmp/cpu.pprof
+//	go run . -citus-url URL2,URL1    # on Citus, two workers vs one (citus.go)
 package main
 
 import (
@@ -160,6 +161,12 @@ func main() {
 	}
 	if kc.on { // the per-key parallel Consume workload runs on its own (keyconsume.go)
 		if err := runKeyConsume(ctx, cfg); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if ct.urls != "" { // the Citus workload runs on its own (citus.go)
+		if err := runCitus(ctx, cfg); err != nil {
 			log.Fatal(err)
 		}
 		return

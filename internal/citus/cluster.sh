@@ -8,13 +8,17 @@
 #   internal/citus/cluster.sh stop /tmp/citus
 #
 # Ports: PORT (default 9700) for the coordinator, PORT+1 and PORT+2 for the
-# workers. Production-like settings as the benchmarks use (fsync on).
+# workers. WORKERS=1 starts and adds only the first worker (a one-worker
+# cluster for examples/bench's -citus-url-1). Production-like settings as
+# the benchmarks use (fsync on).
 # Run as root, the clusters belong to the postgres user.
 set -euo pipefail
 cmd=${1:?usage: cluster.sh start|stop|url DIR}
 dir=${2:?usage: cluster.sh start|stop|url DIR}
 port=${PORT:-9700}
 bin=${PGBIN:-/usr/lib/postgresql/15/bin}
+workers=${WORKERS:-2}
+case $workers in 1 | 2) ;; *) echo "WORKERS must be 1 or 2" >&2; exit 2 ;; esac
 names=(coordinator worker1 worker2)
 
 as_owner() {
@@ -29,7 +33,7 @@ url)
 start)
   mkdir -p "$dir"
   [ "$(id -u)" = 0 ] && chown postgres "$dir"
-  for i in 0 1 2; do
+  for i in $(seq 0 "$workers"); do
     d="$dir/${names[$i]}"
     p=$((port + i))
     if [ ! -d "$d" ]; then
@@ -55,9 +59,9 @@ CONF
     as_owner "$bin/pg_ctl" -D "$d" -l "$d/log" -w start >/dev/null
   done
   psql_at() { as_owner "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "$2"; }
-  for i in 0 1 2; do psql_at $((port + i)) "CREATE EXTENSION IF NOT EXISTS citus" >/dev/null; done
+  for i in $(seq 0 "$workers"); do psql_at $((port + i)) "CREATE EXTENSION IF NOT EXISTS citus" >/dev/null; done
   psql_at "$port" "SELECT citus_set_coordinator_host('127.0.0.1', $port)" >/dev/null
-  for i in 1 2; do
+  for i in $(seq 1 "$workers"); do
     psql_at "$port" "SELECT citus_add_node('127.0.0.1', $((port + i))) WHERE NOT EXISTS (SELECT 1 FROM pg_dist_node WHERE nodeport = $((port + i)))" >/dev/null
   done
   url

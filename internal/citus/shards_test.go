@@ -59,7 +59,7 @@ func TestShardsMatchCitus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close) // after the drop below: cleanups run last first
 	schema := pgx.Identifier{"qshards_" + time.Now().Format("150405")}.Sanitize()
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
 	for _, q := range []string{"CREATE SCHEMA " + schema, "CREATE TABLE " + schema + ".t (id bigint PRIMARY KEY)",

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,6 +65,12 @@ type Config struct {
 	Hold time.Duration
 	// Timeout bounds each flush's statements.
 	Timeout time.Duration
+	// Worker, when set (the Citus layout), names the worker group holding
+	// a partition: a flush whose settlements span groups commits one part
+	// per group, each on its own connection, since one transaction
+	// writing two workers' cursors is a two-phase commit. ok false: not
+	// known, its own part.
+	Worker func(pid int64) (group int32, ok bool)
 }
 
 // Shards is deliberately small: acks are cheap rows, so what costs is the
@@ -135,6 +142,21 @@ func New(ctx context.Context, cfg Config) *Fusion {
 }
 
 func (f *Fusion) flush(ctx context.Context, bundle []*fusion.Batch[key, *item]) error {
+	if parts := f.byWorker(bundle); parts != nil {
+		errs := make([]error, len(parts))
+		var wg sync.WaitGroup
+		for i := 1; i < len(parts); i++ {
+			wg.Go(func() { errs[i] = f.apply(ctx, parts[i]) })
+		}
+		errs[0] = f.apply(ctx, parts[0])
+		wg.Wait()
+		return cmp.Or(errs...)
+	}
+	return f.apply(ctx, bundle)
+}
+
+// apply commits bundle's settlements and gives each item its result.
+func (f *Fusion) apply(ctx context.Context, bundle []*fusion.Batch[key, *item]) error {
 	var ops []Op
 	for _, b := range bundle {
 		for _, it := range b.Items {
@@ -150,6 +172,38 @@ func (f *Fusion) flush(ctx context.Context, bundle []*fusion.Batch[key, *item]) 
 		}
 	}
 	return err
+}
+
+// byWorker splits bundle by the worker group of each cursor's partition
+// when it spans several (see Config.Worker), keeping the order within
+// each part; nil when there is nothing to split.
+func (f *Fusion) byWorker(bundle []*fusion.Batch[key, *item]) [][]*fusion.Batch[key, *item] {
+	if f.cfg.Worker == nil || len(bundle) < 2 {
+		return nil
+	}
+	type part struct {
+		group int32
+		known bool
+		b     []*fusion.Batch[key, *item]
+	}
+	var parts []part
+	for _, b := range bundle {
+		g, known := f.cfg.Worker(b.Key.pid)
+		i := slices.IndexFunc(parts, func(pt part) bool { return pt.known == known && pt.group == g })
+		if i < 0 {
+			parts = append(parts, part{group: g, known: known})
+			i = len(parts) - 1
+		}
+		parts[i].b = append(parts[i].b, b)
+	}
+	if len(parts) < 2 {
+		return nil
+	}
+	out := make([][]*fusion.Batch[key, *item], len(parts))
+	for i, pt := range parts {
+		out[i] = pt.b
+	}
+	return out
 }
 
 // Settle applies ops, fused with other callers' settlements, and returns

@@ -534,6 +534,9 @@ DECLARE
     v_drained bigint[] := '{}';
     v_caught  bigint[] := '{}';
     v_seen    bigint[] := '{}';
+    v_s       record;
+    v_grp     integer;
+    v_rest    boolean := false;
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms,
@@ -571,7 +574,16 @@ BEGIN
             v_w := {{schema}}.pop_window_routed(v_q.id, p_group, p_hints, v_pass,
                                                 CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END,
                                                 v_seen);
-            v_pend := v_w.ids;
+            -- One worker's partitions only, so the claim commits there
+            -- without a two-phase commit: the first id's worker (a hint's,
+            -- or a random point's of the ready set), kept once it claimed.
+            v_s := {{schema}}.worker_split(v_w.ids, CASE WHEN v_claimed > 0 THEN v_grp END);
+            IF v_s.grp IS DISTINCT FROM v_grp THEN
+                v_caught := '{}'; -- the upkeep writes one worker too
+            END IF;
+            v_grp := v_s.grp;
+            v_pend := v_s.mine;
+            v_rest := cardinality(v_s.rest) > 0;
             v_full := v_w.is_full;
         ELSIF p_partition IS NULL THEN
             v_w := {{schema}}.pop_window(v_q.id, p_group, p_hints, v_pass,
@@ -653,7 +665,10 @@ BEGIN
                 END IF;
             END LOOP;
         END LOOP;
-        EXIT WHEN p_partition IS NOT NULL OR NOT v_full OR v_left <= 0 OR v_claimed >= p_partitions;
+        -- On the routed layout, a pass that claimed nothing on its worker
+        -- tries another's next.
+        EXIT WHEN p_partition IS NOT NULL OR NOT (v_full OR (v_rest AND v_claimed = 0)) OR v_left <= 0
+                  OR v_claimed >= p_partitions;
         v_seen := v_seen || v_pend;
     END LOOP;
 

@@ -125,15 +125,48 @@ $$;
 -- statement over every shard, each shard returning its first p_win in
 -- that order. The point is drawn over the whole id range, not the set's:
 -- partition ids are hashes, uniform over it (see partition_key).
+-- One connection per worker: a read over several opens more under load,
+-- and the claim's writes then go to the connection that read each shard,
+-- so two connections to one worker commit with a two-phase commit.
 CREATE OR REPLACE FUNCTION {{schema}}.window_routed(p_from_where text, p_win integer,
                                                   OUT ids bigint[], OUT is_full boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET citus.max_adaptive_executor_pool_size = 1
+AS $$
 DECLARE
     v_from bigint := floor(random() * 9223372036854775807::float8)::bigint;
 BEGIN
     EXECUTE format('SELECT ARRAY(SELECT x.id %s ORDER BY x.id < %s, x.id LIMIT %s)', p_from_where, v_from, p_win)
     INTO ids;
     is_full := cardinality(ids) >= p_win;
+END
+$$;
+
+-- The ids of p_ids on worker group p_grp (NULL: the first id's), in
+-- p_ids' order, and the others: a claim takes one worker's partitions, so
+-- it commits there with no two-phase commit. The groups are the
+-- coordinator's metadata, current after a rebalance. Without Citus (the
+-- routed forms tested on PostgreSQL) every id is in one group, 0.
+CREATE OR REPLACE FUNCTION {{schema}}.worker_split(p_ids bigint[], p_grp integer, OUT grp integer,
+                                                 OUT mine bigint[], OUT rest bigint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_g integer[];
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_placement') IS NULL THEN
+        grp := 0;
+        mine := p_ids;
+        rest := '{}';
+        RETURN;
+    END IF;
+    v_g := ARRAY(SELECT (SELECT min(pl.groupid) FROM pg_catalog.pg_dist_placement pl
+                         WHERE pl.shardid = get_shard_id_for_distribution_column('{{schema}}.partitions', u.id))
+                 FROM unnest(p_ids) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord);
+    grp := coalesce(p_grp, v_g[1]);
+    mine := ARRAY(SELECT u.id FROM unnest(p_ids, v_g) WITH ORDINALITY AS u(id, g, ord)
+                  WHERE u.g IS NOT DISTINCT FROM grp ORDER BY u.ord);
+    rest := ARRAY(SELECT u.id FROM unnest(p_ids, v_g) WITH ORDINALITY AS u(id, g, ord)
+                  WHERE u.g IS DISTINCT FROM grp ORDER BY u.ord);
 END
 $$;
 
