@@ -807,6 +807,7 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
 				if time.Now().After(deadline) {
+					r.dumpWaits(ctx)
 					r.t.Fatalf("final drain of %s/%q did not end", d.q, g)
 				}
 				// Each group's own subscription, as its workers pop: it
@@ -850,6 +851,37 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		}
 	}
 	return n
+}
+
+// dumpWaits logs, on every node, the transactions that hold or wait for
+// locks: what a drain that does not end is stuck behind (a prepared
+// transaction a crash left, a lock wait).
+func (r *run) dumpWaits(ctx context.Context) {
+	nodes := append([]*pgcluster.Cluster{r.cl}, r.workers...)
+	for i, n := range nodes {
+		conn, err := pgx.Connect(ctx, n.URL)
+		if err != nil {
+			r.t.Logf("node %d: %v", i, err)
+			continue
+		}
+		for _, q := range []string{
+			`SELECT gid || ' ' || prepared::text FROM pg_prepared_xacts`,
+			`SELECT pid || ' ' || coalesce(state, '') || ' ' || coalesce(wait_event_type || ':' || wait_event, '') || ' ' ||
+				coalesce((now() - xact_start)::text, '') || ' blocked by ' || pg_blocking_pids(pid)::text || ' ' || left(query, 300)
+			FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND state <> 'idle'`,
+			`SELECT locktype || ' ' || coalesce(relation::regclass::text, '') || ' ' || mode || ' ' || coalesce(pid::text, 'prepared ' || virtualtransaction)
+			FROM pg_locks WHERE pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend') LIMIT 50`,
+		} {
+			rows, err := conn.Query(ctx, q)
+			if err != nil {
+				r.t.Logf("node %d: %v", i, err)
+				continue
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			r.t.Logf("node %d: %q %v", i, lines, err)
+		}
+		conn.Close(ctx)
+	}
 }
 
 // retryWait is the latest RetryAt of group g on q's partitions, or a
