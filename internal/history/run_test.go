@@ -859,6 +859,9 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 func (r *run) dumpWaits(ctx context.Context) {
 	nodes := append([]*pgcluster.Cluster{r.cl}, r.workers...)
 	for i, n := range nodes {
+		// The server logs beside the history, kept for a failed run: a
+		// canceled statement's context names the line it was at.
+		_ = os.WriteFile(filepath.Join(r.dir, fmt.Sprintf("node%d.log", i)), []byte(n.ServerLog()), 0o644)
 		conn, err := pgx.Connect(ctx, n.URL)
 		if err != nil {
 			r.t.Logf("node %d: %v", i, err)
