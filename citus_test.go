@@ -864,6 +864,7 @@ func TestOnCitus(t *testing.T) {
 
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
+	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
 
 	t.Run("Routing", func(t *testing.T) {
 		_, pool, schema := openCitus(t, url, true)
@@ -1234,4 +1235,55 @@ func testDistributedDeleteRacesPush(t *testing.T, url string) {
 	if n := orphans(); n != 0 {
 		t.Errorf("delete first: %d segments left of partitions gone", n)
 	}
+}
+
+// testDistributedFirstContactWide: a SubscribeFrom group's first Pop on a
+// queue of 400 partitions another group has read (none pending, so each
+// needs a backlog row) ends within a 2 s statement timeout. The first
+// contact is one transaction: one that outlives the timeout rolls back,
+// and every later pop starts it over, so the group never reads.
+func testDistributedFirstContactWide(t *testing.T, url string) {
+	const parts = 400
+	noMaint := func(c *queen.Config) { c.Maintenance.Interval = -1 }
+	c, _, schema := openCitus(t, url, true, noMaint)
+	q := c.Queue("wide")
+	from := time.Now().Add(-time.Hour)
+	items := make([]queen.Item, parts)
+	for i := range items {
+		items[i] = queen.Item{Partition: fmt.Sprintf("p%03d", i), Data: []byte("x")}
+	}
+	push(t, q, items...)
+	// Group "a" reads everything: the ready set empties.
+	for n := 0; n < parts; {
+		msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: "a", Batch: parts, Partitions: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			t.Fatalf("group a read %d of %d", n, parts)
+		}
+		for _, m := range msgs {
+			if err := m.Ack(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n += len(msgs)
+	}
+	short, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
+		StatementTimeout: 2 * time.Second, Logger: pgtest.Logger(t), SpoolDir: t.TempDir(),
+		Maintenance: queen.MaintenanceConfig{Interval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close(context.Background())
+	start := time.Now()
+	msgs, err := short.Queue("wide").Pop(ctxT(t), queen.PopOptions{Group: "b", Batch: 10, Partitions: 10,
+		Subscription: queen.SubscribeFrom(from)})
+	if err != nil {
+		t.Fatalf("first Pop of a SubscribeFrom group over %d partitions: %v (after %v)", parts, err, time.Since(start))
+	}
+	if len(msgs) == 0 {
+		t.Fatalf("first Pop of a SubscribeFrom group over %d partitions: nothing", parts)
+	}
+	t.Logf("first contact over %d partitions: %v", parts, time.Since(start))
 }
