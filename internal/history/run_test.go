@@ -197,6 +197,8 @@ type run struct {
 
 	faults     atomic.Int64
 	workerDown atomic.Int64 // "stop-worker" faults injected
+	kindsMu    sync.Mutex
+	kinds      map[string]int // faults injected, by kind
 	destroyMu  sync.Mutex
 	destroyed  []history.Stored // messages of segments the nemesis corrupted
 	plaintext  atomic.Int64     // plaintext-at-rest findings
@@ -614,6 +616,9 @@ func (r *run) main() (st runStats) {
 		t.Logf("seed %d: history kept in %s (timing is not reproducible; rerun the seed)", r.seed, r.dir)
 	}
 	t.Log(line)
+	r.kindsMu.Lock()
+	t.Logf("faults by kind: %v", r.kinds)
+	r.kindsMu.Unlock()
 	if err := admin.Close(ctx); err != nil {
 		t.Error(err)
 	}
@@ -1137,6 +1142,12 @@ func (n *nemesis) fault(kind string, inject func() error) {
 	}
 	n.r.rec.Done(inv, history.OK, res)
 	n.r.faults.Add(1)
+	n.r.kindsMu.Lock()
+	if n.r.kinds == nil {
+		n.r.kinds = map[string]int{}
+	}
+	n.r.kinds[kind]++
+	n.r.kindsMu.Unlock()
 }
 
 func (n *nemesis) inject(ctx context.Context, kind string) error {
