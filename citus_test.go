@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
@@ -862,6 +863,8 @@ func TestOnCitus(t *testing.T) {
 	})
 
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
+	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
+	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
 
 	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
 
@@ -1324,4 +1327,147 @@ func testConsumeSpansWorkers(t *testing.T, url string) {
 	if d > 1 {
 		t.Errorf("%d two-phase commits consuming both workers' partitions, want at most 1 (the member's leaving)", d)
 	}
+}
+
+// testDistributedDeleteRacesPush: Queue.Delete and a push creating a
+// partition of the queue, each in a transaction the other meets, on the
+// layout. A queue row's lock on the coordinator does not reach a worker,
+// where the new partition's foreign key check takes its key-share lock:
+// the delete must still wait for the push (and delete the segment it
+// wrote, never leave it behind its partition's cascaded delete), and the
+// push that meets a delete must fail as a push racing Queue.Delete does
+// (QN001), never with the foreign key's error.
+func testDistributedDeleteRacesPush(t *testing.T, url string) {
+	noMaint := func(c *queen.Config) { c.Maintenance.Interval = -1 }
+	c, pool, schema := openCitus(t, url, true, noMaint)
+	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+	orphans := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM `+tbl("segments")+` s
+			WHERE NOT EXISTS (SELECT 1 FROM `+tbl("partitions")+` p WHERE p.id = s.partition_id)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	q := c.Queue("dq")
+
+	// The push first: its transaction creates a partition and holds it
+	// while the delete starts.
+	push(t, q, queen.Item{Partition: "old", Data: []byte("o")})
+	tx, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := q.PushTx(ctxT(t), tx, []queen.Item{{Partition: "new", Data: []byte("n")}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Delete(ctxT(t)) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Delete ended (%v) while a push of the queue was open", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if n := orphans(); n != 0 {
+		t.Errorf("push first: %d segments left of partitions the delete removed", n)
+	}
+
+	// The delete first, held open: a push creating a partition of the
+	// queue waits for it, then fails as racing Queue.Delete.
+	push(t, q, queen.Item{Partition: "old", Data: []byte("o")})
+	del, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer del.Rollback(context.Background())
+	var existed bool
+	if err := del.QueryRow(ctxT(t), "SELECT "+pgx.Identifier{schema}.Sanitize()+".delete_queue($1::uuid, 'dq')",
+		"00000000-0000-0000-0000-000000000000").Scan(&existed); err != nil || !existed {
+		t.Fatalf("delete_queue: %v, %v", existed, err)
+	}
+	perr := make(chan error, 1)
+	go func() {
+		ptx, err := pool.Begin(ctxT(t))
+		if err != nil {
+			perr <- err
+			return
+		}
+		defer ptx.Rollback(context.Background())
+		_, err = q.PushTx(ctxT(t), ptx, []queen.Item{{Partition: "new2", Data: []byte("n")}})
+		if err == nil {
+			err = ptx.Commit(ctxT(t))
+		}
+		perr <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := del.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	err = <-perr
+	var pgErr *pgconn.PgError
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "QN001") {
+		t.Errorf("push after the delete: %v, want success or QN001", err)
+	}
+	if n := orphans(); n != 0 {
+		t.Errorf("delete first: %d segments left of partitions gone", n)
+	}
+}
+
+// testDistributedFirstContactWide: a SubscribeFrom group's first Pop on a
+// queue of 400 partitions another group has read (none pending, so each
+// needs a backlog row) ends within a 2 s statement timeout. The first
+// contact is one transaction: one that outlives the timeout rolls back,
+// and every later pop starts it over, so the group never reads.
+func testDistributedFirstContactWide(t *testing.T, url string) {
+	const parts = 400
+	noMaint := func(c *queen.Config) { c.Maintenance.Interval = -1 }
+	c, _, schema := openCitus(t, url, true, noMaint)
+	q := c.Queue("wide")
+	from := time.Now().Add(-time.Hour)
+	items := make([]queen.Item, parts)
+	for i := range items {
+		items[i] = queen.Item{Partition: fmt.Sprintf("p%03d", i), Data: []byte("x")}
+	}
+	push(t, q, items...)
+	// Group "a" reads everything: the ready set empties.
+	for n := 0; n < parts; {
+		msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: "a", Batch: parts, Partitions: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			t.Fatalf("group a read %d of %d", n, parts)
+		}
+		for _, m := range msgs {
+			if err := m.Ack(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n += len(msgs)
+	}
+	short, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
+		StatementTimeout: 2 * time.Second, Logger: pgtest.Logger(t), SpoolDir: t.TempDir(),
+		Maintenance: queen.MaintenanceConfig{Interval: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close(context.Background())
+	start := time.Now()
+	msgs, err := short.Queue("wide").Pop(ctxT(t), queen.PopOptions{Group: "b", Batch: 10, Partitions: 10,
+		Subscription: queen.SubscribeFrom(from)})
+	if err != nil {
+		t.Fatalf("first Pop of a SubscribeFrom group over %d partitions: %v (after %v)", parts, err, time.Since(start))
+	}
+	if len(msgs) == 0 {
+		t.Fatalf("first Pop of a SubscribeFrom group over %d partitions: nothing", parts)
+	}
+	t.Logf("first contact over %d partitions: %v", parts, time.Since(start))
 }

@@ -137,7 +137,11 @@ func (q *Queue) ResetGroup(ctx context.Context, group string, to ResetTo, o Rese
 	if e.csql.ResetGroup == "" {
 		return nil, errOffsetsUnsupported
 	}
-	rows, err := stmt.ResetGroup(ctx, e.csql, e.pool, p)
+	var rows []stmt.ResetRow
+	err := e.onLayout(ctx, func() (err error) {
+		rows, err = stmt.ResetGroup(ctx, e.csql, e.pool, p)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("queen: reset group %q of %q: %w", group, q.name, offsetsErr(err))
 	}
@@ -183,7 +187,11 @@ func (q *Queue) DeleteGroup(ctx context.Context, group string, o DeleteGroupOpti
 	if e.csql.DeleteGroup == "" {
 		return GroupDeleted{}, errOffsetsUnsupported
 	}
-	c, l, err := stmt.DeleteGroup(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, o.Force)
+	var c, l int32
+	err := e.onLayout(ctx, func() (err error) {
+		c, l, err = stmt.DeleteGroup(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, o.Force)
+		return err
+	})
 	if err != nil {
 		return GroupDeleted{}, fmt.Errorf("queen: delete group %q of %q: %w", group, q.name, offsetsErr(err))
 	}
@@ -209,7 +217,11 @@ func (q *Queue) ReleaseLease(ctx context.Context, group, partition string) (bool
 	if e.csql.ReleaseLease == "" {
 		return false, errOffsetsUnsupported
 	}
-	ok, err := stmt.ReleaseLease(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, partition)
+	var ok bool
+	err := e.onLayout(ctx, func() (err error) {
+		ok, err = stmt.ReleaseLease(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group, partition)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("queen: release lease of group %q on %q/%q: %w", group, q.name, partition, offsetsErr(err))
 	}

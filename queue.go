@@ -218,7 +218,9 @@ func (q *Queue) Delete(ctx context.Context) error {
 	if err := checkName(nameQueue, q.name); err != nil {
 		return err
 	}
-	err := stmt.QueueDelete(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
+	err := e.onLayout(ctx, func() error {
+		return stmt.QueueDelete(ctx, e.sql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name})
+	})
 	e.forgetMeta(q.c.tenant, q.name)
 	if err != nil {
 		return fmt.Errorf("queen: delete %q: %w", q.name, err)

@@ -59,10 +59,17 @@ func TestHistoryOnCitus(t *testing.T) {
 		fmt.Sprintf("SELECT citus_add_node('127.0.0.1', %d)", w1.Port),
 		fmt.Sprintf("SELECT citus_add_node('127.0.0.1', %d)", w2.Port))
 	distributed := os.Getenv("QUEEN_TEST_CITUS_DISTRIBUTE") != ""
-	for _, seed := range ciSeeds {
+	seeds, dur := ciSeeds, defaultDuration
+	if *flagSeed != 0 {
+		seeds = []uint64{*flagSeed}
+	}
+	if *flagDuration != 0 {
+		dur = *flagDuration
+	}
+	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			r := &run{t: t, seed: seed, cl: coord, workers: []*pgcluster.Cluster{w1, w2}, citus: distributed,
-				dur: defaultDuration, children: 1}
+				dur: dur, children: 1}
 			st := r.main()
 			if st.faults == 0 {
 				t.Errorf("no fault injected")

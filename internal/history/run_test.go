@@ -197,6 +197,8 @@ type run struct {
 
 	faults     atomic.Int64
 	workerDown atomic.Int64 // "stop-worker" faults injected
+	kindsMu    sync.Mutex
+	kinds      map[string]int // faults injected, by kind
 	destroyMu  sync.Mutex
 	destroyed  []history.Stored // messages of segments the nemesis corrupted
 	plaintext  atomic.Int64     // plaintext-at-rest findings
@@ -614,6 +616,9 @@ func (r *run) main() (st runStats) {
 		t.Logf("seed %d: history kept in %s (timing is not reproducible; rerun the seed)", r.seed, r.dir)
 	}
 	t.Log(line)
+	r.kindsMu.Lock()
+	t.Logf("faults by kind: %v", r.kinds)
+	r.kindsMu.Unlock()
 	if err := admin.Close(ctx); err != nil {
 		t.Error(err)
 	}
@@ -807,12 +812,20 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
 				if time.Now().After(deadline) {
+					r.dumpWaits(ctx)
 					r.t.Fatalf("final drain of %s/%q did not end", d.q, g)
 				}
 				// Each group's own subscription, as its workers pop: it
 				// decides where a group that never popped during the run
 				// starts (a group that reads everything must not join new).
 				o := queen.PopOptions{Group: g, Batch: 1000, Partitions: 64, LeaseTime: drainLease}
+				if r.citus {
+					// On the distributed layout each partition's claim is a
+					// few statements sent from the coordinator to its
+					// worker: 64 took more than the statement timeout on
+					// the loaded test machine, and every retry did too.
+					o.Partitions = 8
+				}
 				switch {
 				case g == fromGroup:
 					o.Subscription = queen.SubscribeFrom(r.from)
@@ -850,6 +863,40 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		}
 	}
 	return n
+}
+
+// dumpWaits logs, on every node, the transactions that hold or wait for
+// locks: what a drain that does not end is stuck behind (a prepared
+// transaction a crash left, a lock wait).
+func (r *run) dumpWaits(ctx context.Context) {
+	nodes := append([]*pgcluster.Cluster{r.cl}, r.workers...)
+	for i, n := range nodes {
+		// The server logs beside the history, kept for a failed run: a
+		// canceled statement's context names the line it was at.
+		_ = os.WriteFile(filepath.Join(r.dir, fmt.Sprintf("node%d.log", i)), []byte(n.ServerLog()), 0o644)
+		conn, err := pgx.Connect(ctx, n.URL)
+		if err != nil {
+			r.t.Logf("node %d: %v", i, err)
+			continue
+		}
+		for _, q := range []string{
+			`SELECT gid || ' ' || prepared::text FROM pg_prepared_xacts`,
+			`SELECT pid || ' ' || coalesce(state, '') || ' ' || coalesce(wait_event_type || ':' || wait_event, '') || ' ' ||
+				coalesce((now() - xact_start)::text, '') || ' blocked by ' || pg_blocking_pids(pid)::text || ' ' || left(query, 300)
+			FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND state <> 'idle'`,
+			`SELECT locktype || ' ' || coalesce(relation::regclass::text, '') || ' ' || mode || ' ' || coalesce(pid::text, 'prepared ' || virtualtransaction)
+			FROM pg_locks WHERE pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend') LIMIT 50`,
+		} {
+			rows, err := conn.Query(ctx, q)
+			if err != nil {
+				r.t.Logf("node %d: %v", i, err)
+				continue
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			r.t.Logf("node %d: %q %v", i, lines, err)
+		}
+		conn.Close(ctx)
+	}
 }
 
 // retryWait is the latest RetryAt of group g on q's partitions, or a
@@ -1095,6 +1142,12 @@ func (n *nemesis) fault(kind string, inject func() error) {
 	}
 	n.r.rec.Done(inv, history.OK, res)
 	n.r.faults.Add(1)
+	n.r.kindsMu.Lock()
+	if n.r.kinds == nil {
+		n.r.kinds = map[string]int{}
+	}
+	n.r.kinds[kind]++
+	n.r.kindsMu.Unlock()
 }
 
 func (n *nemesis) inject(ctx context.Context, kind string) error {

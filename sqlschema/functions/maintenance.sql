@@ -226,20 +226,38 @@ DECLARE
     v_qid  bigint;
     v_pid  bigint;
     v_pids bigint[];
+    v_routed boolean := (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true);
 BEGIN
-    SELECT id INTO v_qid FROM {{schema}}.queues
-    WHERE tenant = p_tenant AND name = p_name
-    FOR UPDATE;
+    IF v_routed THEN
+        -- On the Citus layout the queue row's lock is the coordinator's
+        -- copy only: a push creating a partition on a worker, whose foreign
+        -- key check locks that worker's copy, would not wait for it, and
+        -- its segments would outlive the cascade. push_routed holds the
+        -- queue's advisory lock shared until it commits: taken here
+        -- exclusively first (before any row of the queue, as pushes take
+        -- it), then the row.
+        SELECT id INTO v_qid FROM {{schema}}.queues WHERE tenant = p_tenant AND name = p_name;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/queue/' || v_qid, 0));
+        SELECT id INTO v_qid FROM {{schema}}.queues WHERE id = v_qid FOR UPDATE;
+    ELSE
+        SELECT id INTO v_qid FROM {{schema}}.queues
+        WHERE tenant = p_tenant AND name = p_name
+        FOR UPDATE;
+    END IF;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+    IF v_routed THEN
         -- The Citus layout locks no rows of several shards in one
         -- statement: each partition is locked, and its leaf rows deleted,
         -- by its id (routed to its shard), in the same ascending order.
         -- Literals: Citus plans no statement over every shard with a
         -- PL/pgSQL parameter in it. No partition can be added meanwhile
-        -- (the queue row is held), so the list read first is complete.
+        -- (the queue's advisory lock is held), so the list read first is
+        -- complete.
         -- One connection per worker (sequential mode): the queue row's
         -- delete cascades to shards this transaction has read already,
         -- which Citus refuses after a parallel read of them.

@@ -309,6 +309,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n       integer := cardinality(p_queues);
     v_qids  bigint[];
+    v_qid   bigint;
+    v_locked bigint[];
     v_pids  bigint[];
     v_win   bigint[];
     v_enc   boolean[];
@@ -323,6 +325,17 @@ BEGIN
     SELECT array_agg(qq.id ORDER BY u.o) INTO v_qids
     FROM unnest(p_tenants, p_queues) WITH ORDINALITY AS u(t, q, o)
     LEFT JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+    -- Each queue's lock against Queue.Delete, shared, in id order, before
+    -- any other lock: a queue row's lock on the coordinator does not reach
+    -- the worker where a new partition's foreign key is checked, so
+    -- delete_queue takes this one exclusively. Held to commit, as the key
+    -- share of the set-based form: a delete waits for this push, or this
+    -- push finds the queue gone (below: no partition created, QN001).
+    -- The coordinator's lock: every call of the layer runs there.
+    v_locked := ARRAY(SELECT DISTINCT u.qid FROM unnest(v_qids) AS u(qid) WHERE u.qid IS NOT NULL ORDER BY 1);
+    FOREACH v_qid IN ARRAY v_locked LOOP
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/queue/' || v_qid, 0));
+    END LOOP;
     IF array_position(v_qids, NULL) IS NOT NULL THEN
         FOR rec IN SELECT DISTINCT u.t, u.q FROM unnest(p_tenants, p_queues) AS u(t, q) ORDER BY u.t, u.q LOOP
             INSERT INTO {{schema}}.queues (tenant, name) VALUES (rec.t, rec.q) ON CONFLICT DO NOTHING;
@@ -330,14 +343,20 @@ BEGIN
         SELECT array_agg(qq.id ORDER BY u.o) INTO v_qids
         FROM unnest(p_tenants, p_queues) WITH ORDINALITY AS u(t, q, o)
         LEFT JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q;
+        -- Queues another push created meanwhile: locked too.
+        FOREACH v_qid IN ARRAY ARRAY(SELECT DISTINCT u.qid FROM unnest(v_qids) AS u(qid)
+                                     WHERE u.qid IS NOT NULL AND NOT (u.qid = ANY (v_locked)) ORDER BY 1) LOOP
+            PERFORM pg_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/queue/' || v_qid, 0));
+        END LOOP;
     END IF;
 
     -- Partitions, in (queue, name) order: each found by its derived id (one
     -- shard), else created. The queue rows are not key-shared ahead, as
     -- add_partitions does: on Citus that locks the reference table on every
-    -- node, and concurrent pushes deadlocked across nodes. The partition's
-    -- foreign key takes the lock; a queue deleted in between fails the
-    -- insert (23503) rather than being skipped.
+    -- node, and concurrent pushes deadlocked across nodes. The queue lock
+    -- above keeps a delete out; a queue deleted before it is skipped here
+    -- (a statement after the lock sees the delete), and the resolve
+    -- below reports QN001.
     FOR rec IN
         SELECT DISTINCT u.qid, u.p FROM unnest(v_qids, p_partitions) AS u(qid, p)
         WHERE u.qid IS NOT NULL ORDER BY u.qid, u.p

@@ -31,12 +31,19 @@ BEGIN
 END
 $$;
 
--- seed_chunk's step: the next 1024 partitions of the queue by name (one
--- statement over every shard), those the group is behind on locked one
--- statement each in ascending id, then each given a backlog row unless
--- pending by then. Done when the read reached the queue's last name: a
--- first contact over fewer than 1024 partitions is one step, so the pops
--- after it write no reference row (a two-phase commit each).
+-- seed_chunk's step: the next 1024 partitions of the queue by name, each
+-- with whether the group has a cursor there and where one would start
+-- (seed_offset spelled out: the newest segment before the cut, found by
+-- max() and joined by its key), in one statement over every shard (the
+-- tables are co-located: each shard answers for its partitions); those the
+-- group is behind on are locked one statement each in ascending id, each
+-- given a backlog row unless pending by then. One read, not a few
+-- statements per partition: a first contact over a thousand partitions
+-- cost a thousand round trips to the workers and outlived the statement
+-- timeout, rolled back and redone by every pop. Done when the read
+-- reached the queue's last name: a first contact over fewer than 1024
+-- partitions is one step, so the pops after it write no reference row (a
+-- two-phase commit each).
 CREATE OR REPLACE FUNCTION {{schema}}.seed_chunk_routed(p_qid bigint, p_group text)
 RETURNS void
 LANGUAGE plpgsql AS $$
@@ -47,41 +54,57 @@ DECLARE
     v_n     integer := 0;
     v_ids   bigint[] := '{}';
     v_id    bigint;
-    v_pend  boolean;
+    v_cut   timestamptz;
+    v_seed  bigint;
+    v_todo  bigint[] := '{}';
 BEGIN
     SELECT s.mode, s.from_time, s.created_at, s.seed_after INTO v
     FROM {{schema}}.subscriptions s WHERE s.queue_id = p_qid AND s.group_name = p_group;
     IF NOT FOUND OR v.seed_after IS NULL THEN
         RETURN;
     END IF;
-    FOR r IN EXECUTE format('SELECT p.id, p.name, p.pending, p.last_offset, p.log_start, p.created_at
-                             FROM {{schema}}.partitions p WHERE p.queue_id = %s AND p.name >= %L
-                             ORDER BY p.name LIMIT 1025', p_qid, v.seed_after) LOOP
-        v_n := v_n + 1;
-        v_last := r.name;
-        -- Statements of their own, never a subquery in an expression:
-        -- Citus plans those with parameters over a distributed table.
-        CONTINUE WHEN r.pending OR r.last_offset < r.log_start;
-        PERFORM 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = r.id AND cc.group_name = p_group;
-        CONTINUE WHEN FOUND;
-        IF {{schema}}.seed_offset_routed(r.id, r.log_start, r.created_at, v.mode, v.created_at, v.from_time)
-           < r.last_offset THEN
-            v_ids := v_ids || r.id;
+    -- seed_offset_routed's cut; 'all' finds no segment before it (a
+    -- constant false condition instead would let the planner drop the
+    -- join on partition_id, which Citus then refuses).
+    v_cut := CASE WHEN v.mode = 'all' THEN '-infinity'
+                  WHEN v.mode = 'new' THEN v.created_at ELSE least(v.from_time, v.created_at) END;
+    -- The names first (Citus pushes no join down under an ORDER BY ...
+    -- LIMIT on another column), then their rows and cursors by id.
+    EXECUTE format('SELECT coalesce(array_agg(x.id), ''{}''), count(*), max(x.name)
+                    FROM (SELECT p.id, p.name FROM {{schema}}.partitions p
+                          WHERE p.queue_id = %s AND p.name >= %L ORDER BY p.name LIMIT 1025) x',
+                   p_qid, v.seed_after) INTO v_ids, v_n, v_last;
+    FOR r IN EXECUTE format('SELECT p.id, p.pending, p.last_offset, p.log_start, p.created_at,
+                                    c.partition_id IS NOT NULL AS has_cursor, ss.end_offset AS seed_end
+                             FROM {{schema}}.partitions p
+                             LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = %L
+                             LEFT JOIN LATERAL (SELECT max(z.base_offset) AS b FROM {{schema}}.segments z
+                                                WHERE z.partition_id = p.id AND z.created_at < %L::timestamptz) sb ON true
+                             LEFT JOIN {{schema}}.segments ss ON ss.partition_id = p.id AND ss.base_offset = sb.b
+                             WHERE p.id = ANY (%L::bigint[])',
+                            p_group, v_cut, v_ids) LOOP
+        CONTINUE WHEN r.pending OR r.last_offset < r.log_start OR r.has_cursor;
+        -- seed_offset_routed's answer.
+        v_seed := CASE WHEN v.mode = 'all' OR r.created_at >= v.created_at THEN r.log_start - 1
+                       ELSE greatest(r.log_start - 1, coalesce(r.seed_end, r.log_start - 1)) END;
+        IF v_seed < r.last_offset THEN
+            v_todo := v_todo || r.id;
         END IF;
     END LOOP;
+    v_ids := v_todo;
     v_ids := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
+    -- Each row locked, then one statement for the backlog rows (it runs on
+    -- each shard with its partitions): a push that set pending meanwhile
+    -- has committed (the row is held), and the ready set has it.
     FOREACH v_id IN ARRAY v_ids LOOP
-        PERFORM 1 FROM {{schema}}.partitions WHERE id = v_id FOR NO KEY UPDATE;
+        PERFORM 1 FROM {{schema}}.partitions p WHERE p.id = v_id FOR NO KEY UPDATE;
     END LOOP;
-    -- A later statement each: a push that set pending meanwhile has
-    -- committed (the row is held now), and the ready set has it.
-    FOREACH v_id IN ARRAY v_ids LOOP
-        SELECT p.pending INTO v_pend FROM {{schema}}.partitions p WHERE p.id = v_id;
-        IF FOUND AND NOT v_pend THEN
-            INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id) VALUES (p_qid, p_group, v_id)
-            ON CONFLICT DO NOTHING;
-        END IF;
-    END LOOP;
+    IF cardinality(v_ids) > 0 THEN
+        EXECUTE format('INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
+                        SELECT %s, %L, p.id FROM {{schema}}.partitions p
+                        WHERE p.id = ANY (%L::bigint[]) AND NOT p.pending
+                        ON CONFLICT DO NOTHING', p_qid, p_group, v_ids);
+    END IF;
     UPDATE {{schema}}.subscriptions SET seed_after = CASE WHEN v_n < 1025 THEN NULL ELSE v_last END
     WHERE queue_id = p_qid AND group_name = p_group;
 END
@@ -214,9 +237,9 @@ BEGIN
 END
 $$;
 
--- pop_ready: the window read one partition at a time (its row, then the
--- group's cursor, then, for a windowed or delayed queue, its segments'
--- times), the order and the flags as pop_ready's.
+-- pop_ready: the window's rows with the group's cursors in one read, then,
+-- for a windowed or delayed queue, each claimable one's segment times; the
+-- order and the flags as pop_ready's.
 CREATE OR REPLACE FUNCTION {{schema}}.pop_ready_routed(p_qid bigint, p_window_ms bigint, p_delay_ms bigint,
                                                      p_group text, p_mode text, p_from timestamptz, p_ids bigint[],
                                                      p_hints text[], p_now timestamptz, p_cutoff timestamptz,
@@ -234,21 +257,31 @@ DECLARE
     v_hinted  boolean[];
     v_upd     timestamptz[];
 BEGIN
+    caught := '{}';
+    cand := '{}';
+    IF coalesce(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
     FOR v_seed IN 1 .. 2 LOOP
         v_missing := '{}';
         v_pids := '{}';
         v_hinted := '{}';
         v_upd := '{}';
         caught := '{}';
-        FOREACH v_id IN ARRAY ARRAY(SELECT DISTINCT u.id FROM unnest(p_ids) AS u(id)) LOOP
-            SELECT p.name, p.last_offset, p.log_start, p.last_write_at INTO v_p
-            FROM {{schema}}.partitions p WHERE p.id = v_id;
-            CONTINUE WHEN NOT FOUND;
-            SELECT c.committed, c.batch_end, c.lease_expires_at, c.updated_at, c.retry_at, c.idle_until, c.idle_seen,
-                   c.wait_offs, c.wait_at, c.settled
-            INTO v_c
-            FROM {{schema}}.consumers c WHERE c.partition_id = v_id AND c.group_name = p_group;
-            IF NOT FOUND THEN
+        -- The window's rows and the group's cursors in one read (each shard
+        -- answers for its partitions), not two statements per partition:
+        -- a window of 256 cost 512 round trips to the workers.
+        FOR v_p IN EXECUTE format('SELECT p.id, p.name, p.last_offset, p.log_start, p.last_write_at,
+                                          c.partition_id IS NOT NULL AS has_cursor, c.committed, c.batch_end,
+                                          c.lease_expires_at, c.updated_at, c.retry_at, c.idle_until, c.idle_seen,
+                                          c.wait_offs, c.wait_at, c.settled
+                                   FROM {{schema}}.partitions p
+                                   LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = %L
+                                   WHERE p.id = ANY (%L::bigint[])',
+                                  p_group, ARRAY(SELECT DISTINCT u.id FROM unnest(p_ids) AS u(id))) LOOP
+            v_id := v_p.id;
+            v_c := v_p;
+            IF NOT v_p.has_cursor THEN
                 v_missing := v_missing || v_id;
                 CONTINUE;
             END IF;
