@@ -3,7 +3,6 @@ package queen
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -58,32 +57,13 @@ func (p *pusher) byWorker(bundle []*fusion.Batch[partitionKey, *pushItem]) [][]*
 	if e.placement == nil {
 		return nil
 	}
-	type part struct {
-		group int32
-		known bool
-		b     []*fusion.Batch[partitionKey, *pushItem]
-	}
-	var parts []part
-	for _, b := range bundle {
+	return citus.SplitByGroup(bundle, func(b *fusion.Batch[partitionKey, *pushItem]) (int32, bool) {
 		g, known := e.workerOf(b.Key)
 		if !known {
 			e.meta.Refresh(b.Key.Tenant, b.Key.Queue)
 		}
-		i := slices.IndexFunc(parts, func(pt part) bool { return pt.known == known && pt.group == g })
-		if i < 0 {
-			parts = append(parts, part{group: g, known: known})
-			i = len(parts) - 1
-		}
-		parts[i].b = append(parts[i].b, b)
-	}
-	if len(parts) < 2 {
-		return nil
-	}
-	out := make([][]*fusion.Batch[partitionKey, *pushItem], len(parts))
-	for i, pt := range parts {
-		out[i] = pt.b
-	}
-	return out
+		return g, known
+	})
 }
 
 // commitParts commits each part of a split bundle on a connection of its

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen/fusion"
+	"github.com/e03140bc/queen/internal/citus"
 	"github.com/e03140bc/queen/internal/errs"
 	"github.com/e03140bc/queen/internal/stmt"
 )
@@ -181,29 +182,7 @@ func (f *Fusion) byWorker(bundle []*fusion.Batch[key, *item]) [][]*fusion.Batch[
 	if f.cfg.Worker == nil || len(bundle) < 2 {
 		return nil
 	}
-	type part struct {
-		group int32
-		known bool
-		b     []*fusion.Batch[key, *item]
-	}
-	var parts []part
-	for _, b := range bundle {
-		g, known := f.cfg.Worker(b.Key.pid)
-		i := slices.IndexFunc(parts, func(pt part) bool { return pt.known == known && pt.group == g })
-		if i < 0 {
-			parts = append(parts, part{group: g, known: known})
-			i = len(parts) - 1
-		}
-		parts[i].b = append(parts[i].b, b)
-	}
-	if len(parts) < 2 {
-		return nil
-	}
-	out := make([][]*fusion.Batch[key, *item], len(parts))
-	for i, pt := range parts {
-		out[i] = pt.b
-	}
-	return out
+	return citus.SplitByGroup(bundle, func(b *fusion.Batch[key, *item]) (int32, bool) { return f.cfg.Worker(b.Key.pid) })
 }
 
 // Settle applies ops, fused with other callers' settlements, and returns
