@@ -19,7 +19,9 @@ const citusDeadlockRetries = 5
 // it touches: two operator calls that each hold a row of one and then
 // write another wait for each other, where PostgreSQL's row locks would
 // let both through. The aborted call rolled back whole, so running it
-// again is the call as the caller asked it.
+// again is the call as the caller asked it. Every operator call that writes
+// a reference table goes through it: ResetGroup, DeleteGroup, ReleaseLease,
+// Queue.Delete, Pause, Resume, DiscardDeadLetters, RequeueDeadLetters.
 func (e *engine) onLayout(ctx context.Context, call func() error) error {
 	for n := 0; ; n++ {
 		err := call()

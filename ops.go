@@ -131,7 +131,9 @@ func (q *Queue) Pause(ctx context.Context, group string) error {
 	if err := q.checkGroup(group); err != nil {
 		return err
 	}
-	if err := stmt.Pause(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group); err != nil {
+	if err := e.onLayout(ctx, func() error {
+		return stmt.Pause(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group)
+	}); err != nil {
 		return fmt.Errorf("queen: pause %q group %q: %w", q.name, group, err)
 	}
 	return nil
@@ -145,7 +147,11 @@ func (q *Queue) Resume(ctx context.Context, group string) error {
 	if err := q.checkGroup(group); err != nil {
 		return err
 	}
-	had, err := stmt.Resume(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group)
+	var had bool
+	err := e.onLayout(ctx, func() (err error) {
+		had, err = stmt.Resume(ctx, e.csql, e.pool, stmt.QueueRef{Tenant: q.c.tenant, Name: q.name}, group)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("queen: resume %q group %q: %w", q.name, group, err)
 	}
@@ -231,7 +237,11 @@ func (q *Queue) RequeueDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 			Key: c.Key, Headers: c.Headers, Payload: payload})
 		in = append(in, p)
 	}
-	rows, err := stmt.Requeue(ctx, e.csql, e.pool, qid, in)
+	var rows []stmt.RequeueRow
+	err = e.onLayout(ctx, func() (err error) {
+		rows, err = stmt.Requeue(ctx, e.csql, e.pool, qid, in)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("queen: requeue dead letters of %q: %w", q.name, err)
 	}
@@ -261,7 +271,11 @@ func (q *Queue) DiscardDeadLetters(ctx context.Context, o DeadLetterQuery) (int,
 	if err := q.checkDeadLetterCall(&o); err != nil {
 		return 0, err
 	}
-	n, err := stmt.DiscardDeadLetters(ctx, e.csql, e.pool, o.page(q))
+	var n int64
+	err := e.onLayout(ctx, func() (err error) {
+		n, err = stmt.DiscardDeadLetters(ctx, e.csql, e.pool, o.page(q))
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("queen: discard dead letters of %q: %w", q.name, err)
 	}
