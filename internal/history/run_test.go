@@ -197,6 +197,7 @@ type run struct {
 
 	faults     atomic.Int64
 	workerDown atomic.Int64 // "stop-worker" faults injected
+	restarts   atomic.Int64 // "restart" faults injected (the coordinator's, on Citus)
 	kindsMu    sync.Mutex
 	kinds      map[string]int // faults injected, by kind
 	destroyMu  sync.Mutex
@@ -1123,6 +1124,9 @@ func (n *nemesis) loop(ctx context.Context) {
 		if n.r.gen["storm"] && !stormed && time.Since(start) > n.r.dur/4 {
 			kind = "storm" // at least once a run: its race is rare
 		}
+		if len(n.r.workers) > 0 && n.r.workerDown.Load() > 0 && n.r.restarts.Load() == 0 {
+			kind = "restart" // the coordinator, at least once a run: the second
+		}
 		if len(n.r.workers) > 0 && n.r.workerDown.Load() == 0 {
 			kind = "stop-worker" // at least once a run: the first, as faults are few
 		}
@@ -1157,6 +1161,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		if err := n.r.cl.Stop("immediate"); err != nil {
 			return err
 		}
+		n.r.restarts.Add(1)
 		n.outage()
 		sleep(300)
 		return n.r.cl.Start(context.Background())
