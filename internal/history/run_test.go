@@ -1124,18 +1124,23 @@ func (n *nemesis) loop(ctx context.Context) {
 		if n.r.gen["storm"] && !stormed && time.Since(start) > n.r.dur/4 {
 			kind = "storm" // at least once a run: its race is rare
 		}
-		if len(n.r.workers) > 0 && n.r.workerDown.Load() == 0 {
-			kind = "stop-worker" // at least once a run: the first, as faults are few
+		first := len(n.r.workers) > 0 && n.r.restarts.Load() == 0
+		if first {
+			kind = "restart" // the coordinator, at least once a run: the first, as faults are few
 		}
 		stormed = stormed || kind == "storm"
-		own()
+		if !first {
+			own()
+		}
 		n.fault(kind, func() error { return n.inject(ctx, kind) })
-		if kind == "stop-worker" && n.r.restarts.Load() == 0 && ctx.Err() == nil {
-			// The coordinator's restart, at least once a run too: right
-			// after the first worker stop, before a maintenance window
-			// (own) takes the rest of a short run.
+		if len(n.r.workers) > 0 && n.r.workerDown.Load() == 0 {
+			// A worker stopped and started, at least once a run too: right
+			// after the first fault, before a maintenance window (own)
+			// takes the rest of a short run, and even if the run's time
+			// ran out meanwhile (restarts are slow on a loaded machine):
+			// then it meets the last operations and the drains.
 			time.Sleep(time.Duration(300+n.rng.IntN(500)) * time.Millisecond)
-			n.fault("restart", func() error { return n.inject(ctx, "restart") })
+			n.fault("stop-worker", func() error { return n.inject(context.WithoutCancel(ctx), "stop-worker") })
 		}
 		own()
 	}
