@@ -248,12 +248,21 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 		p.Blobs = append(p.Blobs, segment.Single(&pi.Frame))
 		idx = append(idx, i)
 	}
-	rows, err := stmt.Schedule(ctx, e.sql, e.pool, p)
+	// Each call bounded as every statement of the engine is: a write
+	// waiting on a lock (on the Citus layout, a reference-table write
+	// waiting for a node) fails the items after StatementTimeout, as an
+	// outage does, instead of holding the Push until its caller gives up.
+	schedule := func() ([]stmt.ScheduleRow, error) {
+		sctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
+		defer cancel()
+		return stmt.Schedule(sctx, e.sql, e.pool, p)
+	}
+	rows, err := schedule()
 	for try := 0; err != nil && isPassedByMove(err) && try < 3; try++ {
 		// A move passed an item while the call waited for it; nothing was
 		// written. Called again, the call takes the lock that lets it
 		// write such items (see schedule_items).
-		rows, err = stmt.Schedule(ctx, e.sql, e.pool, p)
+		rows, err = schedule()
 	}
 	if err != nil {
 		return false, err

@@ -563,3 +563,44 @@ func TestMoveScheduledNextDue(t *testing.T) {
 		t.Fatalf("b released: moved %d, next in %d ms; want 1 and the row due in two hours", moved, next)
 	}
 }
+
+// A scheduled item's statement is bounded by Config.StatementTimeout, as
+// every statement of the engine is: while the database answers but the
+// write waits on a lock (here the schedule's state row, held by another
+// transaction; on the Citus layout a reference-table write waiting for a
+// node), the item is Failed after about that long and the call's other
+// items are stored, rather than the call waiting until its caller's ctx
+// ends.
+func TestScheduleWaitingOnALockFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a statement timeout")
+	}
+	c := open(t, func(cfg *queen.Config) { cfg.StatementTimeout = 500 * time.Millisecond })
+	q := c.Queue("q")
+	push(t, q, queen.Item{Data: []byte("before")})
+	tx, err := c.Pool().Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{c.Schema(), "scheduled_state"}.Sanitize()+" FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ahead := range []time.Duration{10 * time.Minute, 2 * time.Hour} { // FOR SHARE, FOR NO KEY UPDATE
+		res, took, err := pushTimed(t, q, 20*time.Second,
+			queen.Item{Data: []byte("now")},
+			queen.Item{Data: []byte("later"), DeliverAt: time.Now().Add(ahead)})
+		if err != nil {
+			t.Fatalf("%s ahead: %v", ahead, err)
+		}
+		if res[0].Status != queen.Queued {
+			t.Fatalf("%s ahead: item for now: %+v, want Queued", ahead, res[0])
+		}
+		if res[1].Status != queen.Failed || res[1].Err == nil {
+			t.Fatalf("%s ahead: scheduled item: %+v, want Failed", ahead, res[1])
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s ahead: Push took %s with a 500ms StatementTimeout", ahead, took)
+		}
+	}
+}

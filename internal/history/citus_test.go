@@ -14,12 +14,13 @@ import (
 
 // TestHistoryOnCitus runs the checker's CI seeds, faults included, against
 // a Citus coordinator with two workers: the deployment supported today,
-// queen's tables local to the coordinator. Besides the checker's faults,
-// the nemesis stops a worker (immediate) and starts it again, at least
-// once a seed. It starts its own three nodes
-// (the restart fault restarts the coordinator, which a cluster named by
-// URL would not allow), so it runs when QUEEN_TEST_CITUS_URL is set, as
-// the other Citus tests do, and the local server has Citus installed.
+// queen's tables local to the coordinator (with QUEEN_TEST_CITUS_DISTRIBUTE
+// set, the distributed layout). Besides the checker's faults, the nemesis
+// stops a worker (immediate) and starts it again, then restarts the
+// coordinator (immediate), each at least once a seed. It starts its own
+// three nodes (a cluster named by URL could not be restarted), so it runs
+// when QUEEN_TEST_CITUS_URL is set, as the other Citus tests do, and the
+// local server has Citus installed.
 func TestHistoryOnCitus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("history checker")
@@ -77,7 +78,10 @@ func TestHistoryOnCitus(t *testing.T) {
 			if r.workerDown.Load() == 0 {
 				t.Errorf("no worker stopped")
 			}
-			t.Logf("workers stopped and restarted: %d", r.workerDown.Load())
+			if r.restarts.Load() == 0 {
+				t.Errorf("coordinator not restarted")
+			}
+			t.Logf("workers stopped and restarted: %d; coordinator restarts: %d", r.workerDown.Load(), r.restarts.Load())
 		})
 	}
 }
