@@ -1056,18 +1056,21 @@ $$;
 -- It takes only where pop_linger would (linger_held, linger_declines,
 -- lease_yields, linger_claim: the same rules) and else returns nothing,
 -- writing nothing: the holder then calls pop_linger, which lets the lease
--- go or ends the linger, so that is decided in one place; a decline is
--- rare. Not on the Citus layout (nothing taken), where the client never
--- calls it. It must never fail the push: the consumer row is locked only
--- if no other transaction holds it (else nothing taken), and any error, a
--- cancel included, is caught with its subtransaction rolled back (nothing
+-- go or ends the linger, so that is decided in one place (a decline is
+-- rare). Not for the Citus layout, where the client never calls it: it
+-- does not read the layout, and lease_yields_routed is not tried. It must
+-- never fail the push: the consumer row is locked only if no other
+-- transaction holds it (else nothing taken), and any error, a cancel
+-- included, is caught with its subtransaction rolled back (nothing
 -- taken); the rows are returned after that block, so none is returned
 -- for a take rolled back. Never waiting for a lock, it adds no lock order
 -- to the push's lock of its partition row, so no function that locks a
 -- consumer row and then a partition row can deadlock with it. Its own
--- statements, not a call of pop_linger: that cost the push a second
--- lock of the row, a nested set-returning call, synchronous_commit set
--- and restored, and a statement for the segment search.
+-- statements, not a call of pop_linger, whose extra work (a second lock
+-- of the row, a nested set-returning call under SET clauses,
+-- synchronous_commit set and restored, the layout read, a statement of
+-- its own for the segment search) cost the push about a third more server
+-- time per take (BENCHMARKS.md, "The push's take made lean").
 CREATE OR REPLACE FUNCTION {{schema}}.push_take(p_pid bigint, p_group text, p_lease uuid, p_max integer,
                                               p_lease_ms bigint)
 RETURNS SETOF {{schema}}.pop_row
@@ -1086,15 +1089,14 @@ BEGIN
     BEGIN
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
                cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-               qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
-               (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
+               qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
         JOIN {{schema}}.queues qq ON qq.id = p.queue_id
         WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
         FOR UPDATE OF cc SKIP LOCKED;
-        IF FOUND AND NOT v_c.routed
+        IF FOUND
            AND {{schema}}.linger_held(v_c.lease_id, v_c.lease_expires_at, v_c.batch_end, v_c.committed,
                                       p_lease, v_now)
            AND NOT {{schema}}.linger_declines(p_max, v_c.settled, v_c.fail_offs, v_c.wait_offs,
