@@ -1069,8 +1069,9 @@ $$;
 -- statements, not a call of pop_linger, whose extra work (a second lock
 -- of the row, a nested set-returning call under SET clauses,
 -- synchronous_commit set and restored, the layout read, a statement of
--- its own for the segment search) cost the push about a third more server
--- time per take (BENCHMARKS.md, "The push's take made lean").
+-- its own for the segment search) cost the push about half as much
+-- server time again per take (BENCHMARKS.md, "The push's take made
+-- lean").
 CREATE OR REPLACE FUNCTION {{schema}}.push_take(p_pid bigint, p_group text, p_lease uuid, p_max integer,
                                               p_lease_ms bigint)
 RETURNS SETOF {{schema}}.pop_row
