@@ -2,6 +2,10 @@ package queen_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +31,7 @@ type takeFixture struct {
 	lease string
 }
 
-func newTakeFixture(t *testing.T) *takeFixture {
+func newTakeFixture(t testing.TB) *takeFixture {
 	t.Helper()
 	c := open(t, manual, queen.PopRescan(time.Hour))
 	f := &takeFixture{c: c, q: c.Queue("q"), s: pgx.Identifier{c.Schema()}.Sanitize()}
@@ -51,7 +55,7 @@ func newTakeFixture(t *testing.T) *takeFixture {
 
 // take runs push_take for up to 10 messages under the fixture's lease and
 // returns the base offsets of the segments it returned.
-func (f *takeFixture) take(t *testing.T, ctx context.Context, q interface {
+func (f *takeFixture) take(t testing.TB, ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) []int64 {
 	t.Helper()
@@ -67,7 +71,7 @@ func (f *takeFixture) take(t *testing.T, ctx context.Context, q interface {
 }
 
 // cursor is the cursor row of group "" on p: committed, batch_end, lease.
-func (f *takeFixture) cursor(t *testing.T) (committed, batchEnd int64, lease string) {
+func (f *takeFixture) cursor(t testing.TB) (committed, batchEnd int64, lease string) {
 	t.Helper()
 	var be *int64
 	var l *string
@@ -172,4 +176,85 @@ func TestPushTakeNeverWaitsForTheCursorRow(t *testing.T) {
 	if got := f.take(t, ctxT(t), f.c.Pool()); len(got) != 1 {
 		t.Fatalf("push_take once the row is free returned %v, want m1", got)
 	}
+}
+
+// The server time a take adds to an isolated push, per push: the push's
+// writes (the partition row's allocation and the segment, as
+// AppendSegment writes them) with or without push_take in the same
+// pipeline and implicit transaction, as the hand-off sends them; then, in
+// both, one UPDATE of the cursor (committed through batch_end) stands in
+// for the worker's ack. The two alternate in blocks of 100 on one
+// connection, whose server process's CPU time (/proc/<pid>/schedstat) is
+// counted: the load of other processes disturbs it less than wall time,
+// and alike for both. take-server-µs/op is the difference. Local
+// clusters only (pgtest's own, or a database on this machine).
+//
+//	go test -run '^$' -bench BenchmarkPushTake -benchtime 4000x -count 3 .
+func BenchmarkPushTake(b *testing.B) {
+	f := newTakeFixture(b)
+	ctx := ctxT(b)
+	conn, err := f.c.Pool().Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	pid := conn.Conn().PgConn().PID()
+	if _, err := backendCPU(pid); err != nil {
+		b.Skipf("no server process on this machine: %v", err)
+	}
+	blob := []byte("0123456789")
+	takes := 0
+	run := func(take bool) {
+		bt := &pgx.Batch{}
+		bt.Queue("UPDATE "+f.s+".partitions SET last_offset = last_offset + 1, last_write_at = now() WHERE id = $1", f.pid)
+		bt.Queue("INSERT INTO "+f.s+".segments (partition_id, base_offset, end_offset, created_at, blob) "+
+			"SELECT $1, last_offset, last_offset, now(), $2 FROM "+f.s+".partitions WHERE id = $1", f.pid, blob)
+		if take {
+			bt.Queue("SELECT count(*) FROM "+f.s+".push_take($1, '', $2::uuid, 1, 60000)", f.pid, f.lease)
+			takes++
+		}
+		if err := conn.SendBatch(ctx, bt).Close(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "UPDATE "+f.s+".consumers SET committed = batch_end WHERE partition_id = $1 AND group_name = ''", f.pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 200 { // plans cached, as in a pool's warm connection
+		run(false)
+		run(true)
+	}
+	var cpu [2]int64
+	var n [2]int
+	b.ResetTimer()
+	for i := 0; i < b.N; {
+		for k, take := range []bool{false, true} {
+			c0, _ := backendCPU(pid)
+			for j := 0; j < 100 && i+j < b.N; j++ {
+				run(take)
+				n[k]++
+			}
+			c1, _ := backendCPU(pid)
+			cpu[k] += c1 - c0
+		}
+		i += 100
+	}
+	b.StopTimer()
+	push, withTake := float64(cpu[0])/1e3/float64(n[0]), float64(cpu[1])/1e3/float64(n[1])
+	b.ReportMetric(push, "push-server-µs/op")
+	b.ReportMetric(withTake, "push+take-server-µs/op")
+	b.ReportMetric(withTake-push, "take-server-µs/op")
+	// Each take took its push's message under the lease.
+	if c, be, l := f.cursor(b); be != c || l != f.lease || c < int64(takes) {
+		b.Fatalf("cursor after %d takes: committed %d, batch_end %d, lease %q", takes, c, be, l)
+	}
+}
+
+// backendCPU is the CPU time, in ns, of server process pid on this machine.
+func backendCPU(pid uint32) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
 }
