@@ -950,6 +950,10 @@ BEGIN
         RETURN NULL;
     END IF;
     -- One statement: the segment holding v_first (an initplan) to v_last.
+    -- The initplan is written as the backward scan it must be: max()
+    -- became one only where the planner had statistics, and a generic
+    -- plan made without them read every segment of the partition below
+    -- v_first (BenchmarkPushTake's take grew with the partition).
     SELECT array_agg(ROW(p_pid, p_name, p_lease, p_expires, p_lease_ms, v_first, v_last, greatest(p_deliv, 1), p_dmax,
                          s.base_offset, s.end_offset, s.created_at,
                          CASE WHEN s.base_offset <= p_committed THEN NULL ELSE s.blob END, s.failures,
@@ -957,8 +961,9 @@ BEGIN
     INTO v_rows
     FROM {{schema}}.segments s
     WHERE s.partition_id = p_pid
-      AND s.base_offset BETWEEN coalesce((SELECT max(s2.base_offset) FROM {{schema}}.segments s2
-                                          WHERE s2.partition_id = p_pid AND s2.base_offset <= v_first), v_first)
+      AND s.base_offset BETWEEN coalesce((SELECT s2.base_offset FROM {{schema}}.segments s2
+                                          WHERE s2.partition_id = p_pid AND s2.base_offset <= v_first
+                                          ORDER BY s2.base_offset DESC LIMIT 1), v_first)
                             AND v_last;
     IF v_rows IS NOT NULL THEN
         UPDATE {{schema}}.consumers SET committed = greatest(committed, v_first - 1),
