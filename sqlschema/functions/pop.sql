@@ -1062,8 +1062,9 @@ $$;
 -- lease_yields, linger_claim: the same rules) and else returns nothing,
 -- writing nothing: the holder then calls pop_linger, which lets the lease
 -- go or ends the linger, so that is decided in one place (a decline is
--- rare). Not for the Citus layout, where the client never calls it: it
--- does not read the layout, and lease_yields_routed is not tried. It must
+-- rare). On the routed layout it takes nothing (the client calls it there
+-- only on plain PostgreSQL, as tests do): pop_linger takes, with
+-- lease_yields_routed. It must
 -- never fail the push: the consumer row is locked only if no other
 -- transaction holds it (else nothing taken), and any error, a cancel
 -- included, is caught with its subtransaction rolled back (nothing
@@ -1073,8 +1074,8 @@ $$;
 -- consumer row and then a partition row can deadlock with it. Its own
 -- statements, not a call of pop_linger, whose extra work (a second lock
 -- of the row, a nested set-returning call under SET clauses,
--- synchronous_commit set and restored, the layout read, a statement of
--- its own for the segment search) cost the push about half as much
+-- synchronous_commit set and restored, a statement of its own for the
+-- segment search) cost the push about half as much
 -- server time again per take (BENCHMARKS.md, "The push's take made
 -- lean").
 CREATE OR REPLACE FUNCTION {{schema}}.push_take(p_pid bigint, p_group text, p_lease uuid, p_max integer,
@@ -1095,14 +1096,15 @@ BEGIN
     BEGIN
         SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
                cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
-               qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms
+               qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+               (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
         INTO v_c
         FROM {{schema}}.consumers cc
         JOIN {{schema}}.partitions p ON p.id = cc.partition_id
         JOIN {{schema}}.queues qq ON qq.id = p.queue_id
         WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
         FOR UPDATE OF cc SKIP LOCKED;
-        IF FOUND
+        IF FOUND AND NOT v_c.routed
            AND {{schema}}.linger_held(v_c.lease_id, v_c.lease_expires_at, v_c.batch_end, v_c.committed,
                                       p_lease, v_now)
            AND NOT {{schema}}.linger_declines(p_max, v_c.settled, v_c.fail_offs, v_c.wait_offs,
