@@ -555,7 +555,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 // outcome for the worker and the push's error: the pipeline's through its
 // commit, so a push is never reported stored whose commit is unknown. The
 // outcome is known only when the push committed; then rows are what the
-// take took under the worker's lease, or over says the linger is over.
+// take took under the worker's lease (or over says the linger is over).
 // push_take fails nothing, so a take never fails a push.
 func handOff(tq *stmt.TakeQuerier, err error) (handoff, error) {
 	var h handoff

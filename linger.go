@@ -340,11 +340,12 @@ type lingerSlot struct {
 
 // handoff is a push's outcome for the worker whose slot it reserved.
 type handoff struct {
-	// known: the push committed, and rows (none when push_take took
-	// nothing: the consumer row was busy, or the push stored nothing) and
-	// over (push_take found the linger over, as pop_linger) are what its
-	// take did. Not known: the push failed or its outcome is unknown; a
-	// take may have committed, or not.
+	// known: the push committed, and rows are what its take took: none
+	// when the consumer row was busy, the push stored nothing, or the
+	// take declined where pop_linger would end the linger (push_take
+	// leaves that to the worker's pop_linger, and says over only if a
+	// function layer that does says it). Not known: the push failed or
+	// its outcome is unknown; a take may have committed, or not.
 	known bool
 	over  bool
 	rows  []stmt.PopRow

@@ -891,24 +891,107 @@ BEGIN
 END
 $$;
 
+-- Whether the lingering lease p_lease is still held for a take, from its
+-- cursor row as locked: the lease is p_lease's and live, and batch_end is
+-- not behind the cursor. Not held: pop_linger says the linger is over,
+-- push_take takes nothing. The one rule of both.
+CREATE OR REPLACE FUNCTION {{schema}}.linger_held(p_lease_id uuid, p_expires timestamptz, p_batch_end bigint,
+                                                p_committed bigint, p_lease uuid, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(p_lease_id = p_lease AND p_expires > p_now AND p_batch_end >= p_committed, false)
+$$;
+
+-- Whether a held lingering lease gives way without looking at other
+-- partitions (lease_yields does that): the holder lets go (p_max < 1),
+-- the cursor holds out-of-order state, or the queue delays or windows its
+-- messages (pop_ahead's reasons to decline). pop_linger then lets the
+-- lease go, push_take takes nothing. The one rule of both.
+CREATE OR REPLACE FUNCTION {{schema}}.linger_declines(p_max integer, p_settled bigint[], p_fail_offs bigint[],
+                                                    p_wait_offs bigint[], p_delay_ms bigint, p_window_ms bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_max < 1 OR p_settled IS NOT NULL OR p_fail_offs IS NOT NULL OR p_wait_offs IS NOT NULL
+        OR p_delay_ms > 0 OR p_window_ms > 0
+$$;
+
+-- The take under a held lingering lease, after its caller locked the
+-- cursor row and found the lease held (linger_held) and not giving way:
+-- the next up to p_max messages after batch_end, or, if batch_end is
+-- above committed, what lies between (taken but never handed to the
+-- holder, which takes only once it acked all it had: a push_take whose
+-- push's outcome the pusher could not tell, or a pop_linger whose answer
+-- was lost; taken again as it stands, its deliveries already counted).
+-- Returns the rows, NULL for none (nothing written); the cursor is written
+-- only if some segment was read (retention may have taken them). A
+-- segment that starts at or before committed was sent to this holder
+-- under this lease (as in pop_ahead): its blob is not sent again. The
+-- rows carry the lease's end as it is (see pop_linger). The one take of
+-- pop_linger and push_take.
+CREATE OR REPLACE FUNCTION {{schema}}.linger_claim(p_pid bigint, p_group text, p_name text, p_lease uuid,
+                                                 p_expires timestamptz, p_lease_ms bigint, p_committed bigint,
+                                                 p_batch_end bigint, p_log_start bigint, p_last_offset bigint,
+                                                 p_max integer, p_deliv integer, p_dmax bigint, p_now timestamptz)
+RETURNS {{schema}}.pop_row[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_first bigint;
+    v_last  bigint;
+    v_rows  {{schema}}.pop_row[];
+BEGIN
+    IF p_batch_end > p_committed THEN
+        v_first := greatest(p_committed + 1, p_log_start);
+        v_last := p_batch_end;
+    ELSE
+        v_first := greatest(p_batch_end + 1, p_log_start);
+        v_last := least(p_last_offset, v_first + p_max - 1);
+    END IF;
+    IF v_last < v_first THEN
+        RETURN NULL;
+    END IF;
+    -- One statement: the segment holding v_first (an initplan) to v_last.
+    -- The initplan is written as the backward scan it must be: max()
+    -- became one only where the planner had statistics, and a generic
+    -- plan made without them read every segment of the partition below
+    -- v_first (BenchmarkPushTake's take grew with the partition).
+    SELECT array_agg(ROW(p_pid, p_name, p_lease, p_expires, p_lease_ms, v_first, v_last, greatest(p_deliv, 1), p_dmax,
+                         s.base_offset, s.end_offset, s.created_at,
+                         CASE WHEN s.base_offset <= p_committed THEN NULL ELSE s.blob END, s.failures,
+                         NULL, NULL, NULL, NULL, NULL)::{{schema}}.pop_row ORDER BY s.base_offset)
+    INTO v_rows
+    FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid
+      AND s.base_offset BETWEEN coalesce((SELECT s2.base_offset FROM {{schema}}.segments s2
+                                          WHERE s2.partition_id = p_pid AND s2.base_offset <= v_first
+                                          ORDER BY s2.base_offset DESC LIMIT 1), v_first)
+                            AND v_last;
+    IF v_rows IS NOT NULL THEN
+        UPDATE {{schema}}.consumers SET committed = greatest(committed, v_first - 1),
+            deliveries = greatest(deliveries, 1), delivered_max = greatest(delivered_max, v_last),
+            batch_end = v_last, updated_at = p_now
+        WHERE partition_id = p_pid AND group_name = p_group;
+    END IF;
+    RETURN v_rows;
+END
+$$;
+
 -- The claim under a lingering lease (linger_ack): the next up to p_max
 -- messages after batch_end join lease p_lease (of p_lease_ms, <= 0: the
 -- queue's lease time, as the rows say), which the holder acked through
 -- (committed = batch_end: nothing of it is in flight); if batch_end is
--- above committed, what lies between was taken but never reached the
--- holder, and is taken again (see below). Its transaction
--- commits with synchronous_commit off, so the holder does not wait for the
--- WAL flush: a crash may lose the claim (batch_end, deliveries), whose
--- messages are then delivered again under a later lease (at least once).
--- The lease's end is not changed (the rows carry the durable one): only a
--- durable renewal moves it, so the holder never believes its lease lasts
--- longer than any server state a crash could leave. No row: nothing to
--- take, nothing written. One row with a NULL lease_id: the linger is
--- over, the lease let go (in the same asynchronous commit) or not live:
--- it is not p_lease's or not live; or pop_ahead's reasons to
--- decline (the group is paused, another partition of the queue is ready,
--- the queue delays or windows its messages, out-of-order cursor state);
--- or p_max < 1, the holder letting go.
+-- above committed, what lies between is taken again (linger_claim). Its
+-- transaction commits with synchronous_commit off, so the holder does not
+-- wait for the WAL flush: a crash may lose the claim (batch_end,
+-- deliveries), whose messages are then delivered again under a later
+-- lease (at least once). The lease's end is not changed (the rows carry
+-- the durable one): only a durable renewal moves it, so the holder never
+-- believes its lease lasts longer than any server state a crash could
+-- leave. No row: nothing to take, nothing written. One row with a NULL
+-- lease_id: the linger is over, the lease let go (in the same
+-- asynchronous commit) or not held (linger_held): it is not p_lease's or
+-- not live; or pop_ahead's reasons to decline (linger_declines, or
+-- lease_yields: the group is paused, another partition of the queue is
+-- ready); or p_max < 1, the holder letting go.
 CREATE OR REPLACE FUNCTION {{schema}}.pop_linger(p_pid bigint, p_group text, p_lease uuid, p_max integer,
                                                p_lease_ms bigint)
 RETURNS SETOF {{schema}}.pop_row
@@ -921,12 +1004,10 @@ AS $$
 DECLARE
     v_c     record;
     v_now   timestamptz := clock_timestamp();
-    v_first bigint;
-    v_last  bigint;
-    v_lo    bigint;
-    v_end   record;
     v_yield boolean;
     v_l     record;
+    v_rows  {{schema}}.pop_row[];
+    v_row   {{schema}}.pop_row;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_owner, cc.lease_expires_at, cc.deliveries,
@@ -939,13 +1020,13 @@ BEGIN
     JOIN {{schema}}.queues qq ON qq.id = p.queue_id
     WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
     FOR UPDATE OF cc;
-    IF NOT FOUND OR v_c.lease_id IS DISTINCT FROM p_lease OR v_c.lease_expires_at <= v_now
-       OR v_c.batch_end IS NULL OR v_c.batch_end < v_c.committed THEN
+    IF NOT FOUND OR NOT {{schema}}.linger_held(v_c.lease_id, v_c.lease_expires_at, v_c.batch_end, v_c.committed,
+                                               p_lease, v_now) THEN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
-    v_yield := p_max < 1 OR v_c.settled IS NOT NULL OR v_c.fail_offs IS NOT NULL OR v_c.wait_offs IS NOT NULL
-               OR v_c.delayed_processing_ms > 0 OR v_c.window_buffer_ms > 0;
+    v_yield := {{schema}}.linger_declines(p_max, v_c.settled, v_c.fail_offs, v_c.wait_offs,
+                                          v_c.delayed_processing_ms, v_c.window_buffer_ms);
     -- Each form in a statement of its own: Citus plans no SQL function
     -- with parameters over a distributed table, even on a branch not taken.
     IF NOT v_yield AND v_c.routed THEN
@@ -962,75 +1043,86 @@ BEGIN
         RETURN QUERY SELECT * FROM {{schema}}.linger_over(p_pid, v_c.name);
         RETURN;
     END IF;
-    IF v_c.batch_end > v_c.committed THEN
-        -- Taken under this lease but never handed to the holder, which
-        -- calls this only once it acked all it had: a push_take whose
-        -- push's outcome the pusher could not tell, or a pop_linger whose
-        -- answer was lost. Taken again as it stands, its deliveries
-        -- already counted, rather than left to the lease's expiry.
-        v_first := greatest(v_c.committed + 1, v_c.log_start);
-        v_last := v_c.batch_end;
-    ELSE
-        v_first := greatest(v_c.batch_end + 1, v_c.log_start);
-        v_last := least(v_c.last_offset, v_first + p_max - 1);
-    END IF;
-    IF v_last < v_first THEN
-        RETURN;
-    END IF;
-    v_lo := coalesce((SELECT max(s.base_offset) FROM {{schema}}.segments s
-                      WHERE s.partition_id = p_pid AND s.base_offset <= v_first), v_first);
-    -- A segment that starts at or before the cursor (batch_end, unless
-    -- taken again) was sent to this holder under this lease (as in
-    -- pop_ahead): its blob is not sent again.
-    RETURN QUERY
-    SELECT p_pid, v_c.name, p_lease, v_c.lease_expires_at,
-           CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END, v_first, v_last,
-           greatest(v_c.deliveries, 1), v_c.delivered_max,
-           s.base_offset, s.end_offset, s.created_at,
-           CASE WHEN s.base_offset <= v_c.committed THEN NULL ELSE s.blob END, s.failures,
-           NULL::bigint[], NULL::bigint[], NULL::integer[], NULL::bigint[], NULL::timestamptz[]
-    FROM {{schema}}.segments s
-    WHERE s.partition_id = p_pid AND s.base_offset BETWEEN v_lo AND v_last
-    ORDER BY s.base_offset;
-    IF FOUND THEN
-        UPDATE {{schema}}.consumers SET committed = greatest(committed, v_first - 1),
-            deliveries = greatest(deliveries, 1), delivered_max = greatest(delivered_max, v_last),
-            batch_end = v_last, updated_at = v_now
-        WHERE partition_id = p_pid AND group_name = p_group;
-    END IF;
+    v_rows := {{schema}}.linger_claim(p_pid, p_group, v_c.name, p_lease, v_c.lease_expires_at,
+                                      CASE WHEN p_lease_ms > 0 THEN p_lease_ms ELSE v_c.lease_time_ms END,
+                                      v_c.committed, v_c.batch_end, v_c.log_start, v_c.last_offset, p_max,
+                                      v_c.deliveries, v_c.delivered_max, v_now);
+    FOREACH v_row IN ARRAY coalesce(v_rows, '{}') LOOP
+        RETURN NEXT v_row;
+    END LOOP;
 END
 $$;
 
--- pop_linger in a push's own transaction (the hand-off, see DESIGN.md
--- "The lingering lease"): a push of the lingering holder's own process to
--- the partition takes the next messages under lease p_lease in the same
+-- The take in a push's own transaction (the hand-off, see DESIGN.md "The
+-- lingering lease"): a push of the lingering holder's own process to the
+-- partition takes the next messages under lease p_lease in the same
 -- implicit transaction, right after its append, so the take rides the
--- push's durable commit (pop_linger's asynchronous commit is undone here)
--- and saves pop_linger's round trip and commit. It must never fail the
--- push: the consumer row is locked only if no other transaction holds it
--- (else no row: nothing taken, the holder takes by pop_linger), and any
--- error, a cancel included, is caught with its subtransaction rolled back
--- (no row). Never waiting for a lock, it adds no lock order to the push's
--- lock of its partition row, so no function that locks a consumer row and
--- then a partition row can deadlock with it. Rows as pop_linger's.
+-- push's durable commit and saves pop_linger's round trip and commit.
+-- It takes only where pop_linger would (linger_held, linger_declines,
+-- lease_yields, linger_claim: the same rules) and else returns nothing,
+-- writing nothing: the holder then calls pop_linger, which lets the lease
+-- go or ends the linger, so that is decided in one place (a decline is
+-- rare). On the routed layout it takes nothing (the client calls it there
+-- only on plain PostgreSQL, as tests do): pop_linger takes, with
+-- lease_yields_routed. It must
+-- never fail the push: the consumer row is locked only if no other
+-- transaction holds it (else nothing taken), and any error, a cancel
+-- included, is caught with its subtransaction rolled back (nothing
+-- taken); the rows are returned after that block, so none is returned
+-- for a take rolled back. Never waiting for a lock, it adds no lock order
+-- to the push's lock of its partition row, so no function that locks a
+-- consumer row and then a partition row can deadlock with it. Its own
+-- statements, not a call of pop_linger, whose extra work (a second lock
+-- of the row, a nested set-returning call under SET clauses,
+-- synchronous_commit set and restored, a statement of its own for the
+-- segment search) cost the push about half as much
+-- server time again per take (BENCHMARKS.md, "The push's take made
+-- lean").
 CREATE OR REPLACE FUNCTION {{schema}}.push_take(p_pid bigint, p_group text, p_lease uuid, p_max integer,
                                               p_lease_ms bigint)
 RETURNS SETOF {{schema}}.pop_row
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
-    v_sync text := current_setting('synchronous_commit');
+    v_c    record;
+    v_now  timestamptz := clock_timestamp();
+    v_rows {{schema}}.pop_row[];
+    v_row  {{schema}}.pop_row;
 BEGIN
     BEGIN
-        PERFORM 1 FROM {{schema}}.consumers cc WHERE cc.partition_id = p_pid AND cc.group_name = p_group
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND AND p_max > 0 THEN
-            RETURN QUERY SELECT * FROM {{schema}}.pop_linger(p_pid, p_group, p_lease, p_max, p_lease_ms);
+        SELECT cc.committed, cc.batch_end, cc.lease_id, cc.lease_expires_at, cc.deliveries, cc.delivered_max,
+               cc.settled, cc.fail_offs, cc.wait_offs, p.name, p.last_offset, p.log_start, p.queue_id,
+               qq.lease_time_ms, qq.delayed_processing_ms, qq.window_buffer_ms,
+               (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) AS routed
+        INTO v_c
+        FROM {{schema}}.consumers cc
+        JOIN {{schema}}.partitions p ON p.id = cc.partition_id
+        JOIN {{schema}}.queues qq ON qq.id = p.queue_id
+        WHERE cc.partition_id = p_pid AND p.id = p_pid AND cc.group_name = p_group
+        FOR UPDATE OF cc SKIP LOCKED;
+        IF FOUND AND NOT v_c.routed
+           AND {{schema}}.linger_held(v_c.lease_id, v_c.lease_expires_at, v_c.batch_end, v_c.committed,
+                                      p_lease, v_now)
+           AND NOT {{schema}}.linger_declines(p_max, v_c.settled, v_c.fail_offs, v_c.wait_offs,
+                                              v_c.delayed_processing_ms, v_c.window_buffer_ms) THEN
+            IF NOT {{schema}}.lease_yields(v_c.queue_id, p_group, p_pid) THEN
+                v_rows := {{schema}}.linger_claim(p_pid, p_group, v_c.name, p_lease, v_c.lease_expires_at,
+                                                  CASE WHEN p_lease_ms > 0 THEN p_lease_ms
+                                                       ELSE v_c.lease_time_ms END,
+                                                  v_c.committed, v_c.batch_end, v_c.log_start, v_c.last_offset,
+                                                  p_max, v_c.deliveries, v_c.delivered_max, v_now);
+            END IF;
         END IF;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
-        NULL; -- nothing taken: the holder takes by pop_linger
+        v_rows := NULL; -- nothing taken: the holder takes by pop_linger
     END;
-    PERFORM set_config('synchronous_commit', v_sync, true);
+    FOREACH v_row IN ARRAY coalesce(v_rows, '{}') LOOP
+        RETURN NEXT v_row;
+    END LOOP;
 END
 $$;
 
