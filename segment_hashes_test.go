@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -183,4 +184,26 @@ func TestDedupAcrossTheSegmentHashesMigration(t *testing.T) {
 		t.Fatalf("%d hash rows after retention, want 2", n)
 	}
 	check("after retention")
+}
+
+// A FailureSkip copy carries its original's hash, read from the
+// original's segment row (requeue_hash).
+func TestSkipCopyRepeatsTheHashInItsSegment(t *testing.T) {
+	c := open(t, manual)
+	ctx := ctxT(t)
+	q := configure(t, c, "q", queen.QueueOptions{FailurePolicy: queen.FailureSkip, RetryLimit: 5, DedupWindow: time.Hour})
+	push(t, q, queen.Item{Partition: "p", TransactionID: "t1", Data: []byte("m1")})
+	m := pop(t, q, queen.PopOptions{Partition: "p"})
+	if err := m[0].Fail(ctx, errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	s := pgx.Identifier{c.Schema()}.Sanitize()
+	var same bool
+	var n int
+	// The copy waits its backoff in scheduled, or is at the tail already.
+	if err := c.Pool().QueryRow(ctx, "SELECT count(*), coalesce(bool_and(c.h = o.hashes AND o.hashes <> '\\x00000000000000000000000000000000'), false)"+
+		" FROM (SELECT s.hashes AS h FROM "+s+".segments s WHERE s.base_offset > 0 UNION ALL SELECT w.hash FROM "+s+".scheduled w) c, "+
+		s+".segments o WHERE o.base_offset = 0").Scan(&n, &same); err != nil || n != 1 || !same {
+		t.Fatalf("copies %d, carrying the original's hash %v (%v); want 1, true", n, same, err)
+	}
 }
