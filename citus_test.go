@@ -251,8 +251,31 @@ func TestOnCitus(t *testing.T) {
 		if len(got) != len(sqlschema.CitusReference)+len(sqlschema.CitusDistributed)+local {
 			t.Errorf("Citus tables %v", got)
 		}
+		for _, r := range sqlschema.CitusCoordinator {
+			if _, ok := got[r]; ok {
+				t.Errorf("%s: %q, want a plain table of the coordinator", r, got[r])
+			}
+		}
 		if err := sqlschema.Distribute(ctxT(t), pool, schema); err != nil {
 			t.Fatalf("Distribute again: %v", err)
+		}
+		// A layout of an earlier release, members a reference table with
+		// its foreign key, is brought to today's by Distribute.
+		tbl := pgx.Identifier{schema, "members"}.Sanitize()
+		for _, q := range []string{"SELECT create_reference_table('" + tbl + "')",
+			"ALTER TABLE " + tbl + " ADD CONSTRAINT members_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES " +
+				pgx.Identifier{schema, "queues"}.Sanitize() + " (id) ON DELETE CASCADE"} {
+			if _, err := pool.Exec(ctxT(t), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		if err := sqlschema.Distribute(ctxT(t), pool, schema); err != nil {
+			t.Fatalf("Distribute an earlier layout: %v", err)
+		}
+		var n int
+		if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = $1::regclass",
+			tbl).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("members in Citus's metadata after Distribute: %d, %v; want 0", n, err)
 		}
 	})
 
@@ -897,6 +920,7 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
+	t.Run("DistributedMembersOfDeletedQueue", func(t *testing.T) { testMembersOfDeletedQueue(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
 
@@ -1102,6 +1126,30 @@ func testDistributedConsume(t *testing.T, url string) {
 	if err != nil || got != total {
 		t.Fatalf("Consume = %v after %d of %d", err, got, total)
 	}
+	// Idle, the member beats on its own (every 100 ms with this client's
+	// timing), and Status sees it live.
+	idle, cancelIdle := context.WithCancel(ctxT(t))
+	consumed := make(chan error, 1)
+	go func() {
+		consumed <- q.Consume(idle, queen.ConsumeOptions{PopOptions: queen.PopOptions{Wait: 100 * time.Millisecond}},
+			func(context.Context, *queen.Message) error { return nil })
+	}()
+	var live int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && live == 0; time.Sleep(50 * time.Millisecond) {
+		st, err := q.Status(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = len(st.Members[""])
+	}
+	time.Sleep(time.Second)
+	cancelIdle()
+	if err := <-consumed; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("idle Consume = %v", err)
+	}
+	if live != 1 {
+		t.Fatalf("live members of the idle Consume: %d, want 1", live)
+	}
 	for _, p := range parts {
 		for i, v := range seen[p] {
 			if v != i {
@@ -1188,7 +1236,8 @@ func testDistributedConsume(t *testing.T, url string) {
 // split by worker, so none takes a two-phase commit but a Consume's member
 // writes.
 func testConsumeSpansWorkers(t *testing.T, url string) {
-	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 },
+		queen.MemberTiming(100*time.Millisecond, 2*time.Second))
 	countable(t, pool)
 	tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	shards, err := citus.Load(ctxT(t), pool, tbl("partitions"))
@@ -1322,17 +1371,9 @@ func testConsumeSpansWorkers(t *testing.T, url string) {
 	}
 
 	// A Consume with Concurrency > 1 drains the rest: its claims are fused
-	// across its handlers, its acks too. Its member writes (joining,
-	// heartbeats: reference-table writes, a 2PC each) are made no-ops here
-	// so that every 2PC counted is the claims' or the settles'; its
-	// leaving, a delete of its row, is the one left.
-	for _, f := range []string{"member_seen(p_qid bigint, p_group text, p_owner text, p_now timestamptz)",
-		"member_beat(p_tenant uuid, p_queue text, p_group text, p_member text, p_client text, p_host text, p_pid integer, p_started timestamptz)"} {
-		if _, err := pool.Exec(ctxT(t), "CREATE OR REPLACE FUNCTION "+pgx.Identifier{schema}.Sanitize()+"."+f+
-			" RETURNS boolean LANGUAGE sql AS 'SELECT false'"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// across its handlers, its acks too; its member writes (joining,
+	// heartbeats on its claims and, idle, of their own, leaving) go to the
+	// coordinator only. None of it may take a two-phase commit.
 	before = twoPhase(t, pool)
 	started := time.Now()
 	total := per * len(parts)
@@ -1356,10 +1397,10 @@ func testConsumeSpansWorkers(t *testing.T, url string) {
 		}
 	}
 	d = twoPhase(t, pool) - before
-	t.Logf("Consume (Concurrency 8) of %d messages in %v: %d two-phase commits (its leaving: 1)", total-consumedBefore,
+	t.Logf("Consume (Concurrency 8) of %d messages, then one idle, in %v: %d two-phase commits", total-consumedBefore,
 		time.Since(started).Round(time.Millisecond), d)
-	if d > 1 {
-		t.Errorf("%d two-phase commits consuming both workers' partitions, want at most 1 (the member's leaving)", d)
+	if d != 0 {
+		t.Errorf("%d two-phase commits consuming both workers' partitions (members joining, beating and leaving), want 0", d)
 	}
 }
 
@@ -1504,4 +1545,33 @@ func testDistributedFirstContactWide(t *testing.T, url string) {
 		t.Fatalf("first Pop of a SubscribeFrom group over %d partitions: nothing", parts)
 	}
 	t.Logf("first contact over %d partitions: %v", parts, time.Since(start))
+}
+
+// testMembersOfDeletedQueue: on the layout members is a plain table of the
+// coordinator without the foreign key whose cascade deletes a queue's
+// members on PostgreSQL; Queue.Delete must delete them all the same.
+func testMembersOfDeletedQueue(t *testing.T, url string) {
+	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+	q := c.Queue("md")
+	pushN(t, q, "p", "m", 1)
+	if _, err := q.Pop(ctxT(t), queen.PopOptions{Member: "named"}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM "+pgx.Identifier{schema, "members"}.Sanitize()+
+			" WHERE member_id = 'named'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("member rows of the named Pop: %d, want 1", n)
+	}
+	if err := q.Delete(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("member rows after Queue.Delete: %d, want 0", n)
+	}
 }

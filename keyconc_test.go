@@ -361,7 +361,9 @@ type keyEvent struct {
 func keyChild(t *testing.T, url, schema, mode string) (*exec.Cmd, <-chan keyEvent) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyConcChild$")
-	cmd.Env = append(os.Environ(), "QUEEN_KEYCONC_CHILD="+mode, "QUEEN_FAULT_URL="+url, "QUEEN_FAULT_SCHEMA="+schema)
+	// The child is killed, so it cannot remove a directory of its own.
+	cmd.Env = append(os.Environ(), "QUEEN_KEYCONC_CHILD="+mode, "QUEEN_FAULT_URL="+url, "QUEEN_FAULT_SCHEMA="+schema,
+		"QUEEN_CHILD_SPOOL="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +399,7 @@ func TestKeyConcChild(t *testing.T) {
 	}
 	ctx := context.Background()
 	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
-		SpoolDir: t.TempDir()})
+		SpoolDir: os.Getenv("QUEEN_CHILD_SPOOL")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,9 @@ func TestConsumeLingerKilledHolder(t *testing.T) {
 	}
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConsumeLingerKilledHolderChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "QUEEN_LINGER_CHILD=1", "QUEEN_FAULT_URL="+url, "QUEEN_FAULT_SCHEMA="+schema)
+	// The child is killed, so it cannot remove a directory of its own.
+	cmd.Env = append(os.Environ(), "QUEEN_LINGER_CHILD=1", "QUEEN_FAULT_URL="+url, "QUEEN_FAULT_SCHEMA="+schema,
+		"QUEEN_CHILD_SPOOL="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +118,7 @@ func TestConsumeLingerKilledHolderChild(t *testing.T) {
 	}
 	ctx := context.Background()
 	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
-		SpoolDir: t.TempDir()})
+		SpoolDir: os.Getenv("QUEEN_CHILD_SPOOL")})
 	if err != nil {
 		t.Fatal(err)
 	}

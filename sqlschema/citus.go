@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,7 +25,16 @@ var (
 	CitusDistributed = []string{"partitions", "segments", "txns", "consumers", "backlog"}
 	// CitusReference are the tables replicated to every node.
 	CitusReference = []string{"queues", "subscriptions", "dead_letters", "paused_groups",
-		"scheduled", "members", "samples", "settings", "samples_clock"}
+		"scheduled", "samples", "settings", "samples_clock"}
+	// CitusCoordinator are the tables that stay plain tables of the
+	// coordinator, outside Citus's metadata: members, whose heartbeats ride
+	// on claims, which as a reference table would make every heartbeat a
+	// two-phase commit over every node (and a claim that carried one a
+	// multi-node transaction). Without a foreign key to queues (Citus would
+	// convert the table into a "Citus local" one, whose writes beside a
+	// worker's are two-phase as well): the rows of a deleted queue are
+	// no one's (readers join queues) and expire with their member TTL.
+	CitusCoordinator = []string{"members"}
 	// CitusLocal are the tables Citus keeps on the coordinator as "Citus
 	// local" tables: the scheduled generations, a partitioned table
 	// (which Citus does not replicate) with a foreign key to queues. Their
@@ -39,7 +49,7 @@ var (
 // references a reference table into a "Citus local" table, which it then
 // refuses to distribute (identity columns).
 var queueFKs = []string{"partitions", "subscriptions", "dead_letters", "paused_groups",
-	"scheduled", "members", "samples"}
+	"scheduled", "samples"}
 
 // distributeSQL are the statements that convert a migrated schema to the
 // Citus layout, run in one transaction. The unique (queue_id, name) of
@@ -54,7 +64,7 @@ func distributeSQL(schema string) []string {
 	// Sequential: the later statements change tables distributed earlier in
 	// the same transaction, which Citus refuses after a parallel one.
 	s := []string{"SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"}
-	for _, t := range queueFKs {
+	for _, t := range append(queueFKs, CitusCoordinator...) {
 		s = append(s, fmt.Sprintf("ALTER TABLE {{schema}}.%s DROP CONSTRAINT %s_queue_id_fkey", t, t))
 	}
 	s = append(s, "ALTER TABLE {{schema}}.partitions DROP CONSTRAINT partitions_queue_name_key",
@@ -80,13 +90,13 @@ func distributeSQL(schema string) []string {
 
 // Distribute converts schema, migrated by [Migrate], to the Citus layout:
 // partition-keyed tables distributed by partition id and co-located,
-// per-queue and per-schema tables reference tables. pool must reach the
-// Citus coordinator. It is idempotent (a schema already distributed is left
-// as it is) and serialized with Migrate by the same advisory lock. It fails
-// with ErrNoCitus where the citus extension is missing.
-//
-// Experimental: pushes run on the distributed layout, consuming does not
-// yet (README, "On Citus", lists what fails).
+// per-queue and per-schema tables reference tables, members a plain table
+// of the coordinator. pool must reach the Citus coordinator. It is
+// idempotent (a schema already distributed is brought to today's layout,
+// see relayout, and otherwise left as it is) and serialized with Migrate by
+// the same advisory lock. It fails with ErrNoCitus where the citus
+// extension is missing. README's "On Citus" says what the layout does not
+// give.
 func Distribute(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := ValidSchema(schema); err != nil {
 		return err
@@ -113,8 +123,11 @@ func Distribute(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		}
 	}()
 	done, err := Distributed(ctx, pool, schema)
-	if err != nil || done {
+	if err != nil {
 		return err
+	}
+	if done {
+		return relayout(ctx, conn.Conn(), schema)
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -149,4 +162,35 @@ func Distributed(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, 
 		return false, fmt.Errorf("sqlschema: distributed: %w", err)
 	}
 	return ok, nil
+}
+
+// relayout brings a schema distributed by an earlier release to today's
+// layout: members, once a reference table, back to a plain table of the
+// coordinator (see CitusCoordinator). Nothing to do on a current layout.
+func relayout(ctx context.Context, conn *pgx.Conn, schema string) error {
+	for _, t := range CitusCoordinator {
+		var ref bool
+		if err := conn.QueryRow(ctx, render(fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+			WHERE logicalrelid = to_regclass('{{schema}}.%s'))`, t), schema)).Scan(&ref); err != nil {
+			return fmt.Errorf("sqlschema: distribute: %w", err)
+		}
+		if !ref {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, q := range []string{
+				fmt.Sprintf("ALTER TABLE {{schema}}.%s DROP CONSTRAINT IF EXISTS %s_queue_id_fkey", t, t),
+				fmt.Sprintf("SELECT undistribute_table('{{schema}}.%s')", t),
+			} {
+				if _, err := tx.Exec(ctx, render(q, schema)); err != nil {
+					return fmt.Errorf("%s: %w", render(q, schema), err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("sqlschema: distribute: %w", err)
+		}
+	}
+	return nil
 }

@@ -317,6 +317,9 @@ BEGIN
             DELETE FROM {{schema}}.segments WHERE partition_id = v_pid;
             DELETE FROM {{schema}}.txns WHERE partition_id = v_pid;
         END LOOP;
+        -- members is a plain table of the coordinator here, without the
+        -- foreign key that cascades on PostgreSQL.
+        DELETE FROM {{schema}}.members WHERE queue_id = v_qid;
     ELSE
         SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
         FROM (SELECT p.id FROM {{schema}}.partitions p WHERE p.queue_id = v_qid

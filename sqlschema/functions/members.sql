@@ -104,8 +104,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
 BEGIN
-    -- Read first: a DELETE of no row is, on the Citus layout (a reference
-    -- table), a two-phase commit over every node, each pass.
+    -- Read first: most passes find nothing, and a read takes no row lock.
     IF NOT EXISTS (SELECT 1 FROM {{schema}}.members x
                    WHERE x.last_seen <= clock_timestamp() - p_ttl_ms * interval '1 millisecond') THEN
         RETURN 0;
