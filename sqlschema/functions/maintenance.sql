@@ -34,12 +34,13 @@ $$;
 -- p_keep_ms is NULL) are copied into a hash row first, in the same
 -- transaction, which purge_txns_step deletes once it is older than its
 -- keep. A hash the purge would keep is thus never lost with its segment,
--- and one it would delete may go with it (the purge is what forgets). A row is due by retention_due of its created_at and
--- end_offset with the other arguments; created_at is monotone in offset
--- order, so what is due is a prefix, and a due row after a kept one stays.
--- The caller holds the partition row, so no row is added below the cut
--- between reading and deleting. The one head trim of retention_step and
--- purge_txns_step, without dynamic SQL (planned on every call): a generic
+-- and one it would delete may go with it (the purge is what forgets). A
+-- row is due by retention_due of its created_at and end_offset with the
+-- other arguments; created_at is monotone in offset order, so what is due
+-- is a prefix, and a due row after a kept one stays. The caller holds the
+-- partition row, so no row is added below the cut between reading and
+-- deleting, and no dedup probe runs between the copy and the delete. The
+-- one head trim of retention_step_v2 and purge_txns_step, without dynamic SQL (planned on every call): a generic
 -- plan of the cut reads only the table asked for, a custom plan drops the
 -- other one when planned.
 CREATE OR REPLACE FUNCTION {{schema}}.head_trim(p_pid bigint, p_txns boolean, p_max integer,
