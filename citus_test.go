@@ -885,6 +885,40 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 
+	// Hashes in the segment rows on the layout: pushed by push_routed's
+	// push_one (bundles, isolated pushes) on both workers, copied into
+	// hash rows by retention (an INSERT ... SELECT on one shard) and
+	// probed from both places.
+	t.Run("DistributedDedupAfterRetention", func(t *testing.T) {
+		c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+		tbl := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+		q := configure(t, c, "dd", queen.QueueOptions{DedupWindow: time.Hour})
+		var items []queen.Item
+		for i := range 8 {
+			items = append(items, queen.Item{Partition: fmt.Sprint("k", i), TransactionID: fmt.Sprint("t", i)})
+		}
+		push(t, q, items...)
+		push(t, q, queen.Item{Partition: "k0", TransactionID: "alone"})
+		if err := q.Configure(ctxT(t), queen.QueueOptions{DedupWindow: time.Hour, Retention: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctxT(t), "UPDATE "+tbl("segments")+" SET created_at = now() - interval '2 minutes'"); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := c.Maintain(ctxT(t)); err != nil || rep.SegmentsDeleted != 9 {
+			t.Fatalf("Maintain = %+v, %v; want 9 segments deleted", rep, err)
+		}
+		var hashRows int
+		if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM "+tbl("txns")).Scan(&hashRows); err != nil || hashRows != 9 {
+			t.Fatalf("hash rows after retention: %d, %v; want 9", hashRows, err)
+		}
+		items = append(items, queen.Item{Partition: "k0", TransactionID: "alone"})
+		for _, it := range items {
+			if r := push(t, q, it)[0]; r.Status != queen.Duplicate {
+				t.Errorf("%s repeated after retention: %s, want duplicate", it.TransactionID, r.Status)
+			}
+		}
+	})
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
 	t.Run("DistributedMembersOfDeletedQueue", func(t *testing.T) { testMembersOfDeletedQueue(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })

@@ -106,45 +106,40 @@ func TestCompletedRetentionWaitsForTheSlowestGroup(t *testing.T) {
 	}
 }
 
+// Hash rows (the hashes retention kept of the segments it deleted) are
+// purged once older than max(dedup window, lease time, floor), and the
+// purge moves txns_start past them.
 func TestHashRowsPurgedAfterWindowAndFloor(t *testing.T) {
-	inWindow(t, 200*time.Millisecond, func(_ string, window time.Duration) bool {
-		c := open(t, manual, func(c *queen.Config) { c.Maintenance.HashFloor = time.Millisecond })
-		q := c.Queue("q")
-		if err := q.Configure(ctxT(t), queen.QueueOptions{DedupWindow: window, LeaseTime: time.Millisecond}); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		push(t, q, queen.Item{TransactionID: "a"})
-		push(t, q, queen.Item{TransactionID: "b"})
-		rep := maintain(t, c)
-		if time.Since(start) >= window {
-			return false
-		}
-		if rep.HashRowsDeleted != 0 {
-			t.Fatalf("purged %d hash rows inside the window", rep.HashRowsDeleted)
-		}
-		time.Sleep(window + 100*time.Millisecond)
-		start = time.Now()
-		push(t, q, queen.Item{TransactionID: "c"})
-		rep = maintain(t, c)
-		if time.Since(start) >= window {
-			return false
-		}
-		if rep.HashRowsDeleted != 2 {
-			t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
-		}
-		if _, ts, _ := partitionRow(t, c, "Default"); ts != 2 {
-			t.Fatalf("txns_start %d, want 2", ts)
-		}
-		r := push(t, q, queen.Item{TransactionID: "c"})[0]
-		if time.Since(start) >= window {
-			return false
-		}
-		if r.Status != queen.Duplicate {
-			t.Fatalf("c inside its window: %s", r.Status)
-		}
-		return true
-	})
+	c := open(t, manual, func(c *queen.Config) { c.Maintenance.HashFloor = time.Millisecond })
+	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: time.Hour, LeaseTime: time.Millisecond, Retention: time.Minute})
+	push(t, q, queen.Item{TransactionID: "a"})
+	push(t, q, queen.Item{TransactionID: "b"})
+	ageSegmentsBy(t, c, 2*time.Minute)
+	rep := maintain(t, c)
+	if rep.SegmentsDeleted != 2 || rep.HashRowsDeleted != 0 {
+		t.Fatalf("deleted %d segments and %d hash rows, want 2 and none inside the window", rep.SegmentsDeleted, rep.HashRowsDeleted)
+	}
+	if n := countRows(t, c, "txns"); n != 2 {
+		t.Fatalf("%d hash rows kept by retention, want 2", n)
+	}
+	// An hour later (the hash rows' clock moved back past the window).
+	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "txns"}.Sanitize()+
+		" SET created_at = created_at - interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, queen.Item{TransactionID: "c"})
+	if rep := maintain(t, c); rep.HashRowsDeleted != 2 {
+		t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
+	}
+	if _, ts, _ := partitionRow(t, c, "Default"); ts != 2 {
+		t.Fatalf("txns_start %d, want 2", ts)
+	}
+	if r := push(t, q, queen.Item{TransactionID: "c"})[0]; r.Status != queen.Duplicate {
+		t.Fatalf("c inside its window: %s", r.Status)
+	}
+	if r := push(t, q, queen.Item{TransactionID: "a"})[0]; r.Status != queen.Queued {
+		t.Fatalf("a past its window: %s", r.Status)
+	}
 }
 
 func TestIdleEmptyPartitionIsForgotten(t *testing.T) {

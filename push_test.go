@@ -248,12 +248,15 @@ func TestPushNoWindowNoCrossCallDedup(t *testing.T) {
 	}
 }
 
+// A duplicate of a message retention deleted (its hashes kept in a hash
+// row, inside the window) has no stored message to name.
 func TestPushDuplicateOfRetainedAwayIsZeroID(t *testing.T) {
-	c := open(t)
-	q := withWindow(t, c, "q")
+	c := open(t, manual)
+	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: time.Hour, Retention: time.Minute})
 	push(t, q, queen.Item{TransactionID: "gone"})
-	if _, err := c.Pool().Exec(ctxT(t), "DELETE FROM "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()); err != nil {
-		t.Fatal(err)
+	ageSegmentsBy(t, c, 2*time.Minute)
+	if rep := maintain(t, c); rep.SegmentsDeleted != 1 {
+		t.Fatalf("retention deleted %d segments, want 1", rep.SegmentsDeleted)
 	}
 	r := push(t, q, queen.Item{TransactionID: "gone"})[0]
 	if r.Status != queen.Duplicate || r.MessageID != uuid.Nil {

@@ -196,7 +196,7 @@ func (m *Maintainer) Pass(ctx context.Context) (Report, error) {
 			if d.Retention {
 				var n int
 				err := step(func(ctx context.Context) (err error) {
-					n, err = stmt.RetentionStep(ctx, m.sql, conn, d.Partition, m.cfg.StepRows)
+					n, err = stmt.RetentionStep(ctx, m.sql, conn, d.Partition, m.cfg.StepRows, d.HashKeep)
 					return err
 				})
 				if err != nil {

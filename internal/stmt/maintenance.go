@@ -70,10 +70,12 @@ func MaintenanceDue(ctx context.Context, s *Set, q Querier, in MaintenanceDuePar
 }
 
 // RetentionStep runs s.RetentionStep on q: it deletes at most maxSegments
-// expired segments of partition pid and returns how many it deleted.
-func RetentionStep(ctx context.Context, s *Set, q Querier, pid int64, maxSegments int) (int, error) {
+// expired segments of partition pid and returns how many it deleted. The
+// hashes of those younger than hashKeep (MaintenanceDueRow.HashKeep; sent
+// in whole milliseconds) are kept in hash rows.
+func RetentionStep(ctx context.Context, s *Set, q Querier, pid int64, maxSegments int, hashKeep time.Duration) (int, error) {
 	var n int
-	err := scanPrefix(ctx, q, s.RetentionStep, []any{pid, maxSegments}, &n)
+	err := scanPrefix(ctx, q, s.RetentionStep, []any{pid, maxSegments, hashKeep.Milliseconds()}, &n)
 	return n, err
 }
 

@@ -23,7 +23,7 @@ LEFT JOIN LATERAL (SELECT t.created_at FROM {{schema}}.txns t WHERE t.partition_
 WHERE p.id = ANY ($1::int8[])
 
 -- name: RetentionStep
-SELECT {{schema}}.retention_step($1, $2)
+SELECT {{schema}}.retention_step_v2($1, $2, $3)
 
 -- name: PurgeTxnsStep
 SELECT {{schema}}.purge_txns_step($1, $2, $3)

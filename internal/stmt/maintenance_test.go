@@ -34,7 +34,7 @@ func TestMaintenanceStatements(t *testing.T) {
 		due[0] != (stmt.MaintenanceDueRow{Partition: pid, HashKeep: due[0].HashKeep, Idle: true}) {
 		t.Fatalf("due: %+v, %v", due, err)
 	}
-	if n, err := stmt.RetentionStep(ctx, s, pool, pid, 10); err != nil || n != 0 {
+	if n, err := stmt.RetentionStep(ctx, s, pool, pid, 10, time.Hour); err != nil || n != 0 {
 		t.Fatalf("retention step: %d, %v", n, err)
 	}
 	if n, err := stmt.PurgeTxnsStep(ctx, s, pool, pid, due[0].HashKeep, 10); err != nil || n != 0 {

@@ -34,11 +34,8 @@ WITH q AS (
                   WHERE p2.name = $3::text)
     RETURNING p.id, p.last_offset, clock_timestamp() AS at
 ), s AS (
-    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-    SELECT u.id, u.last_offset - $4::int4 + 1, u.last_offset, u.at, $6::bytea, 0 FROM u
-), t AS (
-    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-    SELECT u.id, u.last_offset - $4::int4 + 1, u.last_offset, u.at, $5::bytea FROM u
+    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
+    SELECT u.id, u.last_offset - $4::int4 + 1, u.last_offset, u.at, $6::bytea, 0, $5::bytea FROM u
 )
 SELECT 1, 0::int2, u.id, u.last_offset - $4::int4 + 1, u.at, NULL::int4[], NULL::int8[] FROM u
 

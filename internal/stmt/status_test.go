@@ -202,15 +202,17 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 		}
 	}
 	type state struct {
-		last       int64
-		segs, txns int
+		last   int64
+		segs   int
+		hashed int // segments whose hashes are stored: in their row, or in a hash row
 	}
 	read := func(queue, part string) state {
 		t.Helper()
 		var st state
 		if err := pool.QueryRow(ctx, "SELECT p.last_offset, (SELECT count(*) FROM "+tbl("segments")+" s WHERE s.partition_id = p.id), "+
+			"(SELECT count(*) FROM "+tbl("segments")+" s WHERE s.partition_id = p.id AND octet_length(s.hashes) = 16 * (s.end_offset - s.base_offset + 1)) + "+
 			"(SELECT count(*) FROM "+tbl("txns")+" x WHERE x.partition_id = p.id) FROM "+tbl("partitions")+" p JOIN "+tbl("queues")+
-			" q ON q.id = p.queue_id WHERE q.tenant = $1 AND q.name = $2 AND p.name = $3", tenant, queue, part).Scan(&st.last, &st.segs, &st.txns); err != nil {
+			" q ON q.id = p.queue_id WHERE q.tenant = $1 AND q.name = $2 AND p.name = $3", tenant, queue, part).Scan(&st.last, &st.segs, &st.hashed); err != nil {
 			t.Fatal(err)
 		}
 		return st
@@ -302,14 +304,14 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 				t.Fatalf("AppendSegment: %d rows, status %d; want one, queued", rows, status)
 			}
 			mid := read(x.queue, x.part)
-			if want := (state{before.last + int64(x.count), before.segs + 1, before.txns + 1}); mid != want || base != before.last+1 {
+			if want := (state{before.last + int64(x.count), before.segs + 1, before.hashed + 1}); mid != want || base != before.last+1 {
 				t.Fatalf("after AppendSegment: %+v, base %d; want %+v, base %d", mid, base, want, before.last+1)
 			}
 			// PushSegment on the same input, right after, writes the same.
 			if st, err := pushSeg(x); err != nil || alloc.Status(st) != alloc.Queued {
 				t.Fatalf("PushSegment on the same input: status %d, %v", st, err)
 			}
-			if after, want := read(x.queue, x.part), (state{mid.last + int64(x.count), mid.segs + 1, mid.txns + 1}); after != want {
+			if after, want := read(x.queue, x.part), (state{mid.last + int64(x.count), mid.segs + 1, mid.hashed + 1}); after != want {
 				t.Fatalf("after PushSegment: %+v, want %+v", after, want)
 			}
 		})

@@ -28,17 +28,25 @@ $$;
 -- Deletes the due prefix of partition p_pid's segments (p_txns false) or
 -- hash rows (p_txns true), at most p_max rows, moves the partition's start
 -- marker (log_start, txns_start) past the last row deleted and returns the
--- number deleted. A row is due by retention_due of its created_at and
--- end_offset with the other arguments; created_at is monotone in offset
--- order, so what is due is a prefix, and a due row after a kept one stays.
--- The caller holds the partition row, so no row is added below the cut
--- between reading and deleting. The one head trim of retention_step and
--- purge_txns_step, without dynamic SQL (planned on every call): a generic
+-- number deleted. Segments deleted take their hashes (migration 017) with
+-- them, but for those still owed to the dedup window: the hashes of a
+-- segment created at or after p_now - p_keep_ms (all of them when
+-- p_keep_ms is NULL) are copied into a hash row first, in the same
+-- transaction, which purge_txns_step deletes once it is older than its
+-- keep. A hash the purge would keep is thus never lost with its segment,
+-- and one it would delete may go with it (the purge is what forgets). A
+-- row is due by retention_due of its created_at and end_offset with the
+-- other arguments; created_at is monotone in offset order, so what is due
+-- is a prefix, and a due row after a kept one stays. The caller holds the
+-- partition row, so no row is added below the cut between reading and
+-- deleting, and no dedup probe runs between the copy and the delete. The
+-- one head trim of retention_step_v2 and purge_txns_step, without dynamic SQL (planned on every call): a generic
 -- plan of the cut reads only the table asked for, a custom plan drops the
 -- other one when planned.
 CREATE OR REPLACE FUNCTION {{schema}}.head_trim(p_pid bigint, p_txns boolean, p_max integer,
                                               p_ret_ms bigint, p_done_ms bigint, p_now timestamptz,
-                                              p_groups boolean, p_committed bigint, p_keep_from timestamptz)
+                                              p_groups boolean, p_committed bigint, p_keep_from timestamptz,
+                                              p_keep_ms bigint)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -71,11 +79,30 @@ BEGIN
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE {{schema}}.partitions SET txns_start = v_end + 1 WHERE id = p_pid;
     ELSE
+        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
+        SELECT s.partition_id, s.base_offset, s.end_offset, s.created_at, s.hashes
+        FROM {{schema}}.segments s
+        WHERE s.partition_id = p_pid AND s.base_offset <= v_end AND s.hashes IS NOT NULL
+          AND (p_keep_ms IS NULL OR s.created_at >= p_now - p_keep_ms * interval '1 millisecond');
         DELETE FROM {{schema}}.segments WHERE partition_id = p_pid AND base_offset <= v_end;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE {{schema}}.partitions SET log_start = v_end + 1 WHERE id = p_pid;
     END IF;
     RETURN v_n;
+END
+$$;
+
+-- head_trim as the function layer before migration 017 called it, kept so
+-- that no caller reaches a body that deletes hashes still owed: it copies
+-- every hash of the segments it deletes.
+CREATE OR REPLACE FUNCTION {{schema}}.head_trim(p_pid bigint, p_txns boolean, p_max integer,
+                                              p_ret_ms bigint, p_done_ms bigint, p_now timestamptz,
+                                              p_groups boolean, p_committed bigint, p_keep_from timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN {{schema}}.head_trim(p_pid, p_txns, p_max, p_ret_ms, p_done_ms, p_now, p_groups, p_committed,
+                                p_keep_from, NULL::bigint);
 END
 $$;
 
@@ -101,10 +128,18 @@ $$;
 -- (its seeding would see the head it was owed deleted). A first contact in
 -- progress leaves only plain retention to this step. With no group at all,
 -- nothing has been consumed and nothing is due.
-CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
+--
+-- p_keep_ms is what the maintenance pass keeps hash rows for (its
+-- MaintenanceDue: max(dedup window, lease time, HashFloor)); the hashes of
+-- deleted segments younger than that, or than the queue's window or lease
+-- time as read here, are copied into hash rows (head_trim). NULL copies
+-- every one.
+CREATE OR REPLACE FUNCTION {{schema}}.retention_step_v2(p_pid bigint, p_max integer, p_keep_ms bigint)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_win       bigint;
+    v_lease     bigint;
     v_qid       bigint;
     v_ret       bigint;
     v_done_ret  bigint;
@@ -114,8 +149,8 @@ DECLARE
     v_keep_from timestamptz;
     v_now       timestamptz := clock_timestamp();
 BEGIN
-    SELECT q.id, q.retention_ms, q.completed_retention_ms, p.created_at
-    INTO v_qid, v_ret, v_done_ret, v_created
+    SELECT q.id, q.retention_ms, q.completed_retention_ms, p.created_at, q.dedup_window_ms, q.lease_time_ms
+    INTO v_qid, v_ret, v_done_ret, v_created, v_win, v_lease
     FROM {{schema}}.partitions p JOIN {{schema}}.queues q ON q.id = p.queue_id
     WHERE p.id = p_pid
     FOR NO KEY UPDATE OF p SKIP LOCKED; -- a push holds it: next pass
@@ -147,7 +182,18 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM {{schema}}.consumers c
                                 WHERE c.partition_id = p_pid AND c.group_name = s.group_name)) g;
     END IF;
-    RETURN {{schema}}.head_trim(p_pid, false, p_max, v_ret, v_done_ret, v_now, v_groups, v_committed, v_keep_from);
+    RETURN {{schema}}.head_trim(p_pid, false, p_max, v_ret, v_done_ret, v_now, v_groups, v_committed, v_keep_from,
+                                CASE WHEN p_keep_ms IS NOT NULL THEN greatest(p_keep_ms, v_win, v_lease) END);
+END
+$$;
+
+-- retention_step_v2 for the previous release's maintenance, which does not
+-- pass its hash keep: every hash of a deleted segment is copied.
+CREATE OR REPLACE FUNCTION {{schema}}.retention_step(p_pid bigint, p_max integer)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN {{schema}}.retention_step_v2(p_pid, p_max, NULL);
 END
 $$;
 
@@ -169,7 +215,8 @@ BEGIN
         RETURN 0;
     END IF;
     RETURN {{schema}}.head_trim(p_pid, true, p_max, v_ret, 0,
-                                clock_timestamp() + (v_ret - p_keep_ms) * interval '1 millisecond', false, NULL, NULL);
+                                clock_timestamp() + (v_ret - p_keep_ms) * interval '1 millisecond', false, NULL, NULL,
+                                NULL);
 END
 $$;
 

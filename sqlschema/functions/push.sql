@@ -41,8 +41,15 @@ DECLARE
     v_end  bigint[];
     v_hs   bytea[];
 BEGIN
-    -- The window's hash rows first, by partition (one shard on the Citus
+    -- The window's hashes first, by partition (one shard on the Citus
     -- layout, which plans no join of them with parameters), then the join.
+    -- They live in two places (migration 017): in the segment rows pushed
+    -- since, and in hash rows (written before, by an earlier release's
+    -- client, or by retention for segments it deleted). Each read is a
+    -- statement of its own, routed to the partition's shard. No offset is
+    -- in both, and none moves between them in between: retention copies a
+    -- segment's hashes and deletes it in one transaction, holding the
+    -- partition row, which the caller holds here.
     SELECT array_agg(t.base_offset), array_agg(t.end_offset), array_agg(t.hashes)
     INTO v_base, v_end, v_hs
     FROM {{schema}}.txns t
@@ -50,7 +57,16 @@ BEGIN
       AND t.end_offset > GREATEST(p_verified, p_txns_from - 1)
       AND t.base_offset <= p_last
       AND t.created_at > p_now - p_window_ms * interval '1 millisecond';
-    IF v_base IS NULL THEN
+    SELECT coalesce(v_base, '{}') || array_agg(s.base_offset), coalesce(v_end, '{}') || array_agg(s.end_offset),
+           coalesce(v_hs, '{}') || array_agg(s.hashes)
+    INTO v_base, v_end, v_hs
+    FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid
+      AND s.end_offset > GREATEST(p_verified, p_txns_from - 1)
+      AND s.base_offset <= p_last
+      AND s.created_at > p_now - p_window_ms * interval '1 millisecond'
+      AND s.hashes IS NOT NULL;
+    IF coalesce(cardinality(v_base), 0) = 0 THEN
         RETURN;
     END IF;
     WITH inc AS (
@@ -138,10 +154,9 @@ BEGIN
         RETURN r;
     END IF;
     r.created_at := coalesce(p_now, clock_timestamp()); -- the row is held now
-    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-    VALUES (p_pid, v_last - p_count + 1, v_last, r.created_at, p_blob, p_failures);
-    INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-    VALUES (p_pid, v_last - p_count + 1, v_last, r.created_at, p_hashes);
+    -- The hashes in the segment's row (migration 017): no hash row.
+    INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
+    VALUES (p_pid, v_last - p_count + 1, v_last, r.created_at, p_blob, p_failures, p_hashes);
 
     r.status := 0;
     r.base_offset := v_last - p_count + 1;
@@ -679,7 +694,7 @@ BEGIN
 
     -- Segments with no dedup window (nothing to probe) are allocated all at
     -- once, with the offsets computed above: one UPDATE of their partitions
-    -- and one INSERT into each of segments and txns, instead of one
+    -- and one INSERT of segments (hashes in their rows), instead of one
     -- push_one statement per segment. No statement joins two sets, so the
     -- cost stays linear in the bundle (a join of the UPDATE's RETURNING
     -- with the segments was a nested loop, quadratic, under this
@@ -702,11 +717,8 @@ BEGIN
             FROM unnest(u_pid, u_last) AS u(id, last)
             WHERE p.id = u.id;
         END IF;
-        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures)
-        SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0
-        FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
-        INSERT INTO {{schema}}.txns (partition_id, base_offset, end_offset, created_at, hashes)
-        SELECT f.pid, f.base, f.en, v_now, p_hashes[f.o]
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
+        SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0, p_hashes[f.o]
         FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
         FOR k IN 1 .. nf LOOP
             v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL);

@@ -29,18 +29,27 @@
 -- waiting in scheduled): its original's, the message at offset p_off of
 -- partition p_pid, while that is still retained (a producer retrying the
 -- transaction id while the message is live is still a duplicate), else a
--- zero hash (its dedup window had passed).
+-- zero hash (its dedup window had passed). The hash is in the covering
+-- segment's row (pushed since migration 017) or in a hash row (pushed
+-- before, or copied there by retention).
 CREATE OR REPLACE FUNCTION {{schema}}.requeue_hash(p_pid bigint, p_off bigint)
 RETURNS bytea
 LANGUAGE plpgsql AS $$
 DECLARE
     v_hash bytea;
 BEGIN
-    SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
-    FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
-          WHERE tt.partition_id = p_pid AND tt.base_offset <= p_off
-          ORDER BY tt.base_offset DESC LIMIT 1) t
-    WHERE t.end_offset >= p_off;
+    SELECT substring(c.hashes FROM ((p_off - c.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
+    FROM (SELECT ss.base_offset, ss.end_offset, ss.hashes FROM {{schema}}.segments ss
+          WHERE ss.partition_id = p_pid AND ss.base_offset <= p_off
+          ORDER BY ss.base_offset DESC LIMIT 1) c
+    WHERE c.end_offset >= p_off;
+    IF v_hash IS NULL THEN
+        SELECT substring(t.hashes FROM ((p_off - t.base_offset) * 16 + 1)::integer FOR 16) INTO v_hash
+        FROM (SELECT tt.base_offset, tt.end_offset, tt.hashes FROM {{schema}}.txns tt
+              WHERE tt.partition_id = p_pid AND tt.base_offset <= p_off
+              ORDER BY tt.base_offset DESC LIMIT 1) t
+        WHERE t.end_offset >= p_off;
+    END IF;
     IF v_hash IS NULL OR octet_length(v_hash) <> 16 THEN
         v_hash := '\x00000000000000000000000000000000'::bytea;
     END IF;
