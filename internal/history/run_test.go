@@ -859,6 +859,11 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 				}
 				empty = 0
 				n += len(msgs)
+				// Progress: a group of thousands of one-message partitions
+				// drains 8 partitions a pop on the distributed layout, for
+				// minutes. "Did not end" means 90 s without a message; a
+				// drain that never ends at all meets the run's bound.
+				deadline = time.Now().Add(90 * time.Second)
 				last := map[string]*queen.Message{}
 				for _, m := range msgs {
 					last[m.Partition] = m
