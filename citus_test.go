@@ -923,6 +923,7 @@ func TestOnCitus(t *testing.T) {
 	t.Run("DistributedMembersOfDeletedQueue", func(t *testing.T) { testMembersOfDeletedQueue(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
+	t.Run("DistributedGroupsDrainInTurn", func(t *testing.T) { testDistributedGroupsDrainInTurn(t, url) })
 
 	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
 
@@ -1573,5 +1574,56 @@ func testMembersOfDeletedQueue(t *testing.T, url string) {
 	}
 	if n := count(); n != 0 {
 		t.Errorf("member rows after Queue.Delete: %d, want 0", n)
+	}
+}
+
+// testDistributedGroupsDrainInTurn: groups that meet a queue of thousands of
+// one-message partitions one after another, each popping until two pops in
+// a row come back empty (as an operator's drain does), each read every
+// message. A later group's window meets partitions an earlier group left in
+// the ready set; what it seeds there and does not claim must stay in its
+// reach.
+func testDistributedGroupsDrainInTurn(t *testing.T, url string) {
+	const parts = 2000
+	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+	q := c.Queue("turns")
+	items := make([]queen.Item, parts)
+	for i := range items {
+		items[i] = queen.Item{Partition: fmt.Sprintf("r%d", i), Data: []byte("x")}
+	}
+	for lo := 0; lo < parts; lo += 500 {
+		push(t, q, items[lo:lo+500]...)
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, g := range []string{"", "g1", "g2"} {
+		read := map[string]bool{}
+		for empty := 0; empty < 2; {
+			msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: g, Batch: 1000, Partitions: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) == 0 {
+				empty++
+				continue
+			}
+			empty = 0
+			for _, m := range msgs {
+				read[m.Partition] = true
+				if err := m.Ack(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(read) != parts {
+			var pending, backlog, seeded int
+			if err := pool.QueryRow(ctxT(t), fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s.partitions WHERE pending),
+				(SELECT count(*) FROM %[1]s.backlog WHERE group_name = $1),
+				(SELECT count(*) FROM %[1]s.consumers WHERE group_name = $1 AND committed < 0)`, s), g).
+				Scan(&pending, &backlog, &seeded); err != nil {
+				t.Fatal(err)
+			}
+			t.Fatalf("group %q read %d of %d partitions before two empty pops (pending %d, its backlog rows %d, its cursors at the start %d)",
+				g, len(read), parts, pending, backlog, seeded)
+		}
 	}
 }

@@ -815,12 +815,13 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 	for _, d := range drains {
 		q := admin.Queue(d.q)
 		for _, g := range d.gs {
-			empty := 0
+			empty, lagPops := 0, 0
 			deadline := time.Now().Add(90 * time.Second)
 			for empty < 2 {
 				if time.Now().After(deadline) {
 					r.dumpWaits(ctx)
-					r.t.Fatalf("final drain of %s/%q did not end", d.q, g)
+					r.t.Fatalf("final drain of %s/%q did not end (%d partitions with lag; %d times two empty pops with lag)",
+						d.q, g, r.lagging(ctx, q, g), lagPops)
 				}
 				// Each group's own subscription, as its workers pop: it
 				// decides where a group that never popped during the run
@@ -855,6 +856,18 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 						continue
 					}
 					empty++
+					if empty == 2 && r.citus {
+						// An empty pop on the distributed layout is no proof
+						// that the group has read everything (a pop looks at
+						// a window of the ready set, and read partitions
+						// leave it 16 a pop): the drain goes on while the
+						// group's cursors show lag. A message in no pop's
+						// reach then ends the drain by its deadline instead.
+						if n := r.lagging(ctx, q, g); n > 0 {
+							lagPops++
+							empty = 0
+						}
+					}
 					continue
 				}
 				empty = 0
@@ -871,6 +884,27 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 				for _, m := range last {
 					recordSettle(ctx, r.rec, "final", m, "ack", nil)
 				}
+			}
+			if lagPops > 0 {
+				r.t.Logf("final drain of %s/%q: %d times two empty pops while its cursors showed lag", d.q, g, lagPops)
+			}
+		}
+	}
+	return n
+}
+
+// lagging is how many partitions of q group g's cursors show lag on
+// (-1 when Status fails).
+func (r *run) lagging(ctx context.Context, q *queen.Queue, g string) int {
+	st, err := q.Status(ctx)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range st.Partitions {
+		for _, gs := range p.Groups {
+			if gs.Group == g && gs.Lag > 0 {
+				n++
 			}
 		}
 	}
@@ -1939,6 +1973,11 @@ func (r *run) dumpPartition(ctx context.Context, admin *queen.Client, v history.
 	r.dumpRows(ctx, admin, "dead letter", fmt.Sprintf(`SELECT d.group_name, d.msg_offset, d.attempts, d.reason, d.created_at
 		FROM %[1]s.dead_letters d JOIN %[1]s.queues q ON q.id = d.queue_id
 		WHERE q.name = $1 AND d.partition_name = $2 ORDER BY d.msg_offset LIMIT 20`, s), v.Queue, v.Partition)
+	// Whether the group could still reach it: a pending partition or a
+	// backlog row is in a pop's reach, one with neither is stranded.
+	r.dumpRows(ctx, admin, "backlog", fmt.Sprintf(`SELECT b.group_name FROM %[1]s.backlog b
+		JOIN %[1]s.partitions p ON p.id = b.partition_id JOIN %[1]s.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND p.name = $2 ORDER BY 1`, s), v.Queue, v.Partition)
 }
 
 // dumpRows logs every row of a diagnostic query, its columns as text.
