@@ -75,6 +75,12 @@ func runBounds(t *testing.T, cl *pgcluster.Cluster) {
 		sc.run()
 		t.Logf("bounds: %s took %v", sc.name, time.Since(start).Round(time.Millisecond))
 	}
+	// In a schema of its own: its plans are made while its tables are
+	// empty, and its thousands of segments stay out of the others' plans.
+	deep := *b
+	deep.schema += "_deep"
+	deep.deepPartition()
+	b.out = append(b.out, deep.out...)
 	for _, v := range history.CheckBounds(b.out) {
 		t.Errorf("seed 0: %s", v)
 	}
@@ -658,4 +664,67 @@ func (b *boundsRun) spoolWrites() {
 		}
 	}
 	b.add("spool-writes", qn, "", fmt.Sprintf("write system calls while a push to %d partitions was spooled", parts), writes, parts/4)
+}
+
+// deepSegments is how many segments deepPartition's partition grows to
+// after its plans are cached: a search that reads every segment below the
+// claim reads about that many index entries, far over the bound.
+const deepSegments = 3000
+
+// deepPartition: a claim at the end of a partition of thousands of
+// segments reads a few index entries of segments, not every segment below
+// it, even under plans cached while the partition held three (a generic
+// plan made without statistics ran "the newest segment at or below the
+// claim's start" as an aggregate over all of them).
+func (b *boundsRun) deepPartition() {
+	c, _ := b.client("deep", 1) // one session: the one whose plans are cached
+	for _, tb := range []string{"partitions", "consumers", "segments"} {
+		b.exec(`ALTER TABLE {{s}}.` + tb + ` SET (autovacuum_enabled = false)`)
+	}
+	const qn = "deep"
+	q := c.Queue(qn)
+	claim := func() int {
+		msgs := b.pop(q, queen.PopOptions{Group: "g", Batch: 1, Partitions: 1, LeaseTime: time.Minute})
+		for _, m := range msgs {
+			if err := m.Ack(b.ctx); err != nil {
+				b.t.Fatal(err)
+			}
+		}
+		return len(msgs)
+	}
+	for range 3 {
+		b.push(q, []queen.Item{{Partition: "d", Data: []byte("m")}})
+		if claim() != 1 {
+			b.t.Fatal("a pop of the small partition got nothing")
+		}
+	}
+	// The partition grows by copies of its last segment, and the group's
+	// cursor moves to just before the newest.
+	b.exec(`INSERT INTO {{s}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
+SELECT s.partition_id, s.base_offset + i, s.end_offset + i, s.created_at, s.blob, s.failures, s.hashes
+FROM {{s}}.segments s JOIN {{s}}.partitions p ON p.id = s.partition_id JOIN {{s}}.queues q ON q.id = p.queue_id,
+     generate_series(1, $2::int) AS i
+WHERE q.name = $1 AND p.name = 'd' AND s.base_offset = 2`, qn, deepSegments)
+	b.exec(`UPDATE {{s}}.partitions p SET last_offset = 2 + $2::int, pending = true
+FROM {{s}}.queues q WHERE q.id = p.queue_id AND q.name = $1 AND p.name = 'd'`, qn, deepSegments)
+	b.exec(`UPDATE {{s}}.consumers c SET committed = 1 + $2::int
+FROM {{s}}.partitions p JOIN {{s}}.queues q ON q.id = p.queue_id
+WHERE c.partition_id = p.id AND c.group_name = 'g' AND q.name = $1 AND p.name = 'd'`, qn, deepSegments)
+	read := func() int64 {
+		flushStats(b, c.Pool())
+		flushStats(b, b.admin)
+		var n int64
+		if err := b.admin.QueryRow(b.ctx, `SELECT coalesce(sum(pg_stat_get_tuples_returned(i.indexrelid)), 0)::int8
+FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace ns ON ns.oid = t.relnamespace
+WHERE ns.nspname = $1 AND t.relname = 'segments'`, b.schema).Scan(&n); err != nil {
+			b.t.Fatal(err)
+		}
+		return n
+	}
+	before := read()
+	got := claim()
+	after := read()
+	b.add("deep-claim", qn, "g", fmt.Sprintf("index entries of segments a one-message claim read at the end of a partition of %d segments (plans cached at 3)", deepSegments),
+		after-before, 50)
+	b.add("pop-missed", qn, "g", "claims that delivered nothing at the end of the deep partition", boolInt(got == 0), 0)
 }
