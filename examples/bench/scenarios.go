@@ -280,6 +280,65 @@ func (b *bench) insertOne(ctx context.Context) (*result, error) {
 	return lr.result("baseline: single-row INSERT commits, 1 connection, one at a time", 1, insertOneCalls), nil
 }
 
+// insertPacedRate is the rate insertPaced offers: the lowest end-to-end
+// rate, the one whose latency an INSERT commit is the yardstick of (one
+// connection could not keep up with the higher ones).
+func (b *bench) insertPacedRate() int {
+	r := 0
+	for _, c := range b.cfg.e2eCases {
+		if r == 0 || c.rate < r {
+			r = c.rate
+		}
+	}
+	return r
+}
+
+// insertPaced: single-row INSERT commits from one connection, offered by the
+// end-to-end scenarios' open loop (openLoop: the same sleeps, the same
+// hand-off to a sending goroutine) at the lowest end-to-end rate, for
+// -e2e-time. insertOne runs its commits back to back; here, as in the
+// end-to-end scenario at a low rate, the client and the server are idle
+// between commits, and each commit pays for waking them.
+func (b *bench) insertPaced(ctx context.Context) (*result, error) {
+	rate := b.insertPacedRate()
+	total := int64(float64(rate) * b.cfg.e2eDur.Seconds())
+	name := fmt.Sprintf("baseline: single-row INSERT commits, 1 connection, paced at %s/s", fmtInt(float64(rate)))
+	if rate == 0 || total <= 0 {
+		return &result{Name: name, Unavailable: "no end-to-end rate (-e2e) or -e2e-time is zero"}, nil
+	}
+	if _, err := b.base.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS bench_base; CREATE TABLE IF NOT EXISTS bench_base.insert_paced (id bigint, data bytea)"); err != nil {
+		return nil, err
+	}
+	conn, err := b.base.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	// Warm the connection's statement cache, as insertOne's first calls do.
+	if _, err := conn.Exec(ctx, "INSERT INTO bench_base.insert_paced (id, data) VALUES ($1, $2)", int64(-1), b.payloads[0]); err != nil {
+		return nil, err
+	}
+	// One connection: a send that starts while another is late waits for it,
+	// as a second commit on that connection would.
+	var mu sync.Mutex
+	rec := newE2ERecorder(total)
+	start := time.Now()
+	callLat, err := openLoop(ctx, rate, rec, start, func(seq, _ int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		_, err := conn.Exec(ctx, "INSERT INTO bench_base.insert_paced (id, data) VALUES ($1, $2)", seq, b.payloads[seq%int64(len(b.payloads))])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	el := time.Since(start)
+	return &result{
+		Name: name, Msgs: int64(len(callLat)), Target: total, Seconds: el.Seconds(), Capped: int64(len(callLat)) < total,
+		LatencyOf: "call", P50ms: ms(pct(callLat, 50)), P99ms: ms(pct(callLat, 99)), PacedAt: float64(rate),
+	}, nil
+}
+
 // copyBaseline: COPY of 1000 rows per call from 8 goroutines into an
 // unindexed table.
 func (b *bench) copyBaseline(ctx context.Context) (*result, error) {
