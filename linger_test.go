@@ -201,6 +201,49 @@ func TestConsumeLingerOneClaimPerMessage(t *testing.T) {
 	}
 }
 
+// A push to a partition on which a worker of the same client lingers is,
+// on the pushing goroutine, one round trip: the push statement and
+// push_take in one pipeline (one implicit transaction, one commit), and no
+// other statement; nothing of it runs on another goroutine. This is the
+// send call of the end-to-end latency at a low rate.
+func TestPushTakeOneRoundTripOnCallersGoroutine(t *testing.T) {
+	c, tr := tracedClient(t, queen.PopRescan(time.Hour))
+	q := c.Queue("q")
+	push(t, q, queen.Item{Partition: "p", Data: []byte("m0")})
+	l := newLingerLog()
+	startConsume(t, q, queen.ConsumeOptions{}, l.handler("a"))
+	l.next(t, 30*time.Second)
+	me := goid()
+	for i := 1; i <= 5; i++ {
+		waitSlots(t, c, 1)
+		mark := tr.mark()
+		push(t, q, queen.Item{Partition: "p", Data: fmt.Appendf(nil, "m%d", i)})
+		end := tr.mark()
+		if r := l.next(t, 10*time.Second); r.data != fmt.Sprintf("m%d", i) {
+			t.Fatalf("handled %+v, want m%d", r, i)
+		}
+		tr.mu.Lock()
+		var mine []string
+		var batches []int
+		takes := 0
+		for k := mark; k < end; k++ {
+			if strings.Contains(tr.sql[k], sqlTake) {
+				takes++
+			}
+			if tr.ids[k] == me {
+				mine = append(mine, strings.Join(strings.Fields(tr.sql[k]), " "))
+				batches = append(batches, tr.batch[k])
+			}
+		}
+		tr.mu.Unlock()
+		if len(mine) != 2 || !strings.Contains(mine[0], "segments") || !strings.Contains(mine[1], sqlTake) ||
+			batches[0] == 0 || batches[0] != batches[1] || takes != 1 {
+			t.Fatalf("push %d: statements on the pushing goroutine %.80q in batches %v, push_take %d in all; "+
+				"want the push statement and push_take in one batch, nothing else", i, mine, batches, takes)
+		}
+	}
+}
+
 // A lingering lease takes what another client pushes (a NOTIFY without
 // partition hints), and what a transaction pushes, promptly and under the
 // same lease.

@@ -27,17 +27,24 @@ func goid() uint64 {
 	return id
 }
 
-// goroutineTracer records the goroutine each statement started on.
+// goroutineTracer records the goroutine each statement started on, and
+// the pipeline (batch) it was sent in: batch numbers from 1, 0 for a
+// statement sent alone.
 type goroutineTracer struct {
-	mu  sync.Mutex
-	ids []uint64
-	sql []string
+	mu      sync.Mutex
+	ids     []uint64
+	sql     []string
+	batch   []int
+	batches int
 }
+
+type batchKey struct{}
 
 func (g *goroutineTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	g.mu.Lock()
 	g.ids = append(g.ids, goid())
 	g.sql = append(g.sql, d.SQL)
+	g.batch = append(g.batch, 0)
 	g.mu.Unlock()
 	return ctx
 }
@@ -46,12 +53,18 @@ func (g *goroutineTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQue
 // The batch's statements (a push with its take, push_take) are recorded
 // as they are read.
 func (g *goroutineTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
+	g.mu.Lock()
+	g.batches++
+	n := g.batches
+	g.mu.Unlock()
+	return context.WithValue(ctx, batchKey{}, n)
 }
-func (g *goroutineTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+func (g *goroutineTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	n, _ := ctx.Value(batchKey{}).(int)
 	g.mu.Lock()
 	g.ids = append(g.ids, goid())
 	g.sql = append(g.sql, d.SQL)
+	g.batch = append(g.batch, n)
 	g.mu.Unlock()
 }
 func (g *goroutineTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

@@ -47,7 +47,7 @@ import (
 
 // Scenario keys, in run order.
 var allScenarios = []string{
-	"single", "insert", "insert-one", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
+	"single", "insert", "insert-one", "insert-paced", "pgq-single", "batch", "copy", "mixed", "copy-one", "river-insert", "pgq-batch", "wide",
 	"drain", "river-drain", "pgq-drain", "e2e", "river-e2e", "pgq-e2e",
 }
 
@@ -354,6 +354,7 @@ func run(ctx context.Context, cfg *config) error {
 		"single":       b.queenSingle,
 		"insert":       b.insertBaseline,
 		"insert-one":   b.insertOne,
+		"insert-paced": b.insertPaced,
 		"batch":        b.queenBatch,
 		"copy":         b.copyBaseline,
 		"mixed":        b.queenMixed,

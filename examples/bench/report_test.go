@@ -35,3 +35,32 @@ func TestPrintE2EPgQApart(t *testing.T) {
 		t.Errorf("PgQ row = %q\n%s", pgqRow, out)
 	}
 }
+
+// Both INSERT yardsticks print their own ratio line, each saying which it
+// is: back to back (insert-one) and paced at the end-to-end rate
+// (insert-paced), the paced one only for the rate it was paced at.
+func TestPrintE2EBothInsertYardsticks(t *testing.T) {
+	yes := true
+	rs := []*result{
+		{Key: "insert-one", Name: "INSERT one", P50ms: 0.2, P99ms: 0.5},
+		{Key: "insert-paced", Name: "INSERT paced", P50ms: 0.5, P99ms: 1, PacedAt: 100},
+		{Key: "e2e-100", Name: "queen e2e 100", Queen: true, Offered: 100, P50ms: 1.5, P99ms: 4, KeptUp: &yes},
+		{Key: "e2e-2000", Name: "queen e2e 2000", Queen: true, Offered: 2000, P50ms: 4, P99ms: 9, KeptUp: &yes},
+	}
+	var sb strings.Builder
+	printE2E(&sb, rs)
+	out := sb.String()
+	want := []string{
+		"queen p50 at 100 msgs/s / single-row INSERT commit p50, back to back (200 µs): 7.50×",
+		"queen p50 at 100 msgs/s / single-row INSERT commit p50, paced at 100 msgs/s (500 µs): 3.00×",
+		"queen p50 at 2,000 msgs/s / single-row INSERT commit p50, back to back (200 µs): 20.00×",
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w+"\n") {
+			t.Errorf("missing line %q\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "2,000 msgs/s / single-row INSERT commit p50, paced") {
+		t.Errorf("a paced ratio at a rate the INSERTs were not paced at\n%s", out)
+	}
+}

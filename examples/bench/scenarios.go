@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,6 +279,82 @@ func (b *bench) insertOne(ctx context.Context) (*result, error) {
 		return nil, err
 	}
 	return lr.result("baseline: single-row INSERT commits, 1 connection, one at a time", 1, insertOneCalls), nil
+}
+
+// insertPacedRate is the rate insertPaced offers: the lowest end-to-end
+// rate, the one whose latency an INSERT commit is the yardstick of (one
+// connection could not keep up with the higher ones).
+func (b *bench) insertPacedRate() int {
+	r := 0
+	for _, c := range b.cfg.e2eCases {
+		if r == 0 || c.rate < r {
+			r = c.rate
+		}
+	}
+	return r
+}
+
+// insertPaced: single-row INSERT commits from one connection, offered by the
+// end-to-end scenarios' open loop (openLoop: the same sleeps, the same
+// hand-off to a sending goroutine) at the lowest end-to-end rate, for
+// -e2e-time. insertOne runs its commits back to back; here, as in the
+// end-to-end scenario at a low rate, the client and the server are idle
+// between commits, and each commit pays for waking them.
+func (b *bench) insertPaced(ctx context.Context) (*result, error) {
+	rate := b.insertPacedRate()
+	total := int64(float64(rate) * b.cfg.e2eDur.Seconds())
+	name := fmt.Sprintf("baseline: single-row INSERT commits, 1 connection, paced at %s/s", fmtInt(float64(rate)))
+	if rate == 0 || total <= 0 {
+		return &result{Name: name, Unavailable: "no end-to-end rate (-e2e) or -e2e-time is zero"}, nil
+	}
+	if _, err := b.base.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS bench_base; CREATE TABLE IF NOT EXISTS bench_base.insert_paced (id bigint, data bytea)"); err != nil {
+		return nil, err
+	}
+	conn, err := b.base.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	// Warm the connection's statement cache, as insertOne's first calls do.
+	if _, err := conn.Exec(ctx, "INSERT INTO bench_base.insert_paced (id, data) VALUES ($1, $2)", int64(-1), b.payloads[0]); err != nil {
+		return nil, err
+	}
+	// One connection: a send that starts while another is late waits for
+	// it. The latency is the INSERT's own, without that wait (a commit's
+	// cost, as insertOne's); the note's scheduled-time figure includes it.
+	var mu sync.Mutex
+	var lats []time.Duration
+	rec := newE2ERecorder(total)
+	start := time.Now()
+	_, err = openLoop(ctx, rate, rec, start, func(seq, _ int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		t := time.Now()
+		_, err := conn.Exec(ctx, "INSERT INTO bench_base.insert_paced (id, data) VALUES ($1, $2)", seq, b.payloads[seq%int64(len(b.payloads))])
+		lats = append(lats, time.Since(t))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lats)
+	callLat := lats
+	el := time.Since(start)
+	// From the scheduled time, as the end-to-end latency counts: the open
+	// loop's own lateness and hand-off included.
+	interval := time.Second / time.Duration(rate)
+	var fromSched []time.Duration
+	for i, t := range rec.sent {
+		if t != 0 {
+			fromSched = append(fromSched, time.Duration(t-start.Add(time.Duration(i)*interval).UnixNano()))
+		}
+	}
+	slices.Sort(fromSched)
+	return &result{
+		Name: name, Msgs: int64(len(callLat)), Target: total, Seconds: el.Seconds(), Capped: int64(len(callLat)) < total,
+		LatencyOf: "call", P50ms: ms(pct(callLat, 50)), P99ms: ms(pct(callLat, 99)), PacedAt: float64(rate),
+		Note: fmt.Sprintf("scheduled time → INSERT returned: p50 %s, p99 %s", fmtMs(ms(pct(fromSched, 50))), fmtMs(ms(pct(fromSched, 99)))),
+	}, nil
 }
 
 // copyBaseline: COPY of 1000 rows per call from 8 goroutines into an

@@ -8,6 +8,7 @@
 //	go run ./examples/pushbench -d 5s -only manykeys   # 100 keys vs 100,000 keys
 //	go run ./examples/pushbench -d 5s -only keyed      # Item.Key over 100, 100,000 and 1,000,000 keys
 //	go run ./examples/pushbench -only popready         # Pop latency, 100,000 partitions, few ready
+//	go run ./examples/pushbench -only paced            # INSERT and push paced at 100/s against back to back
 package main
 
 import (
@@ -33,11 +34,12 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready (default all)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all)")
 	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
 	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
 	idleN   = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario (and as many INSERTs)")
+	pacedN  = flag.Int("paced-n", 1000, "measured calls of each kind and pacing in the paced scenario")
 	conns   = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the push scenarios to this file")
 )
@@ -219,6 +221,11 @@ func run() error {
 	}
 	if want("popready") {
 		if err := popReady(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if want("paced") {
+		if err := paced(ctx, url, payload); err != nil {
 			return err
 		}
 	}
