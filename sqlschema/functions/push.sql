@@ -415,9 +415,9 @@ BEGIN
     FOR rec IN SELECT u.o::integer AS o FROM unnest(v_pids[1:n]) WITH ORDINALITY AS u(pid, o) ORDER BY u.pid, u.o LOOP
         i := rec.o;
         IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
         ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
-            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
         ELSE
             r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                      p_blobs[i], v_win[i], v_now);
@@ -687,10 +687,10 @@ BEGIN
         -- A partition created above was judged there: the allocator's.
         IF NOT v_pre[i] THEN
             IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-                v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+                v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
                 CONTINUE;
             ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
-                v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+                v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
                 CONTINUE;
             ELSIF v_win[i] > 0 THEN
                 r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
@@ -758,8 +758,10 @@ BEGIN
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
         SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0, p_hashes[f.o]
         FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
+        -- Cast, not a bare ROW: its int status and untyped NULLs would be
+        -- converted to push_result through text, per segment.
         FOR k IN 1 .. nf LOOP
-            v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL);
+            v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL)::{{schema}}.push_result;
         END LOOP;
     END IF;
 
