@@ -652,15 +652,15 @@ BEGIN
     -- Resolve and lock every partition row in one statement, in ascending
     -- partition id: the global lock order shared with transactions and
     -- retention.
-    -- Each partition row is found by its (queue, name) key and locked
-    -- there: one index probe a segment (a lookup of the id by name, then
-    -- of the row by id, were two).
     FOR rec IN
-        SELECT u.o, pp.id, qq.dedup_window_ms, qq.encryption, qq.lanes, pp.last_offset
-        FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
-        JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q
-        JOIN {{schema}}.partitions pp ON pp.queue_id = qq.id AND pp.name = u.p
-        ORDER BY pp.id, u.o -- a partition twice (Client.Tx): its segments in input order
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
+        FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
+                     (SELECT p2.id FROM {{schema}}.partitions p2
+                      WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
+              FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
+              JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
+        JOIN {{schema}}.partitions pp ON pp.id = x.pid
+        ORDER BY pp.id, x.o -- a partition twice (Client.Tx): its segments in input order
         FOR NO KEY UPDATE OF pp
     LOOP
         v_order := v_order || rec.o::integer;
