@@ -415,9 +415,9 @@ BEGIN
     FOR rec IN SELECT u.o::integer AS o FROM unnest(v_pids[1:n]) WITH ORDINALITY AS u(pid, o) ORDER BY u.pid, u.o LOOP
         i := rec.o;
         IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+            v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
         ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
-            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+            v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
         ELSE
             r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                      p_blobs[i], v_win[i], v_now);
@@ -503,6 +503,9 @@ DECLARE
     -- Partitions this call created with their offsets allocated (ascending),
     -- and per segment whether its partition is one of them.
     n_ids   bigint[] := '{}';
+    m_qid   bigint[];
+    m_name  text[];
+    m_last  bigint[];
     v_pre   boolean[];
     v_cpre  boolean;
     j       integer := 1;
@@ -560,7 +563,17 @@ BEGIN
             -- by the updating transaction). Nobody else sees the row before
             -- commit; a partition some other bundle created meanwhile
             -- conflicts and takes the usual path.
-            FOR rec IN
+            -- Set-based: one statement resolves what to create, one inserts
+            -- every partition missing at its derived id, and only what that
+            -- insert skipped and no other push created meanwhile (a taken
+            -- id) goes through add_partition, one at a time. Calling
+            -- add_partition for each new partition (two ids hashed, two
+            -- lookups by id, one by name as dynamic SQL, then the insert)
+            -- made a first-touch segment cost six times a later one.
+            SELECT array_agg(x.qid ORDER BY x.qid, x.p), array_agg(x.p ORDER BY x.qid, x.p),
+                   array_agg(CASE WHEN x.fast THEN x.tot - 1 ELSE -1 END ORDER BY x.qid, x.p)
+            INTO m_qid, m_name, m_last
+            FROM (
                 WITH l AS MATERIALIZED (
                     SELECT qq.id, qq.tenant, qq.name, qq.dedup_window_ms, qq.encryption
                     FROM {{schema}}.queues qq
@@ -576,14 +589,39 @@ BEGIN
                      WITH ORDINALITY AS u(t, q, p, c, fl, o)
                 JOIN l ON l.tenant = u.t AND l.name = u.q
                 GROUP BY l.id, u.p
-                ORDER BY l.id, u.p
-            LOOP
-                SELECT a.id, a.created AND rec.fast INTO v_cpid, v_cpre
-                FROM {{schema}}.add_partition(rec.qid, rec.p, CASE WHEN rec.fast THEN rec.tot - 1 ELSE -1 END) a;
-                IF v_cpre THEN
-                    n_ids := n_ids || v_cpid;
-                END IF;
-            END LOOP;
+            ) x
+            WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.partitions pp WHERE pp.queue_id = x.qid AND pp.name = x.p);
+            IF m_qid IS NOT NULL THEN
+                -- In (queue, name) order, as every creator inserts: two
+                -- bundles creating the same partitions wait on each other's
+                -- rows in one order. A row some other push committed since
+                -- the lookup above, or a taken id, conflicts: not created.
+                WITH ins AS (
+                    INSERT INTO {{schema}}.partitions (id, queue_id, name, last_offset)
+                    SELECT {{schema}}.partition_key(m.qid, m.p, 0), m.qid, m.p, m.last
+                    FROM unnest(m_qid, m_name, m_last) AS m(qid, p, last)
+                    ORDER BY m.qid, m.p
+                    ON CONFLICT DO NOTHING
+                    RETURNING id, last_offset
+                )
+                SELECT coalesce(array_agg(ins.id ORDER BY ins.id) FILTER (WHERE ins.last_offset >= 0), '{}')
+                INTO n_ids FROM ins;
+                -- A statement of its own: it sees what a concurrent creator
+                -- committed while the insert waited for it.
+                FOR rec IN
+                    SELECT m.qid, m.p, m.last
+                    FROM unnest(m_qid, m_name, m_last) AS m(qid, p, last)
+                    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.partitions pp
+                                      WHERE pp.queue_id = m.qid AND pp.name = m.p)
+                    ORDER BY m.qid, m.p
+                LOOP
+                    SELECT a.id, a.created AND rec.last >= 0 INTO v_cpid, v_cpre
+                    FROM {{schema}}.add_partition(rec.qid, rec.p, rec.last) a;
+                    IF v_cpre THEN
+                        n_ids := n_ids || v_cpid;
+                    END IF;
+                END LOOP;
+            END IF;
             n_ids := ARRAY(SELECT x FROM unnest(n_ids) AS x ORDER BY x);
             v_cpid := NULL;
             v_cpre := NULL;
@@ -649,10 +687,10 @@ BEGIN
         -- A partition created above was judged there: the allocator's.
         IF NOT v_pre[i] THEN
             IF v_enc[i] AND (p_flags[i] & 1) = 0 THEN
-                v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL);
+                v_res[i] := ROW(i, 2, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
                 CONTINUE;
             ELSIF coalesce(p_lanes[i], 0) <> 0 AND p_lanes[i] <> v_lanes[i] THEN
-                v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL);
+                v_res[i] := ROW(i, 3, v_pids[i], NULL, NULL, NULL, NULL)::{{schema}}.push_result;
                 CONTINUE;
             ELSIF v_win[i] > 0 THEN
                 r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
@@ -720,8 +758,10 @@ BEGIN
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
         SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0, p_hashes[f.o]
         FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
+        -- Cast, not a bare ROW: its int status and untyped NULLs would be
+        -- converted to push_result through text, per segment.
         FOR k IN 1 .. nf LOOP
-            v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL);
+            v_res[f_ord[k]] := ROW(f_ord[k], 0, f_pid[k], f_base[k], v_now, NULL, NULL)::{{schema}}.push_result;
         END LOOP;
     END IF;
 
