@@ -540,6 +540,8 @@ DECLARE
     v_s       record;
     v_grp     integer;
     v_rest    boolean := false;
+    v_lag     bigint[];
+    v_grp12   integer;
 BEGIN
     p_part_batch := least(coalesce(p_part_batch, p_batch), p_batch);
     SELECT id, lease_time_ms, delayed_processing_ms, window_buffer_ms,
@@ -571,9 +573,26 @@ BEGIN
 
     -- Up to two passes: the first over a window sized to the claim, the
     -- second, only if the first claimed less than asked and did not see the
-    -- whole ready set, over a wider one.
-    FOR v_pass IN 1 .. 2 LOOP
-        IF p_partition IS NULL AND v_q.routed THEN
+    -- whole ready set, over a wider one. On the routed layout, when both
+    -- claimed nothing and did not see it all, passes over what the group
+    -- can claim (lag_window_routed), one worker's at a time: an empty pop
+    -- has then looked at everything the group lags on.
+    v_pass := 0;
+    LOOP
+        v_pass := v_pass + 1;
+        IF p_partition IS NULL AND v_q.routed AND v_pass >= 3 THEN
+            IF v_pass = 3 THEN
+                v_grp12 := v_grp;
+                v_lag := {{schema}}.lag_window_routed(v_q.id, p_group, 256, v_now);
+            ELSE
+                v_lag := v_s.rest;
+            END IF;
+            v_s := {{schema}}.worker_split(v_lag, NULL);
+            v_grp := v_s.grp;
+            v_pend := v_s.mine;
+            v_rest := cardinality(v_s.rest) > 0;
+            v_full := false;
+        ELSIF p_partition IS NULL AND v_q.routed THEN
             v_w := {{schema}}.pop_window_routed(v_q.id, p_group, p_hints, v_pass,
                                                 CASE WHEN v_pass = 1 THEN greatest(32, p_partitions * 4) ELSE 256 END,
                                                 v_seen);
@@ -608,7 +627,9 @@ BEGIN
                                         p_from, v_pend, p_hints, v_now, v_cutoff, p_keyed AND NOT p_auto_ack);
         END IF;
         v_cand := v_r.cand;
-        v_caught := v_caught || v_r.caught;
+        IF v_pass <= 2 THEN
+            v_caught := v_caught || v_r.caught;
+        END IF;
 
         -- Claim in that order: one keyed try-lock each, re-checked on the
         -- locked row.
@@ -668,10 +689,18 @@ BEGIN
                 END IF;
             END LOOP;
         END LOOP;
+        IF v_pass >= 3 AND v_claimed > 0 AND v_grp IS DISTINCT FROM v_grp12 THEN
+            v_caught := '{}'; -- the upkeep writes the claim's worker only
+        END IF;
+        EXIT WHEN p_partition IS NOT NULL OR v_left <= 0 OR v_claimed >= p_partitions;
         -- On the routed layout, a pass that claimed nothing on its worker
-        -- tries another's next.
-        EXIT WHEN p_partition IS NOT NULL OR NOT (v_full OR (v_rest AND v_claimed = 0)) OR v_left <= 0
-                  OR v_claimed >= p_partitions;
+        -- tries another's next; past the second pass, only while nothing
+        -- was claimed, and the lag window's workers one by one.
+        IF v_pass = 2 THEN
+            EXIT WHEN NOT (v_q.routed AND v_claimed = 0 AND (v_full OR v_rest));
+        ELSE
+            EXIT WHEN NOT (v_full OR (v_rest AND v_claimed = 0)) OR v_pass >= 16;
+        END IF;
         v_seen := v_seen || v_pend;
     END LOOP;
 

@@ -165,6 +165,42 @@ BEGIN
 END
 $$;
 
+-- What group p_group of queue p_qid can claim at p_now, up to p_win ids
+-- from a random point: the ready set's and the group's backlog's
+-- partitions that hold messages past the group's cursor (or that it has no
+-- cursor on yet), with no live lease, no retry or parking still to wait.
+-- Each a join of co-located tables, run by every shard for its own
+-- partitions. A pop reads it only when its windows came back with nothing
+-- to claim and did not cover the ready set (see pop_v2): partitions every
+-- group has read leave the set a few a pop on this layout, so windows of
+-- the set alone can miss the few a group still lags on, pop after pop.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_window_routed(p_qid bigint, p_group text, p_win integer,
+                                                      p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due  text := format('x.last_offset >= x.log_start
+        AND (c.partition_id IS NULL
+             OR (x.last_offset > c.committed
+                 AND (c.batch_end IS NULL OR c.lease_expires_at <= %1$L)
+                 AND (c.retry_at IS NULL OR c.retry_at <= %1$L)
+                 AND (c.idle_until IS NULL OR c.idle_until <= %1$L
+                      OR x.last_offset > coalesce(c.idle_seen, x.last_offset))))', p_now);
+    v_w    record;
+    v_ids  bigint[];
+BEGIN
+    v_w := {{schema}}.window_routed(format('FROM {{schema}}.partitions x
+        LEFT JOIN {{schema}}.consumers c ON c.partition_id = x.id AND c.group_name = %L
+        WHERE x.queue_id = %s AND x.pending AND %s', p_group, p_qid, v_due), p_win);
+    v_ids := v_w.ids;
+    v_w := {{schema}}.window_routed(format('FROM {{schema}}.backlog b
+        JOIN {{schema}}.partitions x ON x.id = b.partition_id
+        LEFT JOIN {{schema}}.consumers c ON c.partition_id = b.partition_id AND c.group_name = %1$L
+        WHERE b.queue_id = %2$s AND b.group_name = %1$L AND NOT x.pending AND %3$s', p_group, p_qid, v_due), p_win);
+    RETURN v_ids || v_w.ids;
+END
+$$;
+
 -- The ids of p_ids on worker group p_grp (NULL: the first id's), in
 -- p_ids' order, and the others: a claim takes one worker's partitions, so
 -- it commits there with no two-phase commit. The groups are the
