@@ -820,6 +820,7 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 		for _, g := range d.gs {
 			empty, lagPops, lagSince := 0, 0, time.Time{}
 			deadline := time.Now().Add(90 * time.Second)
+			start, pops, got := time.Now(), 0, 0
 			for empty < 2 {
 				if time.Now().After(deadline) {
 					r.dumpWaits(ctx)
@@ -843,6 +844,8 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 					o.Subscription = queen.SubscribeNew
 				}
 				msgs, err := recordPopErr(ctx, r.rec, "final", q, o)
+				pops++
+				got += len(msgs)
 				if err != nil {
 					// A pop that timed out may have committed its claim: what
 					// it took comes back once its lease ends.
@@ -890,6 +893,9 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 				for _, m := range last {
 					recordSettle(ctx, r.rec, "final", m, "ack", nil)
 				}
+			}
+			if took := time.Since(start); took > time.Minute {
+				r.t.Logf("final drain of %s/%q: %d messages in %d pops, %s", d.q, g, got, pops, took.Round(time.Second))
 			}
 			if lagPops > 0 {
 				r.t.Logf("final drain of %s/%q: %d times two empty pops while its cursors showed lag (%d partitions with lag at its end)",
