@@ -10,6 +10,7 @@
 //	go run ./examples/pushbench -only popready         # Pop latency, 100,000 partitions, few ready
 //	go run ./examples/pushbench -only paced            # INSERT and push paced at 100/s against back to back
 //	go run ./examples/pushbench -only acct             # server time and backend CPU per idle push, by kind
+//	go run ./examples/pushbench -only stmtcpu          # the push statement's backend CPU, split into its parts
 package main
 
 import (
@@ -35,7 +36,7 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all), acct (only when named)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all), acct, stmtcpu (only when named)")
 	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
 	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
@@ -43,6 +44,7 @@ var (
 	pacedN  = flag.Int("paced-n", 1000, "measured calls of each kind and pacing in the paced scenario")
 	conns   = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
 	acctN   = flag.Int("acct-n", 2000, "measured calls of each kind in the acct scenario")
+	stmtN   = flag.Int("stmt-n", 10000, "measured calls of each kind in the stmtcpu scenario")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the push scenarios to this file")
 )
 
@@ -230,6 +232,11 @@ func run() error {
 	}
 	if want("popready") {
 		if err := popReady(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if named("stmtcpu") {
+		if err := stmtCPU(ctx, url, client, payload); err != nil {
 			return err
 		}
 	}
