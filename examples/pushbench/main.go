@@ -236,7 +236,7 @@ func run() error {
 		}
 	}
 	if named("stmtcpu") {
-		if err := stmtCPU(ctx, url, client, payload); err != nil {
+		if err := stmtCPU(ctx, url, payload); err != nil {
 			return err
 		}
 	}

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"sync"
+
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/stmt"
 )
 
 // stmtCPU splits the isolated push's statement into its parts: on one
@@ -23,10 +25,34 @@ import (
 // AppendSegment statement before it took the partition's id (a lookup by
 // name), AppendSegment now, and its two writes alone (no queue row read,
 // no check).
-func stmtCPU(ctx context.Context, url string, client *queen.Client, payload []byte) error {
-	q := client.Queue("stmtcpu")
-	if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
+// The statement's text is the one a client sends, caught by a tracer (an
+// example builds outside the module, so it cannot import internal/stmt).
+func stmtCPU(ctx context.Context, url string, payload []byte) error {
+	tr := &appendTracer{}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
 		return err
+	}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: "pushbench"})
+	if err != nil {
+		return err
+	}
+	defer client.Close(ctx)
+	q := client.Queue("stmtcpu")
+	for range 2 { // the first creates the partition, the second is isolated
+		if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
+			return err
+		}
+	}
+	cur := tr.text()
+	if cur == "" {
+		return fmt.Errorf("stmtcpu: no AppendSegment statement seen")
 	}
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -48,7 +74,6 @@ func stmtCPU(ctx context.Context, url string, client *queen.Client, payload []by
 	}
 	hashes := make([]byte, 16)
 	seg := []any{tenant, "stmtcpu", queen.DefaultPartition, int32(1), hashes, payload, int32(0), int32(0)}
-	cur := stmt.New(schema).AppendSegment
 	// The statement as it was, resolving the partition by (queue, name).
 	byName := strings.Replace(cur, "    FROM q\n    WHERE p.id = $9::int8 AND p.queue_id = q.id AND p.name = $3::text",
 		"    WHERE p.id = (SELECT p2.id FROM "+sch+".partitions p2 JOIN q ON p2.queue_id = q.id\n"+
@@ -137,4 +162,27 @@ func schedNS(pid uint32) (int64, error) {
 		return 0, fmt.Errorf("stmtcpu: empty schedstat")
 	}
 	return strconv.ParseInt(f[0], 10, 64)
+}
+
+// appendTracer keeps the text of the AppendSegment statement a client sent.
+type appendTracer struct {
+	mu  sync.Mutex
+	sql string
+}
+
+func (t *appendTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "qq.dedup_window_ms = 0") && strings.Contains(d.SQL, "$9::int8") {
+		t.mu.Lock()
+		t.sql = d.SQL
+		t.mu.Unlock()
+	}
+	return ctx
+}
+
+func (*appendTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *appendTracer) text() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sql
 }
