@@ -477,8 +477,17 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		return s.verdicts, err
 	}
 	e.noteUp()
-	s.bundle.Known = p.known.all(s.segs)
-	var v []alloc.Verdict
+	var (
+		v   []alloc.Verdict
+		pid int64 // an isolated push's partition id, as known
+	)
+	if len(s.segs) == 1 {
+		pid, s.bundle.Known = p.known.one(s.segs[0].key)
+	} else {
+		s.bundle.Known = p.known.all(s.segs)
+	}
+	// The bundle answered another id than the one known: remember its.
+	stale := false
 	if s.bundle.Known && s.bundle.Len() == 1 {
 		// An isolated push: one segment to a partition already written to.
 		// Without a dedup window (as its first item was prepared with) it is
@@ -499,7 +508,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 			}
 		}
 		if s.segs[0].frames[0].noWindow && !e.cfg.Citus {
-			v, err = stmt.AppendSegment(ctx, e.sql, q, &s.bundle, s.verdicts)
+			v, err = stmt.AppendSegment(ctx, e.sql, q, &s.bundle, pid, s.verdicts)
 		} else {
 			v, err = stmt.PushSegment(ctx, e.sql, q, &s.bundle, s.verdicts)
 		}
@@ -512,6 +521,7 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 	}
 	if err == nil && v == nil {
 		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, s.verdicts)
+		stale = err == nil && s.bundle.Known && len(v) == 1 && v[0].PartitionID != pid
 	}
 	if isCode(err, codePartitionGone) {
 		// A partition was purged (maintenance forgets idle ones) after this
@@ -521,10 +531,10 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		s.bundle.Known = false
 		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, v)
 	}
-	if err == nil && !s.bundle.Known {
-		// A bundle found all known adds nothing: skip the write lock and
-		// a map assignment per segment.
-		p.known.add(s.segs)
+	if err == nil && (!s.bundle.Known || stale) {
+		// A bundle found all known, with the ids known, adds nothing:
+		// skip the write lock and a map assignment per segment.
+		p.known.add(s.segs, v)
 	}
 	if err != nil && (ctx.Err() != nil || pgconn.Timeout(err)) {
 		if e.ctx.Err() == nil && !callerGone(ctx) {
@@ -582,14 +592,17 @@ func callerGone(ctx context.Context) bool {
 }
 
 // knownParts remembers partitions this client has committed to, so bundles
-// made only of them skip the database's provisioning check. It holds their
-// keys' hashes: a set without pointers, which the garbage collector does not
-// scan, and whose lookups compare no strings. Two keys with one hash cost at
-// most a retry: a bundle wrongly claimed known fails with QN001, writing
-// nothing, and is sent again with provisioning (see pushLive).
+// made only of them skip the database's provisioning check, and each one's
+// id as its last verdict gave it, which an isolated push names the row by.
+// It maps their keys' hashes to the ids: a map without pointers, which the
+// garbage collector does not scan, and whose lookups compare no strings.
+// Two keys with one hash cost at most a retry: a bundle wrongly claimed
+// known fails with QN001, writing nothing, and is sent again with
+// provisioning, and a wrong id finds no row of that queue and name, so the
+// push goes through the bundle (see pushLive).
 type knownParts struct {
 	mu sync.RWMutex
-	m  map[uint64]struct{}
+	m  map[uint64]int64
 }
 
 // knownMax bounds the memory: past it the set starts over.
@@ -606,14 +619,28 @@ func (k *knownParts) all(segs []segPlan) bool {
 	return true
 }
 
-func (k *knownParts) add(segs []segPlan) {
+// one reports whether the partition of key is known, and its id.
+func (k *knownParts) one(key uint64) (pid int64, ok bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	pid, ok = k.m[key]
+	return pid, ok
+}
+
+// add records segs' partitions with the ids of their verdicts v (0 where v
+// does not pair with segs).
+func (k *knownParts) add(segs []segPlan, v []alloc.Verdict) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil || len(k.m) >= knownMax {
-		k.m = make(map[uint64]struct{})
+		k.m = make(map[uint64]int64)
 	}
-	for _, sp := range segs {
-		k.m[sp.key] = struct{}{}
+	for i, sp := range segs {
+		var pid int64
+		if len(v) == len(segs) {
+			pid = v[i].PartitionID
+		}
+		k.m[sp.key] = pid
 	}
 }
 

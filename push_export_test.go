@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/e03140bc/queen/alloc"
 	"github.com/e03140bc/queen/spool"
 )
 
@@ -73,9 +74,19 @@ func SpoolAppendDelay(d time.Duration) (opt func(*Config), appends func() int64)
 
 // ClaimKnown makes c's engine take the partition as one it has written to,
 // as a hash collision with such a partition would.
-func ClaimKnown(c *Client, queue, partition string) {
+func ClaimKnown(c *Client, queue, partition string) { ClaimKnownID(c, queue, partition, 0) }
+
+// ClaimKnownID is ClaimKnown with the partition's id taken to be pid.
+func ClaimKnownID(c *Client, queue, partition string, pid int64) {
 	k := partitionKey{Tenant: c.tenant, Queue: queue, Partition: partition}
-	c.e.push.known.add([]segPlan{{key: k.Hash()}})
+	c.e.push.known.add([]segPlan{{key: k.Hash()}}, []alloc.Verdict{{PartitionID: pid}})
+}
+
+// KnownID is the id c's engine holds for the partition, and whether it
+// takes it as written to.
+func KnownID(c *Client, queue, partition string) (int64, bool) {
+	k := partitionKey{Tenant: c.tenant, Queue: queue, Partition: partition}
+	return c.e.push.known.one(k.Hash())
 }
 
 // CachedQueueID is the queue's id as the client's settings cache holds it

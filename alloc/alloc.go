@@ -196,12 +196,17 @@ func (b *Bundle) single(ctx context.Context, q Querier, sql, name string) (pgx.R
 }
 
 // AppendSegment runs internal/stmt's AppendSegment (sql) for a bundle of
-// exactly one segment to a queue without a dedup window: PushSegment's
-// work without a function call. When the statement did not apply it
-// returns the verdict NeedsBundle; nothing was written.
-func (b *Bundle) AppendSegment(ctx context.Context, q Querier, sql string, out []Verdict) ([]Verdict, error) {
+// exactly one segment to a queue without a dedup window, to the partition
+// whose id a verdict gave as pid: PushSegment's work without a function
+// call or a lookup by name. When the statement did not apply (pid is not
+// that partition's id among its checks) it returns the verdict
+// NeedsBundle; nothing was written.
+func (b *Bundle) AppendSegment(ctx context.Context, q Querier, sql string, pid int64, out []Verdict) ([]Verdict, error) {
 	out = out[:0]
-	rows, err := b.single(ctx, q, sql, "AppendSegment")
+	if b.Len() != 1 {
+		return out, fmt.Errorf("%w: AppendSegment with %d segments", ErrBadResult, b.Len())
+	}
+	rows, err := q.Query(ctx, sql, b.tenants[0], b.queues[0], b.partitions[0], b.counts[0], b.hashes[0], b.blobs[0], b.flags[0], b.lanes[0], pid)
 	if err != nil {
 		return out, err
 	}

@@ -9,6 +9,8 @@
 //	go run ./examples/pushbench -d 5s -only keyed      # Item.Key over 100, 100,000 and 1,000,000 keys
 //	go run ./examples/pushbench -only popready         # Pop latency, 100,000 partitions, few ready
 //	go run ./examples/pushbench -only paced            # INSERT and push paced at 100/s against back to back
+//	go run ./examples/pushbench -only acct             # server time and backend CPU per idle push, by kind
+//	go run ./examples/pushbench -only stmtcpu          # the push statement's backend CPU, split into its parts
 package main
 
 import (
@@ -34,13 +36,15 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all), acct, stmtcpu (only when named)")
 	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
 	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
 	idleN   = flag.Int("idle-n", 2000, "sequential pushes in the idle latency scenario (and as many INSERTs)")
 	pacedN  = flag.Int("paced-n", 1000, "measured calls of each kind and pacing in the paced scenario")
 	conns   = flag.Int("conns", 0, "pool size for queen (0: queen's default)")
+	acctN   = flag.Int("acct-n", 2000, "measured calls of each kind in the acct scenario")
+	stmtN   = flag.Int("stmt-n", 10000, "measured calls of each kind in the stmtcpu scenario")
 	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the push scenarios to this file")
 )
 
@@ -55,12 +59,19 @@ func want(s string) bool {
 	return *only == "" || slices.Contains(strings.Split(*only, ","), s)
 }
 
+// named reports whether s was named in -only.
+func named(s string) bool { return slices.Contains(strings.Split(*only, ","), s) }
+
 func run() error {
 	ctx := context.Background()
 	url := os.Getenv("QUEEN_DATABASE_URL")
 	if url == "" {
 		opts := pgcluster.Production()
 		opts.Fsync = *fsync
+		if named("acct") {
+			opts.Settings["shared_preload_libraries"] = "pg_stat_statements"
+			opts.Settings["pg_stat_statements.track"] = "all"
+		}
 		cl, err := pgcluster.Start(ctx, opts)
 		if err != nil {
 			return err
@@ -104,6 +115,17 @@ func run() error {
 		payload = append(payload, ' ')
 	}
 
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if want("insert") || want("idle") {
 		// The baseline and the idle pushes alternate in blocks of 100 calls
 		// (which goes first swaps each round) on the client's own pool, so
@@ -161,17 +183,6 @@ func run() error {
 		}
 		report("baseline: single-row INSERT commits, 64 conns", rate, lat)
 	}
-	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	if want("single") {
 		q := client.Queue("single")
 		before := client.Stats()
@@ -221,6 +232,16 @@ func run() error {
 	}
 	if want("popready") {
 		if err := popReady(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if named("stmtcpu") {
+		if err := stmtCPU(ctx, url, payload); err != nil {
+			return err
+		}
+	}
+	if named("acct") {
+		if err := acct(ctx, client, pool, payload); err != nil {
 			return err
 		}
 	}

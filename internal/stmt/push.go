@@ -25,15 +25,15 @@ func PushSegment(ctx context.Context, s *Set, q alloc.Querier, b *alloc.Bundle, 
 }
 
 // AppendSegment runs s.AppendSegment for b, exactly one segment to a
-// partition known to exist of a queue without a dedup window; the verdict
-// may be alloc.NeedsBundle (see alloc.Bundle.AppendSegment). A previous
-// release's statements (see Use) lack it: then PushSegment, which that
-// release ran instead.
-func AppendSegment(ctx context.Context, s *Set, q alloc.Querier, b *alloc.Bundle, out []alloc.Verdict) ([]alloc.Verdict, error) {
+// partition known to exist, whose id is pid, of a queue without a dedup
+// window; the verdict may be alloc.NeedsBundle (see
+// alloc.Bundle.AppendSegment). A previous release's statements (see Use)
+// lack it: then PushSegment, which that release ran instead.
+func AppendSegment(ctx context.Context, s *Set, q alloc.Querier, b *alloc.Bundle, pid int64, out []alloc.Verdict) ([]alloc.Verdict, error) {
 	if s.AppendSegment == "" {
 		return b.PushSegment(ctx, q, s.PushSegment, out)
 	}
-	return b.AppendSegment(ctx, q, s.AppendSegment, out)
+	return b.AppendSegment(ctx, q, s.AppendSegment, pid, out)
 }
 
 // SegmentAt runs s.SegmentAt: the segment covering offset off of

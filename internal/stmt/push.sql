@@ -15,8 +15,11 @@ FROM {{schema}}.push_segment($1::uuid, $2::text, $3::text, $4::int4, $5::bytea, 
 -- push_segment's checks, as one statement rather than a function call: a
 -- function call in its own transaction costs an isolated push about as
 -- much server time again as the writes. Any check failing writes nothing
--- and returns no row. The partition id is a subquery with both keys, as in
--- push_segment, so no plan walks the queue's partitions.
+-- and returns no row. $9 is the partition's id as a verdict gave it to the
+-- client: the row is found by its primary key, and its queue and name are
+-- checked on it, so a stale or wrong id (the partition purged and created
+-- again at another id) finds no row and the client falls back to the
+-- bundle. No lookup by name: it cost an index probe per push.
 WITH q AS (
     SELECT qq.id FROM {{schema}}.queues qq
     WHERE qq.tenant = $1::uuid AND qq.name = $2::text AND qq.dedup_window_ms = 0
@@ -30,8 +33,8 @@ WITH q AS (
         last_write_at = CASE WHEN clock_timestamp() - p.last_write_at > interval '1 second'
                              THEN clock_timestamp() ELSE p.last_write_at END,
         pending       = true
-    WHERE p.id = (SELECT p2.id FROM {{schema}}.partitions p2 JOIN q ON p2.queue_id = q.id
-                  WHERE p2.name = $3::text)
+    FROM q
+    WHERE p.id = $9::int8 AND p.queue_id = q.id AND p.name = $3::text
     RETURNING p.id, p.last_offset, clock_timestamp() AS at
 ), s AS (
     INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)

@@ -54,23 +54,25 @@ func TestPushStatements(t *testing.T) {
 		t.Fatalf("bundle: %+v", v)
 	}
 	pid := v.PartitionID
-	if v := push("bundle", "dedup", false, bundle); v.Status != alloc.Queued {
+	v = push("bundle", "dedup", false, bundle)
+	if v.Status != alloc.Queued {
 		t.Fatalf("bundle to dedup: %+v", v)
 	}
+	dpid := v.PartitionID
 	for i, c := range []struct {
 		what string
 		run  func() ([]alloc.Verdict, error)
 	}{
 		{"segment", func() ([]alloc.Verdict, error) { return stmt.PushSegment(ctx, s, pool, &b, out) }},
-		{"append", func() ([]alloc.Verdict, error) { return stmt.AppendSegment(ctx, s, pool, &b, out) }},
-		{"previous append", func() ([]alloc.Verdict, error) { return stmt.AppendSegment(ctx, prev, pool, &b, out) }},
+		{"append", func() ([]alloc.Verdict, error) { return stmt.AppendSegment(ctx, s, pool, &b, pid, out) }},
+		{"previous append", func() ([]alloc.Verdict, error) { return stmt.AppendSegment(ctx, prev, pool, &b, pid, out) }},
 	} {
 		if v := push(c.what, "q", true, c.run); v.Status != alloc.Queued || v.PartitionID != pid || v.BaseOffset != int64(i+1) {
 			t.Fatalf("%s: %+v", c.what, v)
 		}
 	}
 	if v := push("append", "dedup", true, func() ([]alloc.Verdict, error) {
-		return stmt.AppendSegment(ctx, s, pool, &b, out)
+		return stmt.AppendSegment(ctx, s, pool, &b, dpid, out)
 	}); v.Status != alloc.NeedsBundle {
 		t.Fatalf("append to a queue with a dedup window: %+v", v)
 	}

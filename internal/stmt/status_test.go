@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,11 +224,30 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 		count        int32
 		hashes       []byte
 		flags, lanes int32
+		// id names the partition's row: "" its own (derived) id, else
+		// "queue/partition" another's, or "none" an id no row has.
+		id string
+	}
+	idOf := func(x in) int64 {
+		t.Helper()
+		queue, part := x.queue, x.part
+		switch {
+		case x.id == "none":
+			return 12345
+		case x.id != "":
+			queue, part, _ = strings.Cut(x.id, "/")
+		}
+		var id int64
+		if err := pool.QueryRow(ctx, "SELECT coalesce((SELECT "+tbl("partition_key")+"(q.id, $3, 0) FROM "+tbl("queues")+
+			" q WHERE q.tenant = $1 AND q.name = $2), 0)", x.tenant, queue, part).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
 	}
 	hashes := func(n int) []byte { return make([]byte, n) }
 	appendSeg := func(x in) (rows int, status int16, base int64) {
 		t.Helper()
-		r, err := pool.Query(ctx, s.AppendSegment, x.tenant, x.queue, x.part, x.count, x.hashes, []byte{0, 'x'}, x.flags, x.lanes)
+		r, err := pool.Query(ctx, s.AppendSegment, x.tenant, x.queue, x.part, x.count, x.hashes, []byte{0, 'x'}, x.flags, x.lanes, idOf(x))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,25 +283,33 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 		x     in
 		apply bool
 	}{
-		{"plain", in{tenant, "plain", "a", 2, hashes(32), 0, 0}, true},
-		{"routed with the queue's lane count", in{tenant, "plain", "a", 1, hashes(16), 0, 4}, true},
-		{"encrypted segment to an encrypted queue", in{tenant, "enc", "a", 1, hashes(16), 1, 0}, true},
-		{"keyed segment to a keyed queue", in{tenant, "keyed", "a", 1, hashes(16), 2, 4}, true},
-		{"no such partition", in{tenant, "plain", "missing", 1, hashes(16), 0, 0}, false},
-		{"no such queue", in{tenant, "missing", "a", 1, hashes(16), 0, 0}, false},
-		{"another tenant", in{uuid.Must(uuid.NewV4()), "plain", "a", 1, hashes(16), 0, 0}, false},
-		{"plaintext to an encrypted queue", in{tenant, "enc", "b", 1, hashes(16), 0, 0}, false},
-		{"routed with another lane count", in{tenant, "plain", "b", 1, hashes(16), 0, 8}, false},
-		{"the queue's first keyed segment", in{tenant, "plain", "b", 1, hashes(16), 2, 4}, false},
-		{"a queue with a dedup window", in{tenant, "dedup", "a", 1, hashes(16), 0, 0}, false},
-		{"hashes not 16 bytes a message", in{tenant, "plain", "b", 2, hashes(31), 0, 0}, false},
-		{"no message", in{tenant, "plain", "b", 0, hashes(0), 0, 0}, false},
+		{"plain", in{tenant, "plain", "a", 2, hashes(32), 0, 0, ""}, true},
+		{"routed with the queue's lane count", in{tenant, "plain", "a", 1, hashes(16), 0, 4, ""}, true},
+		{"encrypted segment to an encrypted queue", in{tenant, "enc", "a", 1, hashes(16), 1, 0, ""}, true},
+		{"keyed segment to a keyed queue", in{tenant, "keyed", "a", 1, hashes(16), 2, 4, ""}, true},
+		{"no such partition", in{tenant, "plain", "missing", 1, hashes(16), 0, 0, ""}, false},
+		{"no such queue", in{tenant, "missing", "a", 1, hashes(16), 0, 0, ""}, false},
+		{"another tenant", in{uuid.Must(uuid.NewV4()), "plain", "a", 1, hashes(16), 0, 0, ""}, false},
+		{"another partition's id", in{tenant, "plain", "a", 1, hashes(16), 0, 0, "plain/b"}, false},
+		{"another queue's partition's id", in{tenant, "plain", "a", 1, hashes(16), 0, 0, "enc/a"}, false},
+		{"an id no partition has", in{tenant, "plain", "a", 1, hashes(16), 0, 0, "none"}, false},
+		{"plaintext to an encrypted queue", in{tenant, "enc", "b", 1, hashes(16), 0, 0, ""}, false},
+		{"routed with another lane count", in{tenant, "plain", "b", 1, hashes(16), 0, 8, ""}, false},
+		{"the queue's first keyed segment", in{tenant, "plain", "b", 1, hashes(16), 2, 4, ""}, false},
+		{"a queue with a dedup window", in{tenant, "dedup", "a", 1, hashes(16), 0, 0, ""}, false},
+		{"hashes not 16 bytes a message", in{tenant, "plain", "b", 2, hashes(31), 0, 0, ""}, false},
+		{"no message", in{tenant, "plain", "b", 0, hashes(0), 0, 0, ""}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := tc.x
 			var before state
 			if x.tenant == tenant && x.queue != "missing" && x.part != "missing" {
 				before = read(x.queue, x.part)
+			}
+			var otherBefore state
+			oq, op, other := strings.Cut(x.id, "/")
+			if other {
+				otherBefore = read(oq, op)
 			}
 			rows, status, base := appendSeg(x)
 			if !tc.apply {
@@ -292,6 +320,14 @@ func TestAppendSegmentAppliesWherePushSegmentQueues(t *testing.T) {
 					if after := read(x.queue, x.part); after != before {
 						t.Fatalf("AppendSegment wrote without applying: %+v, then %+v", before, after)
 					}
+				}
+				if other {
+					if after := read(oq, op); after != otherBefore {
+						t.Fatalf("AppendSegment wrote to the partition whose id it was given: %+v, then %+v", otherBefore, after)
+					}
+				}
+				if x.id != "" {
+					return // PushSegment finds the partition by name
 				}
 				// PushSegment does not queue it either without probing a
 				// dedup window (the one case AppendSegment leaves to it).

@@ -35,10 +35,11 @@ type Set struct {
 	PushSegment string
 	// AppendSegment commits one segment to a partition known to exist of a
 	// queue without a dedup window, in one statement: PushSegment's
-	// parameters and columns, and no row when it did not apply (the
-	// partition is missing, the queue has a dedup window, is encrypted and
-	// the segment is not, has another lane count, or is not keyed yet and
-	// the segment is keyed). Then nothing was written.
+	// parameters, then $9 the partition's id, and its columns, and no row
+	// when it did not apply (no partition of that queue and name has the
+	// id, the queue has a dedup window, is encrypted and the segment is
+	// not, has another lane count, or is not keyed yet and the segment is
+	// keyed). Then nothing was written.
 	AppendSegment string
 	// MarkKeyed marks queues keyed ahead of a push in a caller's
 	// transaction (see MarkKeyed).
