@@ -134,6 +134,17 @@ func (h *heldSchema) check(t *testing.T, c *queen.Client) {
 	if ok, err := sqlschema.Distributed(ctx, h.pool, h.schema); err != nil || !ok {
 		t.Fatalf("Distributed = %v, %v; want the schema distributed", ok, err)
 	}
+	// No second copy of the rows stays behind in the coordinator's shell
+	// tables (Citus copies a table's rows into its shards and leaves them).
+	for _, tb := range append(slices.Clone(sqlschema.CitusDistributed), sqlschema.CitusReference...) {
+		var size int64
+		if err := h.pool.QueryRow(ctx, "SELECT pg_relation_size($1::regclass)", pgx.Identifier{h.schema, tb}.Sanitize()).Scan(&size); err != nil {
+			t.Fatal(err)
+		}
+		if size != 0 {
+			t.Errorf("%s: %d bytes left in the coordinator's table after the conversion", tb, size)
+		}
+	}
 
 	// The dedup window catches a repeat pushed before the conversion.
 	dq := c.Queue("dedup")
