@@ -112,6 +112,7 @@ func countable(t *testing.T, pool *pgxpool.Pool) {
 // On plain PostgreSQL, Config.Citus makes Open fail with ErrNoCitus (and
 // the schema stays usable without it).
 func TestOpenCitusWithoutCitus(t *testing.T) {
+	skipOnLayout(t, "it needs a database without Citus")
 	url, schema := pgtest.URL(t), pgtest.Schema(t)
 	_, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
 		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})

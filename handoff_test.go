@@ -59,6 +59,7 @@ func handledOnce(t *testing.T, l *lingerLog, want []string, within time.Duration
 // the push holds the worker's slot): the message is handled exactly once,
 // in order, by this Consume or the next, and the stop lets the lease go.
 func TestConsumeHandOffRacesStop(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	var reserved atomic.Int64
 	var stopNow atomic.Pointer[func() error]
 	c := open(t, manual, queen.PopRescan(time.Hour), queen.TakeHook(func() {
@@ -117,6 +118,7 @@ func TestConsumeHandOffRacesStop(t *testing.T) {
 // second): the message is taken and handled promptly, exactly once, in
 // order, whichever wins.
 func TestConsumeHandOffRacesLingerEnd(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	var reserved atomic.Int64
 	c := open(t, manual, queen.PopRescan(time.Hour), queen.TakeHook(func() {
 		reserved.Add(1)
