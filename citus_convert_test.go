@@ -47,7 +47,16 @@ func newHeldSchema(t *testing.T, url string) *heldSchema {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{h.schema}.Sanitize()+" CASCADE"); err != nil {
+		// Citus's metadata locks can make two sessions' DDL deadlock (40P01):
+		// try again.
+		var err error
+		for range 5 {
+			if _, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{h.schema}.Sanitize()+" CASCADE"); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
 			t.Errorf("drop schema: %v", err)
 		}
 		pool.Close()
@@ -105,6 +114,12 @@ func newHeldSchema(t *testing.T, url string) *heldSchema {
 	if r[0].Status != queen.Scheduled {
 		t.Fatalf("scheduled push: %+v", r[0])
 	}
+	// Due while the lease on p2 still holds: moved on the layout.
+	r = push(t, q, queen.Item{Partition: "p4", TransactionID: "soon", Data: []byte("soon"), DeliverAt: h.leaseEnd.Add(-10 * time.Second)})
+	if r[0].Status != queen.Scheduled {
+		t.Fatalf("scheduled push: %+v", r[0])
+	}
+	h.want["p4"] = append(h.want["p4"], "soon")
 	if err := q.Pause(ctx, "paused"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +217,8 @@ func (h *heldSchema) check(t *testing.T, c *queen.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Scheduled != 1 {
-		t.Errorf("Status.Scheduled = %d, want the scheduled item", st.Scheduled)
+	if st.Scheduled < 1 {
+		t.Errorf("Status.Scheduled = %d, want the scheduled items", st.Scheduled)
 	}
 	for _, p := range st.Partitions {
 		for _, g := range p.Groups {
@@ -279,14 +294,14 @@ func (h *heldSchema) check(t *testing.T, c *queen.Client) {
 	n := 0
 	for range 100 {
 		msgs := pop(t, q, queen.PopOptions{Group: "paused", Batch: 100})
-		if len(msgs) == 0 && n == 24 {
+		if len(msgs) == 0 && n == 25 {
 			break
 		}
 		n += len(msgs)
 		ackAll(t, msgs)
 	}
-	if n != 24 {
-		t.Errorf("the resumed group read %d messages, want 24", n)
+	if n != 25 {
+		t.Errorf("the resumed group read %d messages, want 25", n)
 	}
 }
 
