@@ -50,6 +50,9 @@ func open(t testing.TB, mod ...func(*queen.Config)) *queen.Client {
 	for _, f := range mod {
 		f(&cfg)
 	}
+	if cfg.DatabaseURL != pgtest.URL(t) {
+		cfg.Citus = false // a test's own cluster: PostgreSQL
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := queen.Open(ctx, cfg)

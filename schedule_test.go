@@ -478,7 +478,6 @@ func TestScheduledHeldWhenQueueBecameEncrypted(t *testing.T) {
 // During an outage a scheduled item fails, saying it is not spooled; an
 // item for now in the same call is spooled as usual.
 func TestScheduleDuringOutageFails(t *testing.T) {
-	skipOnLayout(t, "it opens its own PostgreSQL, without Citus")
 	if testing.Short() {
 		t.Skip("fault test")
 	}
