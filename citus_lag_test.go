@@ -122,3 +122,43 @@ func testDistributedConsumerLag(t *testing.T, url string) {
 		}
 	}
 }
+
+// testDistributedSchedule: pushes with Item.DeliverAt on the distributed
+// layout, one due soon (a generation row) and one past the hour (a row of
+// scheduled) in one call: both scheduled, repeats duplicates of them, the
+// far one cancelled, the near one delivered once when due.
+func testDistributedSchedule(t *testing.T, url string) {
+	c, _, _ := openCitus(t, url, true)
+	ctx := ctxT(t)
+	q := c.Queue("sched")
+	items := func() []queen.Item {
+		return []queen.Item{
+			{Partition: "p", TransactionID: "near", Data: []byte("near"), DeliverAt: time.Now().Add(3 * time.Second)},
+			{Partition: "p", TransactionID: "far", Data: []byte("far"), DeliverAt: time.Now().Add(2 * time.Hour)},
+		}
+	}
+	first := push(t, q, items()...)
+	for _, r := range first {
+		if r.Status != queen.Scheduled {
+			t.Fatalf("scheduled push: %+v", r)
+		}
+	}
+	for i, r := range push(t, q, items()...) {
+		if r.Status != queen.Duplicate || r.MessageID != first[i].MessageID {
+			t.Errorf("repeat of %s: %+v, want a duplicate of %s", first[i].TransactionID, r, first[i].MessageID)
+		}
+	}
+	if n, err := q.CancelScheduled(ctx, []string{"far"}); err != nil || n != 1 {
+		t.Fatalf("CancelScheduled = %d, %v; want 1", n, err)
+	}
+	var got []string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(got) == 0; {
+		msgs := pop(t, q, queen.PopOptions{Batch: 10, Wait: time.Second})
+		got = append(got, datas(msgs)...)
+		ackAll(t, msgs)
+	}
+	got = append(got, datas(pop(t, q, queen.PopOptions{Batch: 10, Wait: 2 * time.Second}))...)
+	if fmt.Sprint(got) != "[near]" {
+		t.Fatalf("delivered %q, want the near item once", got)
+	}
+}

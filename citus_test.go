@@ -923,6 +923,7 @@ func TestOnCitus(t *testing.T) {
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
 	t.Run("DistributedConsumerLag", func(t *testing.T) { testDistributedConsumerLag(t, url) })
 	t.Run("DistributeHeldSchema", func(t *testing.T) { testDistributeHeldSchema(t, url) })
+	t.Run("DistributedSchedule", func(t *testing.T) { testDistributedSchedule(t, url) })
 	t.Run("DistributedMembersOfDeletedQueue", func(t *testing.T) { testMembersOfDeletedQueue(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
