@@ -100,6 +100,13 @@ func TestAckBatchAllOK(t *testing.T) {
 	pushN(t, q, "a", "a", 2)
 	pushN(t, q, "b", "b", 2)
 	msgs := pop(t, q, queen.PopOptions{Batch: 4, Partitions: 2})
+	if len(msgs) < 4 && onLayout() {
+		// A claim there takes one worker's partitions: a and b may lie on two.
+		msgs = append(msgs, pop(t, q, queen.PopOptions{Batch: 4, Partitions: 2})...)
+	}
+	if len(msgs) != 4 {
+		t.Fatalf("popped %q, want a's and b's", datas(msgs))
+	}
 	var reqs []queen.AckRequest
 	for _, m := range msgs {
 		reqs = append(reqs, queen.AckRequest{Message: m})

@@ -112,6 +112,7 @@ func countable(t *testing.T, pool *pgxpool.Pool) {
 // On plain PostgreSQL, Config.Citus makes Open fail with ErrNoCitus (and
 // the schema stays usable without it).
 func TestOpenCitusWithoutCitus(t *testing.T) {
+	skipOnLayout(t, "it needs a database without Citus")
 	url, schema := pgtest.URL(t), pgtest.Schema(t)
 	_, err := queen.Open(ctxT(t), queen.Config{DatabaseURL: url, Schema: schema, Citus: true,
 		Logger: pgtest.Logger(t), SpoolDir: t.TempDir()})
@@ -920,6 +921,9 @@ func TestOnCitus(t *testing.T) {
 		}
 	})
 	t.Run("DistributedConsume", func(t *testing.T) { testDistributedConsume(t, url) })
+	t.Run("DistributedConsumerLag", func(t *testing.T) { testDistributedConsumerLag(t, url) })
+	t.Run("DistributeHeldSchema", func(t *testing.T) { testDistributeHeldSchema(t, url) })
+	t.Run("DistributedSchedule", func(t *testing.T) { testDistributedSchedule(t, url) })
 	t.Run("DistributedMembersOfDeletedQueue", func(t *testing.T) { testMembersOfDeletedQueue(t, url) })
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })

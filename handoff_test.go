@@ -59,6 +59,7 @@ func handledOnce(t *testing.T, l *lingerLog, want []string, within time.Duration
 // the push holds the worker's slot): the message is handled exactly once,
 // in order, by this Consume or the next, and the stop lets the lease go.
 func TestConsumeHandOffRacesStop(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	var reserved atomic.Int64
 	var stopNow atomic.Pointer[func() error]
 	c := open(t, manual, queen.PopRescan(time.Hour), queen.TakeHook(func() {
@@ -117,6 +118,7 @@ func TestConsumeHandOffRacesStop(t *testing.T) {
 // second): the message is taken and handled promptly, exactly once, in
 // order, whichever wins.
 func TestConsumeHandOffRacesLingerEnd(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	var reserved atomic.Int64
 	c := open(t, manual, queen.PopRescan(time.Hour), queen.TakeHook(func() {
 		reserved.Add(1)
@@ -148,6 +150,7 @@ func TestConsumeHandOffRacesLingerEnd(t *testing.T) {
 // that returned Queued is handled exactly once (by a later client), in
 // order, and Close leaves no lease behind.
 func TestConsumeHandOffRacesClose(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	first := open(t, manual, queen.PopRescan(time.Hour))
 	schema := first.Schema()
 	push(t, first.Queue("q"), queen.Item{Partition: "p", Data: []byte("m0")})
@@ -294,6 +297,7 @@ func TestConsumeHandOffPushCancelled(t *testing.T) {
 // finds the lease not live, the linger ends, and the message is claimed
 // and handled once.
 func TestConsumeHandOffLeaseReleased(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	c := open(t, manual, queen.PopRescan(time.Hour))
 	q := c.Queue("q")
 	push(t, q, queen.Item{Partition: "p", Data: []byte("m0")})
@@ -381,6 +385,7 @@ func TestConsumeHandOffConcurrent(t *testing.T) {
 // retry backoff (attempt 2), as via pop_linger; the messages after it wait
 // for it. No pop_linger runs: each is handed over.
 func TestConsumeHandOffEncryptedHeadersRetry(t *testing.T) {
+	skipOnLayout(t, "the push hand-off (push_take) is off there by design")
 	c, tr := tracedClient(t, func(cfg *queen.Config) {
 		cfg.EncryptionKey = bytes.Repeat([]byte{7}, 32)
 	})

@@ -14,6 +14,7 @@ import (
 // removes. The delete is left uncommitted (holding its locks, its rows
 // deleted) until the Pop waits on it or ends.
 func TestPopRacingDeleteClaimsNothing(t *testing.T) {
+	skipOnLayout(t, "a lock shape: it waits for a pop blocked on the delete's uncommitted locks, which the layout's pop does not meet so")
 	for _, tc := range []struct {
 		name   string
 		group  string

@@ -16,6 +16,7 @@ import (
 // runs retention over every message of the partition, then lets the pop go
 // on.
 func TestPopRetentionDuringClaimLeavesNoEmptyLease(t *testing.T) {
+	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	c := open(t, manual)
 	q := configure(t, c, "q", queen.QueueOptions{Retention: time.Hour, LeaseTime: time.Hour})
 	s := func(table string) string { return pgx.Identifier{c.Schema(), table}.Sanitize() }

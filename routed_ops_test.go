@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 // agrees with the set-based form: the same moves, rows and samples, and a
 // deleted queue leaves nothing.
 func TestOpsRoutedMatchSetBased(t *testing.T) {
+	skipOnLayout(t, "it compares both forms on PostgreSQL; the set-based ones do not run on the layout")
 	type result struct {
 		Moves    []string
 		Status   []string
@@ -137,6 +140,12 @@ func TestOpsRoutedMatchSetBased(t *testing.T) {
 		lr, err := stmt.LagByGroup(ctx, stmt.New(schema), pool, true)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Neither statement orders its groups.
+		for _, rows := range [][]stmt.LagRow{ls, lr} {
+			slices.SortFunc(rows, func(a, b stmt.LagRow) int {
+				return strings.Compare(fmt.Sprint(a.Tenant, "/", a.Queue, "/", a.Group), fmt.Sprint(b.Tenant, "/", b.Queue, "/", b.Group))
+			})
 		}
 		if len(ls) != len(lr) {
 			t.Errorf("lag rows: %+v, routed %+v", ls, lr)

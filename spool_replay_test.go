@@ -27,9 +27,15 @@ func lockPartition(t testing.TB, c *queen.Client, partition string) (release fun
 	if err != nil {
 		t.Fatal(err)
 	}
+	// By id, a statement of its own: on the Citus layout a row lock runs
+	// on one shard only.
 	var id int64
 	if err := tx.QueryRow(ctx, "SELECT id FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
-		" WHERE name = $1 FOR UPDATE", partition).Scan(&id); err != nil {
+		" WHERE name = $1", partition).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{c.Schema(), "partitions"}.Sanitize()+
+		" WHERE id = $1 FOR UPDATE", id); err != nil {
 		t.Fatal(err)
 	}
 	done := false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -75,6 +76,12 @@ func distributeSQL(schema string) []string {
 	}
 	for _, t := range CitusReference {
 		s = append(s, fmt.Sprintf("SELECT create_reference_table('{{schema}}.%s')", t))
+	}
+	// Citus copies a table's rows into its shards and leaves them in the
+	// coordinator's table too, out of every query's sight: a second copy
+	// of every message, on the coordinator's disk, until truncated.
+	for _, t := range append(slices.Clone(CitusDistributed), CitusReference...) {
+		s = append(s, fmt.Sprintf("SELECT truncate_local_data_after_distributing_table('{{schema}}.%s')", t))
 	}
 	// The function layer's statements go one partition at a time from now.
 	s = append(s, "UPDATE {{schema}}.settings SET routed = true", customPlansSQL)
@@ -166,8 +173,23 @@ func Distributed(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, 
 
 // relayout brings a schema distributed by an earlier release to today's
 // layout: members, once a reference table, back to a plain table of the
-// coordinator (see CitusCoordinator). Nothing to do on a current layout.
+// coordinator (see CitusCoordinator), and the rows an earlier Distribute
+// left in the coordinator's tables truncated (see distributeSQL). Nothing
+// to do on a current layout.
 func relayout(ctx context.Context, conn *pgx.Conn, schema string) error {
+	for _, t := range append(slices.Clone(CitusDistributed), CitusReference...) {
+		var size int64
+		if err := conn.QueryRow(ctx, "SELECT pg_relation_size($1::regclass)", pgx.Identifier{schema, t}.Sanitize()).Scan(&size); err != nil {
+			return fmt.Errorf("sqlschema: distribute: %w", err)
+		}
+		if size == 0 {
+			continue
+		}
+		q := render(fmt.Sprintf("SELECT truncate_local_data_after_distributing_table('{{schema}}.%s')", t), schema)
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("sqlschema: distribute: %s: %w", q, err)
+		}
+	}
 	for _, t := range CitusCoordinator {
 		var ref bool
 		if err := conn.QueryRow(ctx, render(fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition

@@ -143,7 +143,7 @@ var changedSinceV5 = map[string]string{
 	// counted what Retention deleted unread as lag and the view did not.
 	"S.lag_messages(bigint,bigint,bigint)": "new: the one definition of lag in messages",
 	"S.lag_head(bigint,bigint,bigint)":     "new: the one definition of the oldest unread message's segment",
-	"consumer_lag":                         "reads lag_messages and lag_head",
+	"consumer_lag":                         "reads lag_messages, and lag_head spelled out as joins (Citus runs them)",
 	// What releasing a lease clears is said once, in lease_after.
 	"S.lease_after(boolean,bigint,uuid,text,timestamp with time zone)": "new: the lease columns after a settle",
 	"S.ack_many(bigint[],text[],uuid[],bigint[])":                      "releases the lease through lease_after",

@@ -376,7 +376,11 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Consumer lag per (queue, partition, group), for operators: messages and
--- seconds behind (age of the oldest unconsumed message).
+-- seconds behind (age of the oldest unconsumed message). lag_head is
+-- spelled out as max() then a join by key, one form for both layouts: on
+-- Citus a call of lag_head runs on the workers, where its own read of
+-- segments fails ("cannot execute a distributed query from a query on a
+-- shard"), and a correlated LIMIT is not pushed down; the join is, whole.
 CREATE OR REPLACE VIEW {{schema}}.consumer_lag AS
 SELECT q.tenant,
        q.name AS queue,
@@ -386,10 +390,13 @@ SELECT q.tenant,
        c.committed,
        {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) AS lag_messages,
        CASE WHEN {{schema}}.lag_messages(p.last_offset, c.committed, p.log_start) > 0 THEN
-           extract(epoch FROM clock_timestamp() - {{schema}}.lag_head(p.id, c.committed, p.log_start))
+           extract(epoch FROM clock_timestamp() - hs.created_at)
        ELSE 0 END AS lag_seconds,
        c.lease_owner,
        c.lease_expires_at
 FROM {{schema}}.consumers c
 JOIN {{schema}}.partitions p ON p.id = c.partition_id
-JOIN {{schema}}.queues q ON q.id = p.queue_id;
+JOIN {{schema}}.queues q ON q.id = p.queue_id
+LEFT JOIN LATERAL (SELECT max(s.base_offset) AS b FROM {{schema}}.segments s
+                   WHERE s.partition_id = p.id AND s.base_offset <= greatest(c.committed + 1, p.log_start)) hb ON true
+LEFT JOIN {{schema}}.segments hs ON hs.partition_id = p.id AND hs.base_offset = hb.b;

@@ -57,6 +57,11 @@ DECLARE
     v_enc    boolean;
     v_lanes  integer;
     v_new    bytea[];
+    v_rows   bytea[];
+    v_gens   bytea[];
+    v_other_gens bytea[];
+    v_dup_h  bytea[];
+    v_dup_id uuid[];
 BEGIN
     IF coalesce(cardinality(p_due), 0) <> n OR coalesce(cardinality(p_hashes), 0) <> n
        OR coalesce(cardinality(p_ids), 0) <> n OR coalesce(cardinality(p_flags), 0) <> n
@@ -106,44 +111,61 @@ BEGIN
     -- a generation row above the watermark) is a duplicate; so is one a
     -- schedule in flight writes to the same table, which the insert's
     -- conflict waits for. A failed message's retry copy waiting in
-    -- scheduled is not one (see scheduled_queue_hash_idx).
+    -- scheduled is not one (see scheduled_queue_hash_idx). Each table is
+    -- read in a statement of its own, before the inserts: on Citus,
+    -- scheduled is a reference table and scheduled_gen a table of the
+    -- coordinator, which it joins in no statement, nor reads in a
+    -- subquery correlated with unnest. Nothing that could change these
+    -- reads commits between them and the inserts: a schedule that may
+    -- write scheduled holds the state row alone, and the others write
+    -- the current generation, whose conflicts the insert waits for.
+    SELECT coalesce(array_agg(s.hash), '{}') INTO v_rows
+    FROM {{schema}}.scheduled s
+    WHERE s.queue_id = v_qid AND s.hash = ANY (p_hashes) AND s.failures = 0;
+    SELECT coalesce(array_agg(o.hash), '{}'), coalesce(array_agg(o.hash) FILTER (WHERE o.gen <> v_gen), '{}')
+    INTO v_gens, v_other_gens
+    FROM {{schema}}.scheduled_gen o
+    WHERE o.queue_id = v_qid AND o.hash = ANY (p_hashes) AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id);
     WITH ins AS (
         INSERT INTO {{schema}}.scheduled_gen AS g (gen, id, queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
         SELECT v_gen, nextval('{{schema}}.scheduled_id_seq'), v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
         FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
         WHERE u.d > v_wm_due AND u.d < v_far
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled s WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0)
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled_gen o
-                          WHERE o.queue_id = v_qid AND o.hash = u.h AND o.gen <> v_gen
-                            AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id))
+          AND NOT u.h = ANY (v_rows) AND NOT u.h = ANY (v_other_gens)
         -- A row of this generation with the hash that has moved is reused.
         ON CONFLICT (queue_id, hash, gen) DO UPDATE
         SET id = EXCLUDED.id, partition_name = EXCLUDED.partition_name, due_at = EXCLUDED.due_at,
             message_id = EXCLUDED.message_id, flags = EXCLUDED.flags, lanes = EXCLUDED.lanes, blob = EXCLUDED.blob
         WHERE ROW(g.due_at, g.id) <= ROW(v_wm_due, v_wm_id)
         RETURNING g.hash
-    ), ins_row AS (
-        INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
-        SELECT v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
-        FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
-        WHERE v_excl AND NOT (u.d > v_wm_due AND u.d < v_far)
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.scheduled_gen o
-                          WHERE o.queue_id = v_qid AND o.hash = u.h AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id))
-        ON CONFLICT (queue_id, hash) WHERE failures = 0 DO NOTHING
-        RETURNING hash
     )
-    SELECT coalesce(array_agg(a.hash), '{}') INTO v_new FROM (SELECT hash FROM ins UNION ALL SELECT hash FROM ins_row) a;
-    -- A later statement, so the rows of duplicates committed while the
-    -- insert waited are in its snapshot.
+    SELECT coalesce(array_agg(hash), '{}') INTO v_new FROM ins;
+    IF v_excl THEN
+        WITH ins_row AS (
+            INSERT INTO {{schema}}.scheduled (queue_id, partition_name, due_at, hash, message_id, flags, lanes, blob)
+            SELECT v_qid, u.p, u.d, u.h, u.i, u.f, u.l, u.b
+            FROM unnest(p_partitions, p_due, p_hashes, p_ids, p_flags, p_lanes, p_blobs) AS u(p, d, h, i, f, l, b)
+            WHERE NOT (u.d > v_wm_due AND u.d < v_far) AND NOT u.h = ANY (v_gens)
+            ON CONFLICT (queue_id, hash) WHERE failures = 0 DO NOTHING
+            RETURNING hash
+        )
+        SELECT v_new || coalesce(array_agg(hash), '{}') INTO v_new FROM ins_row;
+    END IF;
+    -- Later statements, so the rows of duplicates committed while the
+    -- inserts waited are in their snapshots.
+    SELECT coalesce(array_agg(s.hash), '{}'), coalesce(array_agg(s.message_id), '{}') INTO v_dup_h, v_dup_id
+    FROM {{schema}}.scheduled s
+    WHERE s.queue_id = v_qid AND s.hash = ANY (p_hashes) AND s.failures = 0;
+    SELECT v_dup_h || coalesce(array_agg(g.hash), '{}'), v_dup_id || coalesce(array_agg(g.message_id), '{}')
+    INTO v_dup_h, v_dup_id
+    FROM (SELECT DISTINCT ON (o.hash) o.hash, o.message_id FROM {{schema}}.scheduled_gen o
+          WHERE o.queue_id = v_qid AND o.hash = ANY (p_hashes) AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id)
+          ORDER BY o.hash) g;
     RETURN QUERY
     SELECT u.o::integer,
            CASE WHEN nw.h IS NULL THEN 1 ELSE 0 END,
            CASE WHEN nw.h IS NULL THEN
-               coalesce((SELECT s.message_id FROM {{schema}}.scheduled s
-                         WHERE s.queue_id = v_qid AND s.hash = u.h AND s.failures = 0),
-                        (SELECT o.message_id FROM {{schema}}.scheduled_gen o
-                         WHERE o.queue_id = v_qid AND o.hash = u.h AND ROW(o.due_at, o.id) > ROW(v_wm_due, v_wm_id)
-                         LIMIT 1))
+               (SELECT d.id FROM unnest(v_dup_h, v_dup_id) WITH ORDINALITY AS d(h, id, k) WHERE d.h = u.h ORDER BY d.k LIMIT 1)
            END
     FROM unnest(p_hashes) WITH ORDINALITY AS u(h, o)
     LEFT JOIN unnest(v_new) AS nw(h) ON nw.h = u.h

@@ -1,0 +1,4 @@
+package sqlschema
+
+// DistributeSQL exposes distributeSQL to the external tests.
+var DistributeSQL = distributeSQL
