@@ -12,7 +12,8 @@ import (
 // operator would, popping until a pop comes back empty. An empty pop
 // means the group has nothing left to claim: each group has read every
 // message by then, though partitions read by the groups before it (and by
-// itself) crowd the ready set that its pops' windows sample.
+// itself) crowd the ready set that its pops' windows sample (a read
+// partition leaves it only once its last write is 2 s old).
 func TestEmptyPopMeansDrained(t *testing.T) {
 	c := open(t, func(c *queen.Config) { c.Maintenance.Interval = -1 })
 	drainEachInTurn(t, c.Queue("turns"), 1000)

@@ -187,6 +187,43 @@ BEGIN
 END
 $$;
 
+-- What group p_group of queue p_qid can claim at p_now, up to p_win ids of
+-- the ready set and as many of the group's backlog: partitions that hold
+-- messages past the group's cursor (or that it has no cursor on yet), with
+-- no live lease, no retry or parking still to wait. pop reads it only when
+-- its windows claimed nothing and did not cover the set: read partitions
+-- stay in the set until an upkeep finds them caught up (not within 2 s of
+-- their last write), so windows of the set alone can miss the few a group
+-- still lags on. A walk of the pending index, a cursor probe each.
+CREATE OR REPLACE FUNCTION {{schema}}.lag_window(p_qid bigint, p_group text, p_win integer, p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN ARRAY(SELECT p.id FROM {{schema}}.partitions p
+                 LEFT JOIN {{schema}}.consumers c ON c.partition_id = p.id AND c.group_name = p_group
+                 WHERE p.queue_id BETWEEN p_qid AND p_qid AND p.pending AND p.last_offset >= p.log_start
+                   AND (c.partition_id IS NULL
+                        OR (p.last_offset > c.committed
+                            AND (c.batch_end IS NULL OR c.lease_expires_at <= p_now)
+                            AND (c.retry_at IS NULL OR c.retry_at <= p_now)
+                            AND (c.idle_until IS NULL OR c.idle_until <= p_now
+                                 OR p.last_offset > coalesce(c.idle_seen, p.last_offset))))
+                 ORDER BY p.queue_id, p.id LIMIT p_win)
+        || ARRAY(SELECT b.partition_id FROM {{schema}}.backlog b
+                 JOIN {{schema}}.partitions p ON p.id = b.partition_id
+                 LEFT JOIN {{schema}}.consumers c ON c.partition_id = b.partition_id AND c.group_name = p_group
+                 WHERE b.queue_id BETWEEN p_qid AND p_qid AND b.group_name BETWEEN p_group AND p_group
+                   AND NOT p.pending AND p.last_offset >= p.log_start
+                   AND (c.partition_id IS NULL
+                        OR (p.last_offset > c.committed
+                            AND (c.batch_end IS NULL OR c.lease_expires_at <= p_now)
+                            AND (c.retry_at IS NULL OR c.retry_at <= p_now)
+                            AND (c.idle_until IS NULL OR c.idle_until <= p_now
+                                 OR p.last_offset > coalesce(c.idle_seen, p.last_offset))))
+                 ORDER BY b.queue_id, b.group_name, b.partition_id LIMIT p_win);
+END
+$$;
+
 -- One read of window p_ids for group p_group of queue p_qid (window
 -- buffer p_window_ms, delay p_delay_ms): the claimable partitions (something
 -- retained after the cursor, no live lease, the window buffer passed, the
@@ -573,14 +610,18 @@ BEGIN
 
     -- Up to two passes: the first over a window sized to the claim, the
     -- second, only if the first claimed less than asked and did not see the
-    -- whole ready set, over a wider one. On the routed layout, when both
-    -- claimed nothing and did not see it all, passes over what the group
-    -- can claim (lag_window_routed), one worker's at a time: an empty pop
-    -- has then looked at everything the group lags on.
+    -- whole ready set, over a wider one. When both claimed nothing and
+    -- did not see it all, a pass over what the group can claim (lag_window;
+    -- on the routed layout lag_window_routed, one worker's at a time): an
+    -- empty pop has then looked at everything the group lags on.
     v_pass := 0;
     LOOP
         v_pass := v_pass + 1;
-        IF p_partition IS NULL AND v_q.routed AND v_pass >= 3 THEN
+        IF p_partition IS NULL AND NOT v_q.routed AND v_pass >= 3 THEN
+            v_pend := {{schema}}.lag_window(v_q.id, p_group, 256, v_now);
+            v_rest := false;
+            v_full := false;
+        ELSIF p_partition IS NULL AND v_q.routed AND v_pass >= 3 THEN
             IF v_pass = 3 THEN
                 v_grp12 := v_grp;
                 v_lag := {{schema}}.lag_window_routed(v_q.id, p_group, 256, v_now);
@@ -697,7 +738,7 @@ BEGIN
         -- tries another's next; past the second pass, only while nothing
         -- was claimed, and the lag window's workers one by one.
         IF v_pass = 2 THEN
-            EXIT WHEN NOT (v_q.routed AND v_claimed = 0 AND (v_full OR v_rest));
+            EXIT WHEN NOT (v_claimed = 0 AND (v_full OR v_rest));
         ELSE
             EXIT WHEN NOT (v_full OR (v_rest AND v_claimed = 0)) OR v_pass >= 16;
         END IF;
