@@ -862,13 +862,14 @@ func (r *run) finalDrain(ctx context.Context, admin *queen.Client) int {
 					}
 					empty++
 					if empty == 2 && r.citus && (lagSince.IsZero() || time.Since(lagSince) < 30*time.Second) {
-						// An empty pop on the distributed layout is no proof
-						// that the group has read everything (a pop looks at
-						// a window of the ready set, and read partitions
-						// leave it 16 a pop): the drain goes on for up to 30 s
-						// while the group's cursors show lag (which a paused
-						// group of an extra queue may show for good); then
-						// the checker judges what is left.
+						// An empty pop means nothing left to claim (a pop
+						// whose windows missed reads what the group lags
+						// on), but the layout's slow claims make a drain
+						// the place a miss would show: the drain goes on for
+						// up to 30 s while the group's cursors show lag
+						// (which a paused group of an extra queue may show
+						// for good), logs it, and the checker judges what
+						// is left.
 						if n := r.lagging(ctx, q, g); n > 0 {
 							if lagSince.IsZero() {
 								lagSince = time.Now()
