@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -928,6 +929,7 @@ func TestOnCitus(t *testing.T) {
 	t.Run("DistributedDeleteRacesPush", func(t *testing.T) { testDistributedDeleteRacesPush(t, url) })
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
 	t.Run("DistributedGroupsDrainInTurn", func(t *testing.T) { testDistributedGroupsDrainInTurn(t, url) })
+	t.Run("DistributedFirstContactsAtOnce", func(t *testing.T) { testDistributedFirstContactsAtOnce(t, url) })
 
 	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
 
@@ -1587,4 +1589,59 @@ func testMembersOfDeletedQueue(t *testing.T, url string) {
 func testDistributedGroupsDrainInTurn(t *testing.T, url string) {
 	c, _, _ := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
 	drainEachInTurn(t, c.Queue("turns"), 1500)
+}
+
+// testDistributedFirstContactsAtOnce: on the layout a first contact writes
+// reference tables (the group's subscription), whose shards Citus locks on
+// every node, so several groups' first pops at once can meet as a
+// deadlock (40P01). Each such claim rolled back whole: Pop runs it again
+// rather than fail the caller.
+func testDistributedFirstContactsAtOnce(t *testing.T, url string) {
+	c, pool, _ := openCitus(t, url, true, func(c *queen.Config) { c.Maintenance.Interval = -1 })
+	// Deadlocks anywhere on the cluster: a pop runs an aborted claim again,
+	// so its errors alone would not show them; the scheduled mover, idle
+	// here, only logs its own.
+	deadlocks := func() (n int64) {
+		t.Helper()
+		time.Sleep(1500 * time.Millisecond) // backends flush their counts within a second
+		if err := pool.QueryRow(ctxT(t), `SELECT (SELECT deadlocks FROM pg_stat_database WHERE datname = current_database())
+			+ (SELECT coalesce(sum(result::bigint), 0) FROM run_command_on_workers(
+			     format('SELECT deadlocks FROM pg_stat_database WHERE datname = %L', current_database())))`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := deadlocks()
+	q := c.Queue("contacts")
+	items := make([]queen.Item, 64)
+	for i := range items {
+		items[i] = queen.Item{Partition: fmt.Sprintf("p%02d", i), Data: []byte("x")}
+	}
+	push(t, q, items...)
+	const rounds, groups = 6, 8
+	var failed atomic.Int64
+	for r := range rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range groups {
+			wg.Go(func() {
+				<-start
+				msgs, err := q.Pop(ctxT(t), queen.PopOptions{Group: fmt.Sprintf("r%d-g%d", r, g), Batch: 1, Partitions: 4})
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("round %d, group %d: first Pop: %v", r, g, err)
+					return
+				}
+				if len(msgs) == 0 {
+					t.Errorf("round %d, group %d: first Pop found nothing of 64 partitions", r, g)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	t.Logf("%d of %d first pops failed", failed.Load(), rounds*groups)
+	if n := deadlocks() - before; n != 0 {
+		t.Errorf("%d deadlocks on the cluster during %d first contacts", n, rounds*groups)
+	}
 }

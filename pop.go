@@ -201,28 +201,41 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	// would stall the partition until expiry, an auto-ack would lose data.
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
-	var db interface {
-		Query(context.Context, string, ...any) (pgx.Rows, error)
-	} = e.pool
-	var tx pgx.Tx
-	if inTx {
-		var err error
-		if tx, err = e.pool.Begin(qctx); err != nil {
-			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
-		}
-		defer func() {
+	var (
+		tx pgx.Tx
+		d  *popDecoder
+	)
+	rollback := func() {
+		if tx != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 			_ = tx.Rollback(rctx) // after the commit, a no-op
 			cancel()
-		}()
-		db = tx
+		}
 	}
-	d := &popDecoder{q: q, o: o, dm: dm}
-	err := stmt.Pop(qctx, e.csql, db, stmt.PopParams{
-		Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
-		Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
-		AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from, Keyed: o.keyed,
-	}, d.row)
+	defer func() { rollback() }()
+	// On the Citus layout a claim that writes reference tables (a first
+	// contact's cursors, dead letters) can be aborted as a deadlock; it
+	// rolled back whole, having delivered nothing, so it runs again.
+	err := e.onLayout(qctx, func() error {
+		var db interface {
+			Query(context.Context, string, ...any) (pgx.Rows, error)
+		} = e.pool
+		rollback()
+		tx = nil
+		if inTx {
+			var err error
+			if tx, err = e.pool.Begin(qctx); err != nil {
+				return err
+			}
+			db = tx
+		}
+		d = &popDecoder{q: q, o: o, dm: dm}
+		return stmt.Pop(qctx, e.csql, db, stmt.PopParams{
+			Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
+			Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
+			AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from, Keyed: o.keyed,
+		}, d.row)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
@@ -534,7 +547,11 @@ func (q *Queue) deadLetterUndecodable(ctx context.Context, o *PopOptions, p *pop
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.StatementTimeout)
 	defer cancel()
-	ok, err := stmt.PopDeadLetter(dctx, e.csql, e.pool, in)
+	var ok bool
+	err := e.onLayout(dctx, func() (err error) {
+		ok, err = stmt.PopDeadLetter(dctx, e.csql, e.pool, in)
+		return err
+	})
 	if err == nil && !ok {
 		err = ErrLeaseLost
 		if o.AutoAck {

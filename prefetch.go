@@ -146,12 +146,15 @@ func (c *consumer) claimAhead(b *consumeBatch, through int64) (rows []stmt.PopRo
 	m := b.msgs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
 	defer cancel()
-	err := stmt.PopAhead(ctx, e.csql, e.pool, stmt.PopAheadParams{
-		Lease: m.leaseOf(), Through: through, Max: c.po.Batch, LeaseTime: m.leaseDur,
-	}, func(r *stmt.PopRow) error {
-		// The row is reused, the slices in it are not: a copy keeps them.
-		rows = append(rows, *r)
-		return nil
+	err := e.onLayout(ctx, func() error {
+		rows = rows[:0]
+		return stmt.PopAhead(ctx, e.csql, e.pool, stmt.PopAheadParams{
+			Lease: m.leaseOf(), Through: through, Max: c.po.Batch, LeaseTime: m.leaseDur,
+		}, func(r *stmt.PopRow) error {
+			// The row is reused, the slices in it are not: a copy keeps them.
+			rows = append(rows, *r)
+			return nil
+		})
 	})
 	if err != nil {
 		e.log.Warn("queen: consume: claim ahead failed", "queue", q.name, "partition", m.Partition, "err", err)
@@ -218,8 +221,12 @@ func (c *consumer) cutAhead(b, nb *consumeBatch, dead int64) *consumeBatch {
 	m := b.msgs[0]
 	cut := dead - 1
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.StatementTimeout)
-	ok, err := stmt.PopDeadLetter(ctx, e.csql, e.pool, stmt.PopDeadLetterParams{
-		Partition: m.pid, Group: c.po.Group, Lease: &m.lease, Cut: &cut})
+	var ok bool
+	err := e.onLayout(ctx, func() (err error) {
+		ok, err = stmt.PopDeadLetter(ctx, e.csql, e.pool, stmt.PopDeadLetterParams{
+			Partition: m.pid, Group: c.po.Group, Lease: &m.lease, Cut: &cut})
+		return err
+	})
 	cancel()
 	if err != nil || !ok {
 		e.log.Warn("queen: consume: could not shorten a lease before an undecodable message", "queue", q.name,

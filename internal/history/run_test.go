@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1517,6 +1518,24 @@ func histResults(rs []queen.PushResult) []history.Result {
 	return out
 }
 
+// slowPushDumped: the first Push of this process to outlive 8 s leaves
+// its goroutines in a file, so that a push-error can be run down after the
+// run (the history says when, not where it waited).
+var slowPushDumped atomic.Bool
+
+func dumpSlowPush(proc, queue string) {
+	if !slowPushDumped.CompareAndSwap(false, true) {
+		return
+	}
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("queen-slowpush-%d-%s.txt", os.Getpid(), time.Now().UTC().Format("150405.000")))
+	head := fmt.Sprintf("proc %s, queue %s: a Push still running after 8 s\n\n", proc, queue)
+	if err := os.WriteFile(name, append([]byte(head), buf...), 0o644); err == nil {
+		fmt.Fprintf(os.Stderr, "history: slow push dumped to %s\n", name)
+	}
+}
+
 func (w *worker) push(ctx context.Context) {
 	q := w.queue()
 	items := w.items(q)
@@ -1526,7 +1545,9 @@ func (w *worker) push(ctx context.Context) {
 	// takes 10 s is.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	slow := time.AfterFunc(8*time.Second, func() { dumpSlowPush(w.proc, q) })
 	res, err := w.c.Queue(q).Push(pctx, items)
+	slow.Stop()
 	if err != nil {
 		w.rec.Done(inv, history.Info, history.Event{Err: err.Error()})
 		return

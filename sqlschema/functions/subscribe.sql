@@ -156,13 +156,17 @@ BEGIN
     END IF;
     PERFORM 1 FROM {{schema}}.subscriptions WHERE queue_id = p_qid AND group_name = p_group;
     IF NOT FOUND THEN
+        -- Waits only for clears and completed-retention steps in flight,
+        -- which never wait themselves, and for other first contacts of the
+        -- queue. Taken before the queue's row: on Citus that row's lock
+        -- and the subscription's insert lock the reference tables' shards
+        -- on every node in two modes, so two first contacts interleaving
+        -- there deadlock (40P01); one at a time, they cannot.
+        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
         PERFORM 1 FROM {{schema}}.queues WHERE id = p_qid FOR KEY SHARE;
         IF NOT FOUND THEN
             RETURN false;
         END IF;
-        -- Waits only for clears and completed-retention steps in flight,
-        -- which never wait themselves.
-        PERFORM pg_advisory_xact_lock(hashtextextended('queen/{{schema_name}}/contact/' || p_qid, 0));
         INSERT INTO {{schema}}.subscriptions (queue_id, group_name, mode, from_time, created_at, seed_after)
         VALUES (p_qid, p_group, p_mode, p_from, clock_timestamp(), CASE WHEN p_mode = 'new' THEN NULL ELSE '' END)
         ON CONFLICT DO NOTHING;
