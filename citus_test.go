@@ -930,6 +930,7 @@ func TestOnCitus(t *testing.T) {
 	t.Run("DistributedFirstContactWide", func(t *testing.T) { testDistributedFirstContactWide(t, url) })
 	t.Run("DistributedGroupsDrainInTurn", func(t *testing.T) { testDistributedGroupsDrainInTurn(t, url) })
 	t.Run("DistributedFirstContactsAtOnce", func(t *testing.T) { testDistributedFirstContactsAtOnce(t, url) })
+	t.Run("DistributedScheduleTimeoutNotStored", func(t *testing.T) { testDistributedScheduleTimeoutNotStored(t, url) })
 
 	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
 
@@ -1643,5 +1644,45 @@ func testDistributedFirstContactsAtOnce(t *testing.T, url string) {
 	t.Logf("%d of %d first pops failed", failed.Load(), rounds*groups)
 	if n := deadlocks() - before; n != 0 {
 		t.Errorf("%d deadlocks on the cluster during %d first contacts", n, rounds*groups)
+	}
+}
+
+// testDistributedScheduleTimeoutNotStored: a scheduled item reported
+// Failed after its statement outlived StatementTimeout (here waiting on
+// the schedule's state row) must not be stored once what it waited on
+// lets go: Failed means not stored.
+func testDistributedScheduleTimeoutNotStored(t *testing.T, url string) {
+	c, pool, schema := openCitus(t, url, true, func(c *queen.Config) {
+		c.Maintenance.Interval = -1
+		c.StatementTimeout = 700 * time.Millisecond
+	})
+	q := c.Queue("schedwait")
+	push(t, q, queen.Item{Data: []byte("before")})
+	tx, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{schema, "scheduled_state"}.Sanitize()+" FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	var txns []string
+	for _, ahead := range []time.Duration{10 * time.Minute, 2 * time.Hour} {
+		txn := "later-" + ahead.String()
+		txns = append(txns, txn)
+		res, err := q.Push(ctxT(t), []queen.Item{{Data: []byte("later"), DeliverAt: time.Now().Add(ahead), TransactionID: txn}})
+		if err != nil {
+			t.Fatalf("%s ahead: %v", ahead, err)
+		}
+		if res[0].Status != queen.Failed {
+			t.Fatalf("%s ahead: %+v, want Failed while the state row is held", ahead, res[0])
+		}
+	}
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if n, err := q.CancelScheduled(ctxT(t), txns); err != nil || n != 0 {
+		t.Fatalf("items reported Failed: %d of %d found scheduled once the lock was released (%v)", n, len(txns), err)
 	}
 }

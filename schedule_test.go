@@ -586,10 +586,13 @@ func TestScheduleWaitingOnALockFails(t *testing.T) {
 	if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+pgx.Identifier{c.Schema(), "scheduled_state"}.Sanitize()+" FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
+	var txns []string
 	for _, ahead := range []time.Duration{10 * time.Minute, 2 * time.Hour} { // FOR SHARE, FOR NO KEY UPDATE
+		txn := "later-" + ahead.String()
+		txns = append(txns, txn)
 		res, took, err := pushTimed(t, q, 20*time.Second,
 			queen.Item{Data: []byte("now")},
-			queen.Item{Data: []byte("later"), DeliverAt: time.Now().Add(ahead)})
+			queen.Item{Data: []byte("later"), DeliverAt: time.Now().Add(ahead), TransactionID: txn})
 		if err != nil {
 			t.Fatalf("%s ahead: %v", ahead, err)
 		}
@@ -602,5 +605,14 @@ func TestScheduleWaitingOnALockFails(t *testing.T) {
 		if took > 5*time.Second {
 			t.Errorf("%s ahead: Push took %s with a 500ms StatementTimeout", ahead, took)
 		}
+	}
+	// Failed means not stored: the statements that waited on the lock must
+	// not go on to commit once it is released.
+	if err := tx.Rollback(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n, err := q.CancelScheduled(ctxT(t), txns); err != nil || n != 0 {
+		t.Fatalf("items reported Failed: %d of %d found scheduled once the lock was released (%v)", n, len(txns), err)
 	}
 }
