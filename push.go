@@ -201,9 +201,14 @@ func laneOf(key string, lanes int32) string {
 //
 // Items with an Item.DeliverAt ahead are Scheduled: held aside and appended
 // to their partitions when due (see Item.DeliverAt). They are written in a
-// statement of their own, before the call's other items, and are not
-// spooled: when the database does not answer they are Failed, while the
-// call's other items are Buffered as below.
+// transaction of their own, before the call's other items, and are not
+// spooled: when the database does not answer within StatementTimeout they
+// are Failed (not stored: the transaction is committed only once its
+// statement answered), while the call's other items are Buffered as below.
+// Should the commit itself go unanswered, the call asks again by their
+// transaction ids for up to twice StatementTimeout, and if the database
+// still does not tell, Push fails with an error saying their outcome is
+// unknown.
 //
 // When PostgreSQL is down, or in maintenance mode, items go to the disk
 // spool and are Buffered, after at most about Config.StatementTimeout plus

@@ -166,9 +166,12 @@ func (q *Queue) schedule(ctx context.Context, items []Item) ([]PushResult, error
 		}
 		retry, err := q.scheduleBatch(ctx, items, b)
 		b.release()
+		var unknown *unknownOutcome
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.As(err, &unknown):
+			return nil, err
 		case err != nil:
 			return failAll(b.results, items, err), nil
 		case retry && attempt < 2:
@@ -182,6 +185,16 @@ func (q *Queue) schedule(ctx context.Context, items []Item) ([]PushResult, error
 		return b.results, nil
 	}
 }
+
+// unknownOutcome: whether a scheduled item was stored is unknown (its
+// commit was sent and not answered, and asking again did not tell).
+type unknownOutcome struct{ err error }
+
+func (u *unknownOutcome) Error() string {
+	return "queen: schedule: whether the scheduled items were stored is unknown (their commit was not answered): " + u.err.Error()
+}
+
+func (u *unknownOutcome) Unwrap() error { return u.err }
 
 // isPassedByMove reports schedule_items' SQLSTATE QN004: a move passed
 // an item's due time while the call waited for it, and nothing was
@@ -252,19 +265,62 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 	// waiting on a lock (on the Citus layout, a reference-table write
 	// waiting for a node) fails the items after StatementTimeout, as an
 	// outage does, instead of holding the Push until its caller gives up.
-	schedule := func() ([]stmt.ScheduleRow, error) {
+	// Failed must mean not stored, so the statement runs in a transaction
+	// committed only once it answered: one that outlived the timeout is
+	// never committed (a statement on its own can commit after its caller
+	// stopped waiting). Only the commit's answer can be lost (unknown).
+	schedule := func() (rows []stmt.ScheduleRow, unknown bool, err error) {
 		sctx, cancel := context.WithTimeout(ctx, e.cfg.StatementTimeout)
 		defer cancel()
-		return stmt.Schedule(sctx, e.sql, e.pool, p)
+		tx, err := e.pool.Begin(sctx)
+		if err != nil {
+			return nil, false, err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = tx.Rollback(rctx) // after the commit, a no-op
+			cancel()
+		}()
+		if rows, err = stmt.Schedule(sctx, e.sql, tx, p); err != nil {
+			return nil, false, err
+		}
+		if err = tx.Commit(sctx); err != nil {
+			var pgErr *pgconn.PgError
+			return nil, !errors.As(err, &pgErr), err
+		}
+		return rows, false, nil
 	}
-	rows, err := schedule()
-	for try := 0; err != nil && isPassedByMove(err) && try < 3; try++ {
+	rows, unknown, err := schedule()
+	var askUntil time.Time
+	for try := 0; err != nil && ctx.Err() == nil && (unknown || isPassedByMove(err) && try < 3); try++ {
+		if unknown {
+			// The commit's answer was lost: ask again, for up to twice
+			// StatementTimeout, until the database tells (the call is
+			// idempotent by transaction id: what the lost commit stored
+			// comes back as a duplicate of its own id).
+			if askUntil.IsZero() {
+				askUntil = time.Now().Add(2 * e.cfg.StatementTimeout)
+			} else if time.Now().After(askUntil) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(50*time.Millisecond<<min(try, 5), time.Second)):
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
 		// A move passed an item while the call waited for it; nothing was
 		// written. Called again, the call takes the lock that lets it
 		// write such items (see schedule_items).
-		rows, err = schedule()
+		rows, unknown, err = schedule()
 	}
 	if err != nil {
+		if unknown {
+			// Neither Scheduled nor Failed can be said: the call fails.
+			return false, &unknownOutcome{err}
+		}
 		return false, err
 	}
 	if len(rows) == 1 && rows[0].Ord == 0 {
@@ -283,6 +339,12 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 		case scheduleQueued:
 			res.Status = Scheduled
 		case scheduleDuplicate:
+			if r.DupID != nil && *r.DupID == b.slab[i].ID {
+				// Stored by this call's own earlier attempt, whose commit's
+				// answer was lost.
+				res.Status = Scheduled
+				break
+			}
 			res.Status = Duplicate
 			res.MessageID = uuid.Nil
 			if r.DupID != nil {

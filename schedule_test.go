@@ -616,3 +616,76 @@ func TestScheduleWaitingOnALockFails(t *testing.T) {
 		t.Fatalf("items reported Failed: %d of %d found scheduled once the lock was released (%v)", n, len(txns), err)
 	}
 }
+
+// A scheduled item's outcome is what the database did: where its commit
+// outlives StatementTimeout (here it waits for a synchronous standby,
+// after committing locally, as a commit whose answer is lost does), the
+// item is never reported Failed while it is stored. The call asks again,
+// by the item's transaction id: Scheduled once the database answers, and
+// an error saying the outcome is unknown if it does not.
+func TestScheduleCommitOutlivingTimeoutIsNotFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault test")
+	}
+	cl := pgtest.NewCluster(t, pgcluster.Options{})
+	c := open(t, func(cfg *queen.Config) {
+		cfg.DatabaseURL, cfg.Schema, cfg.StatementTimeout = cl.URL, "syncwait", 500*time.Millisecond
+		cfg.Maintenance.Interval = -1
+	})
+	q := c.Queue("q")
+	push(t, q, queen.Item{Data: []byte("before")}) // the queue exists
+	setStandby := func(names string) {
+		t.Helper()
+		if _, err := c.Pool().Exec(ctxT(t), "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Pool().Exec(ctxT(t), "SELECT pg_reload_conf()"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	stored := func(txn string) int {
+		t.Helper()
+		n, err := q.CancelScheduled(ctxT(t), []string{txn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// The standby never comes: the call cannot tell, and says so.
+	setStandby("nobody")
+	res, _, err := pushTimed(t, q, 10*time.Second,
+		queen.Item{Data: []byte("later"), DeliverAt: time.Now().Add(time.Hour), TransactionID: "w1"})
+	setStandby("")
+	if err == nil {
+		t.Fatalf("commit never answered: %+v, want the call to fail with the outcome unknown", res[0])
+	}
+	if !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("commit never answered: %v, want an error saying the outcome is unknown", err)
+	}
+
+	// The standby comes back while the call asks again: Scheduled, stored.
+	setStandby("nobody")
+	type out struct {
+		res []queen.PushResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := q.Push(ctxT(t), []queen.Item{{Data: []byte("later"), DeliverAt: time.Now().Add(time.Hour), TransactionID: "w2"}})
+		done <- out{res, err}
+	}()
+	time.Sleep(700 * time.Millisecond) // past the first commit's timeout
+	setStandby("")
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.res[0].Status != queen.Scheduled {
+		t.Fatalf("%+v, want Scheduled", o.res[0])
+	}
+	if n := stored("w2"); n != 1 {
+		t.Fatalf("reported Scheduled, %d stored", n)
+	}
+}
