@@ -661,7 +661,8 @@ func TestScheduleCommitOutlivingTimeoutIsNotFailed(t *testing.T) {
 	if err == nil {
 		t.Fatalf("commit never answered: %+v, want the call to fail with the outcome unknown", res[0])
 	}
-	if !strings.Contains(err.Error(), "unknown") {
+	// The history checker recognizes these words (history.ScheduledOutcomeUnknown).
+	if !strings.Contains(err.Error(), "whether the scheduled items were stored is unknown") {
 		t.Fatalf("commit never answered: %v, want an error saying the outcome is unknown", err)
 	}
 

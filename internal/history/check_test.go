@@ -42,6 +42,24 @@ func st(log ...Stored) State {
 
 func kinds(vs []Violation) map[string]int { return Counts(vs) }
 
+// A push whose scheduled items' commit went unanswered fails saying their
+// outcome is unknown: not a push-error, since scheduled items are never
+// spooled.
+func TestCheckScheduledOutcomeUnknownIsNoPushError(t *testing.T) {
+	h := newHB()
+	inv := h.r.Invoke(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", "t1"}}, T: h.tick()})
+	h.r.Done(inv, Info, Event{Err: "queen: schedule: " + ScheduledOutcomeUnknown + " (their commit was not answered): timeout", T: h.tick()})
+	if got := kinds(Check(h.r.Events(), st(), 0)); got["push-error"] != 0 {
+		t.Fatalf("violations %v", got)
+	}
+	h = newHB()
+	inv = h.r.Invoke(Event{Proc: "a", Op: OpPush, Queue: "q", Items: []Item{{"p", "t1"}}, T: h.tick()})
+	h.r.Done(inv, Info, Event{Err: "context deadline exceeded", T: h.tick()})
+	if got := kinds(Check(h.r.Events(), st(), 0)); got["push-error"] == 0 {
+		t.Fatalf("a push failing for its deadline: violations %v, want a push-error", got)
+	}
+}
+
 func TestCheckCleanHistory(t *testing.T) {
 	h := newHB()
 	h.push("a", "q", []Item{{"p", "t1"}, {"p", "t2"}}, OK, Result{"queued", "id1", 0}, Result{"queued", "id2", 1})
