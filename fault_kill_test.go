@@ -131,7 +131,7 @@ func TestFaultKilledPusherChild(t *testing.T) {
 		t.Skip("child process of TestFaultKilledPusher")
 	}
 	ctx := context.Background()
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"), Citus: onLayout(),
 		SpoolDir: os.Getenv("QUEEN_FAULT_SPOOL")})
 	if err != nil {
 		t.Fatal(err)

@@ -398,7 +398,7 @@ func TestKeyConcChild(t *testing.T) {
 		t.Skip("child process of the per-key Consume fault tests")
 	}
 	ctx := context.Background()
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"), Citus: onLayout(),
 		SpoolDir: os.Getenv("QUEEN_CHILD_SPOOL")})
 	if err != nil {
 		t.Fatal(err)
@@ -553,6 +553,15 @@ func TestConsumeKeyChurn(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("child handled %d", childEnded)
 		}
+		// On the distributed layout a Consume's join and first claim take
+		// 50-150 ms on a loaded machine (a few ms on PostgreSQL): calls of
+		// 20-150 ms there mostly end before their first message, and the
+		// churn handles a few a second. Longer calls there keep it churning
+		// and handling.
+		span := time.Millisecond
+		if onLayout() {
+			span = 10 * time.Millisecond
+		}
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		for w := range 3 {
@@ -564,7 +573,7 @@ func TestConsumeKeyChurn(t *testing.T) {
 						return
 					default:
 					}
-					ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(20+r.IntN(130))*time.Millisecond)
+					ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(20+r.IntN(130))*span)
 					err := q.Consume(ctx, queen.ConsumeOptions{
 						PopOptions: queen.PopOptions{Batch: 20, LeaseTime: time.Second}, Concurrency: 2, KeyConcurrency: 2 + r.IntN(3),
 					}, func(_ context.Context, m *queen.Message) error {

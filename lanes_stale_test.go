@@ -82,7 +82,7 @@ func TestLanesStaleCacheSameTxnKeysSplit(t *testing.T) {
 					t.Errorf("item %d (key %q): %s as %s, but %s holds no such message", i, items[i].Key, r.Status, r.MessageID, lane)
 				}
 			}
-			msgs := pop(t, c2.Queue("q"), queen.PopOptions{Batch: 10, Partitions: 10, AutoAck: true})
+			msgs := popToEmpty(t, c2.Queue("q"), queen.PopOptions{Batch: 10, Partitions: 10})
 			wantKeys(t, msgs, map[string]string{"warm": "", "a": k1, "b": k2})
 		})
 	}

@@ -117,7 +117,7 @@ func TestConsumeLingerKilledHolderChild(t *testing.T) {
 		t.Skip("child process of TestConsumeLingerKilledHolder")
 	}
 	ctx := context.Background()
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"),
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: os.Getenv("QUEEN_FAULT_URL"), Schema: os.Getenv("QUEEN_FAULT_SCHEMA"), Citus: onLayout(),
 		SpoolDir: os.Getenv("QUEEN_CHILD_SPOOL")})
 	if err != nil {
 		t.Fatal(err)

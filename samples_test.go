@@ -39,10 +39,12 @@ func TestSamplesRingFillsAndStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	const acked = 2
-	// Passes over more than two turns of the ring.
-	deadline := time.Now().Add(3 * queen.SamplesKept * every)
+	// Passes over more than two turns of the ring, and on to more than
+	// one turn's samples where a pass outlasts an interval (on the
+	// distributed layout a pass reads every shard: some 100 ms).
+	deadline, bound := time.Now().Add(3*queen.SamplesKept*every), time.Now().Add(time.Minute)
 	written := 0
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) || (written <= queen.SamplesKept && time.Now().Before(bound)) {
 		written += maintain(t, c).Samples
 		time.Sleep(every / 2)
 	}
