@@ -229,6 +229,7 @@ func TestPushRoutedMatchesSetBased(t *testing.T) {
 // (its cost then carries the penalty) cost 40-90 ms a call. auto_explain
 // reports every nested statement's plan.
 func TestPushPlansBelowJITCost(t *testing.T) {
+	skipOnLayout(t, "it calls push_bundle, PostgreSQL's form; the layout pushes through push_routed")
 	c := open(t)
 	q := c.Queue("q")
 	push(t, q, queen.Item{Partition: "a", Data: []byte("1")}, queen.Item{Partition: "b", Data: []byte("2")})
