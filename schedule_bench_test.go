@@ -546,3 +546,31 @@ func scheduledLeft(ctx context.Context, c *queen.Client, left *int) error {
 		")) ORDER BY g.due_at, g.id LIMIT 1) y)").
 		Scan(left)
 }
+
+// The scheduling call itself: pushes of items with a DeliverAt an hour
+// ahead, one call at a time, 1 or 100 items a call (each call a
+// transaction of its own, committed once its statement answered).
+//
+//	go test -run '^$' -bench SchedulePush -benchtime 2000x .
+func BenchmarkSchedulePush(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			q := open(b).Queue("schedpush")
+			ctx := context.Background()
+			items := make([]queen.Item, n)
+			for i := 0; b.Loop(); i++ {
+				due := time.Now().Add(time.Hour)
+				for k := range items {
+					items[k] = queen.Item{Data: benchPayload, DeliverAt: due}
+				}
+				res, err := q.Push(ctx, items)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res[0].Status != queen.Scheduled {
+					b.Fatalf("%+v", res[0])
+				}
+			}
+		})
+	}
+}
