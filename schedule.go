@@ -291,13 +291,18 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 		return rows, false, nil
 	}
 	rows, unknown, err := schedule()
+	// lost: an attempt's commit went unanswered. Until an attempt answers
+	// with rows, what that commit stored is unknown: a later attempt's
+	// error (or its news that the settings changed, which would prepare
+	// the items again under new ids) says nothing about it.
+	lost := unknown
 	var askUntil time.Time
-	for try := 0; err != nil && ctx.Err() == nil && (unknown || isPassedByMove(err) && try < 3); try++ {
-		if unknown {
-			// The commit's answer was lost: ask again, for up to twice
-			// StatementTimeout, until the database tells (the call is
-			// idempotent by transaction id: what the lost commit stored
-			// comes back as a duplicate of its own id).
+	for try := 0; err != nil && ctx.Err() == nil && (lost || isPassedByMove(err) && try < 3); try++ {
+		if lost {
+			// Ask again, for up to twice StatementTimeout, until the
+			// database tells (the call is idempotent by transaction id:
+			// what the lost commit stored comes back as a duplicate of
+			// its own id).
 			if askUntil.IsZero() {
 				askUntil = time.Now().Add(2 * e.cfg.StatementTimeout)
 			} else if time.Now().After(askUntil) {
@@ -315,19 +320,21 @@ func (q *Queue) scheduleBatch(ctx context.Context, items []Item, b *pushBatch) (
 		// written. Called again, the call takes the lock that lets it
 		// write such items (see schedule_items).
 		rows, unknown, err = schedule()
+		lost = lost || unknown
 	}
-	if err != nil {
-		if unknown {
-			// Neither Scheduled nor Failed can be said: the call fails.
-			return false, &unknownOutcome{err}
+	changed := err == nil && len(rows) == 1 && rows[0].Ord == 0 &&
+		(rows[0].Status == scheduleEncrypted || rows[0].Status == scheduleLanes)
+	switch {
+	case lost && (err != nil || changed):
+		// Neither Scheduled nor Failed can be said: the call fails.
+		if err == nil {
+			err = errors.New("the queue's settings changed while its commit's outcome was asked again")
 		}
+		return false, &unknownOutcome{err}
+	case err != nil:
 		return false, err
-	}
-	if len(rows) == 1 && rows[0].Ord == 0 {
-		switch rows[0].Status {
-		case scheduleEncrypted, scheduleLanes:
-			return true, nil
-		}
+	case changed:
+		return true, nil
 	}
 	if len(rows) != len(idx) {
 		return false, fmt.Errorf("schedule_items returned %d rows for %d items", len(rows), len(idx))
