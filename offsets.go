@@ -205,7 +205,9 @@ func (q *Queue) DeleteGroup(ctx context.Context, group string, o DeleteGroupOpti
 // The holder's later Ack, Fail, Retry, DeadLetter and ExtendLease get
 // ErrLeaseLost, and a Consume holding it abandons the batch as on any
 // lease loss. An unknown queue or partition is ErrNotFound; a group with
-// no lease there is (false, nil).
+// no lease there is (false, nil). Released again and again faster than
+// its holders get from a claim to its ack, a partition makes no progress:
+// each release takes back a batch in flight.
 func (q *Queue) ReleaseLease(ctx context.Context, group, partition string) (bool, error) {
 	e := q.c.e
 	if err := q.checkGroup(group); err != nil {
