@@ -946,6 +946,7 @@ func TestOnCitus(t *testing.T) {
 	t.Run("DistributedGroupsDrainInTurn", func(t *testing.T) { testDistributedGroupsDrainInTurn(t, url) })
 	t.Run("DistributedFirstContactsAtOnce", func(t *testing.T) { testDistributedFirstContactsAtOnce(t, url) })
 	t.Run("DistributedScheduleTimeoutNotStored", func(t *testing.T) { testDistributedScheduleTimeoutNotStored(t, url) })
+	t.Run("DistributedOpenWithoutFlag", func(t *testing.T) { testDistributedOpenWithoutFlag(t, url) })
 
 	t.Run("DistributedConsumeSpansWorkers", func(t *testing.T) { testConsumeSpansWorkers(t, url) })
 

@@ -57,7 +57,8 @@ type Config struct {
 	// distributed by partition id, per-queue tables reference tables);
 	// DatabaseURL or Pool must reach a Citus coordinator. Not every call
 	// works on that layout yet: see README, "On Citus". Defaults to false:
-	// the tables stay local, as on PostgreSQL.
+	// the tables stay local, as on PostgreSQL; a schema already distributed
+	// is run as on the layout all the same.
 	Citus bool
 	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
 	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
@@ -427,10 +428,21 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if _, err := sqlschema.Migrate(ctx, e.pool, cfg.Schema); err != nil {
 		return fail(err)
 	}
-	if cfg.Citus {
-		if err := sqlschema.Distribute(ctx, e.pool, cfg.Schema); err != nil {
+	if !cfg.Citus {
+		// A schema another client distributed is run with the layout's
+		// statements whatever this Config says: PostgreSQL's fail there.
+		dist, err := sqlschema.Distributed(ctx, e.pool, cfg.Schema)
+		if err != nil {
 			return fail(err)
 		}
+		if dist {
+			e.log.Info("queen: the schema is distributed on Citus: running it as Config.Citus does")
+			e.cfg.Citus = true
+		}
+	} else if err := sqlschema.Distribute(ctx, e.pool, cfg.Schema); err != nil {
+		return fail(err)
+	}
+	if e.cfg.Citus {
 		if err := e.loadPlacement(ctx); err != nil {
 			return fail(err)
 		}
