@@ -518,6 +518,9 @@ func (p *pusher) pushLive(ctx context.Context, s *flushScratch) ([]alloc.Verdict
 		if err == nil && v[0].Status == alloc.NeedsBundle {
 			v = nil
 		}
+		// push_segment finds the row by its derived id, not the one
+		// known: its verdict's id replaces a wrong one too.
+		stale = err == nil && v != nil && v[0].PartitionID != 0 && v[0].PartitionID != pid
 	}
 	if err == nil && v == nil {
 		v, err = stmt.PushBundle(ctx, e.sql, conn, &s.bundle, s.verdicts)
