@@ -29,7 +29,7 @@ func TestFaultKilledPusher(t *testing.T) {
 	schema := pgtest.Schema(t)
 	spoolDir := t.TempDir()
 	ctx := ctxT(t)
-	admin, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, SpoolDir: t.TempDir(), Logger: pgtest.Logger(t)})
+	admin, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Citus: onLayout(), SpoolDir: t.TempDir(), Logger: pgtest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ loop:
 		t.Fatal(err)
 	}
 	// The restarted process: same spool directory.
-	again, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, SpoolDir: spoolDir, Logger: pgtest.Logger(t)})
+	again, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Citus: onLayout(), SpoolDir: spoolDir, Logger: pgtest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

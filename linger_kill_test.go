@@ -23,7 +23,7 @@ func TestConsumeLingerKilledHolder(t *testing.T) {
 	}
 	url, schema := pgtest.URL(t), pgtest.Schema(t)
 	ctx := ctxT(t)
-	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, SpoolDir: t.TempDir(), Logger: pgtest.Logger(t)})
+	c, err := queen.Open(ctx, queen.Config{DatabaseURL: url, Schema: schema, Citus: onLayout(), SpoolDir: t.TempDir(), Logger: pgtest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,9 +219,43 @@ func TestConsumerLagView(t *testing.T) {
 // retention finds it due without the test sleeping.
 func ageSegments(t testing.TB, c *queen.Client) {
 	t.Helper()
+	if onLayout() {
+		ageSegmentRows(t, c, time.Hour)
+		return
+	}
 	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
 		" SET created_at = created_at - interval '1 hour'"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ageSegmentRows moves every segment's created_at back by d one row at a
+// time, each new time a parameter: Citus rejects the arithmetic on the
+// column in an UPDATE (a STABLE operator over a column reference).
+func ageSegmentRows(t testing.TB, c *queen.Client, d time.Duration) {
+	t.Helper()
+	ctx := ctxT(t)
+	seg := pgx.Identifier{c.Schema(), "segments"}.Sanitize()
+	rows, err := c.Pool().Query(ctx, "SELECT partition_id, base_offset, created_at FROM "+seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		pid, base int64
+		at        time.Time
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.pid, &x.base, &x.at)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if _, err := c.Pool().Exec(ctx, "UPDATE "+seg+" SET created_at = $1 WHERE partition_id = $2 AND base_offset = $3",
+			r.at.Add(-d), r.pid, r.base); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -147,10 +147,16 @@ func TestSamplesQueueDeletedMidPass(t *testing.T) {
 		rep, err := c.Maintain(ctx)
 		done <- result{rep, err}
 	}()
-	// The pass's insert waits on the deleted queue's row lock.
+	// The pass's insert waits on the deleted queue's row lock: on the
+	// layout on a worker (a reference table's shard), which the
+	// coordinator's pg_locks does not show; citus_lock_waits does.
+	waits := "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)"
+	if onLayout() {
+		waits = "SELECT EXISTS (SELECT 1 FROM citus_lock_waits)"
+	}
 	for {
 		var waiting bool
-		if err := c.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted)").Scan(&waiting); err != nil {
+		if err := c.Pool().QueryRow(ctx, waits).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {

@@ -18,6 +18,10 @@ import (
 // ageSegmentsBy moves every segment's created_at back by d.
 func ageSegmentsBy(t *testing.T, c *queen.Client, d time.Duration) {
 	t.Helper()
+	if onLayout() {
+		ageSegmentRows(t, c, d)
+		return
+	}
 	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "segments"}.Sanitize()+
 		" SET created_at = created_at - $1::bigint * interval '1 millisecond'", d.Milliseconds()); err != nil {
 		t.Fatal(err)
