@@ -1,6 +1,7 @@
 package queen_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -123,10 +124,7 @@ func TestHashRowsPurgedAfterWindowAndFloor(t *testing.T) {
 		t.Fatalf("%d hash rows kept by retention, want 2", n)
 	}
 	// An hour later (the hash rows' clock moved back past the window).
-	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+pgx.Identifier{c.Schema(), "txns"}.Sanitize()+
-		" SET created_at = created_at - interval '1 hour'"); err != nil {
-		t.Fatal(err)
-	}
+	ageColumn(t, c, "txns", "created_at", time.Hour)
 	push(t, q, queen.Item{TransactionID: "c"})
 	if rep := maintain(t, c); rep.HashRowsDeleted != 2 {
 		t.Fatalf("purged %d hash rows, want 2", rep.HashRowsDeleted)
@@ -229,31 +227,40 @@ func ageSegments(t testing.TB, c *queen.Client) {
 	}
 }
 
-// ageSegmentRows moves every segment's created_at back by d one row at a
-// time, each new time a parameter: Citus rejects the arithmetic on the
-// column in an UPDATE (a STABLE operator over a column reference).
+// ageSegmentRows moves every segment's created_at back by d, on the
+// layout (see ageColumn).
 func ageSegmentRows(t testing.TB, c *queen.Client, d time.Duration) {
 	t.Helper()
+	ageColumn(t, c, "segments", "created_at", d)
+}
+
+// ageColumn moves the timestamptz column col of every row of table back
+// by d. On the layout one value at a time, the new time a parameter:
+// Citus rejects the arithmetic on a column in an UPDATE (a STABLE
+// operator over a column reference).
+func ageColumn(t testing.TB, c *queen.Client, table, col string, d time.Duration) {
+	t.Helper()
 	ctx := ctxT(t)
-	seg := pgx.Identifier{c.Schema(), "segments"}.Sanitize()
-	rows, err := c.Pool().Query(ctx, "SELECT partition_id, base_offset, created_at FROM "+seg)
+	tb, cl := pgx.Identifier{c.Schema(), table}.Sanitize(), pgx.Identifier{col}.Sanitize()
+	if !onLayout() {
+		if _, err := c.Pool().Exec(ctx, "UPDATE "+tb+" SET "+cl+" = "+cl+" - $1::bigint * interval '1 microsecond'",
+			d.Microseconds()); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	rows, err := c.Pool().Query(ctx, "SELECT DISTINCT "+cl+" FROM "+tb+" WHERE "+cl+" IS NOT NULL")
 	if err != nil {
 		t.Fatal(err)
 	}
-	type row struct {
-		pid, base int64
-		at        time.Time
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		return x, r.Scan(&x.pid, &x.base, &x.at)
-	})
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range all {
-		if _, err := c.Pool().Exec(ctx, "UPDATE "+seg+" SET created_at = $1 WHERE partition_id = $2 AND base_offset = $3",
-			r.at.Add(-d), r.pid, r.base); err != nil {
+	// Oldest first, so a value moved back never meets one not moved yet.
+	slices.SortFunc(ats, func(a, b time.Time) int { return a.Compare(b) })
+	for _, at := range ats {
+		if _, err := c.Pool().Exec(ctx, "UPDATE "+tb+" SET "+cl+" = $1 WHERE "+cl+" = $2", at.Add(-d), at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -340,9 +347,7 @@ func TestIdlePurgeKeepsHashesInsideTheDedupWindow(t *testing.T) {
 		t.Fatalf("retry of t1 inside its window: %s, want duplicate", r.Status)
 	}
 	// Once the window has passed the partition is forgotten.
-	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".txns SET created_at = created_at - interval '2 hours'"); err != nil {
-		t.Fatal(err)
-	}
+	ageColumn(t, c, "txns", "created_at", 2*time.Hour)
 	if _, err := c.Pool().Exec(ctxT(t), "UPDATE "+s+".partitions SET last_write_at = now() - interval '1 hour'"); err != nil {
 		t.Fatal(err)
 	}
