@@ -809,7 +809,6 @@ func TestReadySetStalledGroup(t *testing.T) {
 // start at the tail: SubscribeNew, SubscribeFrom with nothing newer, and
 // SubscribeAll on a partition retention emptied.
 func TestFirstContactRacingAClearKeepsTheMessageVisible(t *testing.T) {
-	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	for _, tc := range []struct {
 		name, mode string
 		from       *time.Time

@@ -251,7 +251,6 @@ func TestPushNoWindowNoCrossCallDedup(t *testing.T) {
 // A duplicate of a message retention deleted (its hashes kept in a hash
 // row, inside the window) has no stored message to name.
 func TestPushDuplicateOfRetainedAwayIsZeroID(t *testing.T) {
-	skipOnLayout(t, "it ages segments by hand with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	c := open(t, manual)
 	q := configure(t, c, "q", queen.QueueOptions{DedupWindow: time.Hour, Retention: time.Minute})
 	push(t, q, queen.Item{TransactionID: "gone"})

@@ -21,7 +21,6 @@ import (
 // locks, then takes its snapshot), creates the group's cursor row as a
 // pop's window does, and commits.
 func TestCompletedRetentionCountsACursorRowCommittedWhileDeciding(t *testing.T) {
-	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	c := open(t, manual)
 	q := configure(t, c, "q", queen.QueueOptions{CompletedRetention: time.Millisecond})
 	s := func(table string) string { return pgx.Identifier{c.Schema(), table}.Sanitize() }
@@ -76,7 +75,6 @@ func TestCompletedRetentionCountsACursorRowCommittedWhileDeciding(t *testing.T) 
 // ready set, as right after a push, so the first contact locks no row of
 // it.
 func TestCompletedRetentionCountsAFirstContactCommittedWhileDeleting(t *testing.T) {
-	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	c := open(t, manual)
 	q := configure(t, c, "q", queen.QueueOptions{CompletedRetention: time.Millisecond})
 	s := func(table string) string { return pgx.Identifier{c.Schema(), table}.Sanitize() }

@@ -33,7 +33,6 @@ func ageSegmentsBy(t *testing.T, c *queen.Client, d time.Duration) {
 // the window, so its hashes move to a hash row), and also when the window
 // was configured only after the push.
 func TestDuplicateCaughtAfterRetentionOnEveryPushPath(t *testing.T) {
-	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	const window = time.Hour
 	paths := []struct {
 		name string
@@ -110,7 +109,6 @@ func TestDuplicateCaughtAfterRetentionOnEveryPushPath(t *testing.T) {
 // their segment, as the hash purge would have deleted them. A window
 // raised later sees what the keep kept.
 func TestRetentionKeepsOnlyTheHashesStillOwed(t *testing.T) {
-	skipOnLayout(t, "its SQL ages segments with timestamptz arithmetic in an UPDATE, which Citus rejects")
 	for _, floor := range []time.Duration{0, 3 * time.Hour} {
 		t.Run("floor "+floor.String(), func(t *testing.T) {
 			c := open(t, manual, func(cfg *queen.Config) { cfg.Maintenance.HashFloor = floor })
