@@ -293,24 +293,30 @@ func TestDeadLetterExplicit(t *testing.T) {
 func TestExtendLease(t *testing.T) {
 	c := open(t)
 	q := c.Queue("q")
+	// On the layout a pop and the ExtendLease after it take several
+	// coordinator round trips: the same steps, on a slower clock.
+	scale := time.Duration(1)
+	if onLayout() {
+		scale = 5
+	}
 	pushN(t, q, "", "m", 1)
-	msgs := pop(t, q, queen.PopOptions{LeaseTime: 300 * time.Millisecond})
+	msgs := pop(t, q, queen.PopOptions{LeaseTime: 300 * time.Millisecond * scale})
 	before := msgs[0].LeaseExpiresAt
-	if err := msgs[0].ExtendLease(ctxT(t), 2*time.Second); err != nil {
+	if err := msgs[0].ExtendLease(ctxT(t), 2*time.Second*scale); err != nil {
 		t.Fatal(err)
 	}
 	if !msgs[0].LeaseExpiresAt.After(before) {
 		t.Fatalf("LeaseExpiresAt not moved: %v -> %v", before, msgs[0].LeaseExpiresAt)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond * scale)
 	if got := pop(t, q, queen.PopOptions{}); len(got) != 0 {
 		t.Fatal("an extended lease was taken over")
 	}
 	ack(t, msgs[0])
 
 	pushN(t, q, "", "n", 1)
-	msgs = pop(t, q, queen.PopOptions{LeaseTime: 100 * time.Millisecond})
-	time.Sleep(200 * time.Millisecond)
+	msgs = pop(t, q, queen.PopOptions{LeaseTime: 100 * time.Millisecond * scale})
+	time.Sleep(200 * time.Millisecond * scale)
 	if err := msgs[0].ExtendLease(ctxT(t), time.Second); !errors.Is(err, queen.ErrLeaseLost) {
 		t.Fatalf("ExtendLease after expiry = %v, want ErrLeaseLost", err)
 	}
