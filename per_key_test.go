@@ -70,7 +70,13 @@ func (g *keyGuard) leave(key string) {
 // messages; no key is ever held by two handlers at once, every message is
 // handled exactly once, and different keys do run in parallel.
 func TestPerKeyMutualExclusion(t *testing.T) {
-	const keys, per = 200, 20
+	const keys = 200
+	per := 20
+	if onLayout() {
+		// A claim there reads the ready set over every shard: some 5 claims
+		// a second a client on the loaded VM, 3,300 messages a minute.
+		per = 8
+	}
 	c1, c2, _ := openPair(t)
 	q1, q2 := c1.Queue("jobs"), c2.Queue("jobs")
 	items := make([]queen.Item, 0, keys*per)
@@ -101,7 +107,7 @@ func TestPerKeyMutualExclusion(t *testing.T) {
 			mu.Unlock()
 			g.leave(m.Partition)
 			byCl[cl].Add(1)
-			if total.Add(1) == keys*per {
+			if total.Add(1) == int64(keys*per) {
 				once.Do(func() { close(done) })
 			}
 			return nil
