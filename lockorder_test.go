@@ -2,7 +2,6 @@ package queen_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -11,10 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/e03140bc/queen"
-	"github.com/e03140bc/queen/internal/pgtest"
 )
 
 // callBundle runs push_bundle over one-message segments, one per name
@@ -52,10 +49,11 @@ func callBundle(ctx context.Context, db interface {
 // order, run beside transactions that lock the same rows in ascending id
 // (as settlement and dead-letter requeues do): the bundles take their
 // partitions' row locks in ascending id too, or two of these wait on each
-// other (a deadlock, 40P01). A queue with a dedup window sends its segments
-// through push_one, which locks before it probes: bundles with such a
-// segment too. Every segment is written once, at its partition's next
-// offset.
+// other (a deadlock, 40P01). Half the bundles also carry segments of a queue
+// with a dedup window (push_one's path). Every segment is written once, at
+// its partition's next offset. With push_bundle's row locks taken in
+// descending id, this failed with 40P01 (checked with the resolve's lock
+// and with the allocator's UPDATE taking the locks).
 func TestBundleLockOrder(t *testing.T) {
 	skipOnLayout(t, "push_routed locks row by row; this pins push_bundle's order")
 	c := open(t)
@@ -168,117 +166,4 @@ func TestBundleLockOrder(t *testing.T) {
 			t.Fatalf("%s: %d segments at %d..%d, last offset %d; want %d at 0..%d", n, cnt, minOff, maxOff, last, want, want-1)
 		}
 	}
-}
-
-// The allocator's UPDATE takes its partitions' row locks in the order its
-// plan visits them: a nested loop over the ascending array of partition ids,
-// one primary-key probe each. TestBundleLockOrder fails when that order is
-// not ascending; this fails when the plan changes shape (a sort, a hash or
-// merge join, a scan of the table), which could change the order with a
-// table or statistics the concurrent test does not see. The plan is the one
-// push_bundle runs (auto_explain, nested statements, on this connection).
-func TestBundleAllocatorPlan(t *testing.T) {
-	skipOnLayout(t, "push_routed has no set-based allocator")
-	c := open(t)
-	s := c.Schema()
-	q := configure(t, c, "q", queen.QueueOptions{})
-	var items []queen.Item
-	for p := range 5 {
-		items = append(items, queen.Item{Partition: fmt.Sprintf("p%d", p), Data: []byte("x")})
-	}
-	push(t, q, items...)
-
-	cfg, err := pgx.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var notices []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		notices = append(notices, n.Message)
-		mu.Unlock()
-	}
-	ctx := ctxT(t)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	for _, st := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`, `SET auto_explain.log_level = 'notice'`,
-		`SET auto_explain.log_format = 'json'`, `SET auto_explain.log_verbose = on`} {
-		if _, err := conn.Exec(ctx, st); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The generic plan is made at the first call and kept: check it at the
-	// first and at a later one.
-	for call := range 3 {
-		mu.Lock()
-		notices = nil
-		mu.Unlock()
-		if _, err := callBundle(ctx, conn, s, []string{"q/p3", "q/p0", "q/p4", "q/p1"}); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		got := notices
-		mu.Unlock()
-		var updates []map[string]any
-		for _, m := range got {
-			i := strings.Index(m, "{")
-			if i < 0 {
-				continue
-			}
-			var doc struct {
-				Plan map[string]any `json:"Plan"`
-			}
-			if err := json.Unmarshal([]byte(m[i:]), &doc); err != nil {
-				t.Fatalf("auto_explain notice: %v\n%s", err, m)
-			}
-			updates = append(updates, findNodes(doc.Plan, func(n map[string]any) bool {
-				return n["Node Type"] == "ModifyTable" && n["Operation"] == "Update" && n["Relation Name"] == "partitions"
-			})...)
-		}
-		if len(updates) != 1 {
-			t.Fatalf("call %d: %d updates of partitions in the plans, want 1:\n%s", call, len(updates), strings.Join(got, "\n"))
-		}
-		plan, _ := json.MarshalIndent(updates[0], "", " ")
-		kids, _ := updates[0]["Plans"].([]any)
-		if len(kids) != 1 {
-			t.Fatalf("call %d: the update has %d inputs:\n%s", call, len(kids), plan)
-		}
-		nl, _ := kids[0].(map[string]any)
-		if nl["Node Type"] != "Nested Loop" {
-			t.Fatalf("call %d: the update reads a %v, want a Nested Loop:\n%s", call, nl["Node Type"], plan)
-		}
-		nk, _ := nl["Plans"].([]any)
-		if len(nk) != 2 {
-			t.Fatalf("call %d: the nested loop has %d inputs:\n%s", call, len(nk), plan)
-		}
-		outer, _ := nk[0].(map[string]any)
-		inner, _ := nk[1].(map[string]any)
-		if outer["Parent Relationship"] != "Outer" || outer["Node Type"] != "Function Scan" ||
-			!strings.HasPrefix(fmt.Sprint(outer["Function Call"]), "unnest(") {
-			t.Fatalf("call %d: the outer side is not the array:\n%s", call, plan)
-		}
-		if inner["Parent Relationship"] != "Inner" || inner["Node Type"] != "Index Scan" ||
-			inner["Index Name"] != "partitions_pkey" || inner["Relation Name"] != "partitions" {
-			t.Fatalf("call %d: the inner side is not a primary-key probe:\n%s", call, plan)
-		}
-	}
-}
-
-func findNodes(n map[string]any, match func(map[string]any) bool) []map[string]any {
-	var out []map[string]any
-	if match(n) {
-		out = append(out, n)
-	}
-	kids, _ := n["Plans"].([]any)
-	for _, k := range kids {
-		if m, ok := k.(map[string]any); ok {
-			out = append(out, findNodes(m, match)...)
-		}
-	}
-	return out
 }

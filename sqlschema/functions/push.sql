@@ -491,16 +491,14 @@ DECLARE
     i       integer;
     -- The segments with no dedup window, in lock order (ascending partition,
     -- input order within one): input index, partition, first and last
-    -- offset (relative to the partition's last offset until the UPDATE
-    -- reads it, final for a partition created here), the index of its
-    -- partition in u_pid (0: created here); per partition updated, its
-    -- messages in the bundle.
+    -- offset; and per partition its new last offset.
+    v_last  bigint[];
     f_ord   integer[] := '{}';
     f_pid   bigint[] := '{}';
     f_base  bigint[] := '{}';
     f_end   bigint[] := '{}';
     u_pid   bigint[] := '{}';
-    u_cnt   bigint[] := '{}';
+    u_last  bigint[] := '{}';
     nf      integer := 0;
     nu      integer := 0;
     v_cpid  bigint;
@@ -514,10 +512,6 @@ DECLARE
     v_pre   boolean[];
     v_cpre  boolean;
     j       integer := 1;
-    v_lock  boolean := false;
-    v_cnt   bigint;
-    f_up    integer[] := '{}';
-    r_last  bigint[];
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -658,59 +652,39 @@ BEGIN
         WHERE qq.id = l.id;
     END IF;
 
-    -- Resolve every partition, in ascending partition id (input order
-    -- within one), without locking: the lock order is ascending partition
-    -- id, shared with transactions and settlement, and the locks are taken
-    -- where the rows are written. The set-based allocator's UPDATE below
-    -- takes its rows' locks itself, in ascending id (TestBundleLockOrder,
-    -- TestBundleAllocatorPlan); a bundle with a segment for push_one (a
-    -- dedup window) locks all its rows first, below, as push_one's probe
-    -- must read under the lock. A separate row lock per partition (a lock
-    -- record each) cost about a tenth of a segment's WAL.
+    -- Resolve and lock every partition row in one statement, in ascending
+    -- partition id: the global lock order shared with transactions and
+    -- retention.
     FOR rec IN
-        SELECT x.o, x.pid, x.dedup_window_ms, x.encryption, x.lanes
+        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
         FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
                      (SELECT p2.id FROM {{schema}}.partitions p2
                       WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
               FROM unnest(p_tenants, p_queues, p_partitions) WITH ORDINALITY AS u(t, q, p, o)
               JOIN {{schema}}.queues qq ON qq.tenant = u.t AND qq.name = u.q) x
-        WHERE x.pid IS NOT NULL
-        ORDER BY x.pid, x.o -- a partition twice (Client.Tx): its segments in input order
+        JOIN {{schema}}.partitions pp ON pp.id = x.pid
+        ORDER BY pp.id, x.o -- a partition twice (Client.Tx): its segments in input order
+        FOR NO KEY UPDATE OF pp
     LOOP
         v_order := v_order || rec.o::integer;
-        v_pids[rec.o] := rec.pid;
+        v_pids[rec.o] := rec.id;
         v_win[rec.o] := rec.dedup_window_ms;
         v_enc[rec.o] := rec.encryption;
         v_lanes[rec.o] := rec.lanes;
-        IF rec.dedup_window_ms > 0 THEN
-            v_lock := true;
-        END IF;
-        WHILE j <= cardinality(n_ids) AND n_ids[j] < rec.pid LOOP
+        -- Read under the row lock: nothing else moves it before commit.
+        v_last[rec.o] := rec.last_offset;
+        WHILE j <= cardinality(n_ids) AND n_ids[j] < rec.id LOOP
             j := j + 1;
         END LOOP;
-        v_pre[rec.o] := j <= cardinality(n_ids) AND n_ids[j] = rec.pid;
+        v_pre[rec.o] := j <= cardinality(n_ids) AND n_ids[j] = rec.id;
     END LOOP;
     IF coalesce(cardinality(v_order), 0) <> n THEN
-        -- A partition purged between provisioning and the resolve (or, below,
-        -- the lock): the client retries the bundle once on this code.
+        -- A partition purged between provisioning and the lock: the client
+        -- retries the bundle once on this code.
         RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
             coalesce(cardinality(v_order), 0), n USING ERRCODE = 'QN001';
     END IF;
-    IF v_lock THEN
-        -- push_one probes the window under its row's lock, and locks one row
-        -- a call: every row of the bundle is locked first, in ascending id.
-        -- A row created by this call is this transaction's own.
-        SELECT count(*) INTO v_cnt FROM (
-            SELECT pp.id FROM {{schema}}.partitions pp
-            WHERE pp.id = ANY (v_pids)
-            ORDER BY pp.id
-            FOR NO KEY UPDATE) l;
-        IF v_cnt <> (SELECT count(DISTINCT x) FROM unnest(v_pids) AS x) THEN
-            RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% locked)', v_cnt
-                USING ERRCODE = 'QN001';
-        END IF;
-        v_now := clock_timestamp(); -- the rows are held now
-    END IF;
+    v_now := clock_timestamp();
 
     FOREACH i IN ARRAY v_order LOOP
         -- A partition created above was judged there: the allocator's.
@@ -734,16 +708,16 @@ BEGIN
             RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
                 octet_length(p_hashes[i]), p_counts[i];
         END IF;
-        -- Offsets relative to the partition's last offset, which the UPDATE
-        -- below reads under the lock it takes. A partition listed twice
-        -- (Client.Tx) takes consecutive ranges in input order, which is
-        -- v_order's within one partition. u_pid is ascending: the UPDATE's
-        -- lock order.
+        -- Offsets follow from the last offset read under the lock. A
+        -- partition listed twice (Client.Tx) takes consecutive ranges
+        -- in input order, which is v_order's within one partition.
         IF v_pids[i] IS DISTINCT FROM v_cpid THEN
             v_cpid := v_pids[i];
             v_cpre := v_pre[i];
-            v_clast := -1; -- a partition created above: offsets from 0, final
-            IF NOT v_cpre THEN
+            IF v_cpre THEN
+                v_clast := -1; -- created above with these offsets
+            ELSE
+                v_clast := v_last[i];
                 nu := nu + 1;
                 u_pid[nu] := v_cpid;
             END IF;
@@ -754,70 +728,36 @@ BEGIN
         f_base[nf] := v_clast + 1;
         v_clast := v_clast + p_counts[i];
         f_end[nf] := v_clast;
-        IF v_cpre THEN
-            f_up[nf] := 0;
-        ELSE
-            f_up[nf] := nu;
-            u_cnt[nu] := v_clast + 1; -- the partition's messages in this bundle
+        IF NOT v_cpre THEN
+            u_last[nu] := v_clast;
         END IF;
     END LOOP;
 
     -- Segments with no dedup window (nothing to probe) are allocated all at
-    -- once: one UPDATE of their partitions and one INSERT of segments
-    -- (hashes in their rows), instead of one push_one statement per
-    -- segment. No statement joins two sets, so the cost stays linear in the
-    -- bundle (a join of the UPDATE's RETURNING with the segments was a
-    -- nested loop, quadratic, under this function's settings). It is
-    -- push_one's allocation; keep the two in step.
+    -- once, with the offsets computed above: one UPDATE of their partitions
+    -- and one INSERT of segments (hashes in their rows), instead of one
+    -- push_one statement per segment. No statement joins two sets, so the
+    -- cost stays linear in the bundle (a join of the UPDATE's RETURNING
+    -- with the segments was a nested loop, quadratic, under this
+    -- function's settings). It is push_one's allocation; keep the two in
+    -- step.
     IF nf = 1 AND nu = 1 THEN
-        -- One segment: push_one's single statement is cheaper. With no row
-        -- held yet, a NULL time: stamped once its UPDATE holds the row.
+        -- One segment: push_one's single statement is cheaper.
         i := f_ord[1];
         r := {{schema}}.push_one(v_pids[i], p_counts[i], p_hashes[i], p_verified[i],
                                  p_blobs[i], 0, v_now);
-        IF r.status = 4 THEN
-            RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (purged)'
-                USING ERRCODE = 'QN001';
-        END IF;
         r.ord := i;
         v_res[i] := r;
     ELSIF nf > 0 THEN
         IF nu > 0 THEN
-            -- Takes the row locks, in u_pid's order: a nested loop over the
-            -- ascending array, a primary-key probe each (the plan
-            -- TestBundleAllocatorPlan pins). The new last offsets come back
-            -- by ascending id, u_pid's order. last_write_at only needs the
-            -- second, so a time read before the lock does for it.
-            WITH up AS (
-                UPDATE {{schema}}.partitions p SET
-                    last_offset   = p.last_offset + u.cnt,
-                    last_write_at = CASE WHEN coalesce(v_now, clock_timestamp()) - p.last_write_at > interval '1 second'
-                                         THEN coalesce(v_now, clock_timestamp()) ELSE p.last_write_at END,
-                    pending       = true
-                FROM unnest(u_pid, u_cnt) AS u(id, cnt)
-                WHERE p.id = u.id
-                RETURNING p.id, p.last_offset
-            )
-            SELECT array_agg(up.last_offset ORDER BY up.id) INTO r_last FROM up;
-            IF coalesce(cardinality(r_last), 0) <> nu THEN
-                -- A partition purged since the resolve.
-                RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of % allocated)',
-                    coalesce(cardinality(r_last), 0), nu USING ERRCODE = 'QN001';
-            END IF;
-            -- From a partition's new last offset back to its first new one.
-            FOR k IN 1 .. nu LOOP
-                r_last[k] := r_last[k] - u_cnt[k] + 1;
-            END LOOP;
-            FOR k IN 1 .. nf LOOP
-                IF f_up[k] > 0 THEN
-                    f_base[k] := f_base[k] + r_last[f_up[k]];
-                    f_end[k] := f_end[k] + r_last[f_up[k]];
-                END IF;
-            END LOOP;
+            UPDATE {{schema}}.partitions p SET
+                last_offset   = u.last,
+                last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                     THEN v_now ELSE p.last_write_at END,
+                pending       = true
+            FROM unnest(u_pid, u_last) AS u(id, last)
+            WHERE p.id = u.id;
         END IF;
-        -- The segments' time, read with every row held: a later segment of
-        -- a partition never has an earlier time.
-        v_now := coalesce(v_now, clock_timestamp());
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
         SELECT f.pid, f.base, f.en, v_now, p_blobs[f.o], 0, p_hashes[f.o]
         FROM unnest(f_ord, f_pid, f_base, f_end) AS f(o, pid, base, en);
