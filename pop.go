@@ -166,17 +166,21 @@ func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
 // from each and n*o.Batch in all. It returns each claimed partition's
 // messages, in claim order.
 //
-// Mostly one claim round trip; it claims again for what is still asked
-// while its last claim took something (so each round makes progress:
-// leases taken, messages consumed or dead-lettered) and
+// Mostly one claim round trip. While some of the n pops it serves would
+// get nothing, it claims again for what is still asked, as long as its
+// last claim took something (so each round makes progress: leases taken,
+// messages consumed or dead-lettered) and
 //   - a partition it took delivered nothing (every message it claimed was
 //     undecodable, now dead-lettered): another may still hold messages, or
 //   - on the Citus layout, it took fewer partitions than asked: a claim
 //     there takes one worker's partitions (no two-phase commit), and
 //     another worker's may be claimable.
+//
 // A claim that takes nothing has looked at everything the group can claim
 // (pop_v2's last passes), so an empty result means nothing was claimable,
-// on the layout as on PostgreSQL.
+// on the layout as on PostgreSQL. A pop that got something is not made to
+// wait for more: on the layout a pop of several partitions gets one
+// worker's.
 func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int) ([][]*Message, error) {
 	e := q.c.e
 	wantParts, wantMsgs := n*o.Partitions, n*o.Batch
@@ -199,7 +203,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		}
 		hints = nil
 		short := e.cfg.Citus && o.Partition == "" && took < asked
-		if took == 0 || len(groups) >= wantParts || delivered >= wantMsgs || !(dropped || short) ||
+		if took == 0 || len(groups) >= n || delivered >= wantMsgs || !(dropped || short) ||
 			ctx.Err() != nil || e.isClosed() {
 			return groups, nil
 		}
