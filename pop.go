@@ -68,7 +68,9 @@ func (o PopOptions) withDefaults() (PopOptions, error) {
 // uncharged, leases released, nothing auto-acked or dead-lettered, for a
 // client with the key. A payload that does not open under a key the client
 // holds (altered, or not this message's) is undecodable: it goes to the
-// dead-letter store and the rest is delivered (see deadLetterUndecodable).
+// dead-letter store and the rest is delivered (see deadLetterUndecodable); a
+// claim that delivered nothing for that is followed by another, so an empty
+// Pop means nothing was claimable.
 func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err error) {
 	e := q.c.e
 	if e.isClosed() {
