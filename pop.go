@@ -68,7 +68,9 @@ func (o PopOptions) withDefaults() (PopOptions, error) {
 // uncharged, leases released, nothing auto-acked or dead-lettered, for a
 // client with the key. A payload that does not open under a key the client
 // holds (altered, or not this message's) is undecodable: it goes to the
-// dead-letter store and the rest is delivered (see deadLetterUndecodable).
+// dead-letter store and the rest is delivered (see deadLetterUndecodable); a
+// claim that delivered nothing for that is followed by another, so an empty
+// Pop means nothing was claimable.
 func (q *Queue) Pop(ctx context.Context, o PopOptions) (msgs []*Message, err error) {
 	e := q.c.e
 	if e.isClosed() {
@@ -162,10 +164,59 @@ func claimKeyOf(q *Queue, o *PopOptions) claimfuse.Key {
 	return k
 }
 
-// claim is one claim round trip taking up to n*o.Partitions partitions, at
-// most o.Batch messages from each and n*o.Batch in all. It returns each
-// claimed partition's messages, in claim order.
+// claim takes up to n*o.Partitions partitions, at most o.Batch messages
+// from each and n*o.Batch in all. It returns each claimed partition's
+// messages, in claim order.
+//
+// Mostly one claim round trip. While some of the n pops it serves would
+// get nothing, it claims again for what is still asked, as long as its
+// last claim took something (so each round makes progress: leases taken,
+// messages consumed or dead-lettered) and
+//   - a partition it took delivered nothing (every message it claimed was
+//     undecodable, now dead-lettered): another may still hold messages, or
+//   - on the Citus layout, it took fewer partitions than asked: a claim
+//     there takes one worker's partitions (no two-phase commit), and
+//     another worker's may be claimable.
+//
+// A claim that takes nothing has looked at everything the group can claim
+// (pop_v2's last passes), so an empty result means nothing was claimable,
+// on the layout as on PostgreSQL. A pop that got something is not made to
+// wait for more: on the layout a pop of several partitions gets one
+// worker's.
 func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int) ([][]*Message, error) {
+	e := q.c.e
+	wantParts, wantMsgs := n*o.Partitions, n*o.Batch
+	var groups [][]*Message
+	delivered := 0
+	for {
+		asked := wantParts - len(groups)
+		got, took, dropped, err := q.claimOnce(ctx, o, hints, asked, wantMsgs-delivered)
+		if err != nil {
+			if len(groups) > 0 {
+				// Leases and auto-acks of the earlier rounds are the
+				// caller's: hand them over; the next pop meets the error.
+				return groups, nil
+			}
+			return nil, err
+		}
+		groups = append(groups, got...)
+		for _, g := range got {
+			delivered += len(g)
+		}
+		hints = nil
+		short := e.cfg.Citus && o.Partition == "" && took < asked
+		if took == 0 || len(groups) >= n || delivered >= wantMsgs || !(dropped || short) ||
+			ctx.Err() != nil || e.isClosed() {
+			return groups, nil
+		}
+	}
+}
+
+// claimOnce is one claim round trip taking up to parts partitions, at most
+// o.Batch messages from each and batch in all. It returns each claimed
+// partition's messages that are delivered, in claim order; took, the
+// partitions claimed; dropped, whether one of them delivered nothing.
+func (q *Queue) claimOnce(ctx context.Context, o *PopOptions, hints []string, parts, batch int) (groups [][]*Message, took int, dropped bool, err error) {
 	e := q.c.e
 	var part *string
 	if o.Partition != "" {
@@ -185,12 +236,12 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		meta, err := e.queueMeta(ctx, q.c.tenant, q.name)
 		if err != nil {
 			if e.isClosed() {
-				return nil, ErrClosed
+				return nil, 0, false, ErrClosed
 			}
-			return nil, err
+			return nil, 0, false, err
 		}
 		if meta.Encryption && !e.keys.CanSeal() {
-			return nil, errNoKey(q.name)
+			return nil, 0, false, errNoKey(q.name)
 		}
 		inTx = o.AutoAck && meta.Encryption
 	}
@@ -216,7 +267,7 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 	// On the Citus layout a claim that writes reference tables (a first
 	// contact's cursors, dead letters) can be aborted as a deadlock; it
 	// rolled back whole, having delivered nothing, so it runs again.
-	err := e.onLayout(qctx, func() error {
+	err = e.onLayout(qctx, func() error {
 		var db interface {
 			Query(context.Context, string, ...any) (pgx.Rows, error)
 		} = e.pool
@@ -232,23 +283,23 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		d = &popDecoder{q: q, o: o, dm: dm}
 		return stmt.Pop(qctx, e.csql, db, stmt.PopParams{
 			Tenant: q.c.tenant, Queue: q.name, Group: o.Group, Partition: part, Hints: hints,
-			Batch: n * o.Batch, PerPartition: o.Batch, Partitions: n * o.Partitions, Lease: o.LeaseTime,
+			Batch: batch, PerPartition: o.Batch, Partitions: parts, Lease: o.LeaseTime,
 			AutoAck: o.AutoAck, Owner: o.mem.leaseOwner(e.owner), Mode: mode, From: from, Keyed: o.keyed,
 		}, d.row)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
+		return nil, 0, false, fmt.Errorf("queen: pop %q: %w", q.name, err)
 	}
 	o.mem.carry() // the claim was the member's heartbeat
-	parts := d.parts
+	claimed := d.parts
 	if d.unknownKey != nil {
 		err := fmt.Errorf("queen: pop %q: %w", q.name, d.unknownKey)
 		switch {
 		case tx != nil:
-			return nil, err // rolled back: nothing was claimed
+			return nil, 0, false, err // rolled back: nothing was claimed
 		case !o.AutoAck:
-			q.giveBack(ctx, o, parts)
-			return nil, err
+			q.giveBack(ctx, o, claimed)
+			return nil, 0, false, err
 		}
 		// Auto-acked outside a transaction (the queue was not known to be
 		// encrypted: settings older than metaTTL, or switched off since the
@@ -262,20 +313,22 @@ func (q *Queue) claim(ctx context.Context, o *PopOptions, hints []string, n int)
 		err := tx.Commit(cctx)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("queen: pop %q: %w", q.name, err)
+			return nil, 0, false, fmt.Errorf("queen: pop %q: %w", q.name, err)
 		}
 	}
-	groups := make([][]*Message, 0, len(parts))
-	for _, p := range parts {
+	groups = make([][]*Message, 0, len(claimed))
+	for _, p := range claimed {
 		msgs := p.msgs
 		if len(p.dead) > 0 {
 			msgs = q.deadLetterUndecodable(ctx, o, p)
 		}
 		if len(msgs) > 0 {
 			groups = append(groups, msgs)
+		} else {
+			dropped = true
 		}
 	}
-	return groups, nil
+	return groups, len(claimed), dropped, nil
 }
 
 // popDecoder turns the rows of a claim (pop, pop_ahead) into its

@@ -268,3 +268,31 @@ func TestPopUndecodableRunAroundASettledOffset(t *testing.T) {
 		t.Fatalf("after the dead letters: %q, want m4 at once", datas(got))
 	}
 }
+
+// A pop whose claim took only an undecryptable message (dead-lettered, so
+// nothing to deliver) claims again: an empty Pop means nothing was left to
+// claim, not that the partition it happened to claim first held nothing
+// readable. On the Citus layout a claim of several partitions takes one
+// worker's, so a Pop of two could claim "bad" alone there.
+func TestPopEmptyOnlyWhenNothingClaimableAfterUndecryptable(t *testing.T) {
+	c := open(t, withKey(testKey(1)))
+	q := configure(t, c, "q", queen.QueueOptions{Encryption: true, LeaseTime: time.Hour})
+	push(t, q, queen.Item{Partition: "bad", Data: []byte("x")})
+	pid, blob := segmentBlob(t, c, queen.DefaultTenant, "q", "bad", 0)
+	f := onlyFrame(t, blob)
+	f.Payload[len(f.Payload)-1] ^= 1
+	setSegmentBlob(t, c, pid, 0, segment.Compress(nil, frame.Append(nil, &f)))
+	push(t, q, queen.Item{Partition: "good", Data: []byte("g0")})
+	// Each group picks its first partition on its own (a random point of
+	// the ready set): over 12 groups "bad" comes first for some.
+	for i := range 12 {
+		g := fmt.Sprint("g", i)
+		parts := 1 + i%2
+		msgs := pop(t, q, queen.PopOptions{Group: g, Batch: 10, Partitions: parts})
+		wantData(t, msgs, "g0")
+		ackAll(t, msgs)
+		if got := pop(t, q, queen.PopOptions{Group: g, Batch: 10, Partitions: parts}); len(got) != 0 {
+			t.Fatalf("%s: left over: %q", g, datas(got))
+		}
+	}
+}
