@@ -52,11 +52,11 @@ type Config struct {
 	// Schema holds every table and function. Defaults to "queen". Two clients
 	// with different schemas in one database are fully independent.
 	Schema string
-	// Citus, experimental, makes Open convert Schema to the Citus layout
-	// after migrating it (sqlschema.Distribute: per-partition tables
-	// distributed by partition id, per-queue tables reference tables);
-	// DatabaseURL or Pool must reach a Citus coordinator. Not every call
-	// works on that layout yet: see README, "On Citus". Defaults to false:
+	// Citus makes Open convert Schema to the Citus layout after migrating
+	// it (sqlschema.Distribute: per-partition tables distributed by
+	// partition id, per-queue tables reference tables); DatabaseURL or Pool
+	// must reach a Citus coordinator. What the layout does not give: README,
+	// "On Citus". Defaults to false:
 	// the tables stay local, as on PostgreSQL; a schema already distributed
 	// is run as on the layout all the same.
 	Citus bool

@@ -16,7 +16,7 @@ var cmdMigrateUp = &command{
 transaction, under an advisory lock (any number of processes may run it at once).
 queen.Open does the same; this command is for deployments that migrate before
 they roll out. --citus then converts the schema to the Citus layout, as
-Config.Citus does (experimental: see the README, "On Citus").`,
+Config.Citus does (see the README, "On Citus").`,
 	flags: func(fs *flag.FlagSet, o *opts) {
 		fs.BoolVar(&o.citus, "citus", false, "then distribute the schema's tables across the Citus workers (idempotent)")
 	},
