@@ -56,9 +56,9 @@ type Config struct {
 	// it (sqlschema.Distribute: per-partition tables distributed by
 	// partition id, per-queue tables reference tables); DatabaseURL or Pool
 	// must reach a Citus coordinator. What the layout does not give: README,
-	// "On Citus". Defaults to false:
-	// the tables stay local, as on PostgreSQL; a schema already distributed
-	// is run as on the layout all the same.
+	// "On Citus". Defaults to false: the tables stay local, as on
+	// PostgreSQL; a schema already distributed is run as on the layout all
+	// the same.
 	Citus bool
 	// SpoolDir is the disk spool for pushes PostgreSQL could not take. Each
 	// process needs its own: when it is taken, Open uses SpoolDir.1, .2, ...
