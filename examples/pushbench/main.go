@@ -11,6 +11,7 @@
 //	go run ./examples/pushbench -only paced            # INSERT and push paced at 100/s against back to back
 //	go run ./examples/pushbench -only acct             # server time and backend CPU per idle push, by kind
 //	go run ./examples/pushbench -only stmtcpu          # the push statement's backend CPU, split into its parts
+//	go run ./examples/pushbench -only split            # an idle push against its own statement run through pgx, and an INSERT
 package main
 
 import (
@@ -36,7 +37,7 @@ import (
 
 var (
 	dur     = flag.Duration("d", 10*time.Second, "duration of each throughput scenario")
-	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all), acct, stmtcpu (only when named)")
+	only    = flag.String("only", "", "comma-separated scenarios to run: idle,single,batch,insert,manykeys,keyed,popready,paced (default all), acct, stmtcpu, split (only when named)")
 	keys    = flag.Int("keys", 100_000, "keys (partitions) of the manykeys and popready scenarios")
 	popN    = flag.Int("pop-n", 200, "measured pops in the popready scenario")
 	fsync   = flag.Bool("fsync", true, "run the self-started cluster with fsync on")
@@ -232,6 +233,11 @@ func run() error {
 	}
 	if want("popready") {
 		if err := popReady(ctx, client, payload); err != nil {
+			return err
+		}
+	}
+	if named("split") {
+		if err := split(ctx, url, payload); err != nil {
 			return err
 		}
 	}
