@@ -36,6 +36,20 @@ type bres struct {
 	dupOff  []int64
 }
 
+func (b bres) String() string {
+	s := fmt.Sprintf("ord %d status %d partition %d", b.ord, b.status, b.pid)
+	if b.base != nil {
+		s += fmt.Sprintf(" base %d", *b.base)
+	}
+	if b.created != nil {
+		s += fmt.Sprintf(" at %v", *b.created)
+	}
+	if b.dupIdx != nil || b.dupOff != nil {
+		s += fmt.Sprintf(" dup %v %v", b.dupIdx, b.dupOff)
+	}
+	return s
+}
+
 // A stored segment, as the test expects it.
 type bstored struct {
 	q, p      string
@@ -125,7 +139,7 @@ func (b *bundleChecker) run(known, lanes bool, segs []bseg, want []int64, status
 		switch {
 		case st == 0:
 			if r.base == nil || *r.base != want[i] || r.created == nil || r.dupIdx != nil || r.dupOff != nil {
-				t.Fatalf("call %d row %d (%s/%s): %+v, want queued at %d", b.call, i, s.q, s.p, r, want[i])
+				t.Fatalf("call %d row %d (%s/%s): %v, want queued at %d", b.call, i, s.q, s.p, r, want[i])
 			}
 			if at, ok := b.times[b.call]; !ok {
 				b.times[b.call] = *r.created
@@ -137,11 +151,11 @@ func (b *bundleChecker) run(known, lanes bool, segs []bseg, want []int64, status
 		case st == 1:
 			d := dup[i]
 			if r.base != nil || r.created != nil || fmt.Sprint(r.dupIdx) != fmt.Sprint(d[0]) || fmt.Sprint(r.dupOff) != fmt.Sprint(d[1]) {
-				t.Fatalf("call %d row %d (%s/%s): %+v, want duplicate %v", b.call, i, s.q, s.p, r, d)
+				t.Fatalf("call %d row %d (%s/%s): %v, want duplicate %v", b.call, i, s.q, s.p, r, d)
 			}
 		default:
 			if r.base != nil || r.created != nil || r.dupIdx != nil || r.dupOff != nil {
-				t.Fatalf("call %d row %d (%s/%s): %+v, want status %d with nothing else", b.call, i, s.q, s.p, r, st)
+				t.Fatalf("call %d row %d (%s/%s): %v, want status %d with nothing else", b.call, i, s.q, s.p, r, st)
 			}
 		}
 	}
@@ -259,6 +273,26 @@ func TestBundleShapesOfOneQueue(t *testing.T) {
 	// One partition only, listed three times; then a new one twice.
 	b.run(true, false, []bseg{seg("b", 1), seg("b", 1), seg("b", 2)}, []int64{6, 7, 8}, nil, nil)
 	b.run(false, false, []bseg{seg("m", 1), seg("m", 1)}, []int64{0, 1}, nil, nil)
+	// Each partition once: all new, then all known (unknown to the client
+	// and known to it, with a lanes array of zeros).
+	b.run(false, false, []bseg{seg("x1", 1), seg("x2", 2), seg("x3", 1)}, []int64{0, 0, 0}, nil, nil)
+	b.run(false, false, []bseg{seg("x2", 1), seg("a", 1), seg("x1", 3), seg("c", 1), seg("b", 2)},
+		[]int64{2, 5, 1, 4, 10}, nil, nil)
+	b.run(true, true, []bseg{seg("b", 1), seg("x3", 1), seg("solo", 2), seg("m", 1)}, []int64{12, 1, 4, 2}, nil, nil)
+	// The lifecycle's bundle: 250 partitions, new, then known (to the
+	// client or not).
+	var life []bseg
+	for i := range 250 {
+		life = append(life, seg(fmt.Sprintf("v%d", (i*7)%250), 1))
+	}
+	b.run(false, false, life, make([]int64, 250), nil, nil)
+	for k, known := range []bool{true, false} {
+		want := make([]int64, 250)
+		for i := range want {
+			want[i] = int64(k + 1)
+		}
+		b.run(known, false, life, want, nil, nil)
+	}
 	// More segments than the lifecycle's 250: 150 new partitions, each
 	// listed twice, in an order their ids do not follow; then the same
 	// bundle, known.
@@ -320,6 +354,25 @@ func TestBundleShapesMixed(t *testing.T) {
 	// encrypted queue, another with the lane count of its queue.
 	b.run(true, true, []bseg{{q: "e", p: "y", count: 1, flags: 1}, {q: "q", p: "a", count: 2},
 		{q: "l", p: "z", count: 1, lanes: 4}, {q: "q", p: "a", count: 1}}, []int64{3, 4, 3, 6}, nil, nil)
+	// Each partition once, all known, then all new; then new partitions of
+	// a plain queue and of the windowed one.
+	b.run(true, true, []bseg{{q: "e", p: "y", count: 1, flags: 1}, {q: "q", p: "a", count: 1},
+		{q: "l", p: "z", count: 1, lanes: 4}, {q: "q", p: "b", count: 2}}, []int64{4, 7, 4, 6}, nil, nil)
+	b.run(false, true, []bseg{{q: "q", p: "new1", count: 1}, {q: "e", p: "new2", count: 1, flags: 1},
+		{q: "l", p: "new3", count: 2, lanes: 4}}, []int64{0, 0, 0}, nil, nil)
+	b.run(false, true, []bseg{{q: "q", p: "new4", count: 1}, {q: "w", p: "new5", count: 1}}, []int64{0, 0}, nil, nil)
+	// Keyed segments (flag 2) to new partitions: created by add_partitions,
+	// unallocated, then allocated as known ones; then known.
+	keyed := []bseg{{q: "l", p: "lane-1", count: 1, flags: 2, lanes: 4}, {q: "l", p: "lane-2", count: 2, flags: 2, lanes: 4}}
+	b.run(false, true, keyed, []int64{0, 0}, nil, nil)
+	b.run(true, true, keyed, []int64{1, 2}, nil, nil)
+	// Each partition once, all known, beside one segment the set-based
+	// allocator must not take: a duplicate in the windowed queue, a
+	// plaintext one to the encrypted queue, a stale lane count.
+	b.run(true, true, []bseg{{q: "q", p: "a", count: 1}, {q: "w", p: "x", count: 1, hashes: dupHash}},
+		[]int64{8, -1}, []int16{0, 1}, map[int][2][]int64{1: {{0}, {0}}})
+	b.run(false, true, []bseg{{q: "q", p: "a", count: 1}, {q: "e", p: "y", count: 1}}, []int64{9, -1}, []int16{0, 2}, nil)
+	b.run(true, true, []bseg{{q: "l", p: "z", count: 1, lanes: 8}, {q: "q", p: "b", count: 1}}, []int64{-1, 8}, []int16{3, 0}, nil)
 }
 
 // Bundles push_bundle refuses whole, whatever their shape: a hash blob of
@@ -334,7 +387,7 @@ func TestBundleShapesRefused(t *testing.T) {
 	for _, known := range []bool{false, true} {
 		for _, bad := range []bseg{{q: "q", p: "b", count: 2, hashes: []byte("sixteen-bytes-00")},
 			{q: "q", p: "b", count: 0, hashes: []byte{}}} {
-			_, _, _, err := bundleCall(t, c, 100, known, false, []bseg{{q: "q", p: "a", count: 1}, bad, {q: "q", p: "a", count: 1}})
+			_, _, _, err := bundleCall(t, c, 100, known, false, []bseg{{q: "q", p: "a", count: 1}, bad})
 			if err == nil || !strings.Contains(err.Error(), "hash blob is") {
 				t.Fatalf("known %v, count %d with %d bytes of hashes: %v, want the stride error", known, bad.count, len(bad.hashes), err)
 			}
