@@ -512,6 +512,21 @@ DECLARE
     v_pre   boolean[];
     v_cpre  boolean;
     j       integer := 1;
+    -- What the resolve read, per segment in no particular order: input
+    -- index, partition, its last offset and its queue's settings; the
+    -- number of segments resolved and of partitions, and whether every
+    -- segment goes to the set-based allocator; whether this call created
+    -- every partition of the bundle.
+    v_cnt   bigint;
+    v_ndist bigint;
+    v_allnew boolean;
+    r_o     integer[];
+    r_pid   bigint[];
+    r_last  bigint[];
+    r_win   bigint[];
+    r_enc   boolean[];
+    r_lanes integer[];
+    v_fast  boolean;
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
     -- wrong callers.
@@ -654,9 +669,23 @@ BEGIN
 
     -- Resolve and lock every partition row in one statement, in ascending
     -- partition id: the global lock order shared with transactions and
-    -- retention.
-    FOR rec IN
-        SELECT x.o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
+    -- retention. The rows come out of the sort and are locked in that order
+    -- (the subquery's LockRows sits above its Sort), then gathered into
+    -- arrays, whose order nothing below relies on: each element carries its
+    -- input index. Also judged here, under the locks, from the settings
+    -- read with them: whether every segment goes to the set-based allocator
+    -- (no dedup window, not refused, a valid hash blob; push_one's
+    -- allocation otherwise), which lets the bundle take the set path below.
+    SELECT count(*), count(DISTINCT l.id), array_agg(l.o), array_agg(l.id), array_agg(l.last_offset),
+           array_agg(l.dedup_window_ms), array_agg(l.encryption), array_agg(l.lanes),
+           coalesce(bool_and(coalesce(
+               l.dedup_window_ms <= 0
+               AND NOT coalesce(l.encryption AND (p_flags[l.o] & 1) = 0, false)
+               AND NOT coalesce(coalesce(p_lanes[l.o], 0) <> 0 AND p_lanes[l.o] <> l.lanes, false)
+               AND p_counts[l.o] > 0 AND octet_length(p_hashes[l.o]) = 16 * p_counts[l.o], false)), false)
+    INTO v_cnt, v_ndist, r_o, r_pid, r_last, r_win, r_enc, r_lanes, v_fast
+    FROM (
+        SELECT x.o::integer AS o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
         FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
                      (SELECT p2.id FROM {{schema}}.partitions p2
                       WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
@@ -665,26 +694,72 @@ BEGIN
         JOIN {{schema}}.partitions pp ON pp.id = x.pid
         ORDER BY pp.id, x.o -- a partition twice (Client.Tx): its segments in input order
         FOR NO KEY UPDATE OF pp
-    LOOP
-        v_order := v_order || rec.o::integer;
-        v_pids[rec.o] := rec.id;
-        v_win[rec.o] := rec.dedup_window_ms;
-        v_enc[rec.o] := rec.encryption;
-        v_lanes[rec.o] := rec.lanes;
-        -- Read under the row lock: nothing else moves it before commit.
-        v_last[rec.o] := rec.last_offset;
-        WHILE j <= cardinality(n_ids) AND n_ids[j] < rec.id LOOP
-            j := j + 1;
-        END LOOP;
-        v_pre[rec.o] := j <= cardinality(n_ids) AND n_ids[j] = rec.id;
-    END LOOP;
-    IF coalesce(cardinality(v_order), 0) <> n THEN
+    ) l;
+    IF v_cnt <> n THEN
         -- A partition purged between provisioning and the lock: the client
         -- retries the bundle once on this code.
         RAISE EXCEPTION 'queen: push_bundle could not resolve every partition (% of %)',
-            coalesce(cardinality(v_order), 0), n USING ERRCODE = 'QN001';
+            v_cnt, n USING ERRCODE = 'QN001';
     END IF;
     v_now := clock_timestamp();
+
+    -- The common bundle (the lifecycle load's: one-message segments, each
+    -- to a partition of its own, no dedup window, nothing refused, the
+    -- partitions all known or all created by this call) is allocated with
+    -- no PL/pgSQL step per segment: the loops below cost about as much a
+    -- segment as the statements' own work. Each partition is listed once,
+    -- so a segment's range starts right after its partition's last offset
+    -- as read under the lock, or at 0 in a partition this call created,
+    -- whose row (inserted with these offsets allocated) is not updated.
+    -- Anything else takes the general form below: a partition listed
+    -- twice (Client.Tx: consecutive ranges in input order), some of the
+    -- partitions new and some not (telling which would take a membership
+    -- test per segment against n_ids, quadratic in the bundle), a segment
+    -- push_one allocates or one refused, or a single segment.
+    v_allnew := cardinality(n_ids) = n;
+    IF v_fast AND n > 1 AND v_ndist = n AND (v_allnew OR cardinality(n_ids) = 0) THEN
+        -- push_one's allocation, set-based, as below.
+        IF NOT v_allnew THEN
+            UPDATE {{schema}}.partitions p SET
+                last_offset   = u.last + p_counts[u.o],
+                last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
+                                     THEN v_now ELSE p.last_write_at END,
+                pending       = true
+            FROM unnest(r_pid, r_last, r_o) AS u(id, last, o)
+            WHERE p.id = u.id;
+        END IF;
+        INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
+        SELECT g.pid, g.base, g.base + p_counts[g.o] - 1, v_now, p_blobs[g.o], 0, p_hashes[g.o]
+        FROM (SELECT u.o, u.pid, CASE WHEN v_allnew THEN 0 ELSE u.last + 1 END AS base
+              FROM unnest(r_o, r_pid, r_last) AS u(o, pid, last)) g;
+        -- Exactly one result per input: the resolve found n rows, one per
+        -- input index. In input order, with push_result's types.
+        RETURN QUERY
+            SELECT u.o, 0::smallint, u.pid, CASE WHEN v_allnew THEN 0 ELSE u.last + 1 END, v_now,
+                   NULL::integer[], NULL::bigint[]
+            FROM unnest(r_o, r_pid, r_last) AS u(o, pid, last)
+            ORDER BY u.o;
+        RETURN;
+    END IF;
+
+    -- The general form: segment by segment in lock order.
+    FOR rec IN
+        SELECT g.o, g.pid, g.win, g.enc, g.lanes, g.last
+        FROM unnest(r_o, r_pid, r_win, r_enc, r_lanes, r_last) AS g(o, pid, win, enc, lanes, last)
+        ORDER BY g.pid, g.o
+    LOOP
+        v_order := v_order || rec.o;
+        v_pids[rec.o] := rec.pid;
+        v_win[rec.o] := rec.win;
+        v_enc[rec.o] := rec.enc;
+        v_lanes[rec.o] := rec.lanes;
+        -- Read under the row lock: nothing else moves it before commit.
+        v_last[rec.o] := rec.last;
+        WHILE j <= cardinality(n_ids) AND n_ids[j] < rec.pid LOOP
+            j := j + 1;
+        END LOOP;
+        v_pre[rec.o] := j <= cardinality(n_ids) AND n_ids[j] = rec.pid;
+    END LOOP;
 
     FOREACH i IN ARRAY v_order LOOP
         -- A partition created above was judged there: the allocator's.
