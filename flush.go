@@ -401,7 +401,18 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 		Flags:     flags,
 		Lanes:     lanes,
 	})
-	return segPlan{batch: b, frames: frames, n: n, key: b.Key.Hash()}
+	return segPlan{batch: b, frames: frames, n: n, key: batchHash(b)}
+}
+
+// batchHash is b.Key.Hash(): as fusion computed it for its batches, or
+// computed here for a batch built elsewhere (a transaction's), which leaves
+// Hash zero. The key's strings are not read again on the flush's goroutine,
+// where they are often out of the cache.
+func batchHash(b *fusion.Batch[partitionKey, *pushItem]) uint64 {
+	if b.Hash != 0 {
+		return b.Hash
+	}
+	return b.Key.Hash()
 }
 
 type segKey struct {

@@ -15,6 +15,9 @@ var ErrClosed = errors.New("fusion: engine closed")
 // Batch is one segment of a bundle: what accumulated for one key.
 type Batch[K comparable, T any] struct {
 	Key K
+	// Hash is Key.Hash(), as the engine computed it once for the key's
+	// submissions, so a FlushFunc that needs it need not hash the key again.
+	Hash uint64
 	// Items are the key's items in submission order.
 	Items []T
 	// Retry is set by the FlushFunc to the items, a subsequence of Items in
@@ -227,10 +230,11 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 			return err
 		}
 	}
-	s := e.shards[key.Hash()%uint64(len(e.shards))]
+	h := key.Hash()
+	s := e.shards[h%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
 	sub.bytes, sub.budget = n, &e.bytes
-	return e.send(ctx, s, arrival[K, T]{key: key, items: items, sub: sub})
+	return e.send(ctx, s, arrival[K, T]{key: key, hash: h, items: items, sub: sub})
 }
 
 // send hands a to its shard. Counting it in transit first is what keeps an
@@ -439,7 +443,7 @@ func (e *Engine[K, T]) finish(abandon func([]*Batch[K, T])) {
 	var left []*Batch[K, T]
 	for _, s := range e.shards {
 		for _, ks := range s.ready[s.readyHead:] {
-			left = append(left, &Batch[K, T]{Key: ks.key, Items: ks.pending})
+			left = append(left, &Batch[K, T]{Key: ks.key, Hash: ks.hash, Items: ks.pending})
 		}
 	}
 	if len(left) == 0 {
@@ -590,6 +594,7 @@ type run struct {
 
 type arrival[K comparable, T any] struct {
 	key   K
+	hash  uint64 // key.Hash()
 	items []T
 	sub   *submission
 }

@@ -44,9 +44,13 @@ type shard[K Keyer, T comparable] struct {
 	inlineDone chan *inlineFlight[K, T] // one inline flush per shard at a time
 
 	// run-owned
-	active       bool // the shard holds work, or waits for an inline flush
-	inlineOn     bool // an inline flush it saw is running; its key is held flying
-	keys         map[K]*keyState[K, T]
+	active   bool // the shard holds work, or waits for an inline flush
+	inlineOn bool // an inline flush it saw is running; its key is held flying
+	// keys holds the state of every key the shard knows, by the key's hash;
+	// keys whose hashes collide are chained through keyState.next. A
+	// map of integers hashes and compares no strings, and reaches no key
+	// to find or delete one.
+	keys         map[uint64]*keyState[K, T]
 	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
 	freeKeys     []*keyState[K, T]
@@ -64,6 +68,8 @@ type shard[K Keyer, T comparable] struct {
 // flightRuns and retryRuns belong to the flight goroutine.
 type keyState[K Keyer, T comparable] struct {
 	key     K
+	hash    uint64          // key.Hash(), as Submit computed it
+	next    *keyState[K, T] // another key of the same hash, in shard.keys
 	pending []T
 	runs    []run // submissions of pending, in order
 	queued  bool  // in the ready FIFO
@@ -84,7 +90,7 @@ func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
 		completions: make(chan *flight[K, T], e.cfg.MaxInFlight),
 		exited:      make(chan struct{}),
 		inlineDone:  make(chan *inlineFlight[K, T], 1),
-		keys:        make(map[K]*keyState[K, T]),
+		keys:        make(map[uint64]*keyState[K, T]),
 		timer:       time.NewTimer(time.Hour),
 	}
 	s.waiter = NewWaiter(s.poke)
@@ -139,9 +145,9 @@ func (s *shard[K, T]) goActive() {
 	s.ibusy.Store(true)
 	if in := s.inline; in != nil && !s.inlineOn {
 		s.iwant, s.inlineOn = true, true
-		ks := s.keys[in.ks.key]
+		ks := s.lookup(in.ks.key, in.ks.hash)
 		if ks == nil {
-			ks = s.newKey(in.ks.key)
+			ks = s.newKey(in.ks.key, in.ks.hash)
 		}
 		ks.flying = true
 	}
@@ -178,14 +184,14 @@ func (s *shard[K, T]) untransit() {
 func (s *shard[K, T]) inlineEnded(in *inlineFlight[K, T]) {
 	s.active = true // ibusy is set: by goActive, or by the flush for Retry
 	b := &in.ks.batch
-	ks := s.keys[b.Key]
+	ks := s.lookup(b.Key, in.ks.hash)
 	if s.inlineOn {
 		s.inlineOn = false
 		ks.flying = false
 	}
 	if len(b.Retry) > 0 {
 		if ks == nil {
-			ks = s.newKey(b.Key)
+			ks = s.newKey(b.Key, in.ks.hash)
 		}
 		pending := make([]T, 0, len(b.Retry)+len(ks.pending))
 		pending = append(append(pending, b.Retry...), ks.pending...)
@@ -249,9 +255,9 @@ func (s *shard[K, T]) arrive(a arrival[K, T], ok bool) {
 	if !s.active {
 		s.goActive()
 	}
-	ks := s.keys[a.key]
+	ks := s.lookup(a.key, a.hash)
 	if ks == nil {
-		ks = s.newKey(a.key)
+		ks = s.newKey(a.key, a.hash)
 	}
 	ks.pending = append(ks.pending, a.items...)
 	ks.runs = append(ks.runs, run{sub: a.sub, n: len(a.items)})
@@ -414,7 +420,18 @@ func (s *shard[K, T]) enqueue(ks *keyState[K, T]) {
 	s.ready = append(s.ready, ks)
 }
 
-func (s *shard[K, T]) newKey(k K) *keyState[K, T] {
+// lookup is the state of key k, whose hash is h, or nil.
+func (s *shard[K, T]) lookup(k K, h uint64) *keyState[K, T] {
+	ks := s.keys[h]
+	for ks != nil && ks.key != k {
+		ks = ks.next
+	}
+	return ks
+}
+
+// newKey adds the state of key k, whose hash is h and which the shard does
+// not hold.
+func (s *shard[K, T]) newKey(k K, h uint64) *keyState[K, T] {
 	var ks *keyState[K, T]
 	if n := len(s.freeKeys); n > 0 {
 		ks = s.freeKeys[n-1]
@@ -423,13 +440,25 @@ func (s *shard[K, T]) newKey(k K) *keyState[K, T] {
 	} else {
 		ks = new(keyState[K, T])
 	}
-	ks.key, ks.batch.Key = k, k
-	s.keys[k] = ks
+	ks.key, ks.batch.Key, ks.hash, ks.batch.Hash = k, k, h, h
+	ks.next = s.keys[h] // nil but for a collision
+	s.keys[h] = ks
 	return ks
 }
 
 func (s *shard[K, T]) forget(ks *keyState[K, T]) {
-	delete(s.keys, ks.key)
+	switch head := s.keys[ks.hash]; {
+	case head == ks && ks.next == nil:
+		delete(s.keys, ks.hash)
+	case head == ks:
+		s.keys[ks.hash] = ks.next
+	default:
+		for head.next != ks {
+			head = head.next
+		}
+		head.next = ks.next
+	}
+	ks.next = nil
 	if len(s.freeKeys) >= maxFreeKeys {
 		return
 	}
