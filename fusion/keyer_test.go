@@ -100,10 +100,10 @@ func TestKeyerKeysByValue(t *testing.T) {
 	}
 }
 
-// TestCollidingKeysChain: a shard finds a key's state by the key's hash and
-// chains keys whose hashes collide, so forgetting a key must unlink it
-// wherever it sits in its chain (head, middle, tail) and leave the others
-// found. Many keys on few hashes, flushed one or two at a time in random
+// TestCollidingKeysChain: a shard finds a key's state by the key's hash,
+// keys whose hashes collide in slots next to each other, so forgetting a key
+// must leave the others of its hash found wherever it sat among them (first,
+// between, last). Many keys on few hashes, flushed one or two at a time in random
 // order, inline flushes or not: each key's items reach the flush in
 // submission order, no key is in two flushes at once, every batch carries
 // its key's hash, and the shard holds no key once everything is done.
@@ -200,8 +200,8 @@ func TestCollidingKeysChain(t *testing.T) {
 				}
 			}
 			// The shard's goroutine has exited: its state is ours to read.
-			if n := len(e.shards[0].keys); n != 0 {
-				t.Errorf("shard holds %d hashes after everything was flushed", n)
+			if n := e.shards[0].keys.len(); n != 0 {
+				t.Errorf("shard holds %d keys after everything was flushed", n)
 			}
 			if inline && e.Stats().Inline == 0 {
 				t.Log("no inline flush happened") // possible, not a failure
@@ -211,13 +211,13 @@ func TestCollidingKeysChain(t *testing.T) {
 }
 
 // TestForgetUnlinksAnywhereInChain drives a shard's key table directly:
-// keys of one hash are added and forgotten in every order, and after each
+// keys of one hash are added and forgotten in several orders, and after each
 // step exactly the keys still held are found.
 func TestForgetUnlinksAnywhereInChain(t *testing.T) {
 	keys := []idKey{{7, "a"}, {7, "b"}, {7, "c"}, {7, "d"}}
 	perms := [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}, {2, 0, 3, 1}}
 	for _, order := range perms {
-		s := &shard[idKey, *item]{keys: make(map[uint64]*keyState[idKey, *item])}
+		s := &shard[idKey, *item]{}
 		held := map[idKey]*keyState[idKey, *item]{}
 		for _, k := range keys {
 			held[k] = s.newKey(k, k.Hash())
@@ -237,13 +237,13 @@ func TestForgetUnlinksAnywhereInChain(t *testing.T) {
 			delete(held, keys[i])
 			check()
 		}
-		if len(s.keys) != 0 {
-			t.Fatalf("order %v: %d hashes left", order, len(s.keys))
+		if n := s.keys.len(); n != 0 {
+			t.Fatalf("order %v: %d keys left", order, n)
 		}
-		// Forgotten states are reused: a new key must not inherit a chain.
+		// Forgotten states are reused: a new key must not find an old one.
 		k := idKey{7, "e"}
-		if ks := s.newKey(k, k.Hash()); ks.next != nil || s.lookup(keys[0], keys[0].Hash()) != nil {
-			t.Fatalf("order %v: a reused state kept its chain", order)
+		if ks := s.newKey(k, k.Hash()); ks.key != k || s.lookup(keys[0], keys[0].Hash()) != nil {
+			t.Fatalf("order %v: a reused state is found under its old key", order)
 		}
 	}
 }

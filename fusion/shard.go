@@ -46,11 +46,10 @@ type shard[K Keyer, T comparable] struct {
 	// run-owned
 	active   bool // the shard holds work, or waits for an inline flush
 	inlineOn bool // an inline flush it saw is running; its key is held flying
-	// keys holds the state of every key the shard knows, by the key's hash;
-	// keys whose hashes collide are chained through keyState.next. A
-	// map of integers hashes and compares no strings, and reaches no key
-	// to find or delete one.
-	keys         map[uint64]*keyState[K, T]
+	// keys holds the state of every key the shard knows, by the key's
+	// hash: finding one hashes no strings, and forgetting one compares no
+	// keys (see keyTable).
+	keys         keyTable[K, T]
 	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
 	freeKeys     []*keyState[K, T]
@@ -68,8 +67,7 @@ type shard[K Keyer, T comparable] struct {
 // flightRuns and retryRuns belong to the flight goroutine.
 type keyState[K Keyer, T comparable] struct {
 	key     K
-	hash    uint64          // key.Hash(), as Submit computed it
-	next    *keyState[K, T] // another key of the same hash, in shard.keys
+	hash    uint64 // key.Hash(), as Submit computed it
 	pending []T
 	runs    []run // submissions of pending, in order
 	queued  bool  // in the ready FIFO
@@ -90,7 +88,6 @@ func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
 		completions: make(chan *flight[K, T], e.cfg.MaxInFlight),
 		exited:      make(chan struct{}),
 		inlineDone:  make(chan *inlineFlight[K, T], 1),
-		keys:        make(map[uint64]*keyState[K, T]),
 		timer:       time.NewTimer(time.Hour),
 	}
 	s.waiter = NewWaiter(s.poke)
@@ -422,11 +419,7 @@ func (s *shard[K, T]) enqueue(ks *keyState[K, T]) {
 
 // lookup is the state of key k, whose hash is h, or nil.
 func (s *shard[K, T]) lookup(k K, h uint64) *keyState[K, T] {
-	ks := s.keys[h]
-	for ks != nil && ks.key != k {
-		ks = ks.next
-	}
-	return ks
+	return s.keys.get(k, h)
 }
 
 // newKey adds the state of key k, whose hash is h and which the shard does
@@ -441,24 +434,12 @@ func (s *shard[K, T]) newKey(k K, h uint64) *keyState[K, T] {
 		ks = new(keyState[K, T])
 	}
 	ks.key, ks.batch.Key, ks.hash, ks.batch.Hash = k, k, h, h
-	ks.next = s.keys[h] // nil but for a collision
-	s.keys[h] = ks
+	s.keys.add(h, ks)
 	return ks
 }
 
 func (s *shard[K, T]) forget(ks *keyState[K, T]) {
-	switch head := s.keys[ks.hash]; {
-	case head == ks && ks.next == nil:
-		delete(s.keys, ks.hash)
-	case head == ks:
-		s.keys[ks.hash] = ks.next
-	default:
-		for head.next != ks {
-			head = head.next
-		}
-		head.next = ks.next
-	}
-	ks.next = nil
+	s.keys.remove(ks.hash, ks)
 	if len(s.freeKeys) >= maxFreeKeys {
 		return
 	}
