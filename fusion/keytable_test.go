@@ -1,6 +1,7 @@
 package fusion
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 )
@@ -92,4 +93,58 @@ func TestKeyTableRemoveUnknownPanics(t *testing.T) {
 		}
 	}()
 	tab.remove(k.Hash(), &keyState[idKey, *item]{key: k})
+}
+
+// TestFreeKeysBounded: a shard keeps the states of forgotten keys for
+// reuse, up to maxFreeKeys with their buffers (each at most maxKeptItems),
+// and past that up to its maxFree (a bundle's worth per flight) only with
+// small buffers; beyond, a forgotten state is dropped. A state taken from
+// the free list holds nothing of its previous key.
+func TestFreeKeysBounded(t *testing.T) {
+	e := New(Config{BundleMax: 256, MaxInFlight: 4, Shards: 1}, func(context.Context, []*Batch[idKey, *item]) error { return nil })
+	closeNow(t, e)
+	if got := e.shards[0].maxFree; got != 1024 {
+		t.Fatalf("maxFree %d, want BundleMax × MaxInFlight = 1024", got)
+	}
+	s := &shard[idKey, *item]{maxFree: 1024}
+	add := func(i int, items int) *keyState[idKey, *item] {
+		k := idKey{int64(i), "k"}
+		ks := s.newKey(k, k.Hash())
+		ks.pending = make([]*item, 0, items)
+		ks.runs = make([]run, 0, 1)
+		return ks
+	}
+	var states []*keyState[idKey, *item]
+	for i := range 3000 {
+		items := 1
+		if i%2 == 1 {
+			items = 100 // above maxSmallItems
+		}
+		states = append(states, add(i, items))
+	}
+	for _, ks := range states {
+		s.forget(ks)
+	}
+	if n := len(s.freeKeys); n != 1024 {
+		t.Fatalf("%d free states, want 1024", n)
+	}
+	for i, ks := range s.freeKeys {
+		limit := maxSmallItems
+		if i < maxFreeKeys {
+			limit = maxKeptItems
+		}
+		if cap(ks.pending) > limit || cap(ks.runs) > limit {
+			t.Fatalf("free state %d keeps buffers of %d and %d, above %d", i, cap(ks.pending), cap(ks.runs), limit)
+		}
+	}
+	// Reuse: a new key finds no trace of the old one.
+	k := idKey{-1, "new"}
+	ks := s.newKey(k, k.Hash())
+	if ks.key != k || ks.batch.Key != k || ks.hash != k.Hash() || ks.batch.Hash != k.Hash() ||
+		len(ks.pending) != 0 || len(ks.runs) != 0 || ks.queued || ks.flying {
+		t.Fatalf("reused state %+v", ks)
+	}
+	if s.keys.len() != 1 || s.lookup(idKey{0, "k"}, idKey{0, "k"}.Hash()) != nil {
+		t.Fatalf("table holds %d keys, want the new one only", s.keys.len())
+	}
 }

@@ -12,6 +12,14 @@ import (
 const (
 	maxKeptItems = 1 << 16
 	maxFreeKeys  = 256
+	// Past maxFreeKeys a shard keeps up to Config.BundleMax free key
+	// states per flight it may have in flight (Config.MaxInFlight), but
+	// only with buffers of at most maxSmallItems: a load spread over many
+	// partitions forgets a bundle's worth of keys with each returned
+	// flush and adds as many new ones, which otherwise each allocated a
+	// state and its first buffers.
+	maxSmallItems = 16
+	maxFreeCap    = 1 << 14 // whatever BundleMax and MaxInFlight say
 )
 
 // shard owns a disjoint set of keys. Everything below the run-owned marker is
@@ -53,6 +61,7 @@ type shard[K Keyer, T comparable] struct {
 	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
 	freeKeys     []*keyState[K, T]
+	maxFree      int // bound of freeKeys
 	freeFlights  []*flight[K, T]
 	inflight     int
 	buffered     int
@@ -92,6 +101,7 @@ func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
 	}
 	s.waiter = NewWaiter(s.poke)
 	s.timer.Stop()
+	s.maxFree = min(e.cfg.BundleMax, maxFreeCap/max(e.cfg.MaxInFlight, 1)) * e.cfg.MaxInFlight
 	return s
 }
 
@@ -440,13 +450,21 @@ func (s *shard[K, T]) newKey(k K, h uint64) *keyState[K, T] {
 
 func (s *shard[K, T]) forget(ks *keyState[K, T]) {
 	s.keys.remove(ks.hash, ks)
-	if len(s.freeKeys) >= maxFreeKeys {
+	n := len(s.freeKeys)
+	if n >= max(s.maxFree, maxFreeKeys) {
 		return
 	}
-	if cap(ks.pending) > maxKeptItems {
+	keep := maxKeptItems
+	if n >= maxFreeKeys {
+		keep = maxSmallItems
+		if cap(ks.runs) > keep || cap(ks.flightRuns) > keep || cap(ks.retryRuns) > keep {
+			return
+		}
+	}
+	if cap(ks.pending) > keep {
 		ks.pending = nil
 	}
-	if cap(ks.batch.Items) > maxKeptItems {
+	if cap(ks.batch.Items) > keep {
 		ks.batch.Items = nil
 	}
 	s.freeKeys = append(s.freeKeys, ks)
