@@ -262,6 +262,18 @@ func (s *shard[K, T]) arrive(a arrival[K, T], ok bool) {
 	if !s.active {
 		s.goActive()
 	}
+	if a.more != nil {
+		for _, p := range *a.more {
+			s.take(p)
+		}
+		s.e.putMore(a.more)
+		return
+	}
+	s.take(a)
+}
+
+// take adds an arrival's items to its key's pending queue.
+func (s *shard[K, T]) take(a arrival[K, T]) {
 	ks := s.lookup(a.key, a.hash)
 	if ks == nil {
 		ks = s.newKey(a.key, a.hash)
