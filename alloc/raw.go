@@ -88,10 +88,20 @@ func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes boo
 	// The frontend borrows the Bundle's buffer instead, sized at once, and
 	// is made to give it back before pushRaw returns, whatever happened:
 	// a flush replaces a buffer that large by itself, and reclaim covers a
-	// call that failed before its flush.
+	// message under 1 KiB, which a flush keeps, and a call that failed
+	// before its flush. A connection that broke during the call is closed
+	// by pgx on a goroutine of its own, which sends Terminate through the
+	// frontend, perhaps into the buffer: the Bundle then gives the buffer
+	// up, and touches the frontend no more.
 	fe := c.PgConn().Frontend()
 	fe.Send(lend{b, size})
-	defer fe.Send(reclaim{b})
+	defer func() {
+		if c.PgConn().IsClosed() {
+			b.wire = nil
+			return
+		}
+		fe.Send(reclaim{b})
+	}()
 	rr := c.PgConn().ExecStatement(ctx, sd, b.params[:], binaryFormats, binaryFormats[:len(verdictOIDs)])
 	m := c.TypeMap()
 	loc := scanLocation(m)

@@ -68,3 +68,39 @@ func TestPushLeavesNoBufferWithTheConnection(t *testing.T) {
 	}
 	held("a call whose context had ended")
 }
+
+// TestPushOnABrokenConnectionDropsTheBuffer: a connection that breaks
+// during the call is closed by pgx on a goroutine of its own, which sends
+// Terminate through the frontend, perhaps into the Bundle's buffer. The
+// Bundle then gives its buffer up rather than touch the frontend again or
+// reuse what that goroutine may write into (under -race, touching it is a
+// data race).
+func TestPushOnABrokenConnectionDropsTheBuffer(t *testing.T) {
+	ctx, pool, sql := setup(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tenant := uuid.Must(uuid.NewV4())
+	var b alloc.Bundle
+	b.Add(&alloc.Segment{Tenant: tenant, Queue: "q", Partition: "p", Count: 1, Hashes: make([]byte, 16), Blob: []byte{0}})
+	if _, err := b.Push(ctx, conn, sql.PushBundle, nil); err != nil { // prepares the statement
+		t.Fatal(err)
+	}
+	pid := conn.Conn().PgConn().PID()
+	if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	b.Add(&alloc.Segment{Tenant: tenant, Queue: "q", Partition: "p", Count: 1, Hashes: make([]byte, 16), Blob: []byte{0}})
+	if _, err := b.Push(ctx, conn, sql.PushBundle, nil); err == nil {
+		t.Fatal("a call on a terminated backend succeeded")
+	}
+	if !conn.Conn().IsClosed() {
+		t.Fatal("the connection is not closed after its backend was terminated")
+	}
+	if cap(b.Wire()) != 0 {
+		t.Fatal("the Bundle kept the buffer a closed connection's frontend may still write into")
+	}
+}
