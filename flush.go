@@ -104,6 +104,9 @@ type flushScratch struct {
 	hashes   []byte
 	hs       []dedup.Hash
 	leaders  []int
+	// frames backs the segPlans' frames: one allocation for a bundle
+	// rather than one per segment, most of them one message long.
+	frames []*pushItem
 	// take is the lingering worker whose slot pushLive reserved, and ho
 	// the outcome commit hands it on return (see handOff).
 	take *lingerSlot
@@ -163,6 +166,8 @@ func (p *pusher) commit(ctx context.Context, q alloc.Querier, bundle []*fusion.B
 		s.bundle.Reset()
 		clear(s.segs)
 		s.segs = s.segs[:0]
+		clear(s.frames)
+		s.frames = s.frames[:0]
 		scratchPool.Put(s)
 	}()
 	// The arenas back the previous bundle's blobs, which are done with.
@@ -361,7 +366,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 		}
 	}
 	items := b.Items[:n]
-	frames := make([]*pushItem, 0, len(items))
+	frameStart := len(s.frames)
 	hashStart := len(s.hashes)
 	s.raw = s.raw[:0]
 	var flags int32 = alloc.FlagEncrypted
@@ -372,7 +377,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 			leader.followers = append(leader.followers, it)
 			continue
 		}
-		frames = append(frames, it)
+		s.frames = append(s.frames, it)
 		s.hashes = dedup.AppendHash(s.hashes, it.hash)
 		s.raw = frame.Append(s.raw, &it.Frame)
 		if it.Flags&frame.FlagEncrypted == 0 {
@@ -389,6 +394,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 			}
 		}
 	}
+	frames := s.frames[frameStart:len(s.frames):len(s.frames)]
 	blobStart := len(s.blobs)
 	s.blobs = segment.Compress(s.blobs, s.raw)
 	s.bundle.Add(&alloc.Segment{
@@ -401,7 +407,18 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 		Flags:     flags,
 		Lanes:     lanes,
 	})
-	return segPlan{batch: b, frames: frames, n: n, key: b.Key.Hash()}
+	return segPlan{batch: b, frames: frames, n: n, key: batchHash(b)}
+}
+
+// batchHash is b.Key.Hash(): as fusion computed it for its batches, or
+// computed here for a batch built elsewhere (a transaction's), which leaves
+// Hash zero. The key's strings are not read again on the flush's goroutine,
+// where they are often out of the cache.
+func batchHash(b *fusion.Batch[partitionKey, *pushItem]) uint64 {
+	if b.Hash != 0 {
+		return b.Hash
+	}
+	return b.Key.Hash()
 }
 
 type segKey struct {

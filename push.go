@@ -377,6 +377,12 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	}
 	slab := make([]pushItem, len(items))
 	b.slab = slab
+	// firsts backs each group's first item, one allocation for the call
+	// rather than one per partition, which a call spread over many
+	// partitions (a partition per key) paid for nearly every item. Each
+	// group's slice is capped at that one item, so appending a second
+	// moves the group out rather than overwrite its neighbour.
+	firsts := make([]*pushItem, len(items))
 	send := e.sendSpan(ctx)
 	l1 := layer1Pool.Get().(*dedup.Layer1)
 	l1.Reset()
@@ -432,7 +438,11 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 			pi.Flags = frame.FlagEncrypted
 		}
 		if !follower {
-			b.groups[part] = append(b.groups[part], pi)
+			g := b.groups[part]
+			if g == nil {
+				g = firsts[i : i : i+1] // the append below fills firsts[i]
+			}
+			b.groups[part] = append(g, pi)
 		}
 	}
 	return b, nil

@@ -699,3 +699,67 @@ func TestValidNameIsThePushRule(t *testing.T) {
 		t.Error(`ValidName("") = true`)
 	}
 }
+
+// TestPushInterleavedPartitionsKeepOrder: one call whose items alternate
+// between partitions, some with one item and some with many, and a repeated
+// transaction id among them, stores each partition's items in call order
+// (a group's first item has its own storage; adding more must not disturb
+// another group's), by Push and by a transaction's Push alike.
+func TestPushInterleavedPartitionsKeepOrder(t *testing.T) {
+	c := open(t)
+	ctx := ctxT(t)
+	for _, via := range []string{"push", "tx"} {
+		t.Run(via, func(t *testing.T) {
+			q := c.Queue("q-" + via)
+			var items []queen.Item
+			for i := range 300 {
+				// Partition names are per subtest: storedFrames finds a
+				// partition by name alone.
+				part := fmt.Sprintf("%s-single-%d", via, i) // one item each
+				switch {
+				case i%3 == 0:
+					part = fmt.Sprintf("%s-many-%d", via, i%4) // interleaved, many each
+				case i%7 == 0:
+					part = via + "-sevens"
+				}
+				items = append(items, queen.Item{Partition: part, TransactionID: fmt.Sprintf("%s-%d", via, i), Data: []byte(fmt.Sprint(i))})
+			}
+			// A layer-1 duplicate: the same transaction id again, later.
+			items = append(items, queen.Item{Partition: via + "-many-0", TransactionID: via + "-0", Data: []byte("dup")})
+			var res []queen.PushResult
+			if via == "push" {
+				res = push(t, q, items...)
+			} else {
+				tx, err := c.Pool().Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res, err = q.PushTx(ctx, tx, items); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string][]string{}
+			for i, it := range items[:len(items)-1] {
+				if res[i].Status != queen.Queued {
+					t.Fatalf("item %d: %+v", i, res[i])
+				}
+				want[it.Partition] = append(want[it.Partition], string(it.Data))
+			}
+			if r := res[len(res)-1]; r.Status != queen.Duplicate || r.MessageID != res[0].MessageID {
+				t.Fatalf("the repeated transaction id: %+v, want a duplicate of %s", r, res[0].MessageID)
+			}
+			for part, w := range want {
+				var got []string
+				for _, f := range storedFrames(t, c, part) {
+					got = append(got, string(f.Payload))
+				}
+				if strings.Join(got, ",") != strings.Join(w, ",") {
+					t.Fatalf("partition %s holds %v, want %v", part, got, w)
+				}
+			}
+		})
+	}
+}

@@ -119,6 +119,9 @@ type Bundle struct {
 	// pushRaw), kept across calls.
 	buf    []byte
 	params [10][]byte
+	// wire is the write buffer lent to the connection's frontend for the
+	// call's protocol messages (see lend), kept across calls.
+	wire []byte
 }
 
 // Reset empties b, keeping its capacity. It drops references to blobs.

@@ -82,9 +82,26 @@ func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes boo
 		size += 4 + len(p)
 	}
 	// pgx's write buffer starts each call at 1 KiB and grows by a quarter
-	// at a time: sized at once, a call copies its arguments once instead of
-	// allocating about four times their size on the way.
-	c.PgConn().Frontend().Send(grow(size))
+	// at a time, and a flush of more than 1 KiB drops it for a new one: a
+	// bundle's message (its frames, some 100 KiB) cost a buffer of its
+	// size on every call, a third of what the lifecycle load allocated.
+	// The frontend borrows the Bundle's buffer instead, sized at once, and
+	// is made to give it back before pushRaw returns, whatever happened:
+	// a flush replaces a buffer that large by itself, and reclaim covers a
+	// message under 1 KiB, which a flush keeps, and a call that failed
+	// before its flush. A connection that broke during the call is closed
+	// by pgx on a goroutine of its own, which sends Terminate through the
+	// frontend, perhaps into the buffer: the Bundle then gives the buffer
+	// up, and touches the frontend no more.
+	fe := c.PgConn().Frontend()
+	fe.Send(lend{b, size})
+	defer func() {
+		if c.PgConn().IsClosed() {
+			b.wire = nil
+			return
+		}
+		fe.Send(reclaim{b})
+	}()
 	rr := c.PgConn().ExecStatement(ctx, sd, b.params[:], binaryFormats, binaryFormats[:len(verdictOIDs)])
 	m := c.TypeMap()
 	loc := scanLocation(m)
@@ -105,6 +122,9 @@ func (b *Bundle) pushRaw(ctx context.Context, c *pgx.Conn, sql string, lanes boo
 	b.params = [10][]byte{}
 	if cap(b.buf) > maxKeptBuf {
 		b.buf = nil
+	}
+	if cap(b.wire) > maxKeptBuf {
+		b.wire = nil
 	}
 	if err == nil && len(out) != b.Len() {
 		err = fmt.Errorf("%w: %d results for %d segments", ErrBadResult, len(out), b.Len())
@@ -219,13 +239,45 @@ func appendInt4(buf []byte, v int32) []byte {
 	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(buf, 4), uint32(v))
 }
 
-// grow is a protocol message of no bytes whose encoding makes room for n
-// more in the buffer it is appended to: sent first, it sizes pgx's write
-// buffer for the message that follows.
-type grow int
+// lend is a protocol message of no bytes whose encoding moves the frontend's
+// pending bytes into the Bundle's wire buffer with room for n more: sent
+// first, the frontend writes the messages that follow into that buffer.
+type lend struct {
+	b *Bundle
+	n int
+}
 
-func (grow) Frontend()           {}
-func (grow) Decode([]byte) error { return nil }
-func (n grow) Encode(dst []byte) ([]byte, error) {
-	return slices.Grow(dst, int(n)), nil
+func (lend) Frontend()           {}
+func (lend) Decode([]byte) error { return nil }
+func (l lend) Encode(dst []byte) ([]byte, error) {
+	if aliases(dst, l.b.wire) { // not given back: never, see reclaim
+		return slices.Grow(dst, l.n), nil
+	}
+	if cap(l.b.wire) < len(dst)+l.n {
+		l.b.wire = make([]byte, 0, len(dst)+l.n)
+	}
+	l.b.wire = append(l.b.wire[:0], dst...)
+	return l.b.wire, nil
+}
+
+// reclaim is a protocol message of no bytes whose encoding makes the
+// frontend let go of the Bundle's wire buffer if it still holds it (a call
+// that failed before its flush): what is pending moves to a buffer of the
+// frontend's own, so no later use of the connection writes into the
+// Bundle's, which the next call may send on another connection.
+type reclaim struct{ b *Bundle }
+
+func (reclaim) Frontend()           {}
+func (reclaim) Decode([]byte) error { return nil }
+func (r reclaim) Encode(dst []byte) ([]byte, error) {
+	if !aliases(dst, r.b.wire) {
+		return dst, nil
+	}
+	return append(make([]byte, 0, max(len(dst), 1024)), dst...), nil
+}
+
+// aliases reports whether a and b share their backing array (both are
+// slices from index 0 of theirs, as the frontend's and the Bundle's are).
+func aliases(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
 }

@@ -2,6 +2,7 @@ package fusion
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -100,5 +101,72 @@ func BenchmarkSubmitWaitIdle(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// BenchmarkSubmitWaitManyKeys is the push path of a load that spreads each
+// call over many partitions (queen's lifecycle load): 8 submitters each wait
+// for calls of 1000 single-item groups, every group another key of 100,000,
+// against a flush that costs nothing. Keys come and go with every flush, so
+// it measures the engine's per-key work: finding, adding and forgetting a
+// key's state. One op is one item.
+func BenchmarkSubmitWaitManyKeys(b *testing.B) {
+	const (
+		submitters = 8
+		perCall    = 1000
+		nkeys      = 100_000
+	)
+	keys := make([]Key, nkeys)
+	for i := range keys {
+		keys[i] = Key{Tenant: tenant, Queue: "lifecycle", Partition: fmt.Sprintf("key-%06d", i)}
+	}
+	flush := func(context.Context, []*Batch[Key, *item]) error { return nil }
+	e := New(Config{BundleMax: 256, Inline: true}, flush)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, cpuOK := cpuTime()
+	var wg sync.WaitGroup
+	for g := range submitters {
+		n := b.N / submitters
+		if g < b.N%submitters {
+			n++
+		}
+		wg.Go(func() {
+			ctx := context.Background()
+			its := make([]*item, perCall)
+			for i := range its {
+				its[i] = &item{src: g}
+			}
+			next := g
+			for done := 0; done < n; {
+				m := min(perCall, n-done)
+				seq := func(yield func(Key, []*item) bool) {
+					for i := range m {
+						if !yield(keys[next], its[i:i+1]) {
+							return
+						}
+						next = (next + submitters) % nkeys
+					}
+				}
+				if err := e.SubmitWait(ctx, m, seq); err != nil {
+					b.Error(err)
+					return
+				}
+				done += m
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if cpu1, ok := cpuTime(); ok && cpuOK {
+		// CPU time, which a busy machine blurs less than wall time.
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+	st := e.Stats()
+	if err := e.Close(context.Background(), nil); err != nil {
+		b.Fatal(err)
+	}
+	if st.Bundles > 0 {
+		b.ReportMetric(float64(st.Segments)/float64(st.Bundles), "segments/bundle")
 	}
 }

@@ -27,7 +27,9 @@
 // keys pushes by tenant, queue and partition). A key hashes to one of
 // Config.Shards shards, and each shard owns the state of its keys in a
 // single goroutine: arrivals and flush completions reach it over channels,
-// so that state needs no locks.
+// so that state needs no locks. The shard finds a key's state by the hash
+// (keys that share one are told apart by ==), and hands it to the FlushFunc
+// as Batch.Hash.
 //
 // # Life of a key
 //

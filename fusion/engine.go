@@ -15,6 +15,9 @@ var ErrClosed = errors.New("fusion: engine closed")
 // Batch is one segment of a bundle: what accumulated for one key.
 type Batch[K comparable, T any] struct {
 	Key K
+	// Hash is Key.Hash(), as the engine computed it once for the key's
+	// submissions, so a FlushFunc that needs it need not hash the key again.
+	Hash uint64
 	// Items are the key's items in submission order.
 	Items []T
 	// Retry is set by the FlushFunc to the items, a subsequence of Items in
@@ -82,7 +85,9 @@ type Config struct {
 	// MaxBuffered bounds the unresolved items (pending or in flight) of one
 	// shard: Submit blocks while its shard holds MaxBuffered or more, so
 	// memory stays bounded when the database falls behind. Up to 64
-	// submissions already queued to the shard are accepted beyond it.
+	// hand-offs already queued to the shard are accepted beyond it: a
+	// Submit is one, and SubmitWait hands a shard up to 64 of its pairs in
+	// one.
 	// Defaults to DefaultMaxBuffered.
 	MaxBuffered int
 	// MaxInFlight bounds the bundles one shard has in flight at once, whatever
@@ -166,6 +171,9 @@ type Engine[K Keyer, T comparable] struct {
 	stopping   atomic.Bool
 	abandoning atomic.Bool
 
+	// mores are spare hand-offs of several pairs (see submitMany).
+	mores sync.Pool
+
 	closeOnce   sync.Once
 	abandonOnce sync.Once
 	finishOnce  sync.Once
@@ -227,10 +235,11 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 			return err
 		}
 	}
-	s := e.shards[key.Hash()%uint64(len(e.shards))]
+	h := key.Hash()
+	s := e.shards[h%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
 	sub.bytes, sub.budget = n, &e.bytes
-	return e.send(ctx, s, arrival[K, T]{key: key, items: items, sub: sub})
+	return e.send(ctx, s, arrival[K, T]{key: key, hash: h, items: items, sub: sub})
 }
 
 // send hands a to its shard. Counting it in transit first is what keeps an
@@ -242,7 +251,7 @@ func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]
 	defer s.mu.RUnlock()
 	if s.closed {
 		s.untransit()
-		a.sub.refuse()
+		e.refuse(a)
 		return ErrClosed
 	}
 	select {
@@ -255,13 +264,123 @@ func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]
 		return nil
 	case <-ctx.Done():
 		s.untransit()
-		a.sub.refuse()
+		e.refuse(a)
 		return ctx.Err()
 	case <-e.closing:
 		s.untransit()
-		a.sub.refuse()
+		e.refuse(a)
 		return ErrClosed
 	}
+}
+
+// refuse gives back the submissions of a hand-off that did not happen.
+func (e *Engine[K, T]) refuse(a arrival[K, T]) {
+	if a.more == nil {
+		a.sub.refuse()
+		return
+	}
+	for _, p := range *a.more {
+		p.sub.refuse()
+	}
+	e.putMore(a.more)
+}
+
+// maxHandoff is the most pairs of one SubmitWait one hand-off carries to a
+// shard.
+const maxHandoff = intakeDepth
+
+func (e *Engine[K, T]) getMore() *[]arrival[K, T] {
+	if p, _ := e.mores.Get().(*[]arrival[K, T]); p != nil {
+		return p
+	}
+	p := make([]arrival[K, T], 0, maxHandoff)
+	return &p
+}
+
+func (e *Engine[K, T]) putMore(p *[]arrival[K, T]) {
+	clear(*p)
+	*p = (*p)[:0]
+	e.mores.Put(p)
+}
+
+// submitMany is SubmitWait's Submit of several pairs: each shard's pairs go
+// to it in hand-offs of up to maxHandoff, in their order, rather than one
+// channel send (and one lock of the shard's intake on each side) per pair,
+// which in a call spread over many keys was the engine's largest cost. What
+// Submit checks and bounds per pair it checks and bounds per pair; a pair
+// waiting for room under MaxBufferedBytes first hands over everything the
+// call holds back, which may be what the room waits for. On an error, pairs
+// not handed over are refused (never flushed, their done never called).
+func (e *Engine[K, T]) submitMany(ctx context.Context, groups iter.Seq2[K, []T], done func()) error {
+	select {
+	case <-e.closing:
+		return ErrClosed
+	default:
+	}
+	held := make([]*[]arrival[K, T], len(e.shards))
+	handAll := func() error {
+		for i, p := range held {
+			if p == nil {
+				continue
+			}
+			held[i] = nil
+			if err := e.send(ctx, e.shards[i], arrival[K, T]{more: p}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fail := func(err error) error {
+		for i, p := range held {
+			if p != nil {
+				held[i] = nil
+				e.refuse(arrival[K, T]{more: p})
+			}
+		}
+		return err
+	}
+	for key, items := range groups {
+		if len(items) == 0 {
+			if done != nil {
+				done()
+			}
+			continue
+		}
+		var n int64
+		if e.sized {
+			for _, it := range items {
+				n += int64(any(it).(Sizer).Bytes())
+			}
+			if n > 0 && !e.bytes.tryAcquire(n) {
+				if err := handAll(); err != nil {
+					return fail(err)
+				}
+				if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
+					return fail(err)
+				}
+			}
+		}
+		h := key.Hash()
+		i := h % uint64(len(e.shards))
+		sub := newSubmission(done, len(items))
+		sub.bytes, sub.budget = n, &e.bytes
+		p := held[i]
+		if p == nil {
+			p = e.getMore()
+			held[i] = p
+		}
+		*p = append(*p, arrival[K, T]{key: key, hash: h, items: items, sub: sub})
+		if len(*p) == maxHandoff {
+			held[i] = nil
+			if err := e.send(ctx, e.shards[i], arrival[K, T]{more: p}); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := handAll(); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // SubmitWait submits each of groups' n (key, items) pairs and returns once
@@ -269,6 +388,10 @@ func (e *Engine[K, T]) send(ctx context.Context, s *shard[K, T], a arrival[K, T]
 // item carries its own verdict. On an error, pairs already submitted may
 // still commit: the caller learns only that the call as a whole did not
 // complete.
+//
+// With n > 1 the pairs reach each shard in hand-offs of up to 64 (in their
+// order), not one by one; each pair is still its own submission, bounded as
+// Submit bounds it.
 //
 // With Config.Inline and n == 1, SubmitWait flushes on the caller's
 // goroutine when the key's shard is idle, and a ctx that ends during that
@@ -282,18 +405,24 @@ func (e *Engine[K, T]) SubmitWait(ctx context.Context, n int, groups iter.Seq2[K
 			close(done)
 		}
 	}
-	for k, items := range groups {
-		if n == 1 && e.cfg.Inline {
-			ran, err := e.inline(ctx, k, items, groupDone)
-			if err != nil {
+	if n > 1 {
+		if err := e.submitMany(ctx, groups, groupDone); err != nil {
+			return err
+		}
+	} else {
+		for k, items := range groups {
+			if n == 1 && e.cfg.Inline {
+				ran, err := e.inline(ctx, k, items, groupDone)
+				if err != nil {
+					return err
+				}
+				if ran {
+					continue
+				}
+			}
+			if err := e.Submit(ctx, k, items, groupDone); err != nil {
 				return err
 			}
-			if ran {
-				continue
-			}
-		}
-		if err := e.Submit(ctx, k, items, groupDone); err != nil {
-			return err
 		}
 	}
 	select {
@@ -439,7 +568,7 @@ func (e *Engine[K, T]) finish(abandon func([]*Batch[K, T])) {
 	var left []*Batch[K, T]
 	for _, s := range e.shards {
 		for _, ks := range s.ready[s.readyHead:] {
-			left = append(left, &Batch[K, T]{Key: ks.key, Items: ks.pending})
+			left = append(left, &Batch[K, T]{Key: ks.key, Hash: ks.hash, Items: ks.pending})
 		}
 	}
 	if len(left) == 0 {
@@ -590,8 +719,12 @@ type run struct {
 
 type arrival[K comparable, T any] struct {
 	key   K
+	hash  uint64 // key.Hash()
 	items []T
 	sub   *submission
+	// more, when set, is a hand-off of several pairs (see submitMany),
+	// taken in order; the fields above are then unused.
+	more *[]arrival[K, T]
 }
 
 // flight is one bundle in flight; keys[i].batch is bundle[i].

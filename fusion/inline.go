@@ -34,7 +34,8 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 	if len(items) == 0 || ctx.Err() != nil {
 		return false, nil
 	}
-	s := e.shards[key.Hash()%uint64(len(e.shards))]
+	h := key.Hash()
+	s := e.shards[h%uint64(len(e.shards))]
 	if s.ibusy.Load() || s.transit.Load() != 0 {
 		return false, nil // busy: no lock taken
 	}
@@ -62,7 +63,7 @@ func (e *Engine[K, T]) inline(ctx context.Context, key K, items []T, done func()
 		in = new(inlineFlight[K, T])
 		in.bundle[0] = &in.ks.batch
 	}
-	in.ks.key, in.ks.batch.Key = key, key
+	in.ks.key, in.ks.batch.Key, in.ks.hash, in.ks.batch.Hash = key, key, h, h
 	s.inline = in
 	e.flights.Add(1) // Close waits for it like for any flight
 	s.imu.Unlock()

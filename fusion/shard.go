@@ -12,6 +12,14 @@ import (
 const (
 	maxKeptItems = 1 << 16
 	maxFreeKeys  = 256
+	// Past maxFreeKeys a shard keeps up to Config.BundleMax free key
+	// states per flight it may have in flight (Config.MaxInFlight), but
+	// only with buffers of at most maxSmallItems: a load spread over many
+	// partitions forgets a bundle's worth of keys with each returned
+	// flush and adds as many new ones, which otherwise each allocated a
+	// state and its first buffers.
+	maxSmallItems = 16
+	maxFreeCap    = 1 << 14 // whatever BundleMax and MaxInFlight say
 )
 
 // shard owns a disjoint set of keys. Everything below the run-owned marker is
@@ -44,12 +52,16 @@ type shard[K Keyer, T comparable] struct {
 	inlineDone chan *inlineFlight[K, T] // one inline flush per shard at a time
 
 	// run-owned
-	active       bool // the shard holds work, or waits for an inline flush
-	inlineOn     bool // an inline flush it saw is running; its key is held flying
-	keys         map[K]*keyState[K, T]
+	active   bool // the shard holds work, or waits for an inline flush
+	inlineOn bool // an inline flush it saw is running; its key is held flying
+	// keys holds the state of every key the shard knows, by the key's
+	// hash: finding one hashes no strings, and forgetting one compares no
+	// keys (see keyTable).
+	keys         keyTable[K, T]
 	ready        []*keyState[K, T] // FIFO of ready keys from readyHead on
 	readyHead    int
 	freeKeys     []*keyState[K, T]
+	maxFree      int // bound of freeKeys
 	freeFlights  []*flight[K, T]
 	inflight     int
 	buffered     int
@@ -64,6 +76,7 @@ type shard[K Keyer, T comparable] struct {
 // flightRuns and retryRuns belong to the flight goroutine.
 type keyState[K Keyer, T comparable] struct {
 	key     K
+	hash    uint64 // key.Hash(), as Submit computed it
 	pending []T
 	runs    []run // submissions of pending, in order
 	queued  bool  // in the ready FIFO
@@ -84,11 +97,11 @@ func newShard[K Keyer, T comparable](e *Engine[K, T]) *shard[K, T] {
 		completions: make(chan *flight[K, T], e.cfg.MaxInFlight),
 		exited:      make(chan struct{}),
 		inlineDone:  make(chan *inlineFlight[K, T], 1),
-		keys:        make(map[K]*keyState[K, T]),
 		timer:       time.NewTimer(time.Hour),
 	}
 	s.waiter = NewWaiter(s.poke)
 	s.timer.Stop()
+	s.maxFree = min(e.cfg.BundleMax, maxFreeCap/max(e.cfg.MaxInFlight, 1)) * e.cfg.MaxInFlight
 	return s
 }
 
@@ -139,9 +152,9 @@ func (s *shard[K, T]) goActive() {
 	s.ibusy.Store(true)
 	if in := s.inline; in != nil && !s.inlineOn {
 		s.iwant, s.inlineOn = true, true
-		ks := s.keys[in.ks.key]
+		ks := s.lookup(in.ks.key, in.ks.hash)
 		if ks == nil {
-			ks = s.newKey(in.ks.key)
+			ks = s.newKey(in.ks.key, in.ks.hash)
 		}
 		ks.flying = true
 	}
@@ -178,14 +191,14 @@ func (s *shard[K, T]) untransit() {
 func (s *shard[K, T]) inlineEnded(in *inlineFlight[K, T]) {
 	s.active = true // ibusy is set: by goActive, or by the flush for Retry
 	b := &in.ks.batch
-	ks := s.keys[b.Key]
+	ks := s.lookup(b.Key, in.ks.hash)
 	if s.inlineOn {
 		s.inlineOn = false
 		ks.flying = false
 	}
 	if len(b.Retry) > 0 {
 		if ks == nil {
-			ks = s.newKey(b.Key)
+			ks = s.newKey(b.Key, in.ks.hash)
 		}
 		pending := make([]T, 0, len(b.Retry)+len(ks.pending))
 		pending = append(append(pending, b.Retry...), ks.pending...)
@@ -249,9 +262,21 @@ func (s *shard[K, T]) arrive(a arrival[K, T], ok bool) {
 	if !s.active {
 		s.goActive()
 	}
-	ks := s.keys[a.key]
+	if a.more != nil {
+		for _, p := range *a.more {
+			s.take(p)
+		}
+		s.e.putMore(a.more)
+		return
+	}
+	s.take(a)
+}
+
+// take adds an arrival's items to its key's pending queue.
+func (s *shard[K, T]) take(a arrival[K, T]) {
+	ks := s.lookup(a.key, a.hash)
 	if ks == nil {
-		ks = s.newKey(a.key)
+		ks = s.newKey(a.key, a.hash)
 	}
 	ks.pending = append(ks.pending, a.items...)
 	ks.runs = append(ks.runs, run{sub: a.sub, n: len(a.items)})
@@ -414,7 +439,14 @@ func (s *shard[K, T]) enqueue(ks *keyState[K, T]) {
 	s.ready = append(s.ready, ks)
 }
 
-func (s *shard[K, T]) newKey(k K) *keyState[K, T] {
+// lookup is the state of key k, whose hash is h, or nil.
+func (s *shard[K, T]) lookup(k K, h uint64) *keyState[K, T] {
+	return s.keys.get(k, h)
+}
+
+// newKey adds the state of key k, whose hash is h and which the shard does
+// not hold.
+func (s *shard[K, T]) newKey(k K, h uint64) *keyState[K, T] {
 	var ks *keyState[K, T]
 	if n := len(s.freeKeys); n > 0 {
 		ks = s.freeKeys[n-1]
@@ -423,20 +455,28 @@ func (s *shard[K, T]) newKey(k K) *keyState[K, T] {
 	} else {
 		ks = new(keyState[K, T])
 	}
-	ks.key, ks.batch.Key = k, k
-	s.keys[k] = ks
+	ks.key, ks.batch.Key, ks.hash, ks.batch.Hash = k, k, h, h
+	s.keys.add(h, ks)
 	return ks
 }
 
 func (s *shard[K, T]) forget(ks *keyState[K, T]) {
-	delete(s.keys, ks.key)
-	if len(s.freeKeys) >= maxFreeKeys {
+	s.keys.remove(ks.hash, ks)
+	n := len(s.freeKeys)
+	if n >= max(s.maxFree, maxFreeKeys) {
 		return
 	}
-	if cap(ks.pending) > maxKeptItems {
+	keep := maxKeptItems
+	if n >= maxFreeKeys {
+		keep = maxSmallItems
+		if cap(ks.runs) > keep || cap(ks.flightRuns) > keep || cap(ks.retryRuns) > keep {
+			return
+		}
+	}
+	if cap(ks.pending) > keep {
 		ks.pending = nil
 	}
-	if cap(ks.batch.Items) > maxKeptItems {
+	if cap(ks.batch.Items) > keep {
 		ks.batch.Items = nil
 	}
 	s.freeKeys = append(s.freeKeys, ks)
