@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/e03140bc/queen"
 )
@@ -21,34 +20,9 @@ import (
 // process's CPU per call (getrusage over its blocks: every goroutine of
 // the client, the notifier's included) are printed.
 func split(ctx context.Context, url string, payload []byte) error {
-	tr := &appendTracer{}
-	pc, err := pgxpool.ParseConfig(url)
+	stmt, err := appendStatement(ctx, url, "split", payload)
 	if err != nil {
 		return err
-	}
-	pc.ConnConfig.Tracer = tr
-	tpool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return err
-	}
-	defer tpool.Close()
-	tclient, err := queen.Open(ctx, queen.Config{Pool: tpool, Schema: "pushbench"})
-	if err != nil {
-		return err
-	}
-	q := tclient.Queue("split")
-	for range 2 { // the first creates the partition, the second is isolated
-		if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
-			tclient.Close(ctx)
-			return err
-		}
-	}
-	if err := tclient.Close(ctx); err != nil {
-		return err
-	}
-	stmt := tr.text()
-	if stmt == "" {
-		return fmt.Errorf("split: no AppendSegment statement seen")
 	}
 
 	// The measured client: no tracer, so Push takes its usual path.

@@ -28,31 +28,9 @@ import (
 // The statement's text is the one a client sends, caught by a tracer (an
 // example builds outside the module, so it cannot import internal/stmt).
 func stmtCPU(ctx context.Context, url string, payload []byte) error {
-	tr := &appendTracer{}
-	pc, err := pgxpool.ParseConfig(url)
+	cur, err := appendStatement(ctx, url, "stmtcpu", payload)
 	if err != nil {
 		return err
-	}
-	pc.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	client, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: "pushbench"})
-	if err != nil {
-		return err
-	}
-	defer client.Close(ctx)
-	q := client.Queue("stmtcpu")
-	for range 2 { // the first creates the partition, the second is isolated
-		if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
-			return err
-		}
-	}
-	cur := tr.text()
-	if cur == "" {
-		return fmt.Errorf("stmtcpu: no AppendSegment statement seen")
 	}
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -62,8 +40,7 @@ func stmtCPU(ctx context.Context, url string, payload []byte) error {
 	if _, err := c.Exec(ctx, "SET synchronous_commit = off"); err != nil {
 		return err
 	}
-	schema := client.Schema()
-	sch := pgx.Identifier{schema}.Sanitize()
+	sch := pgx.Identifier{"pushbench"}.Sanitize()
 	var (
 		tenant [16]byte
 		pid    int64
@@ -149,6 +126,39 @@ SELECT 1, 0::int2, u.id, u.last_offset - $2::int4 + 1, u.at, NULL::int4[], NULL:
 			pct(lat[k], 50).Round(time.Microsecond))
 	}
 	return nil
+}
+
+// appendStatement is the text of the AppendSegment statement a client
+// sends for an isolated push to queue (whose default partition it creates),
+// caught by a tracer.
+func appendStatement(ctx context.Context, url, queue string, payload []byte) (string, error) {
+	tr := &appendTracer{}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return "", err
+	}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	client, err := queen.Open(ctx, queen.Config{Pool: pool, Schema: "pushbench"})
+	if err != nil {
+		return "", err
+	}
+	defer client.Close(ctx)
+	q := client.Queue(queue)
+	for range 2 { // the first creates the partition, the second is isolated
+		if _, err := q.Push(ctx, []queen.Item{{Data: payload}}); err != nil {
+			return "", err
+		}
+	}
+	stmt := tr.text()
+	if stmt == "" {
+		return "", fmt.Errorf("no AppendSegment statement seen")
+	}
+	return stmt, nil
 }
 
 // schedNS is the CPU time, in ns, process pid has run (Linux).
