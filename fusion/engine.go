@@ -226,20 +226,27 @@ func (e *Engine[K, T]) Submit(ctx context.Context, key K, items []T, done func()
 		}
 		return nil
 	}
-	var n int64
-	if e.sized {
-		for _, it := range items {
-			n += int64(any(it).(Sizer).Bytes())
-		}
-		if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
-			return err
-		}
+	n := e.sizeOf(items)
+	if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
+		return err
 	}
 	h := key.Hash()
 	s := e.shards[h%uint64(len(e.shards))]
 	sub := newSubmission(done, len(items))
 	sub.bytes, sub.budget = n, &e.bytes
 	return e.send(ctx, s, arrival[K, T]{key: key, hash: h, items: items, sub: sub})
+}
+
+// sizeOf is the bytes items count toward MaxBufferedBytes: 0 unless the
+// items implement Sizer.
+func (e *Engine[K, T]) sizeOf(items []T) int64 {
+	var n int64
+	if e.sized {
+		for _, it := range items {
+			n += int64(any(it).(Sizer).Bytes())
+		}
+	}
+	return n
 }
 
 // send hands a to its shard. Counting it in transit first is what keeps an
@@ -346,18 +353,13 @@ func (e *Engine[K, T]) submitMany(ctx context.Context, groups iter.Seq2[K, []T],
 			}
 			continue
 		}
-		var n int64
-		if e.sized {
-			for _, it := range items {
-				n += int64(any(it).(Sizer).Bytes())
+		n := e.sizeOf(items)
+		if n > 0 && !e.bytes.tryAcquire(n) {
+			if err := handAll(); err != nil {
+				return fail(err)
 			}
-			if n > 0 && !e.bytes.tryAcquire(n) {
-				if err := handAll(); err != nil {
-					return fail(err)
-				}
-				if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
-					return fail(err)
-				}
+			if err := e.bytes.acquire(ctx, n, e.closing); err != nil {
+				return fail(err)
 			}
 		}
 		h := key.Hash()
