@@ -315,14 +315,12 @@ const maxPooledSlab = 4096
 // its slab, the largest share of what a push gave the garbage collector.
 var slabPool sync.Pool // of *[]pushItem
 
+// getSlab is a slab of n items, each to be overwritten whole.
 func getSlab(n int) []pushItem {
 	if n <= maxPooledSlab {
-		if p, _ := slabPool.Get().(*[]pushItem); p != nil {
-			if cap(*p) >= n {
-				return (*p)[:n]
-			}
+		if p, _ := slabPool.Get().(*[]pushItem); p != nil && cap(*p) >= n {
+			return (*p)[:n]
 		}
-		return make([]pushItem, n, max(n, 64))
 	}
 	return make([]pushItem, n)
 }
