@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -368,9 +369,9 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 	items := b.Items[:n]
 	frameStart := len(s.frames)
 	hashStart := len(s.hashes)
-	s.raw = s.raw[:0]
 	var flags int32 = alloc.FlagEncrypted
 	var lanes int32 // see alloc.Segment.Lanes
+	size := 0       // of the packed frames
 	for k, it := range items {
 		if l := s.leaders[k]; l != k {
 			leader := items[l]
@@ -379,7 +380,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 		}
 		s.frames = append(s.frames, it)
 		s.hashes = dedup.AppendHash(s.hashes, it.hash)
-		s.raw = frame.Append(s.raw, &it.Frame)
+		size += frame.Size(&it.Frame)
 		if it.Flags&frame.FlagEncrypted == 0 {
 			flags &^= alloc.FlagEncrypted
 		}
@@ -396,7 +397,20 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 	}
 	frames := s.frames[frameStart:len(s.frames):len(s.frames)]
 	blobStart := len(s.blobs)
-	s.blobs = segment.Compress(s.blobs, s.raw)
+	if segment.StoresRaw(size) {
+		// The blob Compress would make, packed in place: the payloads are
+		// copied once, not into s.raw and again into the blob.
+		s.blobs = append(slices.Grow(s.blobs, 1+size), segment.CodecRaw)
+		for _, it := range frames {
+			s.blobs = frame.Append(s.blobs, &it.Frame)
+		}
+	} else {
+		s.raw = s.raw[:0]
+		for _, it := range frames {
+			s.raw = frame.Append(s.raw, &it.Frame)
+		}
+		s.blobs = segment.Compress(s.blobs, s.raw)
+	}
 	s.bundle.Add(&alloc.Segment{
 		Tenant:    b.Key.Tenant,
 		Queue:     b.Key.Queue,

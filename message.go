@@ -2,6 +2,7 @@ package queen
 
 import (
 	"encoding/binary"
+	"strings"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -38,6 +39,43 @@ func (m *idMinter) next() (uuid.UUID, error) {
 	}
 	m.last, m.rand, m.ok = id, binary.BigEndian.Uint64(id[8:])&randBits, true
 	return id, nil
+}
+
+// idTexts hands out minted ids' canonical text (uuid.UUID.String, the
+// transaction id of an item without one) from shared chunks: a call of
+// 1000 such items allocated 1000 strings. A chunk holds at most
+// idTextChunk texts, so one result kept alive pins little. A text's bytes
+// are never written again: later ones go past the end of the chunk.
+type idTexts struct {
+	b strings.Builder
+}
+
+const (
+	idTextLen   = 36
+	idTextChunk = 64
+)
+
+// text is id's canonical text; left is how many texts the call may still
+// ask for, this one included, which sizes a new chunk.
+func (t *idTexts) text(id uuid.UUID, left int) string {
+	if t.b.Cap()-t.b.Len() < idTextLen {
+		t.b = strings.Builder{}
+		t.b.Grow(idTextLen * min(max(left, 1), idTextChunk))
+	}
+	const hex = "0123456789abcdef"
+	var buf [idTextLen]byte
+	j := 0
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			buf[j] = '-'
+			j++
+		}
+		buf[j], buf[j+1] = hex[c>>4], hex[c&0xf]
+		j += 2
+	}
+	t.b.Write(buf[:])
+	s := t.b.String()
+	return s[len(s)-idTextLen:]
 }
 
 // Subscription is where a consumer group starts reading a queue on its first

@@ -54,3 +54,34 @@ func TestIDMinter(t *testing.T) {
 		t.Fatalf("last id stamped %v, minted after %v", at, before)
 	}
 }
+
+// A minted id's text is uuid.UUID.String's, whatever chunk it comes from,
+// and a text stays what it was as later ones fill its chunk and the next.
+func TestIDTextsAreCanonicalAndStay(t *testing.T) {
+	var (
+		ids   idMinter
+		texts idTexts
+		got   []string
+		want  []string
+	)
+	const n = 3*idTextChunk + 5
+	for i := range n {
+		id, err := ids.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 7 {
+			id = uuid.Max // every nibble f
+		}
+		if i == 8 {
+			id = uuid.Nil
+		}
+		got = append(got, texts.text(id, n-i))
+		want = append(want, id.String())
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("text %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -283,7 +283,9 @@ func (q *Queue) pushNow(ctx context.Context, items []Item) ([]PushResult, error)
 	if err := q.rerouteLoop(ctx, b); err != nil {
 		return nil, err
 	}
-	return finish(), nil
+	res := finish()
+	b.recycle()
+	return res, nil
 }
 
 // pushBatch is one call's items after the handler's work: minted, deduped
@@ -302,6 +304,56 @@ type pushBatch struct {
 	// routed: some item was routed to a keyed lane, so the database may send
 	// it back to be routed again (errLanesChanged).
 	routed bool
+}
+
+// maxPooledSlab bounds the items of a slab kept for reuse (about 200 bytes
+// each), so one large call does not pin its memory.
+const maxPooledSlab = 4096
+
+// slabPool holds cleared item slabs of pushes that were stored whole: a
+// call spread over many partitions allocated about 200 bytes per item for
+// its slab, the largest share of what a push gave the garbage collector.
+var slabPool sync.Pool // of *[]pushItem
+
+// getSlab is a slab of n items, each to be overwritten whole.
+func getSlab(n int) []pushItem {
+	if n <= maxPooledSlab {
+		if p, _ := slabPool.Get().(*[]pushItem); p != nil && cap(*p) >= n {
+			return (*p)[:n]
+		}
+	}
+	return make([]pushItem, n)
+}
+
+// slabPoison, set by tests, overwrites a recycled slab where recycle would
+// clear it, so that an item read after its reuse shows.
+var slabPoison func([]pushItem)
+
+// recycle returns the slab to slabPool when nothing can read its items
+// again: each was stored (Queued) or found a Duplicate by a flush that has
+// returned, its submission resolved and its verdict in results. A flush's
+// stale copies of the pointers (a fusion batch before its shard clears it)
+// are never followed once the submissions are done. Any other outcome
+// (spooled, failed, an error) keeps the slab out: the spool or a flush
+// still in flight may hold its items.
+func (b *pushBatch) recycle() {
+	slab := b.slab
+	if cap(slab) > maxPooledSlab || cap(slab) == 0 {
+		return
+	}
+	for i := range b.results {
+		if st := b.results[i].Status; st != Queued && st != Duplicate {
+			return
+		}
+	}
+	b.slab = nil
+	if slabPoison != nil {
+		slabPoison(slab)
+	} else {
+		clear(slab) // drops the payloads and spans the items point to
+	}
+	slab = slab[:0]
+	slabPool.Put(&slab)
 }
 
 // prepare validates everything first, so bad input writes nothing, then does
@@ -375,7 +427,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		// bundle is checked against the queue's count and re-routed.
 		lanes = DefaultLanes
 	}
-	slab := make([]pushItem, len(items))
+	slab := getSlab(len(items))
 	b.slab = slab
 	// firsts backs each group's first item, one allocation for the call
 	// rather than one per partition, which a call spread over many
@@ -387,7 +439,10 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 	l1 := layer1Pool.Get().(*dedup.Layer1)
 	l1.Reset()
 	defer func() { l1.Reset(); layer1Pool.Put(l1) }()
-	var ids idMinter
+	var (
+		ids   idMinter
+		texts idTexts
+	)
 	for i := range items {
 		it := &items[i]
 		r := &b.results[i]
@@ -408,7 +463,7 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		}
 		txn := it.TransactionID
 		if txn == "" {
-			txn = id.String()
+			txn = texts.text(id, len(items)-i)
 		}
 		*r = PushResult{MessageID: id, TransactionID: txn, Partition: part, Offset: -1}
 		follower := false
@@ -428,11 +483,16 @@ func (q *Queue) prepareFor(ctx context.Context, items []Item, spool bool) (*push
 		// database send the call back (a stale lane count), it may be a
 		// message of its own (see rerouteCall).
 		pi := &slab[i]
-		pi.ID, pi.TransactionID, pi.hash, pi.Payload, pi.res = id, txn, dedup.Sum(txn), it.Data, r
-		pi.Key, pi.lanes, pi.send = it.Key, routed, send
-		pi.noWindow = !meta.Dedup && !meta.Fetched.IsZero()
 		hdrs := frame.EncodeHeaders(it.Headers)
-		pi.Headers = hdrs
+		// Whole, as the slab may be a recycled one (see recycle).
+		*pi = pushItem{
+			Frame:    frame.Frame{ID: id, TransactionID: txn, Key: it.Key, Headers: hdrs, Payload: it.Data},
+			hash:     dedup.Sum(txn),
+			lanes:    routed,
+			noWindow: !meta.Dedup && !meta.Fetched.IsZero(),
+			res:      r,
+			send:     send,
+		}
 		if meta.Encryption {
 			pi.Payload = e.keys.Seal(q.c.tenant, q.name, part, it.Key, hdrs, id, it.Data)
 			pi.Flags = frame.FlagEncrypted

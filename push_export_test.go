@@ -5,9 +5,40 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gofrs/uuid/v5"
+
 	"github.com/e03140bc/queen/alloc"
+	"github.com/e03140bc/queen/dedup"
+	"github.com/e03140bc/queen/internal/frame"
 	"github.com/e03140bc/queen/spool"
 )
+
+// Every test of the package runs with recycled item slabs poisoned rather
+// than cleared: an item read after its slab went back to the pool reads
+// another message (and the race detector sees the write), and a verdict
+// written to one after it lands in poisonResult, shared by all.
+var (
+	recycledSlabs atomic.Int64
+	poisonResult  PushResult
+	poisonPayload = []byte("poisoned payload")
+)
+
+func init() {
+	slabPoison = func(slab []pushItem) {
+		for i := range slab {
+			slab[i] = pushItem{
+				Frame: frame.Frame{ID: uuid.Max, TransactionID: "poisoned", Key: "poisoned", Payload: poisonPayload},
+				hash:  dedup.Sum("poisoned"),
+				lanes: 7,
+				res:   &poisonResult,
+			}
+		}
+		recycledSlabs.Add(1)
+	}
+}
+
+// RecycledSlabs is how many item slabs pushes gave back for reuse.
+func RecycledSlabs() int64 { return recycledSlabs.Load() }
 
 // ExpireQueueMeta makes every cached queue setting of c's engine look older
 // than its time to live, and forgets that a read failed recently, as if the

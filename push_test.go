@@ -763,3 +763,90 @@ func TestPushInterleavedPartitionsKeepOrder(t *testing.T) {
 		})
 	}
 }
+
+// Pushes spread over many partitions reuse their item slabs (see
+// pushBatch.recycle), which tests poison on the way back: every stored
+// frame and every result is still the call's own, with and without a
+// transaction id, and a layer-1 duplicate among them. A slab given
+// back while a flush still read it would store poisoned frames (and race).
+func TestPushRecycledSlabsAreNotReadAfterReuse(t *testing.T) {
+	c := open(t)
+	q := withWindow(t, c, "recycle")
+	ctx := ctxT(t)
+	before := queen.RecycledSlabs()
+	const workers, calls, perCall, parts = 8, 12, 90, 40
+	type want struct {
+		payload string
+		id      uuid.UUID
+	}
+	var (
+		mu    sync.Mutex
+		wants = map[string]want{} // by transaction id
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for k := range calls {
+				items := make([]queen.Item, perCall)
+				for i := range items {
+					items[i] = queen.Item{
+						Partition: fmt.Sprintf("recycle-%d", (w*7+k*3+i)%parts),
+						Data:      []byte(fmt.Sprintf("w%d-c%d-i%d", w, k, i)),
+					}
+					if i%3 != 0 {
+						items[i].TransactionID = fmt.Sprintf("t-w%d-c%d-i%d", w, k, i)
+					}
+				}
+				// A layer-1 duplicate of item 1 (same call, its partition).
+				items[perCall-1].TransactionID, items[perCall-1].Partition = items[1].TransactionID, items[1].Partition
+				res, err := q.Push(ctx, items)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for i, r := range res {
+					it := items[i]
+					switch {
+					case i == perCall-1:
+						if r.Status != queen.Duplicate || r.MessageID != res[1].MessageID {
+							t.Errorf("w%d c%d: the repeated item: %+v, want a duplicate of %s", w, k, r, res[1].MessageID)
+						}
+						continue
+					case r.Status != queen.Queued:
+						t.Errorf("w%d c%d item %d: %+v", w, k, i, r)
+						continue
+					case r.Partition != it.Partition || r.Offset < 0:
+						t.Errorf("w%d c%d item %d: %+v, pushed to %s", w, k, i, r, it.Partition)
+					case it.TransactionID == "" && r.TransactionID != r.MessageID.String():
+						t.Errorf("w%d c%d item %d: minted transaction id %q for message %s", w, k, i, r.TransactionID, r.MessageID)
+					case it.TransactionID != "" && r.TransactionID != it.TransactionID:
+						t.Errorf("w%d c%d item %d: transaction id %q, pushed %q", w, k, i, r.TransactionID, it.TransactionID)
+					}
+					wants[r.TransactionID] = want{payload: string(it.Data), id: r.MessageID}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if n := queen.RecycledSlabs() - before; n == 0 {
+		t.Fatal("no slab was recycled: the test proves nothing")
+	}
+	stored := 0
+	for p := range parts {
+		for _, f := range storedFrames(t, c, fmt.Sprintf("recycle-%d", p)) {
+			w, ok := wants[f.TransactionID]
+			if !ok || string(f.Payload) != w.payload || f.ID != w.id {
+				t.Fatalf("stored frame %s %q %q, pushed %+v", f.ID, f.TransactionID, f.Payload, w)
+			}
+			stored++
+		}
+	}
+	if stored != len(wants) {
+		t.Fatalf("%d frames stored, %d pushed", stored, len(wants))
+	}
+}

@@ -135,8 +135,16 @@ func Compress(dst, raw []byte) []byte {
 	return compress(encoders, dst, raw)
 }
 
+// StoresRaw reports whether Compress stores n bytes of packed frames raw,
+// whatever they are: then the blob is CodecRaw and the frames, which a
+// caller can append to the blob directly instead of packing them elsewhere
+// for Compress to copy.
+func StoresRaw(n int) bool {
+	return n < MinCompress || n > MaxDecompressed
+}
+
 func compress(p *pool[*zstd.Encoder], dst, raw []byte) []byte {
-	if len(raw) < MinCompress || len(raw) > MaxDecompressed {
+	if StoresRaw(len(raw)) {
 		return appendRaw(dst, raw)
 	}
 	start := len(dst)

@@ -254,3 +254,18 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// StoresRaw says which sizes Compress stores raw whatever the frames are,
+// which the push path relies on to pack such a blob itself.
+func TestStoresRawIsCompressChoice(t *testing.T) {
+	for _, n := range []int{0, 1, 200, MinCompress - 1, MinCompress, 4 << 10, SmallBlock, SmallBlock + 1} {
+		raw := bytes.Repeat([]byte{'a'}, n) // compresses well if compressed at all
+		blob := Compress(nil, raw)
+		if got := blob[0] == CodecRaw; got != StoresRaw(n) {
+			t.Fatalf("%d bytes: stored raw %v, StoresRaw %v", n, got, StoresRaw(n))
+		}
+	}
+	if !StoresRaw(MaxDecompressed + 1) {
+		t.Fatal("StoresRaw(MaxDecompressed+1) = false; Compress stores it raw")
+	}
+}
