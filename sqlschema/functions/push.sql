@@ -526,8 +526,6 @@ DECLARE
     r_win   bigint[];
     r_enc   boolean[];
     r_lanes integer[];
-    r_tid   tid[];
-    v_upd   bigint;
     v_fast  boolean;
 BEGIN
     -- Alignment guard: a silent misalignment would route verdicts to the
@@ -679,15 +677,15 @@ BEGIN
     -- (no dedup window, not refused, a valid hash blob; push_one's
     -- allocation otherwise), which lets the bundle take the set path below.
     SELECT count(*), count(DISTINCT l.id), array_agg(l.o), array_agg(l.id), array_agg(l.last_offset),
-           array_agg(l.dedup_window_ms), array_agg(l.encryption), array_agg(l.lanes), array_agg(l.ctid),
+           array_agg(l.dedup_window_ms), array_agg(l.encryption), array_agg(l.lanes),
            coalesce(bool_and(coalesce(
                l.dedup_window_ms <= 0
                AND NOT coalesce(l.encryption AND (p_flags[l.o] & 1) = 0, false)
                AND NOT coalesce(coalesce(p_lanes[l.o], 0) <> 0 AND p_lanes[l.o] <> l.lanes, false)
                AND p_counts[l.o] > 0 AND octet_length(p_hashes[l.o]) = 16 * p_counts[l.o], false)), false)
-    INTO v_cnt, v_ndist, r_o, r_pid, r_last, r_win, r_enc, r_lanes, r_tid, v_fast
+    INTO v_cnt, v_ndist, r_o, r_pid, r_last, r_win, r_enc, r_lanes, v_fast
     FROM (
-        SELECT x.o::integer AS o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset, pp.ctid
+        SELECT x.o::integer AS o, pp.id, x.dedup_window_ms, x.encryption, x.lanes, pp.last_offset
         FROM (SELECT u.o, qq.dedup_window_ms, qq.encryption, qq.lanes,
                      (SELECT p2.id FROM {{schema}}.partitions p2
                       WHERE p2.queue_id = qq.id AND p2.name = u.p) AS pid
@@ -722,21 +720,13 @@ BEGIN
     IF v_fast AND n > 1 AND v_ndist = n AND (v_allnew OR cardinality(n_ids) = 0) THEN
         -- push_one's allocation, set-based, as below.
         IF NOT v_allnew THEN
-            -- By the row versions the resolve locked (what it returns is the
-            -- newest version, which nothing else can change while locked):
-            -- a fetch by tuple id, not a second primary-key probe. Every row
-            -- must be found, or the offsets above would be handed out twice.
             UPDATE {{schema}}.partitions p SET
                 last_offset   = u.last + p_counts[u.o],
                 last_write_at = CASE WHEN v_now - p.last_write_at > interval '1 second'
                                      THEN v_now ELSE p.last_write_at END,
                 pending       = true
-            FROM unnest(r_tid, r_last, r_o) AS u(t, last, o)
-            WHERE p.ctid = u.t;
-            GET DIAGNOSTICS v_upd = ROW_COUNT;
-            IF v_upd <> n THEN
-                RAISE EXCEPTION 'queen: push_bundle updated % of % locked partitions', v_upd, n;
-            END IF;
+            FROM unnest(r_pid, r_last, r_o) AS u(id, last, o)
+            WHERE p.id = u.id;
         END IF;
         INSERT INTO {{schema}}.segments (partition_id, base_offset, end_offset, created_at, blob, failures, hashes)
         SELECT g.pid, g.base, g.base + p_counts[g.o] - 1, v_now, p_blobs[g.o], 0, p_hashes[g.o]
