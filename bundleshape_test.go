@@ -400,3 +400,73 @@ func TestBundleShapesRefused(t *testing.T) {
 	}
 	b.check()
 }
+
+// A bundle of known partitions whose rows another transaction updated and
+// holds when the bundle comes: the bundle waits for the rows, then writes
+// them as that transaction left them (the row versions it locked are the
+// newest) — every segment queued at the next offset, every partition's
+// last offset moved, and a later bundle appends after them. Twice: a row
+// rewritten as it was, and one a consumer marked not pending.
+func TestBundleRowsUpdatedWhileItWaits(t *testing.T) {
+	skipOnLayout(t, "checks push_bundle's PostgreSQL form; push_routed has its own")
+	c := open(t)
+	configure(t, c, "q", queen.QueueOptions{})
+	b := &bundleChecker{t: t, c: c, times: map[int]time.Time{}}
+	seg := func(p string) bseg { return bseg{q: "q", p: p, count: 1} }
+	segs := []bseg{seg("c"), seg("a"), seg("b"), seg("d")}
+	b.run(false, false, segs, []int64{0, 0, 0, 0}, nil, nil)
+	parts := pgx.Identifier{c.Schema(), "partitions"}.Sanitize()
+	for round, set := range []string{"last_write_at = last_write_at", "pending = false"} {
+		tx, err := c.Pool().Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two of the four rows, each rewritten (a new row version), held.
+		if tag, err := tx.Exec(ctxT(t), `UPDATE `+parts+` SET `+set+` WHERE name IN ('a', 'd')`); err != nil || tag.RowsAffected() != 2 {
+			_ = tx.Rollback(ctxT(t))
+			t.Fatalf("round %d: update: %v, %v", round, tag, err)
+		}
+		type out struct {
+			res    []bres
+			blobs  [][]byte
+			hashes [][]byte
+			err    error
+		}
+		done := make(chan out, 1)
+		call := b.call + 1
+		go func() {
+			var o out
+			o.res, o.blobs, o.hashes, o.err = bundleCall(t, c, call, true, false, segs)
+			done <- o
+		}()
+		select {
+		case o := <-done:
+			_ = tx.Rollback(ctxT(t))
+			t.Fatalf("round %d: the bundle did not wait for the rows another transaction holds: %v %v", round, o.res, o.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := tx.Commit(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil {
+			t.Fatalf("round %d: the bundle after the other transaction committed: %v", round, o.err)
+		}
+		b.call = call
+		want := int64(round + 1)
+		if len(o.res) != len(segs) {
+			t.Fatalf("round %d: %d rows for %d segments", round, len(o.res), len(segs))
+		}
+		for i, r := range o.res {
+			if r.ord != int32(i+1) || r.status != 0 || r.base == nil || *r.base != want || r.created == nil {
+				t.Fatalf("round %d row %d: %v, want queued at %d", round, i, r, want)
+			}
+			b.times[call] = *r.created
+			b.stored = append(b.stored, bstored{q: "q", p: segs[i].p, base: want, end: want,
+				blob: o.blobs[i], hashes: o.hashes[i], call: call})
+		}
+		b.check()
+	}
+	// And a later bundle appends after both.
+	b.run(true, false, segs, []int64{3, 3, 3, 3}, nil, nil)
+}

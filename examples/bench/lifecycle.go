@@ -53,7 +53,7 @@ func init() {
 	flag.IntVar(&lc.runs, "lifecycle-runs", 5, "lifecycle: load + drain runs, each on a fresh schema")
 	flag.IntVar(&lc.lag, "lifecycle-lag", 500_000, "lifecycle: after the runs, one more with a second group lagging by this many messages (0: skip)")
 	flag.BoolVar(&lc.lanes, "lifecycle-lanes", false, "lifecycle: keyed lanes (Item.Key, the queue's 64 lanes) instead of a partition per key; the drain also checks that no two handlers of a key overlap")
-	flag.StringVar(&lc.pgque, "lifecycle-pgque", "", "lifecycle: also run the workload through PgQue, installed from this file (devel/sql/pgque.sql of a PgQue checkout; 16 partition-key slots, 16 workers, ticker every 10 ms)")
+	flag.StringVar(&lc.pgque, "lifecycle-pgque", "", "lifecycle: also run the workload through PgQue, installed from this file (devel/sql/pgque.sql of a PgQue checkout; 16 partition-key slots, 16 workers, ticker every 10 ms), each run a pair with queen in alternating order")
 	flag.IntVar(&lc.partitions, "lifecycle-partitions", 8, "lifecycle: the drain's PopOptions.Partitions (batches claimed ahead per worker)")
 	flag.DurationVar(&lc.maxTime, "lifecycle-max-time", 10*time.Minute, "lifecycle: cap on each load and each drain")
 }
@@ -124,13 +124,31 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 	total := int64(lc.keys) * int64(lc.events)
 	fmt.Printf("lifecycle: %d keys × %d events of %d bytes, %d loaders × %d events per call, %d workers; PostgreSQL %s\n",
 		lc.keys, lc.events, payloadSize, lcLoaders, lcCall, lcWorkers, version)
-	var runs []lcRun
+	// With PgQue, each run is a pair whose order alternates (queen first,
+	// then PgQue first, ...): the machine's drift and whatever one side
+	// leaves behind (dead rows, a checkpoint) fall on both sides alike.
+	var runs, pgqRuns []lcRun
 	for r := 1; r <= lc.runs; r++ {
+		pgqFirst := lc.pgque != "" && r%2 == 0
+		if pgqFirst {
+			run, err := pgqOnce(ctx, base, url, postmaster, r)
+			if err != nil {
+				return err
+			}
+			pgqRuns = append(pgqRuns, run)
+		}
 		run, err := lcOnce(ctx, base, url, postmaster, r, 0)
 		if err != nil {
 			return err
 		}
 		runs = append(runs, run)
+		if lc.pgque != "" && !pgqFirst {
+			run, err := pgqOnce(ctx, base, url, postmaster, r)
+			if err != nil {
+				return err
+			}
+			pgqRuns = append(pgqRuns, run)
+		}
 	}
 	if lc.lag > 0 && int64(lc.lag) < total {
 		run, err := lcOnce(ctx, base, url, postmaster, len(runs)+1, int64(lc.lag))
@@ -139,21 +157,12 @@ func runLifecycle(ctx context.Context, cfg *config) error {
 		}
 		runs = append(runs, run)
 	}
-	var pgqRuns []lcRun
-	if lc.pgque != "" {
-		for r := 1; r <= lc.runs; r++ {
-			run, err := pgqOnce(ctx, base, url, postmaster, r)
-			if err != nil {
-				return err
-			}
-			pgqRuns = append(pgqRuns, run)
-		}
-	}
 	cond.end(dataDir)
 	lcSummary(runs)
 	if len(pgqRuns) > 0 {
 		fmt.Println("PgQue:")
 		lcSummary(pgqRuns)
+		lcPairs(runs, pgqRuns)
 	}
 	if cfg.out != "" {
 		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
@@ -426,6 +435,31 @@ func lcParse(b []byte) (k, j int, ok bool) {
 		return 0, 0, false
 	}
 	return v.Key, v.Event, true
+}
+
+// lcPairs prints queen against PgQue run by run (each pair ran back to
+// back, in alternating order): the load and drain rates' ratios and the
+// load's CPU a message, PgQue's over queen's (above 1: queen spends less).
+func lcPairs(runs, pgqRuns []lcRun) {
+	fmt.Println("queen against PgQue, pair by pair (queen first in odd pairs, PgQue first in even ones):")
+	var loads []float64
+	for i, r := range runs {
+		if r.LagGroup > 0 || i >= len(pgqRuns) {
+			continue
+		}
+		p := pgqRuns[i]
+		cpu := "-"
+		if r.Load.PGCPUPerM >= 0 && p.Load.PGCPUPerM >= 0 {
+			cpu = fmt.Sprintf("%.2f", (p.Load.GoCPUPerM+p.Load.PGCPUPerM)/(r.Load.GoCPUPerM+r.Load.PGCPUPerM))
+		}
+		fmt.Printf("  pair %d: load %.2f× PgQue's rate (CPU a message, PgQue's / queen's: %s); drain %.2f×\n",
+			r.Run, r.Load.Rate/p.Load.Rate, cpu, r.Drain.Rate/p.Drain.Rate)
+		loads = append(loads, r.Load.Rate/p.Load.Rate)
+	}
+	if len(loads) > 0 {
+		fmt.Printf("  load ratio over %d pairs: min %.2f×, median %.2f×, max %.2f×\n",
+			len(loads), slices.Min(loads), median(loads), slices.Max(loads))
+	}
 }
 
 func lcSummary(runs []lcRun) {
