@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -400,7 +399,7 @@ func (p *pusher) buildSegment(s *flushScratch, b *fusion.Batch[partitionKey, *pu
 	if segment.StoresRaw(size) {
 		// The blob Compress would make, packed in place: the payloads are
 		// copied once, not into s.raw and again into the blob.
-		s.blobs = append(slices.Grow(s.blobs, 1+size), segment.CodecRaw)
+		s.blobs = segment.AppendRawHeader(s.blobs, size)
 		for _, it := range frames {
 			s.blobs = frame.Append(s.blobs, &it.Frame)
 		}

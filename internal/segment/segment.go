@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -159,8 +160,14 @@ func compress(p *pool[*zstd.Encoder], dst, raw []byte) []byte {
 }
 
 func appendRaw(dst, raw []byte) []byte {
-	dst = append(dst, CodecRaw)
-	return append(dst, raw...)
+	return append(AppendRawHeader(dst, len(raw)), raw...)
+}
+
+// AppendRawHeader appends the start of a blob stored raw, with room for n
+// bytes of packed frames, which the caller appends after it as they are:
+// the blob Compress makes of them when StoresRaw(n).
+func AppendRawHeader(dst []byte, n int) []byte {
+	return append(slices.Grow(dst, 1+n), CodecRaw)
 }
 
 // Decompress appends the packed frames stored in blob to dst and returns the
