@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -132,6 +133,153 @@ func TestDedupMatchIsThePlainRule(t *testing.T) {
 				t.Fatalf("case %d (exact %v, scan up to %d): got %v %v, want %v %v\nrows %v %v %x\nincoming %x",
 					i, exact, scanMax, idx, off, wantIdx, wantOff, c.base, c.end, c.rows, c.incoming)
 			}
+		}
+	}
+}
+
+// dedup_probe over a partition whose segments retention keeps far past the
+// window: it answers by the window alone (a repeat of a message older than
+// the window is not a duplicate), and reads about the window's rows, not
+// every segment kept.
+func TestDedupProbeReadsTheWindowNotTheLog(t *testing.T) {
+	ctx, pool, schema := migrated(t)
+	s := pgx.Identifier{schema}.Sanitize()
+	const kept, recent = 3000, 10
+	var pid int64
+	if err := pool.QueryRow(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), 'q', 60000) RETURNING id)
+INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', $1 FROM q RETURNING id`,
+		kept+recent-1).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// Offsets 0..kept-1 two hours old, the last recent ones seconds old,
+	// created_at rising with the offset; hash of offset i: md5 of i.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob, hashes)
+SELECT $1, i, i, CASE WHEN i < $2::int THEN now() - interval '2 hours' + i * interval '1 ms'
+                      ELSE now() - ($2::int + $3::int - i) * interval '1 second' END,
+       '\x00', decode(md5(i::text), 'hex')
+FROM generate_series(0, $2::int + $3::int - 1) i`, pid, kept, recent); err != nil {
+		t.Fatal(err)
+	}
+	hashOf := func(i int) []byte {
+		var b []byte
+		if err := pool.QueryRow(ctx, "SELECT decode(md5($1::int::text), 'hex')", i).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var idx []int32
+	var off []int64
+	if err := tx.QueryRow(ctx, "SELECT dup_idx, dup_off FROM "+s+".dedup_probe($1, 3, $2, -1, $3, 0, 60000, now())",
+		pid, slices.Concat(hashOf(5), hashOf(kept+3), hashOf(kept-1)), kept+recent-1).Scan(&idx, &off); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(idx, []int32{1}) || !slices.Equal(off, []int64{kept + 3}) {
+		t.Fatalf("probe: %v %v, want [1] [%d] (only the recent message is in the window)", idx, off, kept+3)
+	}
+	var fetched int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) FROM pg_stat_xact_user_tables
+		WHERE relid = ($1 || '.segments')::regclass`, s).Scan(&fetched); err != nil {
+		t.Fatal(err)
+	}
+	if fetched > 200 {
+		t.Fatalf("the probe read %d segment rows for a window of %d (of %d kept)", fetched, recent, kept+recent)
+	}
+}
+
+// dedup_probe's answer is the plain rule over what it may read: rows past
+// the floor (the verified watermark, the hash rows' start), up to the
+// head, created within the window, hash rows and segments alike.
+func TestDedupProbeIsThePlainRule(t *testing.T) {
+	ctx, pool, schema := migrated(t)
+	s := pgx.Identifier{schema}.Sanitize()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 150 {
+		var pid int64
+		if err := pool.QueryRow(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), 'q', 60000) RETURNING id)
+INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', 0 FROM q RETURNING id`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		// Rows in offset order, older first: the first few hash rows, the
+		// rest segments; ages fall from minutes to seconds, so the window
+		// (a minute) starts somewhere among them.
+		var c matchCase
+		var ages []time.Duration
+		next := int64(0)
+		rows := rng.IntN(60) + 1
+		txnRows := rng.IntN(rows + 1)
+		if rng.IntN(2) == 0 {
+			txnRows = 0
+		}
+		age := time.Duration(rng.IntN(120)+1) * time.Second
+		for r := range rows {
+			cnt := int64(rng.IntN(3) + 1)
+			hs := make([]byte, 16*cnt)
+			for i := range hs {
+				hs[i] = byte(rng.IntN(256))
+			}
+			table := "segments (partition_id, base_offset, end_offset, created_at, blob, hashes) VALUES ($1, $2, $3, now() - $4 * interval '1 ms', '\\x00', $5)"
+			if r < txnRows {
+				table = "txns (partition_id, base_offset, end_offset, created_at, hashes) VALUES ($1, $2, $3, now() - $4 * interval '1 ms', $5)"
+			}
+			if _, err := pool.Exec(ctx, "INSERT INTO "+s+"."+table, pid, next, next+cnt-1, age.Milliseconds(), hs); err != nil {
+				t.Fatal(err)
+			}
+			c.base, c.end, c.rows = append(c.base, next), append(c.end, next+cnt-1), append(c.rows, hs)
+			ages = append(ages, age)
+			next += cnt
+			age -= time.Duration(rng.IntN(4)) * time.Second
+			if age < time.Second {
+				age = time.Second
+			}
+		}
+		last := next - 1 - int64(rng.IntN(2)) // a head below the last row: that row is not read
+		floor := int64(rng.IntN(int(next)+1)) - 1
+		for range rng.IntN(12) + 1 {
+			r := rng.IntN(rows)
+			for k := range rows { // mostly a row just inside the window
+				if rng.IntN(2) == 0 && ages[k] >= 45*time.Second && ages[k] < time.Minute {
+					r = k
+					break
+				}
+			}
+			j := rng.IntN(len(c.rows[r]) / 16)
+			if rng.IntN(4) == 0 {
+				h := make([]byte, 16)
+				for i := range h {
+					h[i] = byte(rng.IntN(256))
+				}
+				c.incoming = append(c.incoming, h)
+				continue
+			}
+			c.incoming = append(c.incoming, bytes.Clone(c.rows[r][16*j:16*j+16]))
+		}
+		// The plain rule over the rows the probe may read.
+		var may matchCase
+		for r := range c.rows {
+			// Whole seconds old when inserted: under a minute is in the
+			// window the probe sees a moment later.
+			if c.end[r] > floor && c.base[r] <= last && ages[r] < time.Minute {
+				may.base, may.end, may.rows = append(may.base, c.base[r]), append(may.end, c.end[r]), append(may.rows, c.rows[r])
+			}
+		}
+		may.incoming = c.incoming
+		wantIdx, wantOff := may.want()
+		var idx []int32
+		var off []int64
+		if err := pool.QueryRow(ctx, "SELECT dup_idx, dup_off FROM "+s+".dedup_probe($1, $2, $3, $4, $5, 0, 60000, now())",
+			pid, len(c.incoming), slices.Concat(c.incoming...), floor, last).Scan(&idx, &off); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(idx, wantIdx) || !slices.Equal(off, wantOff) {
+			t.Fatalf("case %d: got %v %v, want %v %v (floor %d, head %d, rows %v..%v aged %v, %d hash rows)",
+				n, idx, off, wantIdx, wantOff, floor, last, c.base, c.end, ages, txnRows)
 		}
 	}
 }

@@ -20,8 +20,9 @@ import (
 // tracking nested statements (the self-started cluster does so for this
 // scenario), each statement's calls and mean execution time. The kinds: a
 // single-row INSERT commit (the yardstick), a push to one known partition,
-// to 100 known partitions in turn, to a queue with a dedup window, and
-// keyed items over 16 lanes.
+// to 100 known partitions in turn, to a queue with a dedup window (one
+// item a call, and ten to another partition), and keyed items over 16
+// lanes.
 func acct(ctx context.Context, client *queen.Client, stats *pgxpool.Pool, payload []byte) error {
 	pool := client.Pool()
 	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS pushbench_rows (id bigserial, data bytea)"); err != nil {
@@ -64,6 +65,14 @@ func acct(ctx context.Context, client *queen.Client, stats *pgxpool.Pool, payloa
 		}},
 		{"push, dedup window 1 min", func(int) error {
 			_, err := dedup.Push(ctx, []queen.Item{{Data: payload}})
+			return err
+		}},
+		{"push, dedup window 1 min, 10 items a call", func(i int) error {
+			items := make([]queen.Item, 10)
+			for j := range items {
+				items[j] = queen.Item{Data: payload, Partition: "batch"}
+			}
+			_, err := dedup.Push(ctx, items)
 			return err
 		}},
 		{"push, keyed (100 keys, 16 lanes)", func(i int) error {

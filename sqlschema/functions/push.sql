@@ -47,6 +47,13 @@ DECLARE
     s_len   integer[];
     s_blob  bytea;
     s_exact boolean;
+    v_lo    bigint := GREATEST(p_verified, p_txns_from - 1);
+    v_cut   timestamptz := p_now - p_window_ms * interval '1 millisecond';
+    v_past  bigint; -- a segment's base offset: it and all below are older than the window
+    v_x     bigint;
+    v_step  bigint := 1;
+    v_b     bigint;
+    v_t     timestamptz;
 BEGIN
     -- The window's hashes first, by partition (one shard on the Citus
     -- layout, which plans no join of them with parameters), then the match.
@@ -64,31 +71,59 @@ BEGIN
     INTO v_base, v_end, v_len, v_blob, v_exact
     FROM {{schema}}.txns t
     WHERE t.partition_id = p_pid
-      AND t.end_offset > GREATEST(p_verified, p_txns_from - 1)
+      AND t.end_offset > v_lo
       AND t.base_offset <= p_last
-      AND t.created_at > p_now - p_window_ms * interval '1 millisecond';
+      AND t.created_at > v_cut;
+    -- The window's segments are a suffix of the partition's (created_at
+    -- is monotone in offset order), but the read below filters by time
+    -- only row by row: unless the first segment past v_lo is in the
+    -- window, probe back from p_last, doubling the step, for one that is
+    -- not, and read only past it. So the read is of about the window's
+    -- rows (at most its span again), whatever the retention keeps, for
+    -- log2(span) probes of one row each.
+    SELECT s.created_at INTO v_t
+    FROM {{schema}}.segments s
+    WHERE s.partition_id = p_pid AND s.base_offset > v_lo AND s.base_offset <= p_last
+    ORDER BY s.base_offset LIMIT 1;
+    IF FOUND AND v_t <= v_cut THEN
+        v_x := p_last;
+        LOOP
+            SELECT s.base_offset, s.created_at INTO v_b, v_t
+            FROM {{schema}}.segments s
+            WHERE s.partition_id = p_pid AND s.base_offset <= v_x
+            ORDER BY s.base_offset DESC LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            IF v_t <= v_cut THEN
+                v_past := v_b;
+                EXIT;
+            END IF;
+            v_x := v_b - v_step;
+            v_step := v_step * 2;
+        END LOOP;
+    END IF;
     SELECT array_agg(s.base_offset), array_agg(s.end_offset), array_agg(octet_length(s.hashes)),
            string_agg(s.hashes, ''::bytea), bool_and(octet_length(s.hashes) = 16 * (s.end_offset - s.base_offset + 1))
     INTO s_base, s_end, s_len, s_blob, s_exact
     FROM {{schema}}.segments s
     WHERE s.partition_id = p_pid
-      AND s.end_offset > GREATEST(p_verified, p_txns_from - 1)
+      AND s.base_offset > coalesce(v_past, -9223372036854775808)
+      AND s.end_offset > v_lo
       AND s.base_offset <= p_last
-      AND s.created_at > p_now - p_window_ms * interval '1 millisecond'
+      AND s.created_at > v_cut
       AND s.hashes IS NOT NULL;
     IF coalesce(cardinality(v_base), 0) + coalesce(cardinality(s_base), 0) = 0 THEN
         RETURN;
     END IF;
-    -- Searched for up to 8 incoming hashes: a search reads the whole blob
-    -- for each, the join cuts every stored hash once (about 18 searches
-    -- cost one join, measured on 20,000 stored hashes).
+    -- Searched for up to 16 incoming hashes: a search reads the whole
+    -- blob for each, the join cuts every stored hash once (about 18
+    -- searches cost one join, measured on 20,000 stored hashes).
     SELECT m.dup_idx, m.dup_off INTO dup_idx, dup_off
     FROM {{schema}}.dedup_match(p_count, p_hashes,
                                 coalesce(v_base, '{}') || coalesce(s_base, '{}'),
                                 coalesce(v_end, '{}') || coalesce(s_end, '{}'),
                                 coalesce(v_len, '{}') || coalesce(s_len, '{}'),
                                 coalesce(v_blob, ''::bytea) || coalesce(s_blob, ''::bytea),
-                                coalesce(v_exact, true) AND coalesce(s_exact, true), 8) m;
+                                coalesce(v_exact, true) AND coalesce(s_exact, true), 16) m;
 END
 $$;
 
