@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// matchCase is dedup_match's input: stored rows (offsets base..end, their
+// matchCase is the match's input: stored rows (offsets base..end, their
 // hash bytes) and the incoming hashes.
 type matchCase struct {
 	base, end []int64
@@ -38,12 +38,12 @@ func (c matchCase) want() (idx []int32, off []int64) {
 	return idx, off
 }
 
-// dedup_match finds what the plain rule finds, by its search and by its
-// join, over stored rows end to end in one blob: hashes that straddle two
+// dedup_hits and dedup_offsets find what the plain rule finds, by the
+// search and by the join, over stored rows end to end in one blob: hashes that straddle two
 // stored ones or sit off a row's 16-byte grid, rows shorter or longer than
 // their offsets, a hash stored twice, rows out of offset order (hash rows
 // and segments), and one hash found in more places than the search keeps.
-func TestDedupMatchIsThePlainRule(t *testing.T) {
+func TestDedupHitsAndOffsetsAreThePlainRule(t *testing.T) {
 	ctx, pool, schema := migrated(t)
 	s := pgx.Identifier{schema}.Sanitize()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -125,8 +125,9 @@ func TestDedupMatchIsThePlainRule(t *testing.T) {
 		for _, scanMax := range []int{0, 1000} {
 			var idx []int32
 			var off []int64
-			if err := pool.QueryRow(ctx, "SELECT dup_idx, dup_off FROM "+s+".dedup_match($1, $2, $3, $4, $5, $6, $7, $8)",
-				len(c.incoming), slices.Concat(c.incoming...), c.base, c.end, lens, slices.Concat(c.rows...), exact, scanMax).Scan(&idx, &off); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT o.dup_idx, o.dup_off FROM "+s+".dedup_hits($1, $2, $3, $4, $5) h, "+
+				s+".dedup_offsets(h.hit_k, h.hit_p, $6, $7, $8) o",
+				len(c.incoming), slices.Concat(c.incoming...), slices.Concat(c.rows...), exact, scanMax, c.base, c.end, lens).Scan(&idx, &off); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(idx, wantIdx) || !slices.Equal(off, wantOff) {

@@ -19,7 +19,7 @@ import (
 	"github.com/e03140bc/queen/sqlschema"
 )
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx

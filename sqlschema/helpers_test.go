@@ -200,7 +200,7 @@ func ptr[T any](v T) *T { return &v }
 
 // migrated is a context, the shared pool and a fresh schema with every
 // migration and the function layer applied.
-func migrated(t *testing.T) (context.Context, *pgxpool.Pool, string) {
+func migrated(t testing.TB) (context.Context, *pgxpool.Pool, string) {
 	t.Helper()
 	pool, schema := pgtest.Migrated(t)
 	return ctxT(t), pool, schema

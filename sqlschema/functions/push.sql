@@ -28,7 +28,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.dedup_probe(
 )
 LANGUAGE plpgsql
 -- push_bundle forbids hash joins for its own keyed statements, and a
--- function's settings reach the functions it calls: dedup_match may join
+-- function's settings reach the functions it calls: dedup_hits may join
 -- every incoming hash against every stored one of the window, which as a
 -- nested loop made a 200-message segment cost half a second. The settings
 -- live here, not on push_one, whose every call would pay for them.
@@ -54,9 +54,12 @@ DECLARE
     v_step  bigint := 1;
     v_b     bigint;
     v_t     timestamptz;
+    v_hk    integer[];
+    v_hp    bigint[];
 BEGIN
     -- The window's hashes first, by partition (one shard on the Citus
-    -- layout, which plans no join of them with parameters), then the match.
+    -- layout, which plans no join of them with parameters), then the match
+    -- (dedup_hits, dedup_offsets).
     -- They live in two places (migration 017): in the segment rows pushed
     -- since, and in hash rows (written before, by an earlier release's
     -- client, or by retention for segments it deleted). Each read is a
@@ -114,43 +117,43 @@ BEGIN
     IF coalesce(cardinality(v_base), 0) + coalesce(cardinality(s_base), 0) = 0 THEN
         RETURN;
     END IF;
+    v_blob := coalesce(v_blob, ''::bytea) || coalesce(s_blob, ''::bytea);
     -- Searched for up to 16 incoming hashes: a search reads the whole
-    -- blob for each, the join cuts every stored hash once (about 18
-    -- searches cost one join, measured on 20,000 stored hashes).
-    SELECT m.dup_idx, m.dup_off INTO dup_idx, dup_off
-    FROM {{schema}}.dedup_match(p_count, p_hashes,
-                                coalesce(v_base, '{}') || coalesce(s_base, '{}'),
-                                coalesce(v_end, '{}') || coalesce(s_end, '{}'),
-                                coalesce(v_len, '{}') || coalesce(s_len, '{}'),
-                                coalesce(v_blob, ''::bytea) || coalesce(s_blob, ''::bytea),
-                                coalesce(v_exact, true) AND coalesce(s_exact, true), 16) m;
+    -- blob for each, the join cuts every stored hash once (over 20,000
+    -- stored hashes, 20 to 50 searches cost one join: BenchmarkDedupHits,
+    -- and pushbench's acct).
+    SELECT h.hit_k, h.hit_p INTO v_hk, v_hp
+    FROM {{schema}}.dedup_hits(p_count, p_hashes, v_blob, coalesce(v_exact, true) AND coalesce(s_exact, true), 16) h;
+    IF cardinality(v_hk) > 0 THEN
+        SELECT o.dup_idx, o.dup_off INTO dup_idx, dup_off
+        FROM {{schema}}.dedup_offsets(v_hk, v_hp, coalesce(v_base, '{}') || coalesce(s_base, '{}'),
+                                      coalesce(v_end, '{}') || coalesce(s_end, '{}'),
+                                      coalesce(v_len, '{}') || coalesce(s_len, '{}')) o;
+    END IF;
 END
 $$;
 
--- The match of dedup_probe: which of the p_count incoming hashes (16 bytes
--- each in p_hashes) repeat a stored one, and the lowest stored offset each
--- repeats. The stored rows are p_blob end to end: row i covers offsets
--- p_base[i]..p_end[i] with p_len[i] bytes, its k-th hash the 16 bytes at
--- 16k of the row (a row shorter than its offsets has fewer, and bytes past
--- them count for nothing); p_exact says every row is exactly 16 bytes an
--- offset. Up to p_scan_max incoming hashes, each is looked for in the
--- blob itself (position(): a byte search, no row per stored hash), every
--- occurrence kept, then only those that start a stored hash of one row
--- count. More, or one hash found in too many places, and the stored hashes
--- are cut into rows and joined with the incoming ones (by hash: its cost
+-- The match of dedup_probe: where in p_blob the p_count incoming hashes
+-- (16 bytes each in p_hashes) occur, as pairs of an incoming index and a
+-- byte position (from 0) in the blob. The blob is the stored rows' hashes
+-- end to end; p_exact says every row is exactly 16 bytes an offset.
+-- Up to p_scan_max incoming hashes, each is looked for in the blob itself
+-- (position(): a byte search, no row per stored hash), every occurrence
+-- kept, straddling or off the grid ones too (dedup_offsets sorts them
+-- out). More, or one hash found in too many places, and the blob is cut
+-- into 16-byte slots joined with the incoming hashes (by hash: its cost
 -- grows with the window, not with the incoming count times the window);
--- that needs p_exact, else the search goes on.
-CREATE OR REPLACE FUNCTION {{schema}}.dedup_match(
+-- that needs p_exact, else the search goes on. The blob is a parameter,
+-- the rows' arrays are not: PL/pgSQL expands every array argument on entry,
+-- which for a window of one-message segments cost as much as the search.
+CREATE OR REPLACE FUNCTION {{schema}}.dedup_hits(
     p_count     integer,
     p_hashes    bytea,
-    p_base      bigint[],
-    p_end       bigint[],
-    p_len       integer[],
     p_blob      bytea,
     p_exact     boolean,
     p_scan_max  integer,
-    OUT dup_idx integer[],
-    OUT dup_off bigint[]
+    OUT hit_k   integer[],
+    OUT hit_p   bigint[]
 )
 LANGUAGE plpgsql IMMUTABLE
 SET enable_seqscan = on
@@ -158,26 +161,26 @@ SET enable_hashjoin = on
 SET enable_mergejoin = on
 AS $$
 DECLARE
-    v_k   integer[] := '{}';
-    v_p   bigint[] := '{}';
-    v_h   bytea;
-    v_at  integer;
-    v_pos integer;
-    v_n   integer;
-    v_k1  integer;
+    v_h    bytea;
+    v_at   integer;
+    v_pos  integer;
+    v_n    integer;
+    v_k    integer;
     v_join boolean := p_exact AND p_count > p_scan_max;
 BEGIN
+    hit_k := '{}';
+    hit_p := '{}';
     IF NOT v_join THEN
         <<incoming>>
-        FOR v_k1 IN 0 .. p_count - 1 LOOP
-            v_h := substring(p_hashes FROM v_k1 * 16 + 1 FOR 16);
+        FOR v_k IN 0 .. p_count - 1 LOOP
+            v_h := substring(p_hashes FROM v_k * 16 + 1 FOR 16);
             v_at := 0; -- bytes of the blob searched past
             v_n := 0;
             LOOP
                 v_pos := position(v_h IN CASE WHEN v_at = 0 THEN p_blob ELSE substring(p_blob FROM v_at + 1) END);
                 EXIT WHEN v_pos = 0;
-                v_k := v_k || v_k1;
-                v_p := v_p || (v_at + v_pos - 1)::bigint;
+                hit_k := hit_k || v_k;
+                hit_p := hit_p || (v_at + v_pos - 1)::bigint;
                 v_at := v_at + v_pos;
                 v_n := v_n + 1;
                 -- Found in many places (hashes chosen to straddle stored
@@ -190,26 +193,39 @@ BEGIN
         END LOOP;
     END IF;
     IF v_join THEN
-        SELECT coalesce(array_agg(inc.k), '{}'), coalesce(array_agg(st.p), '{}') INTO v_k, v_p
+        SELECT coalesce(array_agg(inc.k), '{}'), coalesce(array_agg(st.p), '{}') INTO hit_k, hit_p
         FROM (SELECT k, substring(p_hashes FROM k * 16 + 1 FOR 16) AS h
               FROM generate_series(0, p_count - 1) AS k) inc
         JOIN (SELECT i::bigint * 16 AS p, substring(p_blob FROM i * 16 + 1 FOR 16) AS h
               FROM generate_series(0, octet_length(p_blob) / 16 - 1) AS i) st USING (h);
     END IF;
-    IF cardinality(v_k) = 0 THEN
-        RETURN;
-    END IF;
-    -- Each occurrence to its row: one that starts a stored hash of the row
-    -- is that offset.
-    SELECT array_agg(d.k ORDER BY d.k), array_agg(d.off ORDER BY d.k) INTO dup_idx, dup_off
+END
+$$;
+
+-- dedup_hits' occurrences as stored offsets: row i of the blob covers
+-- offsets p_base[i]..p_end[i] with p_len[i] bytes, its j-th hash the 16
+-- bytes at 16j of the row (a row shorter than its offsets has fewer, and
+-- bytes past them count for nothing). An occurrence that starts a stored
+-- hash of its row is that offset; each incoming hash's lowest one is its
+-- answer (NULLs: none).
+CREATE OR REPLACE FUNCTION {{schema}}.dedup_offsets(
+    p_k         integer[],
+    p_p         bigint[],
+    p_base      bigint[],
+    p_end       bigint[],
+    p_len       integer[],
+    OUT dup_idx integer[],
+    OUT dup_off bigint[]
+)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT array_agg(d.k ORDER BY d.k), array_agg(d.off ORDER BY d.k)
     FROM (SELECT h.k, min(x.b + (h.p - x.c) / 16) AS off
-          FROM unnest(v_k, v_p) AS h(k, p)
+          FROM unnest(p_k, p_p) AS h(k, p)
           JOIN (SELECT u.b, u.e, coalesce(u.l, 0) AS l, sum(coalesce(u.l, 0)) OVER (ORDER BY u.o) - coalesce(u.l, 0) AS c
                 FROM unnest(p_base, p_end, p_len) WITH ORDINALITY AS u(b, e, l, o)) x
             ON h.p >= x.c AND h.p < x.c + x.l
           WHERE (h.p - x.c) % 16 = 0 AND h.p - x.c + 16 <= x.l AND (h.p - x.c) / 16 <= x.e - x.b
-          GROUP BY h.k) d;
-END
+          GROUP BY h.k) d
 $$;
 
 -- The allocator, also marking the partition pending. created_at is
