@@ -2,12 +2,14 @@ package sqlschema_test
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // matchCase is the match's input: stored rows (offsets base..end, their
@@ -146,22 +148,7 @@ func TestDedupProbeReadsTheWindowNotTheLog(t *testing.T) {
 	ctx, pool, schema := migrated(t)
 	s := pgx.Identifier{schema}.Sanitize()
 	const kept, recent = 3000, 10
-	var pid int64
-	if err := pool.QueryRow(ctx, `WITH q AS (
-    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), 'q', 60000) RETURNING id)
-INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', $1 FROM q RETURNING id`,
-		kept+recent-1).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	// Offsets 0..kept-1 two hours old, the last recent ones seconds old,
-	// created_at rising with the offset; hash of offset i: md5 of i.
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob, hashes)
-SELECT $1, i, i, CASE WHEN i < $2::int THEN now() - interval '2 hours' + i * interval '1 ms'
-                      ELSE now() - ($2::int + $3::int - i) * interval '1 second' END,
-       '\x00', decode(md5(i::text), 'hex')
-FROM generate_series(0, $2::int + $3::int - 1) i`, pid, kept, recent); err != nil {
-		t.Fatal(err)
-	}
+	pid := windowPartition(t, ctx, pool, s, kept+recent-1, kept, recent, time.Second)
 	hashOf := func(i int) []byte {
 		var b []byte
 		if err := pool.QueryRow(ctx, "SELECT decode(md5($1::int::text), 'hex')", i).Scan(&b); err != nil {
@@ -201,12 +188,7 @@ func TestDedupProbeIsThePlainRule(t *testing.T) {
 	s := pgx.Identifier{schema}.Sanitize()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for n := range 150 {
-		var pid int64
-		if err := pool.QueryRow(ctx, `WITH q AS (
-    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), 'q', 60000) RETURNING id)
-INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', 0 FROM q RETURNING id`).Scan(&pid); err != nil {
-			t.Fatal(err)
-		}
+		pid := windowPartition(t, ctx, pool, s, 0, 0, 0, 0)
 		// Rows in offset order, older first: the first few hash rows, the
 		// rest segments; ages fall from minutes to seconds, so the window
 		// (a minute) starts somewhere among them.
@@ -283,4 +265,32 @@ INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.part
 				n, idx, off, wantIdx, wantOff, floor, last, c.base, c.end, ages, txnRows)
 		}
 	}
+}
+
+// windowPartition makes a queue with a one-minute dedup window and its
+// partition "p" with last offset last, and returns the partition's id.
+// With kept or recent above zero it also stores one-message segments at
+// offsets 0..kept+recent-1, hash of offset i the md5 of i: the first kept
+// two hours old, the recent ones a step apart up to now, created_at rising
+// with the offset.
+func windowPartition(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, s string, last int64, kept, recent int, step time.Duration) int64 {
+	tb.Helper()
+	var pid int64
+	if err := pool.QueryRow(ctx, `WITH q AS (
+    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), 'q' || gen_random_uuid(), 60000) RETURNING id)
+INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', $1 FROM q RETURNING id`,
+		last).Scan(&pid); err != nil {
+		tb.Fatal(err)
+	}
+	if kept+recent == 0 {
+		return pid
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob, hashes)
+SELECT $1, i, i, CASE WHEN i < $2::int THEN now() - interval '2 hours' + i * interval '1 ms'
+                      ELSE now() - ($2::int + $3::int - i) * $4::bigint * interval '1 ms' END,
+       '\x00', decode(md5(i::text), 'hex')
+FROM generate_series(0, $2::int + $3::int - 1) i`, pid, kept, recent, step.Milliseconds()); err != nil {
+		tb.Fatal(err)
+	}
+	return pid
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -19,20 +20,7 @@ func BenchmarkDedupProbe(b *testing.B) {
 	s := pgx.Identifier{schema}.Sanitize()
 	const recent = 100
 	for _, kept := range []int{0, 10_000, 100_000} {
-		var pid int64
-		if err := pool.QueryRow(ctx, `WITH q AS (
-    INSERT INTO `+s+`.queues (tenant, name, dedup_window_ms) VALUES (gen_random_uuid(), $1, 60000) RETURNING id)
-INSERT INTO `+s+`.partitions (id, queue_id, name, last_offset) SELECT `+s+`.partition_key(id, 'p', 0), id, 'p', $2 FROM q RETURNING id`,
-			fmt.Sprint("q", kept), kept+recent-1).Scan(&pid); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO `+s+`.segments (partition_id, base_offset, end_offset, created_at, blob, hashes)
-SELECT $1, i, i, CASE WHEN i < $2::int THEN now() - interval '2 hours' + i * interval '1 ms'
-                      ELSE now() - ($2::int + $3::int - i) * interval '100 ms' END,
-       '\x00', decode(md5(i::text), 'hex')
-FROM generate_series(0, $2::int + $3::int - 1) i`, pid, kept, recent); err != nil {
-			b.Fatal(err)
-		}
+		pid := windowPartition(b, ctx, pool, s, int64(kept+recent-1), kept, recent, 100*time.Millisecond)
 		if _, err := pool.Exec(ctx, "ANALYZE "+s+".segments"); err != nil {
 			b.Fatal(err)
 		}
