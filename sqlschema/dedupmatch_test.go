@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,4 +294,24 @@ FROM generate_series(0, $2::int + $3::int - 1) i`, pid, kept, recent, step.Milli
 		tb.Fatal(err)
 	}
 	return pid
+}
+
+// dedup_hits refuses incoming hashes that are not 16 bytes each: a
+// shorter search would match everywhere (an empty one at every byte).
+func TestDedupHitsRefusesShortHashes(t *testing.T) {
+	ctx, pool, schema := migrated(t)
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, c := range []struct {
+		n  int
+		in []byte
+	}{{1, nil}, {1, []byte("short")}, {2, make([]byte, 17)}, {-1, nil}} {
+		for _, exact := range []bool{true, false} {
+			var k []int32
+			err := pool.QueryRow(ctx, "SELECT hit_k FROM "+s+".dedup_hits($1, $2, $3, $4, 16)",
+				c.n, c.in, bytes.Repeat([]byte{7}, 64), exact).Scan(&k)
+			if err == nil || !strings.Contains(err.Error(), "want 16 each") {
+				t.Errorf("%d incoming in %d bytes (exact %v): %v, %v; want the refusal", c.n, len(c.in), exact, k, err)
+			}
+		}
+	}
 }

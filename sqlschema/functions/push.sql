@@ -168,6 +168,11 @@ DECLARE
     v_k    integer;
     v_join boolean := p_exact AND p_count > p_scan_max;
 BEGIN
+    -- A search for fewer than 16 bytes would find them everywhere.
+    IF p_count IS NULL OR p_count < 0 OR coalesce(octet_length(p_hashes), 0) <> 16 * p_count THEN
+        RAISE EXCEPTION 'queen: hash blob is % bytes for % messages (want 16 each)',
+            octet_length(p_hashes), p_count;
+    END IF;
     hit_k := '{}';
     hit_p := '{}';
     IF NOT v_join THEN
