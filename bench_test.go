@@ -201,15 +201,23 @@ func BenchmarkPopEmpty(b *testing.B) {
 // partitions: Spread10 puts 10 items in each of 100 partitions per push
 // (mixed keys), Spread1 one item in each of 1000 consecutive partitions of
 // 100,000 (a partition per key). Each partition of a flush pays its own
-// segment, so these measure the per-segment cost.
+// segment, so these measure the per-segment cost. Spread10Window is
+// Spread10 to a queue with a one-minute dedup window: each segment's
+// probe reads its partition's window.
 func BenchmarkPushSpread(b *testing.B) {
 	for _, c := range []struct {
 		name       string
 		per, parts int
-	}{{"Spread10", 10, 100}, {"Spread1", 1, 10_000}} {
+		window     time.Duration
+	}{{"Spread10", 10, 100, 0}, {"Spread1", 1, 10_000, 0}, {"Spread10Window", 10, 100, time.Minute}} {
 		b.Run(c.name, func(b *testing.B) {
 			q := open(b).Queue("spread")
 			ctx := context.Background()
+			if c.window > 0 {
+				if err := q.Configure(ctx, queen.QueueOptions{DedupWindow: c.window}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			names := make([]string, c.parts)
 			for i := range names {
 				names[i] = fmt.Sprintf("k%d", i)
