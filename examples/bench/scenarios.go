@@ -296,7 +296,7 @@ func (b *bench) insertPacedRate() int {
 
 // insertPaced: single-row INSERT commits from one connection, offered by the
 // end-to-end scenarios' open loop (openLoop: the same sleeps, the same
-// hand-off to a sending goroutine) at the lowest end-to-end rate, for
+// senders) at the lowest end-to-end rate, for
 // -e2e-time. insertOne runs its commits back to back; here, as in the
 // end-to-end scenario at a low rate, the client and the server are idle
 // between commits, and each commit pays for waking them.
@@ -341,7 +341,7 @@ func (b *bench) insertPaced(ctx context.Context) (*result, error) {
 	callLat := lats
 	el := time.Since(start)
 	// From the scheduled time, as the end-to-end latency counts: the open
-	// loop's own lateness and hand-off included.
+	// loop's own lateness included.
 	interval := time.Second / time.Duration(rate)
 	var fromSched []time.Duration
 	for i, t := range rec.sent {
