@@ -155,7 +155,9 @@ func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, 
 	var (
 		clock sync.Mutex
 		next  int64 // guarded by clock
+		pace  = newPacer()
 	)
+	defer pace.close()
 	for g := range pushers {
 		wg.Go(func() {
 			for {
@@ -167,7 +169,7 @@ func openLoop(ctx context.Context, rate int, rec *e2eRecorder, start time.Time, 
 				}
 				next++
 				sched := start.Add(time.Duration(seq) * interval)
-				sleepUntil(sched)
+				pace.sleepUntil(sched) // guarded by clock
 				clock.Unlock()
 				if time.Now().After(cutoff) {
 					continue

@@ -4,5 +4,12 @@ package main
 
 import "time"
 
-// sleepUntil sleeps until t.
-func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+// pacer sleeps the open loop's senders until their sends' times.
+type pacer struct{}
+
+func newPacer() *pacer { return &pacer{} }
+
+// sleepUntil returns at t, at once if t has passed.
+func (*pacer) sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+
+func (*pacer) close() {}
