@@ -21,7 +21,7 @@ var functionFS embed.FS
 // up by one whenever any of those files changes, so a database can tell
 // which of two binaries carries the newer functions; testdata/functions.sum
 // pins each revision's hash and its test fails on an edit without a bump.
-const FunctionsRevision = 2
+const FunctionsRevision = 3
 
 // FunctionFile is one file of the function layer: CREATE OR REPLACE
 // definitions of the functions and views of one concern.

@@ -2,67 +2,106 @@
 -- Function layer: applied after the migrations by sqlschema.Migrate (see
 -- the package doc); every definition is CREATE OR REPLACE.
 
--- Upkeep of the ready set for partition p_pid after a pop of group p_group
--- consumed it. If it is pending: every subscribed group behind on it (a
--- group without a cursor row there counts from where that row would start)
--- gets a backlog row, and the flag is cleared. Then p_group's own backlog
--- row goes if p_group has consumed everything retained. Never waits: a
--- partition someone holds (a push in flight) is skipped, and so is every
--- pending partition of a queue on which a group's first contact is in
--- progress (it holds the queue's contact lock exclusively until it commits;
--- its subscription is not visible yet, so it would get no backlog row).
--- Each check is a statement of its own, so its snapshot is taken after the
--- locks: a push cannot commit in between, and every committed group is
--- seen.
-CREATE OR REPLACE FUNCTION {{schema}}.clear_pending(p_pid bigint, p_group text)
-RETURNS boolean
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-AS $$
+-- Upkeep of the ready set for partitions p_pids after a pop of group
+-- p_group consumed them. Each that is pending: every subscribed group
+-- behind on it (a group without a cursor row there counts from where that
+-- row would start) gets a backlog row, and the flag is cleared. Then
+-- p_group's own backlog row of each goes if p_group has consumed
+-- everything retained. Never waits: a partition someone holds (a push in
+-- flight) is skipped, and so is every pending partition of a queue on
+-- which a group's first contact is in progress (it holds the queue's
+-- contact lock exclusively until it commits; its subscription is not
+-- visible yet, so it would get no backlog row). The partitions are locked
+-- first, in one statement; each check after is a statement of its own, so
+-- its snapshot is taken after the locks: a push cannot commit in between,
+-- and every committed group is seen. One pass over all the partitions, not
+-- a call for each: a drain of many keys passed dozens to every pop, and a
+-- call each (its statements, its locks one at a time) was the largest
+-- single cost of such a pop. On the routed layout, clear_pending_routed
+-- for each. Returns how many partitions left the ready set or p_group's
+-- backlog. No SET clauses: its callers' hold (keyed lookups).
+CREATE OR REPLACE FUNCTION {{schema}}.clear_pending_many(p_pids bigint[], p_group text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
 DECLARE
-    v_qid     bigint;
-    v_pending boolean;
-    v_done    boolean := false;
+    v_ids   bigint[]; -- locked
+    v_pend  bigint[]; -- locked and pending
+    v_pq    bigint[]; -- their queues
+    v_q     bigint;
+    v_skip  bigint[] := '{}'; -- queues whose contact lock is taken
+    v_n     integer := 0;
+    v_d     integer;
 BEGIN
-    SELECT queue_id, pending INTO v_qid, v_pending FROM {{schema}}.partitions
-    WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN false;
+    IF coalesce(cardinality(p_pids), 0) = 0 THEN
+        RETURN 0;
     END IF;
-    IF v_pending THEN
-        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
-            RETURN false;
+    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+        FOREACH v_q IN ARRAY p_pids LOOP
+            IF {{schema}}.clear_pending_routed(v_q, p_group) THEN
+                v_n := v_n + 1;
+            END IF;
+        END LOOP;
+        RETURN v_n;
+    END IF;
+    SELECT array_agg(x.id ORDER BY x.id), array_agg(x.id ORDER BY x.id) FILTER (WHERE x.pending),
+           array_agg(x.queue_id ORDER BY x.id) FILTER (WHERE x.pending)
+    INTO v_ids, v_pend, v_pq
+    FROM (SELECT p.id, p.pending, p.queue_id FROM {{schema}}.partitions p
+          WHERE p.id = ANY (p_pids) ORDER BY p.id
+          FOR NO KEY UPDATE SKIP LOCKED) x;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    IF v_pend IS NOT NULL THEN
+        FOR v_q IN SELECT DISTINCT u.q FROM unnest(v_pq) AS u(q) LOOP
+            IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_q, 0)) THEN
+                v_skip := v_skip || v_q;
+            END IF;
+        END LOOP;
+        IF cardinality(v_skip) > 0 THEN
+            -- Left as they are, their backlog rows too.
+            v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i
+                           WHERE NOT i = ANY (ARRAY(SELECT u.id FROM unnest(v_pend, v_pq) AS u(id, q)
+                                                    WHERE u.q = ANY (v_skip))));
+            v_pend := ARRAY(SELECT u.id FROM unnest(v_pend, v_pq) AS u(id, q) WHERE NOT u.q = ANY (v_skip));
         END IF;
-        IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
-            PERFORM {{schema}}.mark_behind_routed(p_pid, v_qid);
-        ELSE
+    END IF;
+    IF cardinality(v_pend) > 0 THEN
         INSERT INTO {{schema}}.backlog (queue_id, group_name, partition_id)
         SELECT s.queue_id, s.group_name, p.id
         FROM {{schema}}.partitions p
         JOIN {{schema}}.subscriptions s ON s.queue_id = p.queue_id
         LEFT JOIN LATERAL (SELECT c.committed FROM {{schema}}.consumers c
                            WHERE c.partition_id = p.id AND c.group_name = s.group_name LIMIT 1) c ON true
-        WHERE p.id = p_pid AND p.last_offset >= p.log_start
+        WHERE p.id = ANY (v_pend) AND p.last_offset >= p.log_start
           AND coalesce(c.committed, {{schema}}.seed_offset(p.id, p.log_start, p.created_at, s.mode, s.created_at,
                                                            s.from_time)) < p.last_offset
-        ORDER BY s.group_name
+        ORDER BY s.queue_id, s.group_name, p.id
         ON CONFLICT DO NOTHING;
-        END IF;
-        UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
-        v_done := true;
+        UPDATE {{schema}}.partitions SET pending = false WHERE id = ANY (v_pend);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
     END IF;
-    DELETE FROM {{schema}}.backlog b
-    USING {{schema}}.partitions p
-    WHERE b.queue_id = v_qid AND b.group_name = p_group AND b.partition_id = p_pid AND p.id = p_pid
-      AND (p.last_offset < p.log_start
-           OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
-                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset
-                      OFFSET 0));
-    RETURN v_done OR FOUND;
+    IF cardinality(v_ids) > 0 THEN
+        DELETE FROM {{schema}}.backlog b
+        USING {{schema}}.partitions p
+        WHERE b.partition_id = ANY (v_ids) AND b.group_name = p_group AND p.id = b.partition_id
+          AND b.queue_id = p.queue_id
+          AND (p.last_offset < p.log_start
+               OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                          WHERE c.partition_id = p.id AND c.group_name = p_group AND c.committed >= p.last_offset
+                          OFFSET 0));
+        GET DIAGNOSTICS v_d = ROW_COUNT;
+        v_n := v_n + v_d;
+    END IF;
+    RETURN v_n;
 END
+$$;
+
+-- clear_pending_many for one partition (linger_ack's).
+CREATE OR REPLACE FUNCTION {{schema}}.clear_pending(p_pid bigint, p_group text)
+RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT {{schema}}.clear_pending_many(ARRAY[p_pid], p_group) > 0
 $$;
 
 -- pop is one call from the client; the steps it takes are functions of
@@ -492,32 +531,26 @@ $$;
 -- (p_caught), which keeps stale entries bounded by the pop rate, not the
 -- number of keys. A partition this group is behind on stays where it is
 -- (it is in the group's reach), so it is not even looked at. Returns how
--- many partitions it passed to clear_pending.
+-- many partitions it passed to clear_pending_many (in one call).
 CREATE OR REPLACE FUNCTION {{schema}}.pop_upkeep(p_group text, p_drained bigint[], p_caught bigint[],
                                                p_window boolean)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_pid bigint;
-    v_x   record;
-    v_n   integer := cardinality(p_drained);
+    v_more bigint[] := '{}';
+    v_n    integer := cardinality(p_drained);
 BEGIN
-    FOREACH v_pid IN ARRAY p_drained LOOP
-        PERFORM {{schema}}.clear_pending(v_pid, p_group);
-    END LOOP;
     IF p_window THEN
         -- On the Citus layout each clear is a few round trips to a worker:
         -- 256 of them outlived a 2 s statement timeout, pop after pop. The
         -- rest stay pending (claimable as ever) for later pops to clear.
-        FOR v_x IN
-            SELECT r.id FROM (SELECT DISTINCT id FROM unnest(p_caught) AS u(id)) AS r
-            WHERE NOT (r.id = ANY (p_drained))
-            LIMIT CASE WHEN (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN 16 ELSE 256 END
-        LOOP
-            PERFORM {{schema}}.clear_pending(v_x.id, p_group);
-            v_n := v_n + 1;
-        END LOOP;
+        v_more := ARRAY(SELECT r.id FROM (SELECT DISTINCT id FROM unnest(p_caught) AS u(id)) AS r
+                        WHERE NOT (r.id = ANY (p_drained))
+                        LIMIT CASE WHEN (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN 16
+                                   ELSE 256 END);
+        v_n := v_n + cardinality(v_more);
     END IF;
+    PERFORM {{schema}}.clear_pending_many(p_drained || v_more, p_group);
     RETURN v_n;
 END
 $$;

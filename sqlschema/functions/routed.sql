@@ -378,6 +378,47 @@ BEGIN
 END
 $$;
 
+-- clear_pending_many's form on the routed layout, one partition a call
+-- (each statement a router query to one worker: a lock of many
+-- partitions in one statement is not one there). The same rule: if
+-- partition p_pid is pending, the groups behind on it get backlog rows
+-- (mark_behind_routed) and the flag is cleared; then p_group's own backlog
+-- row goes if p_group has consumed everything retained. Never waits (see
+-- clear_pending_many). Whether it changed anything.
+CREATE OR REPLACE FUNCTION {{schema}}.clear_pending_routed(p_pid bigint, p_group text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_qid     bigint;
+    v_pending boolean;
+    v_done    boolean := false;
+BEGIN
+    SELECT queue_id, pending INTO v_qid, v_pending FROM {{schema}}.partitions
+    WHERE id = p_pid FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_pending THEN
+        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('queen/{{schema_name}}/contact/' || v_qid, 0)) THEN
+            RETURN false;
+        END IF;
+        PERFORM {{schema}}.mark_behind_routed(p_pid, v_qid);
+        UPDATE {{schema}}.partitions SET pending = false WHERE id = p_pid;
+        v_done := true;
+    END IF;
+    DELETE FROM {{schema}}.backlog b
+    USING {{schema}}.partitions p
+    WHERE b.queue_id = v_qid AND b.group_name = p_group AND b.partition_id = p_pid AND p.id = p_pid
+      AND (p.last_offset < p.log_start
+           OR EXISTS (SELECT 1 FROM {{schema}}.consumers c
+                      WHERE c.partition_id = p_pid AND c.group_name = p_group AND c.committed >= p.last_offset
+                      OFFSET 0));
+    RETURN v_done OR FOUND;
+END
+$$;
+
+
 -- clear_pending's marking of a pending partition p_pid of queue p_qid
 -- (whose row the caller holds, and the queue's contact lock): a backlog
 -- row for every subscribed group behind on it, one statement each.
