@@ -30,7 +30,8 @@ type backlogKey struct {
 }
 
 // clear_pending_many (and, on the routed layout, clear_pending_routed for
-// each partition) against the rule written out in Go: for each partition
+// each partition; in some rounds clear_pending, its one-partition form,
+// called for each) against the rule written out in Go: for each partition
 // passed that no one else holds, if it is pending and no first contact
 // holds its queue's contact lock, every subscribed group behind on it gets
 // a backlog row and the flag is cleared; then the calling group's backlog
@@ -121,7 +122,16 @@ func TestClearPendingManyIsThePlainRule(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, err = pool.Exec(ctx, "SELECT "+s+".clear_pending_many($1, $2)", call, group)
+		if round%5 == 1 {
+			// The one-partition form, a call each.
+			for _, id := range call {
+				if _, err = pool.Exec(ctx, "SELECT "+s+".clear_pending($1, $2)", id, group); err != nil {
+					break
+				}
+			}
+		} else {
+			_, err = pool.Exec(ctx, "SELECT "+s+".clear_pending_many($1, $2, $3)", call, group, routed)
+		}
 		if contactQueue != 0 {
 			if _, uerr := contact.Exec(ctx, "SELECT pg_advisory_unlock_all()"); uerr != nil {
 				t.Fatal(uerr)

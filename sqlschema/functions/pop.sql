@@ -17,10 +17,10 @@
 -- and every committed group is seen. One pass over all the partitions, not
 -- a call for each: a drain of many keys passed dozens to every pop, and a
 -- call each (its statements, its locks one at a time) was the largest
--- single cost of such a pop. On the routed layout, clear_pending_routed
--- for each. Returns how many partitions left the ready set or p_group's
+-- single cost of such a pop. On the routed layout (p_routed, the
+-- settings' flag as the caller read it), clear_pending_routed for each. Returns how many partitions left the ready set or p_group's
 -- backlog. No SET clauses: its callers' hold (keyed lookups).
-CREATE OR REPLACE FUNCTION {{schema}}.clear_pending_many(p_pids bigint[], p_group text)
+CREATE OR REPLACE FUNCTION {{schema}}.clear_pending_many(p_pids bigint[], p_group text, p_routed boolean)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -35,7 +35,7 @@ BEGIN
     IF coalesce(cardinality(p_pids), 0) = 0 THEN
         RETURN 0;
     END IF;
-    IF (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN
+    IF p_routed THEN
         FOREACH v_q IN ARRAY p_pids LOOP
             IF {{schema}}.clear_pending_routed(v_q, p_group) THEN
                 v_n := v_n + 1;
@@ -97,11 +97,13 @@ BEGIN
 END
 $$;
 
--- clear_pending_many for one partition (linger_ack's).
+-- clear_pending_many for one partition, under the name the first
+-- migrations gave the clear (linger_ack passes the flag it read instead).
 CREATE OR REPLACE FUNCTION {{schema}}.clear_pending(p_pid bigint, p_group text)
 RETURNS boolean
 LANGUAGE sql AS $$
-    SELECT {{schema}}.clear_pending_many(ARRAY[p_pid], p_group) > 0
+    SELECT {{schema}}.clear_pending_many(ARRAY[p_pid], p_group,
+                                         (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true)) > 0
 $$;
 
 -- pop is one call from the client; the steps it takes are functions of
@@ -537,8 +539,9 @@ CREATE OR REPLACE FUNCTION {{schema}}.pop_upkeep(p_group text, p_drained bigint[
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_more bigint[] := '{}';
-    v_n    integer := cardinality(p_drained);
+    v_more   bigint[] := '{}';
+    v_n      integer := cardinality(p_drained);
+    v_routed boolean := (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true);
 BEGIN
     IF p_window THEN
         -- On the Citus layout each clear is a few round trips to a worker:
@@ -546,11 +549,10 @@ BEGIN
         -- rest stay pending (claimable as ever) for later pops to clear.
         v_more := ARRAY(SELECT r.id FROM (SELECT DISTINCT id FROM unnest(p_caught) AS u(id)) AS r
                         WHERE NOT (r.id = ANY (p_drained))
-                        LIMIT CASE WHEN (SELECT st.routed FROM {{schema}}.settings st WHERE st.id = true) THEN 16
-                                   ELSE 256 END);
+                        LIMIT CASE WHEN v_routed THEN 16 ELSE 256 END);
         v_n := v_n + cardinality(v_more);
     END IF;
-    PERFORM {{schema}}.clear_pending_many(p_drained || v_more, p_group);
+    PERFORM {{schema}}.clear_pending_many(p_drained || v_more, p_group, v_routed);
     RETURN v_n;
 END
 $$;
@@ -989,7 +991,7 @@ BEGIN
     log_end := v_c.last_offset;
     IF v_c.pending AND p_ok >= v_c.last_offset THEN
         -- Last: its locks are tried, never waited for.
-        PERFORM {{schema}}.clear_pending(p_pid, p_group);
+        PERFORM {{schema}}.clear_pending_many(ARRAY[p_pid], p_group, v_c.routed);
     END IF;
 END
 $$;
