@@ -18,8 +18,9 @@
 -- a call for each: a drain of many keys passed dozens to every pop, and a
 -- call each (its statements, its locks one at a time) was the largest
 -- single cost of such a pop. On the routed layout (p_routed, the
--- settings' flag as the caller read it), clear_pending_routed for each. Returns how many partitions left the ready set or p_group's
--- backlog. No SET clauses: its callers' hold (keyed lookups).
+-- settings' flag as the caller read it), clear_pending_routed for each.
+-- Returns how many partitions left the ready set or p_group's backlog. No
+-- SET clauses: its callers' hold (keyed lookups).
 CREATE OR REPLACE FUNCTION {{schema}}.clear_pending_many(p_pids bigint[], p_group text, p_routed boolean)
 RETURNS integer
 LANGUAGE plpgsql AS $$
