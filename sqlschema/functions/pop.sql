@@ -30,6 +30,7 @@ DECLARE
     v_pq    bigint[]; -- their queues
     v_q     bigint;
     v_skip  bigint[] := '{}'; -- queues whose contact lock is taken
+    v_drop  bigint[];         -- their pending partitions
     v_n     integer := 0;
     v_d     integer;
 BEGIN
@@ -61,10 +62,9 @@ BEGIN
         END LOOP;
         IF cardinality(v_skip) > 0 THEN
             -- Left as they are, their backlog rows too.
-            v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i
-                           WHERE NOT i = ANY (ARRAY(SELECT u.id FROM unnest(v_pend, v_pq) AS u(id, q)
-                                                    WHERE u.q = ANY (v_skip))));
-            v_pend := ARRAY(SELECT u.id FROM unnest(v_pend, v_pq) AS u(id, q) WHERE NOT u.q = ANY (v_skip));
+            v_drop := ARRAY(SELECT u.id FROM unnest(v_pend, v_pq) AS u(id, q) WHERE u.q = ANY (v_skip));
+            v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i WHERE NOT i = ANY (v_drop));
+            v_pend := ARRAY(SELECT i FROM unnest(v_pend) AS i WHERE NOT i = ANY (v_drop));
         END IF;
     END IF;
     IF cardinality(v_pend) > 0 THEN
